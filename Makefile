@@ -1,0 +1,41 @@
+# Set-up and entry points. Each target creates .venv on first use and installs what it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+
+.PHONY: demo test bench opencl-runtime clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[opencl,models,autotune,test,reference]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# An OpenCL CPU device for the fused backend: PoCL. The PyPI build (pocl-binary-distribution,
+# LLVM 14) cannot compile for CPUs newer than its LLVM (it fails with "unknown target CPU
+# 'generic'"), so where no device compiles a probe kernel, Debian's pocl-opencl-icd is installed.
+opencl-runtime: $(STAMP)
+	@$(PY) -m lazyburn.runtime.opencl_devices --probe >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing PoCL (Debian pocl-opencl-icd)"; \
+	    (apt-get install -y -qq pocl-opencl-icd >/dev/null 2>&1 || \
+	     (apt-get update -qq && apt-get install -y -qq pocl-opencl-icd >/dev/null)); \
+	  else \
+	    echo "no working OpenCL device; installing pocl-binary-distribution from PyPI"; \
+	    $(PY) -m pip install -q pocl-binary-distribution; \
+	  fi; }
+	@$(PY) -m lazyburn.runtime.opencl_devices --probe
+
+demo: $(STAMP) opencl-runtime
+	$(VENV)/bin/lazyburn demo
+
+test: $(STAMP) opencl-runtime
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: $(STAMP) opencl-runtime
+	$(PY) -m pytest -q benchmarks --benchmark-only --benchmark-columns=median,iqr,rounds
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .benchmarks

@@ -1,0 +1,38 @@
+"""The ``lazyburn`` command: ``demo``, ``devices`` and ``cache``."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _devices(args) -> int:
+    from .runtime import describe_devices
+
+    print("\n".join(describe_devices()))
+    return 0
+
+
+def _demo(args) -> int:
+    from .demo import main as demo_main
+
+    return demo_main(args)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="lazyburn", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the demo")
+    demo.add_argument("--device", default=None, help="device string (default: auto)")
+    demo.add_argument("--dump", default=None, metavar="DIR", help="write fused kernels to DIR")
+    demo.set_defaults(run=_demo)
+
+    devices = sub.add_parser("devices", help="list the devices lazyburn can use")
+    devices.set_defaults(run=_devices)
+
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""Creation functions: ``tensor``/``asarray`` from host data, and the lazy fills ``zeros``,
+``ones``, ``full``, ``empty``, ``arange``, ``linspace``, ``eye`` and their ``*_like`` forms.
+
+Host data is uploaded to the device at once (a copy, not a computation); fills are recorded as
+``const``/``iota`` nodes that fuse into their consumers and cost no memory until stored.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import runtime
+from .errors import DTypeError, ShapeError
+from .graph import dtypes as dt
+from .graph.node import Node
+from .record import Origin, const, is_scalar, node, record, wrap
+
+
+def _host_dtype(arr: np.ndarray, obj, origin) -> dt.DType:
+    if arr.dtype == object:
+        raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor (not array-"
+                         f"like, or ragged)", origin)
+    if isinstance(obj, (list, tuple, float, int, bool)) and not isinstance(obj, np.ndarray):
+        # Python data: floats default to float32, ints to int64 (as in PyTorch)
+        if arr.dtype.kind == "f":
+            return dt.DEFAULT_FLOAT
+        if arr.dtype.kind in "iu":
+            return dt.DEFAULT_INT
+    try:
+        return dt.dtype(arr.dtype)
+    except DTypeError as e:
+        raise DTypeError(f"tensor: {e.args[0]}", origin) from None
+
+
+def _from_host(obj, dtype, device, origin) -> Node:
+    device = runtime.canonical(device)
+    try:
+        arr = np.asarray(obj)
+    except (ValueError, TypeError) as e:
+        raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor: {e}",
+                         origin) from None
+    if not isinstance(obj, np.ndarray) and arr.dtype.kind not in "biuf":
+        raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor "
+                         f"(NumPy sees dtype {arr.dtype})", origin)
+    target = dt.dtype(dtype) if dtype is not None else _host_dtype(arr, obj, origin)
+    arr = arr.astype(target.np, copy=False)
+    b = runtime.backend(device)
+    if target in b.unsupported_dtypes:
+        raise DTypeError(f"tensor: device {device} does not support {target.name}", origin)
+    n = Node("buffer", (), (), tuple(arr.shape), target, device, origin.code, origin.line)
+    n.buffer = b.upload(np.ascontiguousarray(arr))
+    return n
+
+
+def tensor(data, dtype=None, device=None):
+    """A tensor holding a copy of ``data`` (nested lists, a NumPy array, a scalar or a Tensor).
+
+    Python floats become float32 and ints int64 unless ``dtype`` is given; NumPy arrays keep
+    their dtype. Raises DTypeError for objects that are not array-like or unsupported dtypes.
+    """
+    from .lazytensor import Tensor
+
+    origin = Origin()
+    if isinstance(data, Tensor):
+        out = data.to(device) if device is not None else data
+        return out.astype(dtype) if dtype is not None else out
+    return wrap(_from_host(data, dtype, device, origin))
+
+
+def asarray(obj, dtype=None, device=None, copy=None):
+    """Array-API ``asarray``: like ``tensor``; a Tensor on the same device with the same dtype
+    is returned as it is (tensors are immutable, so no copy is ever needed)."""
+    return tensor(obj, dtype=dtype, device=device)
+
+
+def _shape(op, shape, origin) -> tuple:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        shape = tuple(int(d) if isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+                      else d for d in shape)
+    except TypeError:
+        raise ShapeError(f"{op}: shape must be an int or a sequence of ints, got {shape!r}",
+                         origin) from None
+    for d in shape:
+        if not isinstance(d, int):
+            raise ShapeError(f"{op}: shape entries must be ints, got {d!r} in {shape}", origin)
+        if d < 0:
+            raise ShapeError(f"{op}: negative dimension {d} in shape {shape}", origin)
+    return shape
+
+
+def full(shape, fill_value, dtype=None, device=None):
+    """A tensor of ``shape`` filled with ``fill_value`` (recorded lazily; stored only if it
+    must be). ``dtype`` defaults to the fill value's kind (bool, int64, float32).
+
+    Raises ShapeError for negative sizes, DTypeError for a non-numeric fill.
+    """
+    origin = Origin()
+    shape = _shape("full", shape, origin)
+    if not is_scalar(fill_value):
+        raise DTypeError(f"full: fill_value must be a number, got {fill_value!r}", origin)
+    d = dt.dtype(dtype) if dtype is not None else dt.dtype(type(_pyval(fill_value)))
+    return wrap(const(_pyval(fill_value), shape, d, runtime.canonical(device), origin))
+
+
+def _pyval(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def zeros(shape, dtype=None, device=None):
+    """A float32 (or ``dtype``) tensor of zeros of ``shape``."""
+    return full(shape, 0, dtype or dt.DEFAULT_FLOAT, device)
+
+
+def ones(shape, dtype=None, device=None):
+    """A float32 (or ``dtype``) tensor of ones of ``shape``."""
+    return full(shape, 1, dtype or dt.DEFAULT_FLOAT, device)
+
+
+def empty(shape, dtype=None, device=None):
+    """Like ``zeros``: a lazy engine has no uninitialized memory to hand out."""
+    return full(shape, 0, dtype or dt.DEFAULT_FLOAT, device)
+
+
+def _like(fn, x, *args, dtype=None, device=None):
+    return fn(x.shape, *args, dtype=dtype or x.dtype, device=device or x.device)
+
+
+def zeros_like(x, dtype=None, device=None):
+    return _like(full, x, 0, dtype=dtype, device=device)
+
+
+def ones_like(x, dtype=None, device=None):
+    return _like(full, x, 1, dtype=dtype, device=device)
+
+
+def empty_like(x, dtype=None, device=None):
+    return _like(full, x, 0, dtype=dtype, device=device)
+
+
+def full_like(x, fill_value, dtype=None, device=None):
+    return _like(full, x, fill_value, dtype=dtype, device=device)
+
+
+def _iota(n: int, dtype, device, origin) -> Node:
+    return node("iota", (), (0,), (n,), dtype, device, origin)
+
+
+def arange(start, stop=None, step=1, dtype=None, device=None):
+    """Values ``start, start + step, ...`` below ``stop`` (array-API ``arange``): int64 when all
+    arguments are ints, else float32. Element i is ``start + i * step`` computed in ``dtype``.
+
+    Raises ShapeError when ``step`` is 0.
+    """
+    origin = Origin()
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ShapeError("arange: step must not be 0", origin)
+    if dtype is None:
+        ints = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+        dtype = dt.DEFAULT_INT if ints else dt.DEFAULT_FLOAT
+    dtype = dt.dtype(dtype)
+    device = runtime.canonical(device)
+    n = max(0, math.ceil((stop - start) / step))
+    return _affine(_iota(n, dtype, device, origin), start, step, origin)
+
+
+def _affine(i: Node, start, step, origin):
+    """``start + i * step`` over an iota node (recorded, not computed)."""
+    from .lazytensor import Tensor
+
+    t = wrap(i) if not isinstance(i, Tensor) else i
+    if step != 1:
+        t = t * step
+    if start != 0:
+        t = t + start
+    return t
+
+
+def linspace(start, stop, num, dtype=None, device=None, endpoint=True):
+    """``num`` evenly spaced float32 (or ``dtype``) values from ``start`` to ``stop``.
+
+    Raises ShapeError for negative ``num``.
+    """
+    origin = Origin()
+    if num < 0:
+        raise ShapeError(f"linspace: num must be non-negative, got {num}", origin)
+    dtype = dt.dtype(dtype or dt.DEFAULT_FLOAT)
+    div = (num - 1) if endpoint else num
+    step = (stop - start) / div if div > 0 else 0.0
+    device = runtime.canonical(device)
+    return _affine(_iota(num, dtype, device, origin), start, step, origin)
+
+
+def eye(n_rows, n_cols=None, k=0, dtype=None, device=None):
+    """A 2-D float32 (or ``dtype``) tensor with ones on diagonal ``k`` and zeros elsewhere."""
+    origin = Origin()
+    n_cols = n_rows if n_cols is None else n_cols
+    shape = _shape("eye", (n_rows, n_cols), origin)
+    device = runtime.canonical(device)
+    dtype = dt.dtype(dtype or dt.DEFAULT_FLOAT)
+    rows = wrap(node("iota", (), (0,), shape, dt.int64, device, origin))
+    cols = wrap(node("iota", (), (1,), shape, dt.int64, device, origin))
+    return ((rows + k) == cols).astype(dtype)

@@ -1,0 +1,144 @@
+"""Element-wise functions (array API names) and their dtype rules.
+
+Each op's category in the op table decides its dtypes:
+    arith      numeric inputs promoted together; result of that dtype (bool rejected)
+    float      integer and bool inputs are cast to float32 first; result floating
+    round      floor/ceil/round: identity on integers
+    predicate  isnan/isinf/isfinite: bool result; constant on integers
+    compare    inputs promoted together; bool result
+    logical    inputs cast to bool; bool result
+    bitwise    integers or bools only (DTypeError on floats)
+"""
+from __future__ import annotations
+
+from .errors import DTypeError
+from .graph import dtypes as dt
+from .graph.ops import OPS
+from .record import (Origin, cast, const, is_scalar, operands, py_scalar, record, tensor_node,
+                     wrap)
+
+
+def _check_numeric(op, dtypes, origin):
+    for d in dtypes:
+        if d.is_bool:
+            raise DTypeError(f"{op}: not defined for bool tensors (use logical_* ops, or cast "
+                             f"with astype)", origin)
+
+
+def unary(op: str, x, origin: Origin | None = None):
+    origin = origin or Origin()
+    n = tensor_node(op, x, origin)
+    cat = OPS[op].category
+    d = n.dtype
+    if cat == "arith":
+        _check_numeric(op, (d,), origin)
+        if op == "abs" and d.kind == "u":
+            return wrap(n)
+    elif cat == "float":
+        if not d.is_float:
+            n = cast(n, dt.DEFAULT_FLOAT, origin)
+            d = n.dtype
+    elif cat == "round":
+        if not d.is_float:
+            return wrap(n)
+    elif cat == "predicate":
+        if not d.is_float:
+            return wrap(const(op == "isfinite", n.shape, dt.bool_, n.device, origin))
+        d = dt.bool_
+    elif cat == "logical":
+        n = cast(n, dt.bool_, origin)
+        d = dt.bool_
+    elif cat == "bitwise":
+        if d.is_float:
+            raise DTypeError(f"{op}: needs an integer or bool tensor, got {d.name}", origin)
+    return record(op, (n,), (), n.shape, d, n.device, origin)
+
+
+def binary(op: str, a, b, origin: Origin | None = None):
+    origin = origin or Origin()
+    cat = OPS[op].category
+    (na, nb), d = operands(op, (a, b), origin)
+    if cat == "arith":
+        _check_numeric(op, (d,), origin) if op not in ("minimum", "maximum") else None
+    elif cat == "float":
+        if not d.is_float and not (op == "pow" and d.is_int):
+            na, nb = cast(na, dt.DEFAULT_FLOAT, origin), cast(nb, dt.DEFAULT_FLOAT, origin)
+            d = dt.DEFAULT_FLOAT
+        if d.is_bool:
+            raise DTypeError(f"{op}: not defined for bool tensors", origin)
+    elif cat == "compare":
+        d = dt.bool_
+    elif cat == "logical":
+        na, nb = cast(na, dt.bool_, origin), cast(nb, dt.bool_, origin)
+        d = dt.bool_
+    elif cat == "bitwise":
+        if d.is_float:
+            raise DTypeError(f"{op}: needs integer or bool tensors, got {na.dtype.name} and "
+                             f"{nb.dtype.name}", origin)
+        if op in ("left_shift", "right_shift") and d.is_bool:
+            raise DTypeError(f"{op}: needs integer tensors, got bool", origin)
+    return record(op, (na, nb), (), na.shape, d, na.device, origin)
+
+
+def where(condition, x, y):
+    """Elements of ``x`` where ``condition`` is true, else of ``y`` (all three broadcast
+    together; ``x`` and ``y`` promoted, Python scalars weak). ``condition`` is cast to bool."""
+    origin = Origin()
+    (c, nx, ny), _ = operands("where", (condition, x, y), origin, promote=False)
+    if is_scalar(x) and not is_scalar(y):
+        d = dt.promote(ny.dtype, dt.scalar_dtype(py_scalar(x), ny.dtype))
+    elif is_scalar(y) and not is_scalar(x):
+        d = dt.promote(nx.dtype, dt.scalar_dtype(py_scalar(y), nx.dtype))
+    else:
+        d = dt.promote(nx.dtype, ny.dtype)
+    nx, ny, c = cast(nx, d, origin), cast(ny, d, origin), cast(c, dt.bool_, origin)
+    return record("where", (c, nx, ny), (), c.shape, d, c.device, origin)
+
+
+def astype(x, dtype, copy=True):
+    """``x`` converted to ``dtype`` (float to int truncates toward zero; to bool is ``!= 0``).
+
+    Raises DTypeError for an unsupported dtype or one the device cannot hold."""
+    origin = Origin()
+    n = tensor_node("astype", x, origin)
+    d = dt.dtype(dtype)
+    if d is n.dtype:
+        return wrap(n)
+    return wrap(cast(n, d, origin))
+
+
+def _make_unary(op):
+    def f(x):
+        return unary(op, x, Origin())
+    f.__name__ = op
+    f.__doc__ = f"Element-wise ``{op}`` of ``x`` (any shape; dtype rule: {OPS[op].category})."
+    return f
+
+
+def _make_binary(op):
+    def f(x1, x2):
+        return binary(op, x1, x2, Origin())
+    f.__name__ = op
+    f.__doc__ = (f"Element-wise ``{op}`` of ``x1`` and ``x2`` (broadcast together; dtype rule: "
+                 f"{OPS[op].category}).")
+    return f
+
+
+_UNARY = ("neg abs sign square exp exp2 expm1 log log2 log1p sqrt rsqrt sin cos tan tanh "
+          "sigmoid erf floor ceil round isnan isinf isfinite logical_not bitwise_not").split()
+_BINARY = ("add sub mul div floordiv mod pow minimum maximum eq ne lt le gt ge logical_and "
+           "logical_or logical_xor bitwise_and bitwise_or bitwise_xor left_shift "
+           "right_shift").split()
+
+FUNCTIONS = {op: _make_unary(op) for op in _UNARY}
+FUNCTIONS.update({op: _make_binary(op) for op in _BINARY})
+# array-API spellings
+ALIASES = {
+    "negative": "neg", "subtract": "sub", "multiply": "mul", "divide": "div",
+    "floor_divide": "floordiv", "remainder": "mod", "equal": "eq", "not_equal": "ne",
+    "less": "lt", "less_equal": "le", "greater": "gt", "greater_equal": "ge",
+    "bitwise_invert": "bitwise_not", "bitwise_left_shift": "left_shift",
+    "bitwise_right_shift": "right_shift", "true_divide": "div",
+}
+for alias, op in ALIASES.items():
+    FUNCTIONS[alias] = FUNCTIONS[op]

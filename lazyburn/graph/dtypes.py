@@ -1,0 +1,145 @@
+"""Data types and the type-promotion rules of the Python array API standard (2024.12).
+
+Every tensor has one of the eleven dtypes below. Promotion between two tensors follows the
+standard's lattice (same kind: the wider type; uint8 with a signed integer: the next signed type
+that holds both); mixed kinds, which the standard leaves to the implementation, promote like
+PyTorch: bool < integers < floats, the result taking the other operand's type. float16 with
+bfloat16 gives float32. Python scalars are *weak*: they take the tensor's dtype when their kind
+fits (``int8_tensor + 1`` is int8, ``float16_tensor * 2.0`` is float16) and the default dtype of
+their kind otherwise (``int_tensor * 0.5`` is float32).
+
+bfloat16 is stored through ``ml_dtypes.bfloat16``, NumPy's de facto extension type for it.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+
+class DType:
+    """A tensor element type.
+
+    Attributes: ``name`` (the array-API spelling), ``kind`` ('b' bool, 'i' signed, 'u' unsigned,
+    'f' floating), ``itemsize`` in bytes, ``np`` (the NumPy dtype used for host storage).
+    DTypes are singletons: compare with ``is`` or ``==``.
+    """
+
+    __slots__ = ("name", "kind", "itemsize", "np", "rank")
+
+    def __init__(self, name: str, kind: str, np_dtype, rank: int):
+        self.name = name
+        self.kind = kind
+        self.np = np.dtype(np_dtype)
+        self.itemsize = self.np.itemsize
+        self.rank = rank  # order within the kind, for promotion
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in "iu"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "b"
+
+    @property
+    def bits(self) -> int:
+        return self.itemsize * 8
+
+    def __repr__(self) -> str:
+        return f"lazyburn.{self.name}"
+
+    __str__ = lambda self: self.name  # noqa: E731
+
+    def __reduce__(self):
+        return (dtype, (self.name,))
+
+
+bool_ = DType("bool", "b", np.bool_, 0)
+int8 = DType("int8", "i", np.int8, 1)
+int16 = DType("int16", "i", np.int16, 2)
+int32 = DType("int32", "i", np.int32, 3)
+int64 = DType("int64", "i", np.int64, 4)
+uint8 = DType("uint8", "u", np.uint8, 1)
+float16 = DType("float16", "f", np.float16, 1)
+bfloat16 = DType("bfloat16", "f", ml_dtypes.bfloat16, 1)
+float32 = DType("float32", "f", np.float32, 2)
+float64 = DType("float64", "f", np.float64, 3)
+
+ALL = (bool_, int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64)
+BY_NAME = {d.name: d for d in ALL}
+BY_NAME["bool_"] = bool_
+_BY_NP = {d.np: d for d in ALL}
+
+DEFAULT_FLOAT = float32
+DEFAULT_INT = int64
+
+
+def dtype(spec) -> DType:
+    """Resolve ``spec`` (a DType, a name such as ``"float32"``, a NumPy dtype or a Python type)
+    to a DType.
+
+    Raises:
+        DTypeError (a TypeError) when the spec names no supported dtype.
+    """
+    if isinstance(spec, DType):
+        return spec
+    if isinstance(spec, str):
+        found = BY_NAME.get(spec)
+        if found is not None:
+            return found
+    elif spec is bool:
+        return bool_
+    elif spec is int:
+        return DEFAULT_INT
+    elif spec is float:
+        return DEFAULT_FLOAT
+    else:
+        try:
+            found = _BY_NP.get(np.dtype(spec))
+        except TypeError:
+            found = None
+        if found is not None:
+            return found
+    from ..errors import DTypeError
+
+    names = ", ".join(d.name for d in ALL)
+    raise DTypeError(f"unsupported dtype {spec!r}; lazyburn supports {names}")
+
+
+def promote(a: DType, b: DType) -> DType:
+    """The result dtype of a binary operation between tensors of dtypes ``a`` and ``b``."""
+    if a is b:
+        return a
+    if a.kind == b.kind:
+        if a.kind == "f" and a.rank == b.rank:  # float16 with bfloat16
+            return float32
+        return a if a.rank > b.rank else b
+    order = "buif"
+    ka, kb = order.index(a.kind), order.index(b.kind)
+    if {a.kind, b.kind} == {"i", "u"}:
+        signed, unsigned = (a, b) if a.kind == "i" else (b, a)
+        if signed.itemsize > unsigned.itemsize:
+            return signed
+        return {1: int16, 2: int32, 4: int64}.get(unsigned.itemsize, int64)
+    return a if ka > kb else b
+
+
+def scalar_dtype(value, other: DType) -> DType:
+    """The dtype a weak Python scalar ``value`` takes next to a tensor of dtype ``other``."""
+    if isinstance(value, bool):
+        return other
+    if isinstance(value, int):
+        return other if other.kind in "iuf" else DEFAULT_INT
+    if isinstance(value, float):
+        return other if other.kind == "f" else DEFAULT_FLOAT
+    from ..errors import DTypeError
+
+    raise DTypeError(f"unsupported scalar {value!r} of type {type(value).__name__}")
+
+
+def finfo_max(d: DType) -> float:
+    return float(ml_dtypes.finfo(d.np).max) if d is bfloat16 else float(np.finfo(d.np).max)

@@ -1,0 +1,98 @@
+"""Graph nodes and the user-source origin recorded with each.
+
+A node is the record of one op: what it computes (``op``, ``attrs``), from what (``inputs``),
+and what it yields (``shape``, ``dtype``, ``device``). Nothing is computed at record time. When a
+node is realized it becomes a ``buffer`` node holding backend memory and drops its inputs, so a
+long-running program never keeps its history alive.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# Model code shipped with lazyburn is user-level code: its lines are the ones worth reporting.
+_USER_LEVEL_DIRS = tuple(_PACKAGE_DIR + d for d in ("nn" + os.sep, "models" + os.sep, "demo.py"))
+
+
+class Node:
+    """One recorded op. ``inputs`` are Nodes; ``attrs`` is a tuple laid out as the op table's
+    attribute names; ``shape`` a tuple of ints; ``dtype`` a DType; ``device`` a canonical device
+    string; ``buffer`` the realized backend memory (None while pending)."""
+
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "device", "_code", "_line",
+                 "buffer", "__weakref__")
+
+    def __init__(self, op, inputs, attrs, shape, dtype, device, code=None, line=0, buffer=None):
+        self.op = op
+        self.inputs = inputs
+        self.attrs = attrs
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self._code = code
+        self._line = line
+        self.buffer = buffer
+
+    @property
+    def origin(self) -> str | None:
+        """The user's ``file:line`` that recorded this node, or None."""
+        if self._code is None:
+            return None
+        return f"{self._code.co_filename}:{self._line}"
+
+    @property
+    def origin_short(self) -> str | None:
+        if self._code is None:
+            return None
+        return f"{os.path.basename(self._code.co_filename)}:{self._line}"
+
+    @property
+    def pending(self) -> bool:
+        return self.buffer is None
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def realize_to(self, buffer) -> None:
+        """Turn this node into a leaf holding ``buffer``; its inputs are released."""
+        self.buffer = buffer
+        self.op = "buffer"
+        self.inputs = ()
+        self.attrs = ()
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}, shape={self.shape}, dtype={self.dtype.name}, at {self.origin_short})"
+
+
+def user_frame():
+    """The innermost stack frame outside lazyburn itself: ``(code, lineno)``.
+
+    Frames of lazyburn's own modules are skipped by file path, so an op called from a composite
+    (``layer_norm`` calling ``mean``) still reports the user's line; ``lazyburn.nn`` and
+    ``lazyburn.models`` count as user code. Cost: one frame walk, no string formatting (done
+    lazily by ``Node.origin``).
+    """
+    f = sys._getframe(1)
+    prefix = _PACKAGE_DIR
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith(prefix) or name.startswith(_USER_LEVEL_DIRS):
+            break
+        f = f.f_back
+    if f is None:
+        return None, 0
+    return f.f_code, f.f_lineno
+
+
+def current_origin() -> str | None:
+    code, line = user_frame()
+    return None if code is None else f"{code.co_filename}:{line}"

@@ -1,0 +1,93 @@
+"""The op table: every primitive a node can hold, with its kind and attribute names.
+
+Composite functions (softmax, layer_norm, gelu, var, ...) are built from these primitives in
+``lazyburn/functional.py`` so that fusion sees primitives only.
+
+Kinds:
+    source       leaves: ``buffer`` (realized data), ``const`` (a scalar filled over a shape),
+                 ``iota`` (index along one axis), ``random_uniform`` (counter-based uniform [0, 1))
+    elementwise  one output element from the same element of each input (inputs share the
+                 output's shape; broadcasting and promotion are explicit ``expand``/``cast``)
+    view         movement ops that only re-index their input: reshape, permute, expand, slice,
+                 pad; they fold into load indices when fused
+    gather       data-dependent re-indexing: ``take`` (index_select) and ``take_along_axis``
+    concat       joins inputs along an axis (a select on the index when fused)
+    reduce       sum, prod, max, min, argmax, argmin, any, all over a set of axes
+    matmul       batched matrix product (..., M, K) @ (..., K, N)
+    copy         transfer to another device
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kind: str
+    arity: int  # number of tensor inputs; -1 for variadic (concat)
+    attrs: tuple[str, ...] = ()
+    category: str = ""  # for elementwise ops: the dtype rule (see tensor.py)
+
+
+_TABLE: dict[str, OpDef] = {}
+
+
+def _define(kind: str, arity: int, names: str, attrs: tuple[str, ...] = (), category: str = ""):
+    for name in names.split():
+        _TABLE[name] = OpDef(name, kind, arity, attrs, category)
+
+
+# leaves
+_define("source", 0, "buffer")
+_define("source", 0, "const", ("value",))
+_define("source", 0, "iota", ("axis",))
+_define("source", 0, "random_uniform", ("seed", "offset"))
+
+# element-wise: unary
+_define("elementwise", 1, "neg abs sign square", category="arith")
+_define("elementwise", 1, "exp exp2 expm1 log log2 log1p sqrt rsqrt sin cos tan tanh sigmoid erf",
+        category="float")
+_define("elementwise", 1, "floor ceil round", category="round")
+_define("elementwise", 1, "isnan isinf isfinite", category="predicate")
+_define("elementwise", 1, "logical_not", category="logical")
+_define("elementwise", 1, "bitwise_not", category="bitwise")
+_define("elementwise", 1, "cast", ("dtype",), category="cast")
+# element-wise: binary
+_define("elementwise", 2, "add sub mul floordiv mod minimum maximum", category="arith")
+_define("elementwise", 2, "div pow", category="float")
+_define("elementwise", 2, "eq ne lt le gt ge", category="compare")
+_define("elementwise", 2, "logical_and logical_or logical_xor", category="logical")
+_define("elementwise", 2, "bitwise_and bitwise_or bitwise_xor left_shift right_shift",
+        category="bitwise")
+# element-wise: ternary
+_define("elementwise", 3, "where", category="where")
+
+# views
+_define("view", 1, "reshape")
+_define("view", 1, "permute", ("perm",))
+_define("view", 1, "expand")
+_define("view", 1, "slice", ("starts", "steps"))
+_define("view", 1, "pad", ("pads", "value"))
+
+# data-dependent indexing: inputs (data, indices)
+_define("gather", 2, "take", ("axis",))
+_define("gather", 2, "take_along_axis", ("axis",))
+
+_define("concat", -1, "concat", ("axis",))
+
+_define("reduce", 1, "sum prod max min argmax argmin any all", ("axes",))
+
+_define("matmul", 2, "matmul")
+
+_define("copy", 1, "copy")
+
+OPS = _TABLE
+
+ELEMENTWISE = frozenset(n for n, d in _TABLE.items() if d.kind == "elementwise")
+VIEWS = frozenset(n for n, d in _TABLE.items() if d.kind == "view")
+REDUCTIONS = frozenset(n for n, d in _TABLE.items() if d.kind == "reduce")
+
+
+def opdef(name: str) -> OpDef:
+    return _TABLE[name]

@@ -1,0 +1,83 @@
+"""Record-time shape rules: broadcasting, axis normalization, reshape inference."""
+from __future__ import annotations
+
+from ..errors import ShapeError
+
+
+def broadcast_shapes(op: str, *shapes: tuple, origin=None) -> tuple:
+    """The broadcast of ``shapes`` (NumPy / array-API rules: align right, 1 stretches).
+
+    Raises ShapeError naming ``op`` and the shapes when two dimensions differ and neither is 1.
+    """
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return first
+    ndim = max(len(s) for s in shapes)
+    out = [1] * ndim
+    for s in shapes:
+        off = ndim - len(s)
+        for i, d in enumerate(s):
+            cur = out[off + i]
+            if d == cur or d == 1:
+                continue
+            if cur == 1:
+                out[off + i] = d
+            else:
+                listed = " and ".join(str(tuple(x)) for x in shapes)
+                raise ShapeError(f"{op}: shapes {listed} cannot be broadcast together "
+                                 f"(dimension {off + i - ndim}: {cur} vs {d})", origin)
+    return tuple(out)
+
+
+def normalize_axis(op: str, axis: int, ndim: int, origin=None) -> int:
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise ShapeError(f"{op}: axis must be an int, got {axis!r}", origin)
+    if not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(f"{op}: axis {axis} is out of range for a tensor of rank {ndim}",
+                         origin)
+    return axis % ndim if ndim else 0
+
+
+def normalize_axes(op: str, axis, ndim: int, origin=None) -> tuple:
+    """``axis`` (None, an int or a sequence of ints) as a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, int) and not isinstance(axis, bool):
+        axis = (axis,)
+    axes = tuple(sorted(normalize_axis(op, a, ndim, origin) for a in axis))
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"{op}: repeated axis in {tuple(axis)}", origin)
+    return axes
+
+
+def infer_reshape(op: str, old: tuple, new, origin=None) -> tuple:
+    """Resolve a requested shape (ints, at most one -1) against ``old``'s element count."""
+    new = tuple(new)
+    size = 1
+    for d in old:
+        size *= d
+    unknown = [i for i, d in enumerate(new) if d == -1]
+    for d in new:
+        if not isinstance(d, int) or isinstance(d, bool) or d < -1:
+            raise ShapeError(f"{op}: invalid dimension {d!r} in shape {new}", origin)
+    if len(unknown) > 1:
+        raise ShapeError(f"{op}: only one dimension can be -1, got {new}", origin)
+    known = 1
+    for d in new:
+        if d != -1:
+            known *= d
+    if unknown:
+        if known == 0 or size % known:
+            raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) into {new}", origin)
+        new = new[:unknown[0]] + (size // known,) + new[unknown[0] + 1:]
+    elif known != size:
+        raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) into {new} "
+                         f"({known} elements)", origin)
+    return new
+
+
+def prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -1,0 +1,278 @@
+"""The Tensor: an eager-looking handle on a lazily recorded node.
+
+Every method records a node and returns at once; values are computed at
+``lazyburn.graph.sync()`` or when read (``numpy()``, ``item()``, ``float()``, ``int()``,
+``bool()``, ``repr()``, ``__array__``). Tensors are immutable.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import elementwise as ew
+from . import functional as F
+from . import linalg, movement, reduction, runtime
+from .errors import ShapeError
+from .graph.graph import realize
+from .record import Origin, record, tensor_node
+
+
+class Tensor:
+    """A lazily computed n-dimensional array.
+
+    Attributes: ``shape`` (tuple of ints), ``dtype`` (a DType), ``device`` (a device string),
+    ``ndim``, ``size`` (element count). Arithmetic, comparison and bitwise operators follow the
+    array API standard; ``x.sum(axis)``, ``x.reshape(...)``, ``x.relu()``, ``x.T`` and the like
+    are conveniences over the module functions of the same names.
+    """
+
+    __slots__ = ("_node", "__weakref__")
+    __array_priority__ = 1000  # NumPy defers binary operators to us
+
+    def __init__(self, data, dtype=None, device=None):
+        from .creation import _from_host
+
+        self._node = _from_host(data, dtype, device, Origin())
+
+    # properties ----------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self._node.shape
+
+    @property
+    def dtype(self):
+        return self._node.dtype
+
+    @property
+    def device(self) -> str:
+        return self._node.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self._node.shape)
+
+    @property
+    def size(self) -> int:
+        return self._node.size
+
+    @property
+    def is_pending(self) -> bool:
+        """True until the tensor's value has been computed."""
+        return self._node.buffer is None
+
+    @property
+    def origin(self) -> str | None:
+        """The user's ``file:line`` that recorded this tensor."""
+        return self._node.origin
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        for i in range(self.shape[0]):
+            yield self[i]
+
+    __hash__ = object.__hash__
+
+    # reading values ----------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The value as a NumPy array (a copy; syncs this tensor's pending graph)."""
+        n = self._node
+        if n.buffer is None:
+            realize([n])
+        return np.array(runtime.download(n), copy=True)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self):
+        """The single element as a Python scalar. Raises ShapeError unless size is 1."""
+        if self.size != 1:
+            raise ShapeError(f"item: tensor of shape {self.shape} has {self.size} elements, "
+                             f"not 1", Origin())
+        return self.numpy().reshape(()).item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if not self.dtype.is_int:
+            raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
+        return int(self.item())
+
+    def __bool__(self):
+        if self.size != 1:
+            raise ShapeError(f"the truth value of a tensor of shape {self.shape} is ambiguous; "
+                             f"use any() or all()", Origin())
+        return bool(self.item())
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        return f"tensor({body}, dtype={self.dtype.name}, device={self.device!r})"
+
+    def __str__(self) -> str:
+        return str(self.numpy())
+
+    # conversion --------------------------------------------------------------------------------
+    def astype(self, dtype, copy=True) -> "Tensor":
+        return ew.astype(self, dtype)
+
+    def to(self, device) -> "Tensor":
+        """This tensor on ``device`` (recorded as a copy; the same tensor if already there)."""
+        origin = Origin()
+        device = runtime.canonical(device)
+        n = self._node
+        if device == n.device:
+            return self
+        runtime.backend(device)
+        return record("copy", (n,), (), n.shape, n.dtype, device, origin)
+
+    def float(self) -> "Tensor":
+        return ew.astype(self, "float32")
+
+    def half(self) -> "Tensor":
+        return ew.astype(self, "float16")
+
+    # operators -------------------------------------------------------------------------------
+    def __add__(self, o): return ew.binary("add", self, o, Origin())
+    def __radd__(self, o): return ew.binary("add", o, self, Origin())
+    def __sub__(self, o): return ew.binary("sub", self, o, Origin())
+    def __rsub__(self, o): return ew.binary("sub", o, self, Origin())
+    def __mul__(self, o): return ew.binary("mul", self, o, Origin())
+    def __rmul__(self, o): return ew.binary("mul", o, self, Origin())
+    def __truediv__(self, o): return ew.binary("div", self, o, Origin())
+    def __rtruediv__(self, o): return ew.binary("div", o, self, Origin())
+    def __floordiv__(self, o): return ew.binary("floordiv", self, o, Origin())
+    def __rfloordiv__(self, o): return ew.binary("floordiv", o, self, Origin())
+    def __mod__(self, o): return ew.binary("mod", self, o, Origin())
+    def __rmod__(self, o): return ew.binary("mod", o, self, Origin())
+    def __pow__(self, o): return ew.binary("pow", self, o, Origin())
+    def __rpow__(self, o): return ew.binary("pow", o, self, Origin())
+    def __matmul__(self, o): return linalg.matmul(self, o)
+    def __rmatmul__(self, o): return linalg.matmul(o, self)
+    def __and__(self, o): return ew.binary("bitwise_and", self, o, Origin())
+    def __rand__(self, o): return ew.binary("bitwise_and", o, self, Origin())
+    def __or__(self, o): return ew.binary("bitwise_or", self, o, Origin())
+    def __ror__(self, o): return ew.binary("bitwise_or", o, self, Origin())
+    def __xor__(self, o): return ew.binary("bitwise_xor", self, o, Origin())
+    def __rxor__(self, o): return ew.binary("bitwise_xor", o, self, Origin())
+    def __lshift__(self, o): return ew.binary("left_shift", self, o, Origin())
+    def __rlshift__(self, o): return ew.binary("left_shift", o, self, Origin())
+    def __rshift__(self, o): return ew.binary("right_shift", self, o, Origin())
+    def __rrshift__(self, o): return ew.binary("right_shift", o, self, Origin())
+    def __eq__(self, o): return ew.binary("eq", self, o, Origin())  # type: ignore[override]
+    def __ne__(self, o): return ew.binary("ne", self, o, Origin())  # type: ignore[override]
+    def __lt__(self, o): return ew.binary("lt", self, o, Origin())
+    def __le__(self, o): return ew.binary("le", self, o, Origin())
+    def __gt__(self, o): return ew.binary("gt", self, o, Origin())
+    def __ge__(self, o): return ew.binary("ge", self, o, Origin())
+    def __neg__(self): return ew.unary("neg", self, Origin())
+    def __pos__(self): return self
+    def __abs__(self): return ew.unary("abs", self, Origin())
+    def __invert__(self): return ew.unary("bitwise_not", self, Origin())
+    def __getitem__(self, key): return movement.getitem(self, key)
+
+    # views -----------------------------------------------------------------------------------
+    @property
+    def T(self) -> "Tensor":
+        """All dimensions reversed (the transpose of a matrix)."""
+        return movement.permute_dims(self, tuple(reversed(range(self.ndim))), Origin())
+
+    @property
+    def mT(self) -> "Tensor":
+        """The last two dimensions swapped."""
+        return movement.matrix_transpose(self)
+
+    def reshape(self, *shape) -> "Tensor":
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = tuple(shape[0])
+        return movement.reshape(self, shape, Origin())
+
+    view = reshape
+
+    def permute(self, *axes) -> "Tensor":
+        if len(axes) == 1 and not isinstance(axes[0], int):
+            axes = tuple(axes[0])
+        return movement.permute_dims(self, axes, Origin())
+
+    def transpose(self, dim0=-2, dim1=-1) -> "Tensor":
+        return movement.transpose(self, dim0, dim1)
+
+    def expand(self, *shape) -> "Tensor":
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = tuple(shape[0])
+        return movement.broadcast_to(self, shape, Origin())
+
+    def broadcast_to(self, shape) -> "Tensor":
+        return movement.broadcast_to(self, shape, Origin())
+
+    def unsqueeze(self, axis) -> "Tensor":
+        return movement.expand_dims(self, axis)
+
+    def squeeze(self, axis=None) -> "Tensor":
+        return movement.squeeze(self, axis)
+
+    def flatten(self, start_dim=0, end_dim=-1) -> "Tensor":
+        return movement.flatten(self, start_dim, end_dim)
+
+    def flip(self, axis=None) -> "Tensor":
+        return movement.flip(self, axis)
+
+    # reductions -------------------------------------------------------------------------------
+    def sum(self, axis=None, keepdims=False, dtype=None): return reduction.sum(self, axis, keepdims, dtype)
+    def prod(self, axis=None, keepdims=False, dtype=None): return reduction.prod(self, axis, keepdims, dtype)
+    def max(self, axis=None, keepdims=False): return reduction.max(self, axis, keepdims)
+    def min(self, axis=None, keepdims=False): return reduction.min(self, axis, keepdims)
+    def argmax(self, axis=None, keepdims=False): return reduction.argmax(self, axis, keepdims)
+    def argmin(self, axis=None, keepdims=False): return reduction.argmin(self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False): return reduction.mean(self, axis, keepdims)
+    def var(self, axis=None, correction=0, keepdims=False): return reduction.var(self, axis, correction, keepdims)
+    def std(self, axis=None, correction=0, keepdims=False): return reduction.std(self, axis, correction, keepdims)
+    def logsumexp(self, axis=None, keepdims=False): return reduction.logsumexp(self, axis, keepdims)
+    def any(self, axis=None, keepdims=False): return reduction.any(self, axis, keepdims)
+    def all(self, axis=None, keepdims=False): return reduction.all(self, axis, keepdims)
+
+    # element-wise conveniences --------------------------------------------------------------
+    def exp(self): return ew.unary("exp", self, Origin())
+    def exp2(self): return ew.unary("exp2", self, Origin())
+    def expm1(self): return ew.unary("expm1", self, Origin())
+    def log(self): return ew.unary("log", self, Origin())
+    def log2(self): return ew.unary("log2", self, Origin())
+    def log1p(self): return ew.unary("log1p", self, Origin())
+    def sqrt(self): return ew.unary("sqrt", self, Origin())
+    def rsqrt(self): return ew.unary("rsqrt", self, Origin())
+    def sin(self): return ew.unary("sin", self, Origin())
+    def cos(self): return ew.unary("cos", self, Origin())
+    def tan(self): return ew.unary("tan", self, Origin())
+    def tanh(self): return ew.unary("tanh", self, Origin())
+    def sigmoid(self): return ew.unary("sigmoid", self, Origin())
+    def erf(self): return ew.unary("erf", self, Origin())
+    def abs(self): return ew.unary("abs", self, Origin())
+    def sign(self): return ew.unary("sign", self, Origin())
+    def square(self): return ew.unary("square", self, Origin())
+    def floor(self): return ew.unary("floor", self, Origin())
+    def ceil(self): return ew.unary("ceil", self, Origin())
+    def round(self): return ew.unary("round", self, Origin())
+    def isnan(self): return ew.unary("isnan", self, Origin())
+    def isinf(self): return ew.unary("isinf", self, Origin())
+    def isfinite(self): return ew.unary("isfinite", self, Origin())
+    def logical_not(self): return ew.unary("logical_not", self, Origin())
+    def maximum(self, o): return ew.binary("maximum", self, o, Origin())
+    def minimum(self, o): return ew.binary("minimum", self, o, Origin())
+    def clip(self, min=None, max=None): return F.clip(self, min, max)  # noqa: A002
+    def relu(self): return F.relu(self)
+    def gelu(self, approximate="none"): return F.gelu(self, approximate)
+    def silu(self): return F.silu(self)
+    def softplus(self): return F.softplus(self)
+    def softmax(self, axis=-1): return F.softmax(self, axis)
+    def log_softmax(self, axis=-1): return F.log_softmax(self, axis)

@@ -1,0 +1,415 @@
+"""Views, movement and indexing: reshape, permute, broadcast, slice, pad, flip, concat, tile,
+repeat, ``__getitem__``, take and take_along_axis.
+
+Views (reshape, permute, expand, slice, pad) record a node that only re-indexes its input: the
+fusion compiler folds them into the load indices of whatever kernel reads them, so a view never
+costs a copy unless it is itself an output.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import DTypeError, ShapeError
+from .graph import dtypes as dt
+from .graph.node import Node
+from .graph.shapes import infer_reshape, normalize_axes, normalize_axis, prod
+from .record import Origin, broadcast_to, cast, node, record, same_device, tensor_node, wrap
+
+
+def _reshape_node(n: Node, shape: tuple, origin) -> Node:
+    if n.shape == shape:
+        return n
+    if n.op == "const":
+        return node("const", (), n.attrs, shape, n.dtype, n.device, origin)
+    return node("reshape", (n,), (), shape, n.dtype, n.device, origin)
+
+
+def reshape(x, shape, origin=None):
+    """``x`` with a new ``shape`` of the same element count (one entry may be -1), row-major.
+
+    Raises ShapeError when the sizes differ."""
+    origin = origin or Origin()
+    n = tensor_node("reshape", x, origin)
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = infer_reshape("reshape", n.shape, shape, origin)
+    return wrap(_reshape_node(n, shape, origin))
+
+
+def permute_dims(x, axes, origin=None):
+    """``x`` with its dimensions reordered: output dim i is input dim ``axes[i]``.
+
+    Raises ShapeError when ``axes`` is not a permutation of ``range(x.ndim)``."""
+    origin = origin or Origin()
+    n = tensor_node("permute_dims", x, origin)
+    nd = len(n.shape)
+    perm = tuple(normalize_axis("permute_dims", a, nd, origin) for a in axes)
+    if sorted(perm) != list(range(nd)):
+        raise ShapeError(f"permute_dims: {tuple(axes)} is not a permutation of the {nd} axes of "
+                         f"a tensor of shape {n.shape}", origin)
+    if perm == tuple(range(nd)):
+        return wrap(n)
+    shape = tuple(n.shape[p] for p in perm)
+    return record("permute", (n,), (perm,), shape, n.dtype, n.device, origin)
+
+
+def transpose(x, dim0=-2, dim1=-1):
+    """``x`` with dimensions ``dim0`` and ``dim1`` swapped (PyTorch's ``transpose``)."""
+    origin = Origin()
+    n = tensor_node("transpose", x, origin)
+    nd = len(n.shape)
+    a, b = normalize_axis("transpose", dim0, nd, origin), normalize_axis("transpose", dim1, nd,
+                                                                           origin)
+    perm = list(range(nd))
+    perm[a], perm[b] = perm[b], perm[a]
+    return permute_dims(x, perm, origin)
+
+
+def matrix_transpose(x):
+    """The last two dimensions swapped (array API; ``x.mT``). Raises ShapeError below rank 2."""
+    origin = Origin()
+    n = tensor_node("matrix_transpose", x, origin)
+    if len(n.shape) < 2:
+        raise ShapeError(f"matrix_transpose: needs rank >= 2, got shape {n.shape}", origin)
+    perm = list(range(len(n.shape)))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return permute_dims(x, perm, origin)
+
+
+def broadcast_to(x, shape, origin=None):
+    """``x`` broadcast to ``shape`` (a view: size-1 dims repeat with stride 0). In ``expand``
+    form, -1 keeps a dimension. Raises ShapeError when ``x`` does not broadcast to ``shape``."""
+    origin = origin or Origin()
+    n = tensor_node("broadcast_to", x, origin)
+    shape = tuple(shape)
+    if len(shape) < len(n.shape):
+        raise ShapeError(f"broadcast_to: cannot broadcast shape {n.shape} to {shape} of lower "
+                         f"rank", origin)
+    off = len(shape) - len(n.shape)
+    shape = tuple(n.shape[i - off] if d == -1 and i >= off else d for i, d in enumerate(shape))
+    for i, d in enumerate(n.shape):
+        if d != 1 and d != shape[off + i]:
+            raise ShapeError(f"broadcast_to: cannot broadcast shape {n.shape} to {shape}", origin)
+    for d in shape:
+        if d < 0:
+            raise ShapeError(f"broadcast_to: negative dimension in {shape}", origin)
+    from . import record as rec
+
+    return wrap(rec.broadcast_to(n, shape, origin))
+
+
+def expand_dims(x, axis=0):
+    """``x`` with a new size-1 dimension at ``axis`` (in the result's numbering)."""
+    origin = Origin()
+    n = tensor_node("expand_dims", x, origin)
+    nd = len(n.shape) + 1
+    a = normalize_axis("expand_dims", axis, nd, origin)
+    return wrap(_reshape_node(n, n.shape[:a] + (1,) + n.shape[a:], origin))
+
+
+def squeeze(x, axis=None):
+    """``x`` without the size-1 dimensions ``axis`` (all of them when None).
+
+    Raises ShapeError when a named dimension is not of size 1."""
+    origin = Origin()
+    n = tensor_node("squeeze", x, origin)
+    if axis is None:
+        axes = tuple(i for i, d in enumerate(n.shape) if d == 1)
+    else:
+        axes = normalize_axes("squeeze", axis, len(n.shape), origin)
+        for a in axes:
+            if n.shape[a] != 1:
+                raise ShapeError(f"squeeze: dimension {a} of shape {n.shape} has size "
+                                 f"{n.shape[a]}, not 1", origin)
+    shape = tuple(d for i, d in enumerate(n.shape) if i not in axes)
+    return wrap(_reshape_node(n, shape, origin))
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    """``x`` with dimensions ``start_dim..end_dim`` (inclusive) merged into one."""
+    origin = Origin()
+    n = tensor_node("flatten", x, origin)
+    nd = len(n.shape)
+    if nd == 0:
+        return wrap(_reshape_node(n, (1,), origin))
+    s = normalize_axis("flatten", start_dim, nd, origin)
+    e = normalize_axis("flatten", end_dim, nd, origin)
+    if s > e:
+        raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}", origin)
+    shape = n.shape[:s] + (prod(n.shape[s:e + 1]),) + n.shape[e + 1:]
+    return wrap(_reshape_node(n, shape, origin))
+
+
+def _slice_node(n: Node, starts, steps, shape, origin) -> Node:
+    if shape == n.shape and all(s == 0 for s in starts) and all(s == 1 for s in steps):
+        return n
+    return node("slice", (n,), (tuple(starts), tuple(steps)), tuple(shape), n.dtype, n.device,
+                origin)
+
+
+def flip(x, axis=None):
+    """``x`` reversed along ``axis`` (all axes when None); a view."""
+    origin = Origin()
+    n = tensor_node("flip", x, origin)
+    axes = normalize_axes("flip", axis, len(n.shape), origin)
+    starts = [d - 1 if i in axes and d > 0 else 0 for i, d in enumerate(n.shape)]
+    steps = [-1 if i in axes else 1 for i in range(len(n.shape))]
+    return wrap(_slice_node(n, starts, steps, n.shape, origin))
+
+
+def pad(x, pad_width, mode="constant", constant_values=0):
+    """``x`` padded with ``constant_values``; ``pad_width`` as in NumPy: an int, a
+    ``(before, after)`` pair, or one pair per dimension.
+
+    Raises ShapeError for negative or malformed widths, ValueError for modes other than
+    'constant'."""
+    origin = Origin()
+    n = tensor_node("pad", x, origin)
+    if mode != "constant":
+        raise ValueError(f"pad: only mode='constant' is supported, got {mode!r}")
+    nd = len(n.shape)
+    try:
+        pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (nd, 2))
+    except ValueError:
+        raise ShapeError(f"pad: pad_width {pad_width!r} does not fit a tensor of rank {nd}",
+                         origin) from None
+    if (pw < 0).any():
+        raise ShapeError(f"pad: negative pad width in {pad_width!r}", origin)
+    pads = tuple((int(a), int(b)) for a, b in pw)
+    if all(a == 0 and b == 0 for a, b in pads):
+        return wrap(n)
+    shape = tuple(d + a + b for d, (a, b) in zip(n.shape, pads))
+    value = (bool if n.dtype.is_bool else int if n.dtype.is_int else float)(constant_values)
+    return record("pad", (n,), (pads, value), shape, n.dtype, n.device, origin)
+
+
+def concat(tensors, axis=0):
+    """The tensors joined along ``axis`` (promoted to one dtype; other dimensions must match).
+
+    ``axis=None`` flattens them first. Raises ShapeError on mismatched shapes."""
+    origin = Origin()
+    nodes = [tensor_node("concat", t, origin) for t in tensors]
+    if not nodes:
+        raise ShapeError("concat: needs at least one tensor", origin)
+    device = same_device("concat", nodes, origin)
+    if axis is None:
+        nodes = [_reshape_node(n, (n.size,), origin) for n in nodes]
+        axis = 0
+    nd = len(nodes[0].shape)
+    if nd == 0:
+        raise ShapeError("concat: zero-dimensional tensors cannot be concatenated", origin)
+    a = normalize_axis("concat", axis, nd, origin)
+    d = nodes[0].dtype
+    for n in nodes[1:]:
+        d = dt.promote(d, n.dtype)
+        if len(n.shape) != nd or any(n.shape[i] != nodes[0].shape[i] for i in range(nd)
+                                     if i != a):
+            shapes = ", ".join(str(m.shape) for m in nodes)
+            raise ShapeError(f"concat: shapes {shapes} differ outside axis {a}", origin)
+    nodes = [cast(n, d, origin) for n in nodes]
+    if len(nodes) == 1:
+        return wrap(nodes[0])
+    shape = list(nodes[0].shape)
+    shape[a] = sum(n.shape[a] for n in nodes)
+    return record("concat", tuple(nodes), (a,), tuple(shape), d, device, origin)
+
+
+def stack(tensors, axis=0):
+    """The tensors (of one shape) joined along a new dimension ``axis``."""
+    origin = Origin()
+    nodes = [tensor_node("stack", t, origin) for t in tensors]
+    if not nodes:
+        raise ShapeError("stack: needs at least one tensor", origin)
+    shapes = {n.shape for n in nodes}
+    if len(shapes) != 1:
+        raise ShapeError(f"stack: all tensors need one shape, got {sorted(shapes)}", origin)
+    nd = len(nodes[0].shape) + 1
+    a = normalize_axis("stack", axis, nd, origin)
+    shape = nodes[0].shape[:a] + (1,) + nodes[0].shape[a:]
+    return concat([wrap(_reshape_node(n, shape, origin)) for n in nodes], axis=a)
+
+
+def repeat(x, repeats: int, axis=None):
+    """Each element of ``x`` repeated ``repeats`` times along ``axis`` (flattened when None)."""
+    origin = Origin()
+    n = tensor_node("repeat", x, origin)
+    if not isinstance(repeats, (int, np.integer)) or repeats < 0:
+        raise ShapeError(f"repeat: repeats must be a non-negative int, got {repeats!r}", origin)
+    if axis is None:
+        n = _reshape_node(n, (n.size,), origin)
+        axis = 0
+    a = normalize_axis("repeat", axis, len(n.shape), origin)
+    inner = _reshape_node(n, n.shape[:a + 1] + (1,) + n.shape[a + 1:], origin)
+    from . import record as rec
+
+    big = rec.broadcast_to(inner, n.shape[:a + 1] + (int(repeats),) + n.shape[a + 1:], origin)
+    out = n.shape[:a] + (n.shape[a] * int(repeats),) + n.shape[a + 1:]
+    return wrap(_reshape_node(big, out, origin))
+
+
+def tile(x, reps):
+    """``x`` repeated ``reps[i]`` times along each dimension (NumPy's ``tile``)."""
+    origin = Origin()
+    n = tensor_node("tile", x, origin)
+    reps = (reps,) if isinstance(reps, (int, np.integer)) else tuple(reps)
+    if any(r < 0 for r in reps):
+        raise ShapeError(f"tile: negative repetition in {reps}", origin)
+    nd = max(len(reps), len(n.shape))
+    reps = (1,) * (nd - len(reps)) + reps
+    shape = (1,) * (nd - len(n.shape)) + n.shape
+    inter = tuple(v for d in shape for v in (1, d))
+    big = tuple(v for r, d in zip(reps, shape) for v in (r, d))
+    from . import record as rec
+
+    m = rec.broadcast_to(_reshape_node(n, inter, origin), big, origin)
+    return wrap(_reshape_node(m, tuple(r * d for r, d in zip(reps, shape)), origin))
+
+
+# indexing -----------------------------------------------------------------------------------
+def _index_node(op, indices, device, origin, bound: int | None) -> Node:
+    """Integer index data as a node; host data is bounds-checked against ``bound`` here."""
+    from .lazytensor import Tensor
+
+    if isinstance(indices, Tensor):
+        n = indices._node
+        if not n.dtype.is_int:
+            raise DTypeError(f"{op}: indices must be integers, got {n.dtype.name}", origin)
+        return n
+    arr = np.asarray(indices)
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "b":
+            raise DTypeError(f"{op}: boolean mask indexing has a data-dependent shape; use "
+                             f"where() instead", origin)
+        raise DTypeError(f"{op}: indices must be integers, got {arr.dtype}", origin)
+    if bound is not None and arr.size and (arr.min() < -bound or arr.max() >= bound):
+        bad = arr[(arr < -bound) | (arr >= bound)].flat[0]
+        raise ShapeError(f"{op}: index {bad} is out of bounds for a dimension of size {bound}",
+                         origin)
+    from .creation import _from_host
+
+    return _from_host(arr.astype(np.int64), dt.int64, device, origin)
+
+
+def take(x, indices, axis=None, origin=None):
+    """Elements of ``x`` at ``indices`` along ``axis`` (``x`` flattened when None): the result
+    has shape ``x.shape[:axis] + indices.shape + x.shape[axis+1:]``.
+
+    Host indices are bounds-checked here (ShapeError); tensor indices are wrapped once if
+    negative and clamped into range at run time."""
+    origin = origin or Origin()
+    n = tensor_node("take", x, origin)
+    if axis is None:
+        n = _reshape_node(n, (n.size,), origin)
+        axis = 0
+    a = normalize_axis("take", axis, len(n.shape), origin)
+    idx = _index_node("take", indices, n.device, origin, n.shape[a])
+    same_device("take", [n, idx], origin)
+    shape = n.shape[:a] + idx.shape + n.shape[a + 1:]
+    return record("take", (n, idx), (a,), shape, n.dtype, n.device, origin)
+
+
+def index_select(x, dim, index):
+    """PyTorch's ``index_select``: ``take(x, index, axis=dim)`` with a 1-D ``index``."""
+    return take(x, index, axis=dim, origin=Origin())
+
+
+def take_along_axis(x, indices, axis=-1):
+    """``out[..., i, ...] = x[..., indices[..., i, ...], ...]`` along ``axis``; ``indices`` has
+    the rank of ``x`` and broadcasts against it in the other dimensions."""
+    origin = Origin()
+    n = tensor_node("take_along_axis", x, origin)
+    nd = len(n.shape)
+    a = normalize_axis("take_along_axis", axis, nd, origin)
+    idx = _index_node("take_along_axis", indices, n.device, origin, n.shape[a])
+    if len(idx.shape) != nd:
+        raise ShapeError(f"take_along_axis: indices of shape {idx.shape} need the rank of x "
+                         f"{n.shape}", origin)
+    from .graph.shapes import broadcast_shapes
+    from . import record as rec
+
+    outer = broadcast_shapes("take_along_axis", n.shape[:a] + (1,) + n.shape[a + 1:],
+                             idx.shape[:a] + (1,) + idx.shape[a + 1:], origin=origin)
+    xs = outer[:a] + (n.shape[a],) + outer[a + 1:]
+    ishape = outer[:a] + (idx.shape[a],) + outer[a + 1:]
+    n, idx = rec.broadcast_to(n, xs, origin), rec.broadcast_to(idx, ishape, origin)
+    return record("take_along_axis", (n, idx), (a,), ishape, n.dtype, n.device, origin)
+
+
+def getitem(x, key):
+    """``x[key]`` with ints, slices (any step, negative too), None, Ellipsis, and integer
+    arrays on one axis. Raises ShapeError for out-of-bounds ints or too many indices,
+    DTypeError for float or boolean indices."""
+    from .lazytensor import Tensor
+
+    origin = Origin()
+    n = tensor_node("getitem", x, origin)
+    if not isinstance(key, tuple):
+        key = (key,)
+    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if sum(1 for k in key if k is Ellipsis) > 1:
+        raise ShapeError("getitem: an index can only have a single ellipsis", origin)
+    nd = len(n.shape)
+    if consumed > nd:
+        raise ShapeError(f"getitem: too many indices ({consumed}) for a tensor of shape "
+                         f"{n.shape}", origin)
+    if Ellipsis in [k for k in key if not isinstance(k, (Tensor, np.ndarray, list))]:
+        i = next(j for j, k in enumerate(key) if k is Ellipsis)
+        key = key[:i] + (slice(None),) * (nd - consumed) + key[i + 1:]
+    else:
+        key = key + (slice(None),) * (nd - consumed)
+    starts, steps, counts = [], [], []
+    out_shape = []  # result dims: ints drop, None adds, the array index expands
+    array_at, array_key = None, None
+    dim = 0
+    for k in key:
+        if k is None:
+            out_shape.append(("new", 1))
+            continue
+        size = n.shape[dim]
+        if isinstance(k, slice):
+            for part in (k.start, k.stop, k.step):
+                if part is not None and not isinstance(part, (int, np.integer)):
+                    raise DTypeError(f"getitem: slice bounds must be ints, got {part!r}", origin)
+            if k.step == 0:
+                raise ShapeError("getitem: slice step cannot be zero", origin)
+            start, stop, step = k.indices(size)
+            count = len(range(start, stop, step))
+            starts.append(start if count else 0)
+            steps.append(step)
+            counts.append(count)
+            out_shape.append(("dim", count))
+        elif isinstance(k, (bool, np.bool_)):
+            raise DTypeError("getitem: boolean indices are not supported; use where()", origin)
+        elif isinstance(k, (int, np.integer)):
+            i = int(k)
+            if not -size <= i < size:
+                raise ShapeError(f"getitem: index {i} is out of bounds for axis {dim} with size "
+                                 f"{size} (shape {n.shape})", origin)
+            starts.append(i % size)
+            steps.append(1)
+            counts.append(1)
+        elif isinstance(k, (Tensor, np.ndarray, list)):
+            if array_at is not None:
+                raise ShapeError("getitem: integer-array indices on more than one axis are not "
+                                 "supported", origin)
+            array_at, array_key = dim, k
+            starts.append(0)
+            steps.append(1)
+            counts.append(size)
+            out_shape.append(("array", dim))
+        else:
+            raise DTypeError(f"getitem: unsupported index {k!r} of type {type(k).__name__}",
+                             origin)
+        dim += 1
+    m = _slice_node(n, starts, steps, tuple(counts), origin)
+    array_shape = ()
+    if array_at is not None:
+        idx = _index_node("getitem", array_key, m.device, origin, m.shape[array_at])
+        same_device("getitem", [m, idx], origin)
+        array_shape = idx.shape
+        shape = m.shape[:array_at] + idx.shape + m.shape[array_at + 1:]
+        m = node("take", (m, idx), (array_at,), shape, m.dtype, m.device, origin)
+    final = []
+    for kind, v in out_shape:
+        final.extend(array_shape if kind == "array" else (v,))
+    return wrap(_reshape_node(m, tuple(final), origin))

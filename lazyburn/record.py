@@ -1,0 +1,174 @@
+"""Recording: the one path from an API call to a graph node.
+
+Every public op ends in ``node()`` (an internal node: an implicit cast or broadcast) or
+``wrap()`` (the node the user gets back as a Tensor). Operands are made explicit here: Python
+scalars become ``const`` nodes of the weak dtype, promotion inserts ``cast`` nodes and
+broadcasting inserts ``reshape``/``expand`` views, so every element-wise node downstream sees
+inputs of one shape (and, for arithmetic, one dtype). Record-time checks raise at the user's
+line: the origin is taken once per public call and passed down.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .errors import DeviceError, DTypeError, ShapeError
+from .graph import dtypes as dt
+from .graph.graph import _stack
+from .graph.node import Node, user_frame
+from .graph.shapes import broadcast_shapes
+
+# dtypes a device cannot hold, filled in by the runtime when a device is first used
+UNSUPPORTED: dict[str, frozenset] = {}
+
+
+class Origin:
+    """The user's frame for one public call: ``(code, line)``, formatted only on error."""
+
+    __slots__ = ("code", "line")
+
+    def __init__(self):
+        self.code, self.line = user_frame()
+
+    def __str__(self) -> str:
+        return f"{self.code.co_filename}:{self.line}" if self.code is not None else "<unknown>"
+
+
+def node(op, inputs, attrs, shape, dtype, device, origin: Origin) -> Node:
+    bad = UNSUPPORTED.get(device)
+    if bad and dtype in bad:
+        raise DTypeError(f"{op}: device {device} does not support {dtype.name}", str(origin))
+    return Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line)
+
+
+def wrap(n: Node):
+    from .lazytensor import Tensor
+
+    t = Tensor.__new__(Tensor)
+    t._node = n
+    if n.buffer is None:
+        _stack[-1].track(t)
+    return t
+
+
+def record(op, inputs, attrs, shape, dtype, device, origin: Origin):
+    return wrap(node(op, inputs, attrs, shape, dtype, device, origin))
+
+
+# operands ---------------------------------------------------------------------------------------
+def is_scalar(x) -> bool:
+    return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)) and not \
+        isinstance(x, np.ndarray)
+
+
+def py_scalar(x):
+    if isinstance(x, (np.bool_, np.integer, np.floating)):
+        return x.item()
+    return x
+
+
+def const(value, shape, dtype, device, origin) -> Node:
+    """A ``const`` node: ``value`` (a Python number, stored converted to ``dtype``) over
+    ``shape``."""
+    if dtype.is_bool:
+        value = bool(value)
+    elif dtype.is_int:
+        value = int(value)
+    else:
+        value = float(value)
+    return node("const", (), (value,), tuple(shape), dtype, device, origin)
+
+
+def cast(n: Node, dtype, origin) -> Node:
+    if n.dtype is dtype:
+        return n
+    if n.op == "const":  # fold: a scalar cast is just another scalar
+        return const(n.attrs[0], n.shape, dtype, n.device, origin)
+    return node("cast", (n,), (dtype,), n.shape, dtype, n.device, origin)
+
+
+def broadcast_to(n: Node, shape: tuple, origin) -> Node:
+    if n.shape == shape:
+        return n
+    if n.op == "const":
+        return node("const", (), n.attrs, shape, n.dtype, n.device, origin)
+    if len(n.shape) < len(shape):
+        n = node("reshape", (n,), (), (1,) * (len(shape) - len(n.shape)) + n.shape, n.dtype,
+                 n.device, origin)
+    return node("expand", (n,), (), shape, n.dtype, n.device, origin)
+
+
+def tensor_node(op: str, x, origin, device=None) -> Node:
+    """The node of ``x`` when it is a Tensor; array-likes (NumPy arrays, lists) are converted.
+
+    Raises DTypeError (a TypeError) for objects that are not array-like.
+    """
+    from .lazytensor import Tensor
+
+    if isinstance(x, Tensor):
+        return x._node
+    if isinstance(x, (np.ndarray, list, tuple)) or is_scalar(x):
+        from .creation import _from_host
+
+        return _from_host(x, None, device, origin)
+    raise DTypeError(f"{op}: expected a tensor, array or number, got {type(x).__name__}",
+                     str(origin))
+
+
+def same_device(op, nodes, origin) -> str:
+    device = nodes[0].device
+    for n in nodes[1:]:
+        if n.device != device:
+            devices = ", ".join(sorted({m.device for m in nodes}))
+            raise DeviceError(f"{op}: operands are on different devices ({devices}); "
+                              f"move them with .to(device) first", str(origin))
+    return device
+
+
+def operands(op: str, args, origin, promote=True):
+    """Resolve ``args`` (Tensors and weak Python scalars, at least one Tensor) to nodes of one
+    shape and device; with ``promote``, also of one dtype. Returns ``(nodes, dtype)``."""
+    from .lazytensor import Tensor
+
+    tensors = [a._node for a in args if isinstance(a, Tensor)]
+    if not tensors:
+        device = None
+        tensors = [tensor_node(op, a, origin) for a in args if not is_scalar(a)]
+        if not tensors:
+            raise DTypeError(f"{op}: needs at least one tensor operand", str(origin))
+    device = same_device(op, tensors, origin)
+    # dtype: promote tensor dtypes first, then let weak scalars join
+    dtype = tensors[0].dtype
+    for n in tensors[1:]:
+        dtype = dt.promote(dtype, n.dtype)
+    nodes = []
+    for a in args:
+        if isinstance(a, Tensor):
+            nodes.append(a._node)
+        elif is_scalar(a):
+            a = py_scalar(a)
+            sd = dt.scalar_dtype(a, dtype)
+            if promote and sd is not dtype:
+                dtype = dt.promote(dtype, sd)
+            nodes.append(a)
+        else:
+            nodes.append(tensor_node(op, a, origin, device))
+            dtype = dt.promote(dtype, nodes[-1].dtype)
+    shape = broadcast_shapes(op, *[n.shape for n in nodes if isinstance(n, Node)],
+                             origin=origin)
+    out = []
+    for n in nodes:
+        if isinstance(n, Node):
+            if promote:
+                n = cast(n, dtype, origin)
+            out.append(broadcast_to(n, shape, origin))
+        else:
+            sd = dtype if promote else dt.scalar_dtype(n, dtype)
+            out.append(const(n, shape, sd, device, origin))
+    return out, dtype
+
+
+def check_axis_int(op, value, origin):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise ShapeError(f"{op}: expected an integer, got {value!r}", str(origin))

@@ -1,0 +1,136 @@
+"""Devices and backends: device strings, the default device, and realizing pending nodes.
+
+Device strings: ``numpy`` (the node-by-node reference), ``opencl:N``, ``cuda:N``, ``webgpu:N``
+(the kind alone means index 0). ``LAZYBURN_DEVICE`` sets the default; without it: ``cuda`` when
+a GPU is visible, else the first OpenCL device that compiles a probe kernel, else ``numpy``.
+
+A backend object provides ``upload(host_array) -> buffer``, ``download(node) -> ndarray``,
+``run(outputs)`` (compute every output node's buffer, returned in order) and
+``unsupported_dtypes``.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Sequence
+
+from ..errors import DeviceError
+from ..graph.graph import topo_order
+from ..graph.node import Node
+
+KINDS = {
+    "numpy": "lazyburn.runtime.numpy_backend",
+    "opencl": "lazyburn.runtime.opencl",
+    "cuda": "lazyburn.runtime.cuda",
+    "webgpu": "lazyburn.runtime.webgpu",
+}
+
+_backends: dict[str, object] = {}
+_default: str | None = None
+
+
+def canonical(device: str | None) -> str:
+    """``device`` as ``kind`` (numpy) or ``kind:N``; None means the default device.
+
+    Raises DeviceError for an unknown kind or a malformed index.
+    """
+    if device is None:
+        return default_device()
+    if not isinstance(device, str):
+        device = str(device)
+    kind, _, index = device.partition(":")
+    kind = kind.strip().lower()
+    if kind not in KINDS:
+        raise DeviceError(f"unknown device {device!r}; known kinds: {', '.join(KINDS)}")
+    if kind == "numpy":
+        return "numpy"
+    if index == "":
+        index = "0"
+    if not index.isdigit():
+        raise DeviceError(f"device index must be a non-negative integer in {device!r}")
+    return f"{kind}:{int(index)}"
+
+
+def backend(device: str):
+    """The backend object serving the canonical ``device`` (created on first use).
+
+    Raises DeviceError when the device does not exist or its runtime is not installed.
+    """
+    b = _backends.get(device)
+    if b is None:
+        kind, _, index = device.partition(":")
+        try:
+            module = importlib.import_module(KINDS[kind])
+        except ImportError as e:
+            raise DeviceError(f"device {device} needs a package that is not installed: {e}. "
+                              f"See the README for the optional extras.") from e
+        b = module.open_device(int(index or 0))
+        from ..record import UNSUPPORTED
+
+        UNSUPPORTED[device] = frozenset(b.unsupported_dtypes)
+        _backends[device] = b
+    return b
+
+
+def default_device() -> str:
+    global _default
+    if _default is None:
+        env = os.environ.get("LAZYBURN_DEVICE")
+        _default = canonical(env) if env else _detect()
+    return _default
+
+
+def set_default_device(device: str | None) -> None:
+    """Set the device used when an op is given none (None: detect again)."""
+    global _default
+    _default = None if device is None else canonical(device)
+
+
+def _detect() -> str:
+    for kind in ("cuda", "opencl"):
+        try:
+            module = importlib.import_module(KINDS[kind])
+        except ImportError:
+            continue
+        if module.available():
+            return f"{kind}:0"
+    return "numpy"
+
+
+def realize(outputs: Sequence[Node]) -> None:
+    """Compute ``outputs`` (pending nodes, any devices) and turn each into a buffer node.
+
+    Cross-device ``copy`` nodes make their source device's graph run first. On error nothing is
+    changed: outputs stay pending and the exception names the op's user line.
+    """
+    by_device: dict[str, list[Node]] = {}
+    for n in outputs:
+        by_device.setdefault(n.device, []).append(n)
+    for device, nodes in by_device.items():
+        # a copy from another device needs its source realized first
+        sources = [n.inputs[0] for n in topo_order(nodes)
+                   if n.op == "copy" and n.inputs[0].device != device and n.inputs[0].pending]
+        if sources:
+            realize(sources)
+        b = backend(device)
+        buffers = b.run(nodes)
+        for n, buf in zip(nodes, buffers):
+            n.realize_to(buf)
+
+
+def download(n: Node):
+    """The host (NumPy) copy of a realized node's data."""
+    return backend(n.device).download(n)
+
+
+def describe_devices() -> list[str]:
+    """One line per device this machine offers, for ``lazyburn devices``."""
+    lines = ["numpy     NumPy reference backend (node by node, unfused)"]
+    try:
+        from .opencl_devices import describe
+
+        lines += describe()
+    except ImportError:
+        lines.append("(opencl)  pyopencl is not installed")
+    lines.append(f"default: {default_device()}")
+    return lines

@@ -1,0 +1,249 @@
+"""The NumPy backend: executes the pending graph node by node.
+
+It is the semantic reference for every other backend's tests and the unfused baseline for every
+benchmark. Each node's result is rounded to the node's dtype, as an unfused execution would
+store it; float16/bfloat16 arithmetic is computed in float32 and rounded once per node, as the
+generated kernels do. Semantics that NumPy leaves to warnings are fixed here and followed by
+every backend: integer division and remainder by zero give 0, ``take`` indices wrap once
+(negative) and are clamped into range, float-to-int casts truncate toward zero.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import scipy.special
+
+from ..graph.dtypes import float32
+from ..graph.graph import topo_order
+from ..graph.node import Node
+
+HALF = ("float16", "bfloat16")
+
+
+def open_device(index: int) -> "NumpyBackend":
+    return NumpyBackend()
+
+
+def available() -> bool:
+    return True
+
+
+def uniform_from_counter(seed: int, offset: int, size: int) -> np.ndarray:
+    """Counter-based uniform floats in [0, 1): element i is ``hash(seed, offset + i)`` with the
+    top 24 bits scaled by 2**-24, so it is exact in float32 and identical on every backend.
+
+    The hash is PCG's output permutation used as a hash (Jarzynski & Olano, "Hash Functions
+    for GPU Rendering", JCGT 2020), applied twice: ``pcg(pcg(counter) ^ seed32)``.
+    """
+    counter = (np.arange(size, dtype=np.uint64) + np.uint64(offset)) & np.uint64(0xFFFFFFFF)
+    bits = pcg_hash(pcg_hash(counter.astype(np.uint32)) ^ np.uint32(seed32(seed)))
+    return (bits >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
+
+
+def seed32(seed: int) -> int:
+    """Fold a Python int seed into 32 bits (the hash's key)."""
+    s = int(seed) & 0xFFFFFFFFFFFFFFFF
+    return ((s & 0xFFFFFFFF) ^ (s >> 32) ^ 0x9E3779B9) & 0xFFFFFFFF
+
+
+def pcg_hash(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.uint32)
+    state = x * np.uint32(747796405) + np.uint32(2891336453)
+    word = ((state >> ((state >> np.uint32(28)) + np.uint32(4))) ^ state) * np.uint32(277803737)
+    return (word >> np.uint32(22)) ^ word
+
+
+def _sigmoid(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _int_pow(a, b):
+    r = np.power(a, np.maximum(b, 0))
+    neg = b < 0
+    if np.any(neg):
+        odd = (b % 2) != 0
+        special = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0))
+        r = np.where(neg, special, r)
+    return r
+
+
+def _int_div(fn):
+    def f(a, b):
+        safe = np.where(b == 0, 1, b)
+        return np.where(b == 0, 0, fn(a, safe))
+    return f
+
+
+def _shift(fn, left):
+    def f(a, b):
+        bits = a.dtype.itemsize * 8
+        over = (b < 0) | (b >= bits)
+        r = fn(a, np.where(over, 0, b).astype(a.dtype))
+        fill = 0 if left else np.where(a < 0, -1, 0)
+        return np.where(over, fill, r)
+    return f
+
+
+UNARY = {
+    "neg": np.negative, "abs": np.abs, "sign": np.sign, "square": np.square,
+    "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
+    "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sigmoid": _sigmoid,
+    "erf": scipy.special.erf, "floor": np.floor, "ceil": np.ceil, "round": np.round,
+    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
+    "logical_not": np.logical_not, "bitwise_not": np.invert,
+}
+
+BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+    "minimum": np.minimum, "maximum": np.maximum,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal,
+    "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor, "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+}
+
+INT_BINARY = {
+    "floordiv": _int_div(np.floor_divide), "mod": _int_div(np.remainder), "pow": _int_pow,
+    "left_shift": _shift(np.left_shift, True), "right_shift": _shift(np.right_shift, False),
+}
+FLOAT_BINARY = {"floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power}
+
+REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any,
+          "all": np.all}
+
+
+def _compute_dtype(dtype):
+    return float32.np if dtype.name in HALF else dtype.np
+
+
+def _slice(x, starts, steps, shape):
+    index = []
+    for start, step, count in zip(starts, steps, shape):
+        stop = start + step * count
+        index.append(slice(start, stop if stop >= 0 else None, step))
+    return x[tuple(index)]
+
+
+def _wrap_clamp(idx, n):
+    idx = np.where(idx < 0, idx + n, idx)
+    return np.clip(idx, 0, max(n - 1, 0)).astype(np.intp)
+
+
+def evaluate(n: Node, args: list) -> np.ndarray:
+    """The value of one node from its inputs' values (NumPy arrays)."""
+    op = n.op
+    shape = n.shape
+    if op == "const":
+        return np.broadcast_to(np.array(n.attrs[0], dtype=n.dtype.np), shape)
+    if op == "iota":
+        axis = n.attrs[0]
+        r = np.arange(shape[axis], dtype=n.dtype.np)
+        return np.broadcast_to(r.reshape([-1 if i == axis else 1 for i in range(len(shape))]),
+                               shape)
+    if op == "random_uniform":
+        seed, offset = n.attrs
+        size = n.size
+        return uniform_from_counter(seed, offset, size).reshape(shape)
+    if op == "cast":
+        x = args[0]
+        if n.dtype.is_bool:
+            return x != 0
+        return x.astype(n.dtype.np)
+    if op in UNARY:
+        x = args[0]
+        if x.dtype.name in HALF and n.dtype.is_float:
+            x = x.astype(np.float32)
+        return UNARY[op](x)
+    if op in BINARY or op in INT_BINARY or op in FLOAT_BINARY:
+        a, b = args
+        if a.dtype.name in HALF:
+            a, b = a.astype(np.float32), b.astype(np.float32)
+        if op in BINARY:
+            return BINARY[op](a, b)
+        table = FLOAT_BINARY if a.dtype.kind == "f" else INT_BINARY
+        return table[op](a, b)
+    if op == "where":
+        return np.where(*args)
+    if op == "reshape":
+        return args[0].reshape(shape)
+    if op == "permute":
+        return np.transpose(args[0], n.attrs[0])
+    if op == "expand":
+        return np.broadcast_to(args[0], shape)
+    if op == "slice":
+        return _slice(args[0], n.attrs[0], n.attrs[1], shape)
+    if op == "pad":
+        pads, value = n.attrs
+        return np.pad(args[0], pads, constant_values=np.array(value, dtype=n.dtype.np))
+    if op == "take":
+        x, idx = args
+        axis = n.attrs[0]
+        return np.take(x, _wrap_clamp(idx, x.shape[axis]), axis=axis)
+    if op == "take_along_axis":
+        x, idx = args
+        axis = n.attrs[0]
+        return np.take_along_axis(x, _wrap_clamp(idx, x.shape[axis]), axis=axis)
+    if op == "concat":
+        return np.concatenate(args, axis=n.attrs[0])
+    if op in REDUCE:
+        x = args[0]
+        axes = n.attrs[0]
+        if op in ("sum", "prod"):
+            acc = _compute_dtype(n.dtype)
+            return REDUCE[op](x, axis=axes, keepdims=True, dtype=acc)
+        return REDUCE[op](x, axis=axes, keepdims=True)
+    if op in ("argmax", "argmin"):
+        (axis,) = n.attrs[0]
+        fn = np.argmax if op == "argmax" else np.argmin
+        return fn(args[0], axis=axis, keepdims=True)
+    if op == "matmul":
+        a, b = args
+        acc = _compute_dtype(n.dtype)
+        return np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
+    if op == "copy":
+        return args[0]
+    raise NotImplementedError(f"numpy backend: no implementation of op {op!r}")
+
+
+class NumpyBackend:
+    """Executes graphs node by node on the host. Buffers are read-only C-contiguous arrays."""
+
+    name = "numpy"
+    device = "numpy"
+    unsupported_dtypes: frozenset = frozenset()
+
+    def __init__(self):
+        self.nodes_executed = 0
+
+    def upload(self, host: np.ndarray) -> np.ndarray:
+        a = np.array(host, copy=True, order="C")
+        a.flags.writeable = False
+        return a
+
+    def download(self, n: Node) -> np.ndarray:
+        return n.buffer
+
+    def run(self, outputs: Sequence[Node]) -> list:
+        values: dict[int, np.ndarray] = {}
+        with np.errstate(all="ignore"):
+            for n in topo_order(outputs):
+                if n.buffer is not None:
+                    values[id(n)] = self._leaf(n)
+                    continue
+                r = evaluate(n, [values[id(i)] for i in n.inputs])
+                if r.dtype != n.dtype.np or r.shape != n.shape:
+                    r = np.asarray(r).astype(n.dtype.np, copy=False).reshape(n.shape)
+                values[id(n)] = r
+                self.nodes_executed += 1
+        return [self.upload(values[id(o)]) for o in outputs]
+
+    def _leaf(self, n: Node) -> np.ndarray:
+        if n.device == "numpy":
+            return n.buffer
+        from . import download  # a copy's source realized on another device
+
+        return download(n)
