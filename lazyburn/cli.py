@@ -18,6 +18,12 @@ def _demo(args) -> int:
     return demo_main(args)
 
 
+def _cache(args) -> int:
+    from .autotune.cli import run
+
+    return run(args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="lazyburn", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -29,6 +35,12 @@ def main(argv=None) -> int:
 
     devices = sub.add_parser("devices", help="list the devices lazyburn can use")
     devices.set_defaults(run=_devices)
+
+    from .autotune.cli import add_arguments as add_cache_arguments
+
+    cache = sub.add_parser("cache", help="show or clear the autotune cache")
+    add_cache_arguments(cache)
+    cache.set_defaults(run=_cache)
 
     args = parser.parse_args(argv)
     return args.run(args)

@@ -1,0 +1,246 @@
+"""Autotune search rules: levels, priority groups, checking, timing, keys (in one process)."""
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+
+from lazyburn import autotune as at
+from lazyburn.autotune import tuner
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("LAZYBURN_AUTOTUNE", raising=False)
+    at.stats.reset()
+    yield
+
+
+class FakeKernel:
+    """A kernel whose candidates have scripted outputs, timings and failures."""
+
+    def __init__(self, times, wrong=(), raises=(), reference=42):
+        self.times = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in
+                      times.items()}
+        self.wrong, self.raises, self.reference = set(wrong), set(raises), reference
+        self.ran: list[str] = []
+        self.timed: list[str] = []
+
+    def run(self, c):
+        self.ran.append(c.name)
+        if c.name in self.raises:
+            raise RuntimeError(f"{c.name}: compile error")
+        return self.reference + 1 if c.name in self.wrong else self.reference
+
+    def time(self, c):
+        self.timed.append(c.name)
+        seq = self.times[c.name]
+        return seq[(self.timed.count(c.name) - 1) % len(seq)]
+
+    @staticmethod
+    def check(expected, actual):
+        return expected == actual
+
+    def tune(self, key, cands, **kw):
+        return at.tune(key, cands, self.run, self.time, self.check, **kw)
+
+
+def key(kernel="k0", shape=(1000,)):
+    return at.TuneKey("fake", at.device_fingerprint("dev", "1.0", "cc 2"), kernel, shape)
+
+
+CANDS = [
+    at.Candidate("default", {"BLOCK": 256}),
+    at.Candidate("p0b", {"BLOCK": 512}),
+    at.Candidate("p1a", {"BLOCK": 1024}, priority=1),
+    at.Candidate("p1b", {"BLOCK": 2048}, priority=1),
+    at.Candidate("p2a", {"BLOCK": 4096}, priority=2),
+]
+TIMES = {"default": 5.0, "p0b": 4.0, "p1a": 3.0, "p1b": 2.0, "p2a": 1.0}
+
+
+def test_level_0_returns_default_without_running():
+    k = FakeKernel(TIMES)
+    assert k.tune(key(), CANDS, level=0).name == "default"
+    assert k.ran == [] and k.timed == []
+    assert at.stats.benchmarks == 0 and at.stats.misses == 0
+
+
+def test_env_level(monkeypatch):
+    assert at.level() == 1
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
+    assert at.level() == 0
+    k = FakeKernel(TIMES)
+    assert k.tune(key(), CANDS).name == "default" and k.ran == []
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "7")
+    assert at.level() == 2
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "fast")
+    with pytest.warns(RuntimeWarning, match="LAZYBURN_AUTOTUNE"):
+        assert at.level() == 1
+
+
+def test_group_with_valid_result_skips_lower_priority_groups():
+    # p0b is valid, so priority 1 is a fallback that is not needed (CubeCL's rule).
+    k = FakeKernel(TIMES)
+    assert k.tune(key(), CANDS, level=1).name == "p0b"
+    assert set(k.timed) == {"default", "p0b"}
+    assert at.stats.benchmarks == 2
+
+
+def test_failed_group_falls_back_to_next_priority():
+    k = FakeKernel(TIMES, raises={"p0b"})
+    assert k.tune(key(), CANDS, level=1).name == "p1b"
+    assert "p2a" not in k.ran and "p2a" not in k.timed  # level 1 never admits priority 2
+
+
+def test_default_alone_in_its_group_does_not_count_as_valid():
+    cands = [c for c in CANDS if c.name != "p0b"]
+    k = FakeKernel(TIMES)
+    assert k.tune(key(), cands, level=1).name == "p1b"
+
+
+def test_level_2_benchmarks_every_candidate():
+    k = FakeKernel(TIMES)
+    assert k.tune(key(), CANDS, level=2).name == "p2a"
+    assert set(k.timed) == set(TIMES)
+    assert at.stats.benchmarks == len(CANDS)
+
+
+def test_wrong_or_failing_candidate_never_wins():
+    # p2a is the fastest but computes a wrong result; p1b is next but does not compile.
+    k = FakeKernel(TIMES, wrong={"p2a"}, raises={"p1b"})
+    assert k.tune(key(), CANDS, level=2).name == "p1a"
+    assert "p2a" not in k.timed  # checked before it is timed
+
+
+def test_timer_failure_drops_candidate():
+    k = FakeKernel({**TIMES, "p2a": float("nan")})
+    assert k.tune(key(), CANDS, level=2).name == "p1b"
+
+
+def test_check_raising_drops_candidate():
+    def check(expected, actual):
+        if actual != expected:
+            raise AssertionError("mismatch")
+        return True
+    k = FakeKernel(TIMES, wrong={"p2a"})
+    assert at.tune(key(), CANDS, k.run, k.time, check, level=2).name == "p1b"
+
+
+def test_median_not_mean():
+    # p0b: mean 34, median 1. default: 2 every time. The median ignores the one slow outlier.
+    times = {"default": 2.0, "p0b": [1.0, 100.0, 1.0]}
+    k = FakeKernel(times)
+    cands = CANDS[:2]
+    assert k.tune(key(), cands, level=1, repeats=3).name == "p0b"
+    assert k.timed.count("p0b") == 3 and at.stats.timings == 6
+
+
+def test_default_wins_when_fastest_and_ties_keep_list_order():
+    k = FakeKernel({"default": 1.0, "p0b": 1.0})
+    assert k.tune(key(), CANDS[:2], level=1).name == "default"
+
+
+def test_default_failing_raises():
+    k = FakeKernel(TIMES, raises={"default"})
+    with pytest.raises(RuntimeError, match="compile error"):
+        k.tune(key(), CANDS, level=1)
+
+
+def test_only_default_admitted_runs_nothing():
+    cands = [CANDS[0], at.Candidate("big", {"BLOCK": 8192}, priority=2)]
+    k = FakeKernel(TIMES)
+    assert k.tune(key(), cands, level=1).name == "default" and k.ran == []
+
+
+def test_dropped_candidate_is_logged(caplog):
+    k = FakeKernel(TIMES, raises={"p0b"})
+    with caplog.at_level(logging.DEBUG, logger="lazyburn.autotune"):
+        k.tune(key(), CANDS[:3], level=1)
+    assert any("p0b dropped" in r.getMessage() and "compile error" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_second_tune_hits_cache_in_process():
+    k = FakeKernel(TIMES)
+    first = k.tune(key(), CANDS, level=2)
+    n = at.stats.benchmarks
+    again = k.tune(key(), CANDS, level=2)
+    assert again == first and at.stats.benchmarks == n and at.stats.hits == 1
+
+
+def test_same_bucket_shares_tuning_other_bucket_does_not():
+    k = FakeKernel(TIMES)
+    k.tune(key(shape=(1000,)), CANDS)
+    n = at.stats.benchmarks
+    k.tune(key(shape=(1024,)), CANDS)  # same bucket
+    assert at.stats.benchmarks == n
+    k.tune(key(shape=(1025,)), CANDS)  # next bucket
+    assert at.stats.benchmarks > n
+
+
+def test_levels_use_separate_entries():
+    # Level 1 never saw priority 2, so its result must not answer a level-2 question.
+    k = FakeKernel(TIMES)
+    assert k.tune(key(), CANDS, level=1).name == "p0b"
+    assert k.tune(key(), CANDS, level=2).name == "p2a"
+
+
+def test_invalid_candidate_lists():
+    k = FakeKernel(TIMES)
+    with pytest.raises(ValueError, match="at least one"):
+        k.tune(key(), [])
+    with pytest.raises(ValueError, match="duplicate"):
+        k.tune(key(), [CANDS[0], CANDS[0]])
+    with pytest.raises(ValueError, match="priority-0"):
+        k.tune(key(), [at.Candidate("x", {}, priority=1)])
+    with pytest.raises(TypeError, match="JSON"):
+        at.Candidate("x", {"f": object()})
+    with pytest.raises(ValueError):
+        at.Candidate("x", {}, priority=-1)
+
+
+def test_candidate_is_an_immutable_value():
+    a = at.Candidate("BLOCK=1024", {"BLOCK": 1024})
+    b = at.Candidate("BLOCK=1024", {"BLOCK": 1024})
+    assert a == b and hash(a) == hash(b)
+    with pytest.raises(TypeError):
+        a.params["BLOCK"] = 1  # type: ignore[index]
+
+
+def test_shape_bucket():
+    assert at.shape_bucket((3, 1000, 1, 0)) == (4, 1024, 1, 0)
+    assert at.shape_bucket([1024, 1025]) == (1024, 2048)
+    assert at.shape_bucket(((3, 5), (5,))) == ((4, 8), (8,))
+    assert at.shape_bucket(()) == ()
+    with pytest.raises(ValueError):
+        at.shape_bucket((-1,))
+    with pytest.raises(TypeError):
+        at.shape_bucket("12")
+    assert key(shape=(100, 3)).shape == (128, 4)
+
+
+def test_checksum_changes_with_list():
+    base = at.candidates_checksum(CANDS)
+    assert base == at.candidates_checksum(list(CANDS))
+    changed = CANDS[:-1] + [at.Candidate("p2a", {"BLOCK": 4096, "warps": 8}, priority=2)]
+    assert at.candidates_checksum(changed) != base
+    assert at.candidates_checksum(CANDS[::-1]) != base
+    assert key().for_candidates(CANDS).candidates_checksum == base
+
+
+def test_progress_bar_only_after_delay(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    k = FakeKernel(TIMES)
+    err = Terminal()
+    monkeypatch.setattr("sys.stderr", err)
+    k.tune(key("quick"), CANDS, level=2)
+    assert "autotune" not in err.getvalue()  # well under a second: no bar
+    monkeypatch.setattr(tuner, "PROGRESS_DELAY_S", 0.0)
+    k.tune(key("slow"), CANDS, level=2)
+    assert "autotune fake slow" in err.getvalue()
