@@ -28,7 +28,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from .candidates import Candidate
 from .key import TuneKey
@@ -356,12 +356,6 @@ class AutotuneCache:
             for key, entry in self._memory.items():
                 found.setdefault(key, entry)
             return sorted(found.values(), key=lambda e: e.created)
-
-    def __iter__(self) -> Iterator[CacheEntry]:
-        return iter(self.entries())
-
-    def __len__(self) -> int:
-        return len(self.entries())
 
     def clear(self) -> int:
         """Remove every entry (file and memory); returns how many there were."""

@@ -34,9 +34,10 @@ PROGRESS_DELAY_S = 1.0
 class TuneStats:
     """Counters of this process's autotuning, for tests and debugging.
 
-    ``tunes``: searches run (cache misses that timed something). ``benchmarks``: candidates
-    benchmarked (run, checked and timed), summed over all searches. ``timings``: calls to the
-    backend's timer. ``hits`` / ``misses``: cache lookups.
+    ``tunes``: searches started (cache misses). ``benchmarks``: candidates benchmarked (run,
+    checked and timed; one dropped on the way counts too), summed over all searches; a cache hit
+    adds nothing. ``timings``: calls to the backend's timer. ``hits`` / ``misses``: cache
+    lookups. Levels 0 and single-candidate lists touch no counter.
     """
 
     tunes: int = 0
