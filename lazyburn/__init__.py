@@ -55,3 +55,7 @@ def unsqueeze(x, axis):
 def sync(*tensors) -> None:
     """Same as ``lazyburn.graph.sync``."""
     graph.sync(*tensors)
+
+
+from .runtime.dump import dump  # noqa: E402
+from .fusion.explain import explain  # noqa: E402

@@ -1,0 +1,94 @@
+"""What every renderer shares: walking a kernel's expression DAG into straight-line code.
+
+A renderer subclasses ``ExprPrinter`` and supplies its language's spelling: ``assign`` (a
+statement binding a new name), ``literal`` (a constant), and one ``spell`` entry per op -- a
+format string over the operands (``"({0} + {1})"``) or a method for the few ops that need more.
+The walk, the naming and the choice of what to inline are written once, here.
+"""
+from __future__ import annotations
+
+import math
+
+from ..fusion.symbolic import Expr, topo_exprs
+
+# ops whose spelling is the same infix form in C, WGSL and Python/Triton
+INFIX = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
+    "gt": "({0} > {1})", "ge": "({0} >= {1})", "neg": "(-{0})", "square": "({0} * {0})",
+    "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
+    "idx_add": "({0} + {1})", "idx_mul": "({0} * {1})", "idx_lt": "({0} < {1})",
+    "idx_ge": "({0} >= {1})",
+}
+
+
+class ExprPrinter:
+    """Turns expressions into statements. ``bound`` maps expression ids to names already in
+    scope (loop variables, stage results, the matmul accumulator)."""
+
+    spell: dict = {}
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.counter = 0
+
+    # to override -------------------------------------------------------------------------------
+    def assign(self, name: str, e: Expr, rhs: str) -> str:
+        raise NotImplementedError
+
+    def literal(self, value, dtype) -> str:
+        raise NotImplementedError
+
+    def load(self, e: Expr, index: str, mask: str | None) -> str:
+        raise NotImplementedError
+
+    # the walk ----------------------------------------------------------------------------------
+    def emit(self, roots, bound: dict) -> tuple[list[str], dict]:
+        """Statements computing every expression ``roots`` need (each once), and the name or
+        inline text of each expression."""
+        names = dict(bound)
+        lines = []
+        for e in topo_exprs(roots):
+            if e.id in names:
+                continue
+            if e.op == "const":
+                names[e.id] = self.literal(e.value, e.dtype)
+                continue
+            args = [names[a.id] if isinstance(a, Expr) else a for a in e.args]
+            rhs = self.render(e, args)
+            if e.op == "var":
+                names[e.id] = rhs
+                continue
+            self.counter += 1
+            name = f"t{self.counter}"
+            lines.append(self.assign(name, e, rhs))
+            names[e.id] = name
+        return lines, names
+
+    def render(self, e: Expr, args: list) -> str:
+        method = getattr(self, "op_" + e.op, None)
+        if method is not None:
+            return method(e, *args)
+        fmt = self.spell.get(e.op)
+        if fmt is None:
+            raise NotImplementedError(f"{type(self).__name__}: no spelling for op {e.op!r}")
+        return fmt.format(*args)
+
+    def op_var(self, e, name):
+        return name
+
+    def op_load(self, e, arg, index, mask):
+        return self.load(e, index, mask)
+
+
+def float_literal(value: float, suffix: str = "", inf: str = "INFINITY", nan: str = "NAN") -> str:
+    """A float constant spelled exactly (``repr`` round-trips float64; float32 values are exact
+    float64s)."""
+    if math.isnan(value):
+        return nan
+    if math.isinf(value):
+        return inf if value > 0 else f"(-{inf})"
+    text = repr(float(value))
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text + suffix

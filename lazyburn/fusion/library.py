@@ -1,0 +1,148 @@
+"""Splitting a matmul spec for a library matmul (BLAS, cuBLAS) with element-wise kernels around it.
+
+As Inductor does: when a vendor library multiplies faster than a generated kernel, the
+matmul's prologue (the expressions of A and B) and epilogue run as element-wise kernels and the
+library does the product. An operand whose expression is a plain affine load of one buffer needs
+no kernel at all: the library reads the buffer through strides (``direct``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .kernel_ir import ElementwiseSpec, KernelArg, MatmulSpec, Output
+from .symbolic import Expr, ExprBuilder, topo_exprs
+
+
+@dataclass
+class MatmulParts:
+    """``kernels``: element-wise specs named ``a``, ``b`` (only for operands that need one) and
+    ``epilogue``; ``inputs[name]``: indices of the matmul spec's arguments each kernel takes
+    first (the epilogue then takes the product buffer, then the matmul's outputs);
+    ``direct[name]``: ``(arg index, (batch, row, col) element strides, offset)`` for an operand
+    read straight from a buffer, else None."""
+
+    kernels: dict
+    inputs: dict
+    direct: dict
+
+
+def affine(e: Expr):
+    """``({var name: coefficient}, constant)`` when index ``e`` is affine in loop variables,
+    else None."""
+    if e.op == "const":
+        return {}, e.value
+    if e.op == "var":
+        return {e.args[0]: 1}, 0
+    if e.op == "idx_add":
+        a, b = affine(e.args[0]), affine(e.args[1])
+        if a is None or b is None:
+            return None
+        terms = dict(a[0])
+        for k, v in b[0].items():
+            terms[k] = terms.get(k, 0) + v
+        return terms, a[1] + b[1]
+    if e.op == "idx_mul" and e.args[1].op == "const":
+        a = affine(e.args[0])
+        if a is None:
+            return None
+        k = e.args[1].value
+        return {n: c * k for n, c in a[0].items()}, a[1] * k
+    return None
+
+
+def _direct(e: Expr, rows: str, cols: str):
+    if e.op != "load" or e.args[2] is not None:
+        return None
+    lin = affine(e.args[1])
+    if lin is None:
+        return None
+    terms, offset = lin
+    if set(terms) - {"b", rows, cols}:
+        return None
+    return e.args[0], (terms.get("b", 0), terms.get(rows, 0), terms.get(cols, 0)), offset
+
+
+def _rewrite(roots, builder: ExprBuilder, env: dict, arg_map: dict, acc: Expr | None):
+    """Re-create ``roots`` in ``builder``: variables replaced by ``env`` expressions, load
+    arguments renumbered by ``arg_map``, the accumulator by ``acc``."""
+    out: dict[int, Expr] = {}
+    b = builder
+    for e in topo_exprs(roots):
+        args = [out[a.id] if isinstance(a, Expr) else a for a in e.args]
+        op = e.op
+        if op == "var":
+            r = env[e.args[0]]
+        elif op == "const":
+            r = b.const(e.value, e.dtype)
+        elif op == "acc":
+            r = acc
+        elif op == "load":
+            r = b.load(arg_map[e.args[0]], args[1], e.dtype, args[2])
+        elif op == "idx_add":
+            r = b.add(args[0], args[1])
+        elif op == "idx_mul":
+            r = b.mul(args[0], args[1])
+        elif op == "idx_div":
+            r = b.div(args[0], e.args[1].value)
+        elif op == "idx_mod":
+            r = b.mod(args[0], e.args[1].value)
+        elif op == "cast":
+            r = b.cast(args[0], e.dtype)
+        else:
+            r = b._make(op, tuple(args), e.dtype, e.lo, e.hi)
+        out[e.id] = r
+    return [out[r.id] for r in roots]
+
+
+def _loads(roots) -> list[int]:
+    return sorted({e.args[0] for e in topo_exprs(roots) if e.op == "load"})
+
+
+def split_matmul(spec: MatmulSpec) -> MatmulParts:
+    """The element-wise kernels that surround a library matmul for ``spec``."""
+    kernels, inputs, direct = {}, {}, {}
+    for name, expr, rows, cols in (("a", spec.a, "m", "k"), ("b", spec.b, "k", "n")):
+        d = _direct(expr, rows, cols)
+        direct[name] = d
+        if d is not None:
+            continue
+        r_size = spec.m if name == "a" else spec.k
+        c_size = spec.k if name == "a" else spec.n
+        numel = spec.batch * r_size * c_size
+        b = ExprBuilder(spec.index_dtype)
+        i = b.var("i", numel)
+        env = {"b": b.div(i, r_size * c_size), rows: b.mod(b.div(i, c_size), r_size),
+               cols: b.mod(i, c_size)}
+        used = _loads([expr])
+        arg_map = {a: j for j, a in enumerate(used)}
+        (value,) = _rewrite([expr], b, env, arg_map, None)
+        args = [KernelArg(f"in{j}", spec.args[a].dtype, spec.args[a].size)
+                for j, a in enumerate(used)]
+        args.append(KernelArg(f"out{len(args)}", spec.acc_dtype, numel, is_output=True))
+        kernels[name] = ElementwiseSpec("elementwise", args, [Output(len(args) - 1, value)],
+                                        spec.index_dtype, shape=(spec.batch, r_size, c_size),
+                                        numel=numel)
+        inputs[name] = used
+    numel = spec.batch * spec.m * spec.n
+    b = ExprBuilder(spec.index_dtype)
+    i = b.var("i", numel)
+    env = {"b": b.div(i, spec.m * spec.n), "m": b.mod(b.div(i, spec.n), spec.m),
+           "n": b.mod(i, spec.n)}
+    values = [o.value for o in spec.outputs]
+    used = _loads(values)
+    arg_map = {a: j for j, a in enumerate(used)}
+    prod_arg = len(used)
+    acc = b.load(prod_arg, i, spec.acc_dtype)
+    rewritten = _rewrite(values, b, env, arg_map, acc)
+    args = [KernelArg(f"in{j}", spec.args[a].dtype, spec.args[a].size)
+            for j, a in enumerate(used)]
+    args.append(KernelArg(f"in{prod_arg}", spec.acc_dtype, numel))
+    outputs = []
+    for o, v in zip(spec.outputs, rewritten):
+        a = spec.args[o.arg]
+        args.append(KernelArg(f"out{len(args)}", a.dtype, a.size, is_output=True))
+        outputs.append(Output(len(args) - 1, v))
+    kernels["epilogue"] = ElementwiseSpec("elementwise", args, outputs, spec.index_dtype,
+                                          shape=(spec.batch, spec.m, spec.n), numel=numel)
+    inputs["epilogue"] = used
+    return MatmulParts(kernels, inputs, direct)

@@ -1,0 +1,299 @@
+"""Lowering: a fusion group's graph nodes to one KernelSpec.
+
+Values are built by walking from each stored node back through the group, carrying the
+multi-index at which the value is needed (and a mask where a pad or a concat makes some of the
+positions read nothing). Views rewrite the index and go on to their input; element-wise ops
+combine their inputs' values at the same index; a node stored by another kernel, or a leaf
+buffer, becomes a ``load`` at the flat row-major index of the index tuple. That is how producers
+are fused on read and views folded into load indices.
+
+Inside a reduction group a reduction node is a *stage*: reading it yields the stage's result,
+which is only legal at an index that names the current row (the broadcast-back of softmax and
+layer_norm); anything else raises ``FusionIllegal`` and the partitioner stores that value
+instead. Inside a matmul group the matmul node is the accumulator, legal only at (b, m, n).
+"""
+from __future__ import annotations
+
+from ..graph import dtypes as dt
+from ..graph.node import Node
+from ..graph.shapes import prod
+from .kernel_ir import (ElementwiseSpec, KernelArg, MatmulSpec, Output, ReductionSpec, Stage)
+from .symbolic import Expr, ExprBuilder
+
+INT32_LIMIT = 2 ** 31 - 1
+
+
+class FusionIllegal(Exception):
+    """A group cannot be lowered as one kernel (an intra-group value is read at an index the
+    kernel does not compute)."""
+
+
+def strides_of(shape) -> list[int]:
+    out, s = [], 1
+    for d in reversed(shape):
+        out.append(s)
+        s *= d
+    return out[::-1]
+
+
+class Lowering:
+    """Builds the expressions of one group. ``external(node)`` is True for nodes read from
+    memory (leaf buffers and values another kernel stores)."""
+
+    def __init__(self, group, external):
+        self.group = group
+        self.external = external
+        nodes = list(group.outputs) + list(group.anchors)
+        biggest = max([n.size for n in nodes] + [i.size for n in nodes for i in n.inputs] + [1])
+        self.b = ExprBuilder(dt.int32 if biggest < INT32_LIMIT else dt.int64)
+        self.args: list[KernelArg] = []
+        self.arg_nodes: list[Node] = []
+        self._arg_of: dict[int, int] = {}
+        self._memo: dict = {}
+        self._unflat: dict = {}
+        self.stage_of: dict[int, int] = {}  # reduction node id -> stage number
+        self.row_index: tuple | None = None  # index naming the current row, per reduce node
+        self.acc_index: tuple | None = None
+        self.acc_node: Node | None = None
+        self.computed: dict[int, Node] = {}  # graph nodes this kernel computes (not loads)
+
+    # index helpers ------------------------------------------------------------------------------
+    def unflatten(self, flat: Expr, shape) -> tuple:
+        b = self.b
+        idx = tuple(b.index(0) if d == 1 else b.mod(b.div(flat, s), d)
+                    for d, s in zip(shape, strides_of(shape)))
+        self._unflat[tuple(e.id for e in idx)] = (flat, tuple(shape))
+        return idx
+
+    def flat_index(self, index, shape) -> Expr:
+        b = self.b
+        key = tuple(e.id for e in index)
+        hit = self._unflat.get(key)
+        if hit is not None and hit[1] == tuple(shape):
+            return hit[0]
+        for cut in range(1, len(index)):
+            left, right = self._unflat.get(key[:cut]), self._unflat.get(key[cut:])
+            if left and right and left[1] == tuple(shape[:cut]) and right[1] == tuple(shape[cut:]):
+                return b.add(b.mul(left[0], b.index(prod(shape[cut:]))), right[0])
+        flat = b.index(0)
+        for e, d, s in zip(index, shape, strides_of(shape)):
+            if d != 1:
+                flat = b.add(flat, b.mul(e, b.index(s)))
+        return flat
+
+    def arg(self, n: Node) -> int:
+        i = self._arg_of.get(id(n))
+        if i is None:
+            i = len(self.args)
+            self._arg_of[id(n)] = i
+            self.args.append(KernelArg(f"in{i}", n.dtype, n.size))
+            self.arg_nodes.append(n)
+        return i
+
+    # values -------------------------------------------------------------------------------------
+    def value(self, n: Node, index: tuple, mask: Expr | None = None) -> Expr:
+        key = (id(n), tuple(e.id for e in index), mask.id if mask is not None else 0)
+        e = self._memo.get(key)
+        if e is None:
+            e = self._value(n, index, mask)
+            self._memo[key] = e
+            if e.op != "load":
+                self.computed.setdefault(id(n), n)
+        return e
+
+    def _value(self, n: Node, index: tuple, mask) -> Expr:
+        b = self.b
+        stage = self.stage_of.get(id(n))
+        if stage is not None:
+            expected = self.row_index
+            if tuple(e.id for e in index) != tuple(e.id for e in expected):
+                raise FusionIllegal(f"{n.op} result read at another row's index")
+            return b.op("reduced", (stage,), n.dtype)
+        if n is self.acc_node:
+            if tuple(e.id for e in index) != tuple(e.id for e in self.acc_index):
+                raise FusionIllegal("matmul result read at another position than (b, m, n)")
+            return b.op("acc", (), n.dtype)
+        if self.external(n):
+            return b.load(self.arg(n), self.flat_index(index, n.shape), n.dtype, mask)
+        op = n.op
+        if op == "const":
+            return b.const(n.attrs[0], n.dtype)
+        if op == "iota":
+            return b.index_to_value(index[n.attrs[0]], n.dtype)
+        if op == "random_uniform":
+            seed, offset = n.attrs
+            return b.op("random_uniform", (seed, offset, self.flat_index(index, n.shape)),
+                        n.dtype)
+        if op == "cast":
+            return b.cast(self.value(n.inputs[0], index, mask), n.dtype)
+        if op in ("reshape", "permute", "expand", "slice", "pad"):
+            return self._view(n, index, mask)
+        if op == "take":
+            return self._take(n, index, mask)
+        if op == "take_along_axis":
+            x, idx = n.inputs
+            a = n.attrs[0]
+            pos = b.wrap_clamp(self.value(idx, index, mask), x.shape[a])
+            return self.value(x, index[:a] + (pos,) + index[a + 1:], mask)
+        if op == "concat":
+            return self._concat(n, index, mask)
+        if n.inputs and op not in ("sum", "prod", "max", "min", "argmax", "argmin", "any",
+                                   "all", "matmul", "copy"):
+            return b.op(op, [self.value(i, index, mask) for i in n.inputs], n.dtype)
+        raise FusionIllegal(f"{op} cannot be computed inside this group")
+
+    def _view(self, n: Node, index: tuple, mask):
+        b = self.b
+        (x,) = n.inputs
+        op = n.op
+        if op == "reshape":
+            return self.value(x, self.unflatten(self.flat_index(index, n.shape), x.shape), mask)
+        if op == "permute":
+            perm = n.attrs[0]
+            src = [None] * len(perm)
+            for out_dim, in_dim in enumerate(perm):
+                src[in_dim] = index[out_dim]
+            return self.value(x, tuple(src), mask)
+        if op == "expand":
+            src = tuple(b.index(0) if xd == 1 and nd != 1 else e
+                        for e, xd, nd in zip(index, x.shape, n.shape))
+            return self.value(x, src, mask)
+        if op == "slice":
+            starts, steps = n.attrs
+            src = tuple(b.add(b.index(s), b.mul(e, b.index(st)))
+                        for e, s, st in zip(index, starts, steps))
+            return self.value(x, src, mask)
+        # pad: positions outside the input read nothing and take the pad value
+        pads, fill = n.attrs
+        inside = None
+        src = []
+        for e, (lo, _), d in zip(index, pads, x.shape):
+            shifted = b.add(e, b.index(-lo)) if lo else e
+            inside = b.land(inside, b.land(b.ge(shifted, b.index(0)), b.lt(shifted, b.index(d))))
+            src.append(shifted)
+        inner = self.value(x, tuple(src), b.land(mask, inside))
+        if inside is None:
+            return inner
+        return b.op("where", (inside, inner, b.const(fill, n.dtype)), n.dtype)
+
+    def _take(self, n: Node, index: tuple, mask):
+        x, idx = n.inputs
+        a = n.attrs[0]
+        k = len(idx.shape)
+        pos = self.b.wrap_clamp(self.value(idx, index[a:a + k], mask), x.shape[a])
+        return self.value(x, index[:a] + (pos,) + index[a + k:], mask)
+
+    def _concat(self, n: Node, index: tuple, mask):
+        b = self.b
+        a = n.attrs[0]
+        pieces, offset = [], 0
+        for x in n.inputs:
+            lo, hi = offset, offset + x.shape[a]
+            offset = hi
+            if x.shape[a] == 0:
+                continue
+            here = b.land(b.ge(index[a], b.index(lo)), b.lt(index[a], b.index(hi)))
+            src = index[:a] + (b.add(index[a], b.index(-lo)),) + index[a + 1:]
+            pieces.append((here, self.value(x, src, b.land(mask, here))))
+        out = pieces[-1][1]
+        for here, v in reversed(pieces[:-1]):
+            out = b.op("where", (here, v, out), n.dtype)
+        return out
+
+    def add_output(self, n: Node) -> int:
+        i = len(self.args)
+        self.args.append(KernelArg(f"out{i}", n.dtype, n.size, is_output=True))
+        self.arg_nodes.append(n)
+        return i
+
+
+def lower(group, external) -> tuple:
+    """Lower ``group`` (a ``partition.FusionGroup``) to ``(spec, arg_nodes, computed)``: the
+    KernelSpec, per kernel argument the graph node bound to it, and the graph nodes the kernel
+    computes (in no particular order).
+
+    Raises FusionIllegal when the group cannot be one kernel."""
+    lw = Lowering(group, external)
+    b = lw.b
+    if group.kind == "elementwise":
+        numel = group.outputs[0].size
+        i = b.var("i", numel)
+        outs = []
+        for n in group.outputs:
+            outs.append((n, lw.value(n, lw.unflatten(i, n.shape))))
+        outputs = [Output(lw.add_output(n), v) for n, v in outs]
+        spec = ElementwiseSpec("elementwise", lw.args, outputs, b.index_dtype,
+                               shape=group.outputs[0].shape, numel=numel)
+    elif group.kind == "reduction":
+        spec = _lower_reduction(lw, group)
+    elif group.kind == "matmul":
+        spec = _lower_matmul(lw, group)
+    else:
+        raise ValueError(f"cannot lower a {group.kind} group")
+    spec.ops = sorted({n.op for n in lw.computed.values()})
+    return spec, lw.arg_nodes, list(lw.computed.values())
+
+
+def _lower_reduction(lw: Lowering, group) -> ReductionSpec:
+    b = lw.b
+    shape, axes = group.space
+    kept_shape = tuple(1 if a in axes else d for a, d in enumerate(shape))
+    red_shape = tuple(d if a in axes else 1 for a, d in enumerate(shape))
+    rows, size = prod(kept_shape), prod(red_shape)
+    row = b.var("row", rows)
+    r = b.var("r", size)
+    kept = lw.unflatten(row, kept_shape)
+    red = lw.unflatten(r, red_shape)
+    full = tuple(red[a] if a in axes else kept[a] for a in range(len(shape)))
+    lw._unflat.setdefault(tuple(e.id for e in full),
+                          (lw.flat_index(full, shape), tuple(shape)))
+    lw.row_index = kept
+    stages = []
+    for red_node in group.anchors:
+        value = lw.value(red_node.inputs[0], full)
+        stages.append(Stage(red_node.op, value, _acc_dtype(red_node), red_node.dtype))
+        lw.stage_of[id(red_node)] = len(stages) - 1
+    outs = []
+    for n in group.outputs:
+        if n.size == rows and n.size != prod(shape) or n in group.anchors:
+            outs.append((n, lw.value(n, lw.unflatten(row, n.shape)), None))
+        else:
+            idx = full if n.shape == tuple(shape) else lw.unflatten(lw.flat_index(full, shape),
+                                                                       n.shape)
+            outs.append((n, lw.value(n, idx), lw.flat_index(full, shape)))
+    outputs = [Output(lw.add_output(n), v, index) for n, v, index in outs]
+    return ReductionSpec("reduction", lw.args, outputs, b.index_dtype, shape=tuple(shape),
+                         axes=tuple(axes), rows=rows, reduce_size=size, stages=stages)
+
+
+def _acc_dtype(n: Node):
+    if n.op in ("sum", "prod") and n.dtype.name in ("float16", "bfloat16"):
+        return dt.float32
+    if n.op in ("any", "all"):
+        return dt.bool_
+    if n.op in ("argmax", "argmin"):  # the running extreme has the input's type
+        return n.inputs[0].dtype
+    return n.dtype
+
+
+def _lower_matmul(lw: Lowering, group) -> MatmulSpec:
+    b = lw.b
+    (mm,) = group.anchors
+    a_node, b_node = mm.inputs
+    batch_shape = mm.shape[:-2]
+    m_size, n_size = mm.shape[-2:]
+    k_size = a_node.shape[-1]
+    batch = prod(batch_shape)
+    vb, vm, vn, vk = (b.var("b", batch), b.var("m", m_size), b.var("n", n_size),
+                      b.var("k", k_size))
+    bidx = lw.unflatten(vb, batch_shape) if batch_shape else ()
+    a_expr = lw.value(a_node, bidx + (vm, vk))
+    b_expr = lw.value(b_node, bidx + (vk, vn))
+    flat = b.add(b.mul(b.add(b.mul(vb, b.index(m_size)), vm), b.index(n_size)), vn)
+    lw.acc_node = mm
+    lw.acc_index = lw.unflatten(flat, mm.shape)
+    outs = [(n, lw.value(n, lw.unflatten(flat, n.shape))) for n in group.outputs]
+    outputs = [Output(lw.add_output(n), v) for n, v in outs]
+    acc = dt.float32 if mm.dtype.is_float and mm.dtype.itemsize <= 4 else mm.dtype
+    return MatmulSpec("matmul", lw.args, outputs, b.index_dtype, batch=batch, m=m_size,
+                      n=n_size, k=k_size, a=a_expr, b=b_expr, acc_dtype=acc)

@@ -1,0 +1,450 @@
+"""Partitioning a pending graph into fusion groups.
+
+The three fusion classes of Burn's fusion (element-wise "no-op", reduction, matmul), with
+Burn's future work included: several broadcasted reductions over the same rows in one kernel.
+
+1. *Anchors.* Every reduction and matmul anchors a group. A reduction joins an earlier reduction
+   group over the same input space and axes when its input reads that group's results only as
+   a broadcast back over the same row (softmax, layer_norm, var): the ``ReductionFuser`` checks
+   this by lowering the candidate stage.
+2. *Stored values.* Element-wise and view nodes are fused on read: recomputed inside every group
+   that reads them, unless they must be written out -- a live tensor holds them, or several
+   groups read them and recomputing is not cheap (a transcendental, a gather, or a matmul
+   prologue that would recompute it per tile).
+3. *Homes.* Each stored element-wise value is computed by exactly one group: fused on write into
+   an anchor group upstream (a matmul epilogue, a reduction's per-row or per-element outputs),
+   or into a reduction group that reads it over its own input space (multi-output fusion), or
+   else into an element-wise group. Element-wise groups over the same element count merge.
+4. *Legality.* No merge may create a cycle between groups (networkx on the group graph); the
+   backend's limit on kernel arguments splits a group by storing an intermediate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..graph.node import Node
+from ..graph.ops import REDUCTIONS
+from ..graph.shapes import prod
+from .lower import FusionIllegal, lower
+
+CHEAP_OPS = frozenset(
+    "add sub mul neg abs sign square cast where eq ne lt le gt ge minimum maximum "
+    "logical_and logical_or logical_xor logical_not bitwise_and bitwise_or bitwise_xor "
+    "bitwise_not const iota reshape permute expand slice pad concat div floor ceil round "
+    "isnan isinf isfinite".split())
+VIEWS = frozenset("reshape permute expand slice pad".split())
+
+
+@dataclass(eq=False)
+class FusionGroup:
+    """A set of graph nodes computed by one kernel.
+
+    ``kind``: elementwise | reduction | matmul | copy. ``anchors``: the reductions (one per
+    stage, in order) or the matmul. ``outputs``: nodes the kernel stores. ``space``: for
+    reductions ``(input shape, axes)``. ``nodes`` (filled by lowering): every graph node the
+    kernel computes; ``fused_on_read`` / ``fused_on_write``: the element-wise nodes computed
+    here as producers of the anchors / as consumers of them."""
+
+    kind: str
+    anchors: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    space: tuple = ()
+    nodes: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)
+    fused_on_read: list = field(default_factory=list)
+    fused_on_write: list = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        if self.kind == "reduction":
+            return "reduction(" + ",".join(a.op for a in self.anchors) + ")"
+        if self.kind == "matmul":
+            return "matmul"
+        return self.kind
+
+
+@dataclass
+class Partition:
+    """The groups in launch order, and which nodes are stored (by which group)."""
+
+    groups: list
+    home: dict  # node id -> group storing it
+    order: list  # topological order of the pending graph
+
+
+class Partitioner:
+    """Cuts the pending graph of ``outputs`` into fusion groups.
+
+    ``fuse=False`` gives one group per op (the unfused execution that benchmarks compare
+    against). ``max_args`` is the backend's limit on buffers per kernel (None: no limit).
+    """
+
+    def __init__(self, order: list, outputs: list, fuse: bool = True,
+                 max_args: int | None = None):
+        self.order = order
+        self.outputs = outputs
+        self.fuse = fuse
+        self.max_args = max_args
+        self.pos = {id(n): i for i, n in enumerate(order)}
+        self.consumers: dict[int, list] = {id(n): [] for n in order}
+        for n in order:
+            for i in n.inputs:
+                self.consumers[id(i)].append(n)
+        self.out_ids = {id(o) for o in outputs}
+        self.force_stored: set[int] = set()
+        self._deps: dict[int, set] = {}
+
+    # helpers -----------------------------------------------------------------------------------
+    def is_leaf(self, n: Node) -> bool:
+        return n.buffer is not None
+
+    def ancestors(self, n: Node) -> set:
+        """Ids of every pending node ``n`` depends on (memoized)."""
+        got = self._deps.get(id(n))
+        if got is None:
+            got = set()
+            for i in n.inputs:
+                if not self.is_leaf(i):
+                    got.add(id(i))
+                    got |= self.ancestors(i)
+            self._deps[id(n)] = got
+        return got
+
+    def _inline_cost(self, n: Node) -> tuple:
+        """(is cheap, op count) of recomputing ``n`` down to anchors and leaves."""
+        cheap, count, stack, seen = True, 0, [n], set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen or self.is_leaf(x) or x.op in REDUCTIONS or x.op in ("matmul",
+                                                                                  "copy"):
+                continue
+            seen.add(id(x))
+            count += 1
+            if x.op not in CHEAP_OPS:
+                cheap = False
+            stack.extend(x.inputs)
+        return cheap, count
+
+    # 1. anchors --------------------------------------------------------------------------------
+    def _anchor_sets(self) -> list:
+        """Lists of anchors, one per group, in topological order (computed once)."""
+        sets = []  # (kind, anchors, space)
+        for n in self.order:
+            if self.is_leaf(n):
+                continue
+            if n.op in ("matmul", "copy"):
+                sets.append((n.op, [n], ()))
+            elif n.op in REDUCTIONS:
+                space = (n.inputs[0].shape, n.attrs[0])
+                for kind, anchors, sp in reversed(sets):
+                    if self.fuse and kind == "reduction" and sp == space and \
+                            self._can_add_stage(anchors, space, n):
+                        anchors.append(n)
+                        break
+                else:
+                    sets.append(("reduction", [n], space))
+        return sets
+
+    def _can_add_stage(self, anchors: list, space, n: Node) -> bool:
+        anchor_ids = {id(a) for a in anchors}
+        # every other anchor n reads must not itself depend on this group (no cycle)
+        for dep in self.ancestors(n):
+            node = self._node_by_id(dep)
+            if (node.op in REDUCTIONS or node.op in ("matmul", "copy")) and \
+                    dep not in anchor_ids and self.ancestors(node) & anchor_ids:
+                return False
+        trial = FusionGroup("reduction", anchors + [n], [n], space)
+
+        def external(x):
+            return self.is_leaf(x) or (
+                (x.op in REDUCTIONS or x.op in ("matmul", "copy")) and id(x) not in anchor_ids
+                and x is not n)
+        try:
+            lower(trial, external)
+        except FusionIllegal:
+            return False
+        return True
+
+    def _node_by_id(self, i: int) -> Node:
+        return self.order[self.pos[i]]
+
+    # 2. stored values and 3. homes ------------------------------------------------------------
+    def run(self) -> Partition:
+        self._sets = self._anchor_sets()
+        while True:
+            part = self._partition()
+            too_big = self._over_limit(part)
+            if too_big is None:
+                return part
+            self.force_stored.add(too_big)
+
+    def _partition(self) -> Partition:
+        stored = {id(n) for n in self.order
+                  if not self.is_leaf(n) and (id(n) in self.out_ids or id(n) in
+                                              self.force_stored or not self.fuse and
+                                              n.op != "const")}
+        while True:  # grow the stored set to a fixed point
+            groups = [FusionGroup(kind if kind != "copy" else "copy", list(anchors), [], space)
+                      for kind, anchors, space in self._sets]
+            group_of = {id(a): g for g in groups for a in g.anchors}
+            home = {id(a): group_of[id(a)] for a in (a for g in groups for a in g.anchors)}
+            ew_groups = self._assign_homes(groups, group_of, stored, home)
+            readers = self._readers(group_of, stored, home)
+            grown = {i for i, rg in readers.items()
+                     if i not in stored and id(self._node_by_id(i)) not in group_of
+                     and self._must_store(self._node_by_id(i), rg, groups)}
+            if not grown:
+                break
+            stored |= grown
+        for g in groups:  # anchors are written out when a tensor or another group reads them
+            for a in g.anchors:
+                if id(a) in self.out_ids or readers[id(a)] - {id(g)}:
+                    stored.add(id(a))
+                    g.outputs.insert(0, a)
+        all_groups = [g for g in groups if g.outputs] + ew_groups
+        if self.fuse:
+            all_groups = self._merge_elementwise(all_groups, home, stored)
+        home = {i: g for i, g in home.items() if i in stored}
+        ordered = self._launch_order(all_groups, home, stored)
+        return Partition(ordered, home, self.order)
+
+    def _assign_homes(self, groups, group_of, stored, home) -> list:
+        """Give each stored element-wise value a group (topological order); returns the new
+        element-wise groups."""
+        ew_groups = []
+        for n in self.order:
+            if id(n) not in stored or id(n) in group_of:
+                continue
+            g = self._fuse_on_write_home(n, groups, group_of, stored, home) if self.fuse \
+                else None
+            if g is None:
+                g = FusionGroup("elementwise")
+                ew_groups.append(g)
+            g.outputs.append(n)
+            home[id(n)] = g
+        return ew_groups
+
+    def _readers(self, group_of, stored, home) -> dict:
+        """For each pending node, the ids of the groups that read its value."""
+        readers: dict[int, set] = {}
+        for n in reversed(self.order):
+            if self.is_leaf(n):
+                continue
+            rg = set()
+            for c in self.consumers[id(n)]:
+                owner = group_of.get(id(c)) or (home.get(id(c)) if id(c) in stored else None)
+                if owner is not None:
+                    rg.add(id(owner))
+                else:
+                    rg |= readers.get(id(c), set())
+            readers[id(n)] = rg
+        return readers
+
+    def _must_store(self, n: Node, rg: set, groups) -> bool:
+        """Whether an element-wise value read by the groups ``rg`` is written out rather than
+        recomputed in each of them."""
+        if not rg:
+            return False
+        cheap, count = self._inline_cost(n)
+        if len(rg) > 1 and (not cheap or count > 16):
+            return True
+        # a matmul prologue recomputes its producers once per tile: only cheap ones are fused
+        if not cheap and any(g.kind == "matmul" and id(g) in rg for g in groups):
+            return True
+        return n.op in ("take", "take_along_axis") and len(rg) > 1
+
+    def _fuse_on_write_home(self, n: Node, groups, group_of, stored, home):
+        """The anchor group that can compute and store ``n``, or None."""
+        deps = self.ancestors(n)
+        candidates = []
+        for g in groups:
+            if g.kind == "copy":
+                continue
+            upstream = any(id(a) in deps for a in g.anchors)
+            if g.kind == "matmul":
+                if upstream and n.size == g.anchors[0].size:
+                    candidates.append(g)
+            elif upstream or self._read_by(n, g, group_of, stored):
+                shape, axes = g.space
+                rows = prod(d for a, d in enumerate(shape) if a not in axes)
+                if n.size == rows and upstream or n.size == prod(shape):
+                    candidates.append(g)
+        for g in reversed(candidates):
+            if self._write_is_legal(n, g, group_of, stored, home):
+                if any(id(a) in deps for a in g.anchors):
+                    g.fused_on_write.append(n)
+                return g
+        return None
+
+    def _read_by(self, n: Node, g: FusionGroup, group_of, stored) -> bool:
+        stack = list(self.consumers[id(n)])
+        seen = set()
+        while stack:
+            c = stack.pop()
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            if group_of.get(id(c)) is g:
+                return True
+            if id(c) not in stored and id(c) not in group_of:
+                stack.extend(self.consumers[id(c)])
+        return False
+
+    def _write_is_legal(self, n, g, group_of, stored, home) -> bool:
+        """Whether group ``g`` may compute and store ``n``: no value ``n`` loads may come from a
+        group that itself depends on ``g`` (a cycle), and ``n`` must lower inside ``g``."""
+        anchor_ids = {id(a) for a in g.anchors}
+        for dep in self.ancestors(n):
+            loaded = dep in group_of and dep not in anchor_ids or \
+                dep in stored and home.get(dep) is not g
+            if loaded and self.ancestors(self._node_by_id(dep)) & anchor_ids:
+                return False
+        trial = FusionGroup(g.kind, list(g.anchors), list(g.outputs) + [n], g.space)
+
+        def external(x):
+            if self.is_leaf(x):
+                return True
+            if id(x) in group_of:
+                return group_of[id(x)] is not g
+            return id(x) in stored and x is not n and home.get(id(x)) is not g
+        try:
+            lower(trial, external)
+        except FusionIllegal:
+            return False
+        return True
+
+    def _merge_elementwise(self, groups, home, stored) -> list:
+        """Merge element-wise groups of the same element count when no cycle results."""
+        out = []
+        for g in groups:
+            if g.kind != "elementwise":
+                out.append(g)
+                continue
+            size = g.outputs[0].size
+            for h in out:
+                if h.kind == "elementwise" and h.outputs[0].size == size and \
+                        self._acyclic_merge(h, g, out + [g], home, stored):
+                    for n in g.outputs:
+                        home[id(n)] = h
+                    h.outputs.extend(g.outputs)
+                    break
+            else:
+                out.append(g)
+        return out
+
+    def _group_graph(self, groups, home, stored) -> nx.DiGraph:
+        gg = nx.DiGraph()
+        for g in groups:
+            gg.add_node(id(g))
+        for g in groups:
+            for dep in self._loads_of(g, home, stored):
+                owner = home.get(dep)
+                if owner is not None and owner is not g:
+                    gg.add_edge(id(owner), id(g))
+        return gg
+
+    def _loads_of(self, g: FusionGroup, home, stored) -> set:
+        """Ids of stored nodes group ``g`` reads (its external inputs)."""
+        roots = list(g.outputs) + [i for a in g.anchors for i in a.inputs]
+        loads, stack, seen = set(), roots, set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen or self.is_leaf(x):
+                continue
+            seen.add(id(x))
+            if id(x) in stored and home.get(id(x)) is not g:
+                loads.add(id(x))
+                continue
+            stack.extend(x.inputs)
+        return loads
+
+    def _acyclic_merge(self, h, g, groups, home, stored) -> bool:
+        gg = nx.contracted_nodes(self._group_graph(groups, home, stored), id(h), id(g),
+                                 self_loops=False)
+        return nx.is_directed_acyclic_graph(gg)
+
+    def _launch_order(self, groups, home, stored) -> list:
+        gg = self._group_graph(groups, home, stored)
+        by_id = {id(g): g for g in groups}
+        first = {id(g): min(self.pos[id(n)] for n in g.outputs + g.anchors) for g in groups}
+        try:
+            order = list(nx.lexicographical_topological_sort(gg, key=lambda i: first[i]))
+        except nx.NetworkXUnfeasible:
+            raise FusionIllegal("the fusion groups depend on each other in a cycle") from None
+        return [by_id[i] for i in order]
+
+    def _over_limit(self, part: Partition):
+        """A node id to store so that an over-limit group splits, or None when all fit."""
+        if self.max_args is None:
+            return None
+        for g in part.groups:
+            if g.kind == "copy":
+                continue
+            spec = lower(g, _external_for(part, g))[0]
+            if len(spec.args) <= self.max_args:
+                continue
+            return self._split_point(g, part)
+        return None
+
+    def _split_point(self, g: FusionGroup, part: Partition):
+        """The inlined node whose subtree reads the most buffers while still fitting."""
+        best, best_loads = None, 0
+        for n in self.order:
+            if part.home.get(id(n)) is not None or self.is_leaf(n) or id(n) in self.force_stored:
+                continue
+            loads = self._leaf_loads(n, part)
+            if 2 <= len(loads) < self.max_args and len(loads) > best_loads and \
+                    self._reaches(g, n):
+                best, best_loads = id(n), len(loads)
+        if best is None:
+            raise FusionIllegal(f"a {g.label} kernel needs more than {self.max_args} buffers "
+                                f"and cannot be split")
+        return best
+
+    def _leaf_loads(self, n, part) -> set:
+        loads, stack, seen = set(), [n], set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            if self.is_leaf(x) or (x is not n and id(x) in part.home):
+                loads.add(id(x))
+                continue
+            stack.extend(x.inputs)
+        return loads
+
+    def _reaches(self, g, n) -> bool:
+        ids = {id(x) for x in g.outputs + g.anchors}
+        return any(i in ids for i in self._consumer_closure(n))
+
+    def _consumer_closure(self, n) -> set:
+        out, stack = set(), [n]
+        while stack:
+            x = stack.pop()
+            for c in self.consumers[id(x)]:
+                if id(c) not in out:
+                    out.add(id(c))
+                    stack.append(c)
+        return out
+
+
+def _external_for(part: Partition, g: FusionGroup):
+    def external(x):
+        if x.buffer is not None:
+            return True
+        owner = part.home.get(id(x))
+        return owner is not None and owner is not g
+    return external
+
+
+def partition(order, outputs, fuse=True, max_args=None) -> Partition:
+    """Cut the pending graph (``order``: its nodes in topological order) into fusion groups."""
+    return Partitioner(order, outputs, fuse, max_args).run()
+
+
+def external_for(part: Partition, g: FusionGroup):
+    """The ``external`` predicate lowering needs for group ``g`` of ``part``."""
+    return _external_for(part, g)

@@ -1,0 +1,171 @@
+"""Plans: the kernels of one pending graph in launch order, and the plan cache.
+
+A plan refers to graph nodes by their position in the topological order of the graph's
+structural key, never by object, so it can be reused for every later recording with the same
+key (the same model on fresh data): no partitioning, no lowering, no rendering, no compiling.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..graph.graph import structural_key
+from ..graph.ops import VIEWS
+from .kernel_ir import KernelSpec
+from .lower import lower
+from .partition import FusionGroup, external_for, partition
+
+SOURCES = ("const", "iota", "random_uniform")
+
+
+@dataclass
+class OpInfo:
+    """One graph op as explain and the kernel dumps show it."""
+
+    op: str
+    shape: tuple
+    dtype: str
+    origin: str | None
+    role: str  # anchor | fused on read | fused on write | stored | view
+
+    def __str__(self) -> str:
+        where = f"  ({self.origin})" if self.origin else ""
+        return f"{self.op}{list(self.shape)}:{self.dtype} [{self.role}]{where}"
+
+
+@dataclass
+class PlannedKernel:
+    """One launch: ``spec`` (None for a copy), ``arg_pos`` (graph positions bound to the
+    kernel's arguments, inputs then outputs), and the ops it fuses for people to read."""
+
+    kind: str
+    label: str
+    spec: KernelSpec | None
+    arg_pos: list
+    ops: list = field(default_factory=list)
+    compiled: object = None  # set by the runtime that runs the plan
+
+    @property
+    def n_inputs(self) -> int:
+        return sum(1 for a in self.spec.args if not a.is_output) if self.spec else 1
+
+    def bytes_moved(self) -> int:
+        if self.spec is None:
+            return 0
+        return sum(a.size * a.dtype.itemsize for a in self.spec.args)
+
+
+@dataclass
+class Plan:
+    kernels: list
+    output_pos: list
+    n_nodes: int
+    bytes_unfused: int
+    last_use: dict = field(default_factory=dict)  # graph position -> last kernel reading it
+
+    @property
+    def bytes_fused(self) -> int:
+        return sum(k.bytes_moved() for k in self.kernels)
+
+
+def build_plan(order, outputs, fuse: bool = True, max_args: int | None = None) -> Plan:
+    """Partition and lower the pending graph (``order``, ``outputs``) into a Plan."""
+    part = partition(order, outputs, fuse, max_args)
+    pos = {id(n): i for i, n in enumerate(order)}
+    kernels = []
+    for g in part.groups:
+        if g.kind == "copy":
+            (n,) = g.anchors
+            kernels.append(PlannedKernel("copy", "copy", None, [pos[id(n.inputs[0])], pos[id(n)]],
+                                         [_info(n, "anchor")]))
+            continue
+        spec, arg_nodes, computed = lower(g, external_for(part, g))
+        kernels.append(PlannedKernel(g.kind, g.label, spec, [pos[id(n)] for n in arg_nodes],
+                                     _describe(g, computed, pos)))
+    plan = Plan(kernels, [pos[id(o)] for o in outputs], len(order), _unfused_bytes(order))
+    for k_index, k in enumerate(kernels):
+        inputs = k.arg_pos[:k.n_inputs]
+        for p in inputs:
+            plan.last_use[p] = k_index
+    return plan
+
+
+def _info(n, role) -> OpInfo:
+    return OpInfo(n.op, n.shape, n.dtype.name, n.origin_short, role)
+
+
+def _describe(g: FusionGroup, computed, pos) -> list:
+    anchors = {id(a) for a in g.anchors}
+    written = {id(n) for n in g.outputs}
+    on_write = {id(n) for n in g.fused_on_write}
+    infos = []
+    for n in sorted(computed, key=lambda n: pos[id(n)]):
+        if n.op in SOURCES:
+            continue
+        if id(n) in anchors:
+            role = "anchor"
+        elif n.op in VIEWS:
+            role = "view"
+        elif id(n) in on_write:
+            role = "fused on write"
+        elif g.kind == "elementwise":
+            role = "fused"
+        else:
+            role = "fused on read" if _feeds_anchor(n, g) else "fused on write"
+        if id(n) in written and role not in ("anchor", "fused on write"):
+            role += ", stored"
+        infos.append(_info(n, role))
+    return infos
+
+
+def _feeds_anchor(n, g) -> bool:
+    """True when ``n`` is a producer of one of the group's anchors."""
+    stack, seen = [a for a in g.anchors], set()
+    while stack:
+        x = stack.pop()
+        for i in x.inputs:
+            if i is n:
+                return True
+            if id(i) not in seen:
+                seen.add(id(i))
+                stack.append(i)
+    return False
+
+
+def _unfused_bytes(order) -> int:
+    """Bytes an op-by-op execution moves: each compute op reads its inputs and writes its
+    output (views and constant fills cost nothing, as in an eager framework)."""
+    total = 0
+    for n in order:
+        if n.buffer is not None or n.op in VIEWS or n.op in SOURCES:
+            continue
+        total += n.nbytes + sum(i.nbytes for i in n.inputs if i.op not in SOURCES)
+    return total
+
+
+class PlanCache:
+    """Plans by structural key. ``hits`` and ``misses`` count lookups (tests assert them)."""
+
+    def __init__(self):
+        self._plans: dict = {}
+        self.hits = 0
+        self.misses = 0
+
+    def lookup(self, outputs, fuse=True, max_args=None):
+        """``(plan, order)`` for the pending graph of ``outputs``, building the plan on a miss.
+        ``order`` is this recording's topological order, which the plan's positions index."""
+        key, order = structural_key(outputs)
+        key = (key, fuse, max_args)
+        plan = self._plans.get(key)
+        if plan is None:
+            self.misses += 1
+            plan = build_plan(order, outputs, fuse, max_args)
+            self._plans[key] = plan
+        else:
+            self.hits += 1
+        return plan, order
+
+    def clear(self) -> None:
+        self._plans.clear()
+
+    def __len__(self) -> int:
+        return len(self._plans)

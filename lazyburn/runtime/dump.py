@@ -1,0 +1,66 @@
+"""Writing generated kernels to files: ``LAZYBURN_DUMP=DIR`` or ``with lazyburn.dump(DIR):``.
+
+One file per kernel, named by the order in which kernels were first launched, the group kind
+and a hash of the kernel (``0003_reduction_1a2b3c4d5e.cl``), headed by a comment listing the
+fused ops, which were fused on read or on write, and the user source line of each, followed by
+the printed kernel IR. The source below the header is exactly what the backend compiled.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+_stack: list[Path] = []
+_written: dict[Path, dict[str, Path]] = {}
+
+
+def dump_dir() -> Path | None:
+    """The active dump directory (innermost ``dump()`` first, then ``LAZYBURN_DUMP``)."""
+    if _stack:
+        return _stack[-1]
+    env = os.environ.get("LAZYBURN_DUMP")
+    return Path(env) if env else None
+
+
+@contextlib.contextmanager
+def dump(path):
+    """Write every kernel launched inside the block to directory ``path`` (created)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    _stack.append(path)
+    try:
+        yield path
+    finally:
+        _stack.remove(path)
+
+
+def header(kernel, comment: str) -> str:
+    """The comment block describing a planned kernel (``comment`` is the line prefix)."""
+    lines = [f"lazyburn kernel: {kernel.label}"]
+    if kernel.ops:
+        lines.append("fused ops (role, user line):")
+        lines += [f"  {info}" for info in kernel.ops]
+    if kernel.spec is not None:
+        lines.append("kernel IR:")
+        lines += ["  " + line for line in kernel.spec.text().splitlines()]
+    return "\n".join(f"{comment} {line}".rstrip() for line in lines) + "\n\n"
+
+
+def write(kernel, source: str, suffix: str, comment: str, directory: Path | None = None):
+    """Write ``source`` for ``kernel`` (a PlannedKernel) into ``directory`` (default: the active
+    dump directory); returns the file's path, or None when dumping is off. A kernel already
+    written there is not written again."""
+    directory = directory or dump_dir()
+    if directory is None:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    seen = _written.setdefault(directory.resolve(), {})
+    digest = kernel.spec.structural_hash() if kernel.spec is not None else "copy"
+    key = f"{digest}:{hash(source)}"
+    if key in seen:
+        return seen[key]
+    path = directory / f"{len(seen) + 1:04d}_{kernel.kind}_{digest}{suffix}"
+    path.write_text(header(kernel, comment) + source)
+    seen[key] = path
+    return path

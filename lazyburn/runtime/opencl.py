@@ -1,0 +1,262 @@
+"""The OpenCL device: fused kernels compiled and run through PyOpenCL.
+
+One context and one in-order command queue per device; the queue is the device's stream.
+Buffers are ``pyopencl.Buffer`` objects holding C-contiguous data. A sync finds (or builds) the
+plan for the pending graph, compiles its kernels once (programs are cached in memory by source
+hash and on disk by PyOpenCL), allocates each kernel's outputs, enqueues the kernels in plan
+order and waits for the queue, so device faults surface at the sync that caused them.
+
+Matmul groups on a CPU device may run as a library matmul instead (NumPy's BLAS on mapped host
+buffers), with the prologue and the epilogue as element-wise kernels; the autotuner chooses.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..codegen import opencl as cl_codegen
+from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
+from ..fusion.plan import PlanCache
+from ..graph import dtypes as dt
+from . import dump
+from .opencl_devices import discover
+
+
+def available() -> bool:
+    try:
+        return bool(discover()[0])
+    except Exception:
+        return False
+
+
+def open_device(index: int) -> "OpenCLBackend":
+    usable, skipped = discover()
+    if index >= len(usable):
+        why = "; ".join(f"{d}: {r}" for d, r in skipped) or "no OpenCL platform found"
+        raise DeviceError(f"no OpenCL device {index} (found {len(usable)} usable; {why})")
+    return OpenCLBackend(usable[index], index)
+
+
+def kernel_cache_dir() -> Path:
+    base = os.environ.get("LAZYBURN_CACHE_DIR") or os.path.join(Path.home(), ".cache",
+                                                                 "lazyburn")
+    return Path(base) / "kernels"
+
+
+class OpenCLBackend:
+    """A lazyburn device over one OpenCL device."""
+
+    name = "opencl"
+
+    def __init__(self, device, index: int):
+        import pyopencl as cl
+
+        self.cl = cl
+        self.device = device
+        self.device_string = f"opencl:{index}"
+        self.context = cl.Context([device])
+        self.queue = cl.CommandQueue(self.context)  # the device's stream
+        extensions = device.extensions.split()
+        self.has_fp64 = "cl_khr_fp64" in extensions
+        self.unsupported_dtypes = set() if self.has_fp64 else {dt.float64}
+        self.is_cpu = bool(device.type & cl.device_type.CPU)
+        self.max_alloc = device.max_mem_alloc_size
+        self.plans = PlanCache()
+        self.fuse = True
+        self._programs: dict[str, object] = {}
+        self.kernels_launched = 0
+        self.compiles = 0
+
+    # memory ------------------------------------------------------------------------------------
+    def _alloc(self, nbytes: int, origin=None):
+        cl = self.cl
+        if nbytes > self.max_alloc:
+            raise OutOfMemoryError(
+                f"{self.device_string}: cannot allocate {nbytes / 2**20:.1f} MiB (the device's "
+                f"largest buffer is {self.max_alloc / 2**20:.1f} MiB)", origin)
+        try:
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+        except cl.MemoryError as e:
+            raise OutOfMemoryError(f"{self.device_string}: out of memory allocating "
+                                   f"{nbytes} bytes: {e}", origin) from None
+
+    def upload(self, host: np.ndarray):
+        host = np.ascontiguousarray(host)
+        if host.dtype == np.bool_:
+            host = host.view(np.uint8)
+        buf = self._alloc(host.nbytes)
+        if host.nbytes:
+            self.cl.enqueue_copy(self.queue, buf, host)
+        return buf
+
+    def download(self, n) -> np.ndarray:
+        out = np.empty(n.shape, dtype=n.dtype.np)
+        if out.nbytes:
+            view = out.view(np.uint8) if out.dtype == np.bool_ else out
+            self.cl.enqueue_copy(self.queue, view, n.buffer)
+            self.queue.finish()
+        return out
+
+    # compiling ---------------------------------------------------------------------------------
+    def _program(self, source: str, kernel, origin):
+        key = hashlib.sha256(source.encode()).hexdigest()
+        prg = self._programs.get(key)
+        if prg is None:
+            try:
+                prg = self.cl.Program(self.context, source).build()
+            except self.cl.Error as e:
+                path = dump.write(kernel, source, ".cl", "//") or \
+                    dump.write(kernel, source, ".cl", "//", kernel_cache_dir())
+                log = str(e).strip().splitlines()
+                first = next((line for line in log if "error" in line.lower()), log[0] if log
+                             else "")
+                raise KernelCompileError(f"OpenCL kernel for {kernel.label} failed to compile: "
+                                         f"{first}", origin, kernel_file=str(path)) from None
+            self._programs[key] = prg
+            self.compiles += 1
+        return prg
+
+    def compile(self, plan, order):
+        """Render and build every kernel of ``plan`` not yet compiled."""
+        for i, k in enumerate(plan.kernels):
+            if k.compiled is not None or k.kind == "copy":
+                continue
+            origin = _kernel_origin(k, order, plan)
+            params = self.launch_params(k)
+            if k.kind == "matmul" and params.get("library"):
+                k.compiled = LibraryMatmul(self, k, params, origin)
+                continue
+            r = cl_codegen.render(k.spec, f"k{i}_{k.kind}", params)
+            prg = self._program(r.source, k, origin)
+            k.compiled = CompiledKernel(self.cl.Kernel(prg, r.name), r, origin)
+            dump.write(k, r.source, ".cl", "//")
+
+    def launch_params(self, k) -> dict:
+        """Launch configuration of a planned kernel: the autotuner's choice, else the
+        heuristic default."""
+        from .opencl_tuning import choose
+
+        return choose(self, k)
+
+    # running -------------------------------------------------------------------------------------
+    def run(self, outputs) -> list:
+        plan, order = self.plans.lookup(outputs, fuse=self.fuse)
+        self.compile(plan, order)
+        if dump.dump_dir() is not None:
+            for k in plan.kernels:
+                if isinstance(k.compiled, CompiledKernel):
+                    dump.write(k, k.compiled.rendered.source, ".cl", "//")
+        values = {}
+        for p, n in enumerate(order):
+            if n.buffer is not None:
+                values[p] = self._as_local(n)
+        out_set = set(plan.output_pos)
+        try:
+            for i, k in enumerate(plan.kernels):
+                if k.kind == "copy":
+                    src, dst = k.arg_pos
+                    values[dst] = self.upload(_host_value(order[src]))
+                    continue
+                n_in = k.n_inputs
+                args = [values[p] for p in k.arg_pos[:n_in]]
+                for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:]):
+                    values[p] = self._alloc(a.size * a.dtype.itemsize, k.compiled.origin)
+                    args.append(values[p])
+                k.compiled(self, args)
+                self.kernels_launched += 1
+                for p in k.arg_pos[:n_in]:  # temporaries die after their last reader
+                    if plan.last_use.get(p) == i and p not in out_set and \
+                            order[p].buffer is None:
+                        values.pop(p).release()
+            self.queue.finish()
+        except self.cl.Error as e:
+            raise DeviceError(f"{self.device_string}: kernel failed: {e}",
+                              k.compiled.origin if k.compiled else None) from None
+        return [values[p] for p in plan.output_pos]
+
+    def _as_local(self, n):
+        if n.device == self.device_string:
+            return n.buffer
+        return self.upload(_host_value(n))
+
+
+def _host_value(n) -> np.ndarray:
+    from . import download
+
+    return download(n)
+
+
+def _kernel_origin(k, order, plan) -> str | None:
+    """The user line to blame for a kernel: its first anchor's, else its first op's."""
+    for info in k.ops:
+        if info.role.startswith("anchor") and info.origin:
+            return info.origin
+    for info in k.ops:
+        if info.origin:
+            return info.origin
+    return None
+
+
+class CompiledKernel:
+    def __init__(self, kernel, rendered, origin):
+        self.kernel = kernel
+        self.rendered = rendered
+        self.origin = origin
+
+    def __call__(self, backend, args) -> None:
+        self.kernel(backend.queue, self.rendered.global_size, self.rendered.local_size, *args)
+
+
+class LibraryMatmul:
+    """A matmul group run as NumPy's BLAS matmul on mapped host buffers (CPU devices only),
+    with the prologue and epilogue as element-wise OpenCL kernels around it."""
+
+    def __init__(self, backend, k, params, origin):
+        from ..fusion.library import split_matmul
+
+        self.origin = origin
+        self.spec = k.spec
+        self.parts = split_matmul(k.spec)
+        self.kernels = {}
+        for name, part in self.parts.kernels.items():
+            r = cl_codegen.render(part, f"{name}_{id(self)}", {})
+            prg = backend._program(r.source, k, origin)
+            self.kernels[name] = CompiledKernel(backend.cl.Kernel(prg, r.name), r, origin)
+
+    def __call__(self, backend, args) -> None:
+        spec, parts = self.spec, self.parts
+        acc = np.dtype(spec.acc_dtype.np)
+        a = self._operand(backend, args, "a", (spec.m, spec.k)).astype(acc, copy=False)
+        b = self._operand(backend, args, "b", (spec.k, spec.n)).astype(acc, copy=False)
+        prod_buf = backend.upload(np.ascontiguousarray(np.matmul(a, b)))
+        n_in = sum(1 for x in spec.args if not x.is_output)
+        epi_args = [args[i] for i in parts.inputs["epilogue"]] + [prod_buf] + list(args[n_in:])
+        self.kernels["epilogue"](backend, epi_args)
+
+    def _operand(self, backend, args, which, matrix):
+        """Operand ``which`` as a (batch, rows, cols) host array: a strided view of its buffer
+        when the operand is a plain affine load, else the prologue kernel's result."""
+        spec, parts = self.spec, self.parts
+        shape = (spec.batch,) + matrix
+        direct = parts.direct[which]
+        if direct is not None:
+            arg, strides, offset = direct
+            host = _read(backend, args[arg], spec.args[arg])
+            isz = host.itemsize
+            return np.lib.stride_tricks.as_strided(host[offset:], shape,
+                                                   tuple(s * isz for s in strides))
+        part = parts.kernels[which]
+        out = part.args[-1]
+        buf = backend._alloc(out.size * out.dtype.itemsize, self.origin)
+        self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf])
+        return _read(backend, buf, out).reshape(shape)
+
+
+def _read(backend, buf, karg) -> np.ndarray:
+    host = np.empty(karg.size, dtype=karg.dtype.np)
+    view = host.view(np.uint8) if host.dtype == np.bool_ else host
+    backend.cl.enqueue_copy(backend.queue, view, buf)
+    return host
