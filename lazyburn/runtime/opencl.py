@@ -19,9 +19,9 @@ import numpy as np
 
 from ..codegen import opencl as cl_codegen
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
-from ..fusion.plan import PlanCache
 from ..graph import dtypes as dt
 from . import dump
+from .fused import FusedBackend
 from .opencl_devices import discover
 
 
@@ -46,7 +46,7 @@ def kernel_cache_dir() -> Path:
     return Path(base) / "kernels"
 
 
-class OpenCLBackend:
+class OpenCLBackend(FusedBackend):
     """A lazyburn device over one OpenCL device."""
 
     name = "opencl"
@@ -64,11 +64,9 @@ class OpenCLBackend:
         self.unsupported_dtypes = set() if self.has_fp64 else {dt.float64}
         self.is_cpu = bool(device.type & cl.device_type.CPU)
         self.max_alloc = device.max_mem_alloc_size
-        self.plans = PlanCache()
-        self.fuse = True
         self._programs: dict[str, object] = {}
-        self.kernels_launched = 0
         self.compiles = 0
+        super().__init__()
 
     # memory ------------------------------------------------------------------------------------
     def _alloc(self, nbytes: int, origin=None):
@@ -119,20 +117,13 @@ class OpenCLBackend:
             self.compiles += 1
         return prg
 
-    def compile(self, plan, order):
-        """Render and build every kernel of ``plan`` not yet compiled."""
-        for i, k in enumerate(plan.kernels):
-            if k.compiled is not None or k.kind == "copy":
-                continue
-            origin = _kernel_origin(k, order, plan)
-            params = self.launch_params(k)
-            if k.kind == "matmul" and params.get("library"):
-                k.compiled = LibraryMatmul(self, k, params, origin)
-                continue
-            r = cl_codegen.render(k.spec, f"k{i}_{k.kind}", params)
-            prg = self._program(r.source, k, origin)
-            k.compiled = CompiledKernel(self.cl.Kernel(prg, r.name), r, origin)
-            dump.write(k, r.source, ".cl", "//")
+    def compile_kernel(self, k, name: str, origin):
+        params = self.launch_params(k)
+        if k.kind == "matmul" and params.get("library"):
+            return LibraryMatmul(self, k, params, origin)
+        r = cl_codegen.render(k.spec, name, params)
+        prg = self._program(r.source, k, origin)
+        return CompiledKernel(self.cl.Kernel(prg, r.name), r, origin)
 
     def launch_params(self, k) -> dict:
         """Launch configuration of a planned kernel: the autotuner's choice, else the
@@ -141,69 +132,25 @@ class OpenCLBackend:
 
         return choose(self, k)
 
-    # running -------------------------------------------------------------------------------------
-    def run(self, outputs) -> list:
-        plan, order = self.plans.lookup(outputs, fuse=self.fuse)
-        self.compile(plan, order)
-        if dump.dump_dir() is not None:
-            for k in plan.kernels:
-                if isinstance(k.compiled, CompiledKernel):
-                    dump.write(k, k.compiled.rendered.source, ".cl", "//")
-        values = {}
-        for p, n in enumerate(order):
-            if n.buffer is not None:
-                values[p] = self._as_local(n)
-        out_set = set(plan.output_pos)
-        try:
-            for i, k in enumerate(plan.kernels):
-                if k.kind == "copy":
-                    src, dst = k.arg_pos
-                    values[dst] = self.upload(_host_value(order[src]))
-                    continue
-                n_in = k.n_inputs
-                args = [values[p] for p in k.arg_pos[:n_in]]
-                for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:]):
-                    values[p] = self._alloc(a.size * a.dtype.itemsize, k.compiled.origin)
-                    args.append(values[p])
-                k.compiled(self, args)
-                self.kernels_launched += 1
-                for p in k.arg_pos[:n_in]:  # temporaries die after their last reader
-                    if plan.last_use.get(p) == i and p not in out_set and \
-                            order[p].buffer is None:
-                        values.pop(p).release()
-            self.queue.finish()
-        except self.cl.Error as e:
-            raise DeviceError(f"{self.device_string}: kernel failed: {e}",
-                              k.compiled.origin if k.compiled else None) from None
-        return [values[p] for p in plan.output_pos]
+    def release(self, buf) -> None:
+        buf.release()
 
-    def _as_local(self, n):
-        if n.device == self.device_string:
-            return n.buffer
-        return self.upload(_host_value(n))
+    def finish(self) -> None:
+        self.queue.finish()
 
-
-def _host_value(n) -> np.ndarray:
-    from . import download
-
-    return download(n)
-
-
-def _kernel_origin(k, order, plan) -> str | None:
-    """The user line to blame for a kernel: its first anchor's, else its first op's."""
-    for info in k.ops:
-        if info.role.startswith("anchor") and info.origin:
-            return info.origin
-    for info in k.ops:
-        if info.origin:
-            return info.origin
-    return None
+    def device_errors(self) -> tuple:
+        return (self.cl.Error,)
 
 
 class CompiledKernel:
+    """A built OpenCL kernel with its NDRange; ``source`` is what the dump shows."""
+
+    suffix, comment = ".cl", "//"
+
     def __init__(self, kernel, rendered, origin):
         self.kernel = kernel
         self.rendered = rendered
+        self.source = rendered.source
         self.origin = origin
 
     def __call__(self, backend, args) -> None:

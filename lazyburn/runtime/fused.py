@@ -1,0 +1,91 @@
+"""What every fused backend shares: plan lookup, compiling once per plan, and the launch loop.
+
+A backend subclasses ``FusedBackend`` and provides memory (``_alloc``, ``upload``, ``download``,
+``release``), ``compile_kernel`` (a callable taking ``(backend, buffers)`` with ``.origin`` and,
+when it has one, ``.source``/``.suffix``/``.comment`` for the dump), ``finish`` (wait for the
+device's stream) and ``device_errors`` (the exception types a launch may raise).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DeviceError
+from ..fusion.plan import PlanCache
+from . import dump
+
+
+class FusedBackend:
+    """Runs plans. ``fuse=False`` gives the one-kernel-per-op execution benchmarks compare
+    against; ``max_args`` is the most buffers one kernel may bind (None: no limit)."""
+
+    max_args: int | None = None
+    device_string = "?"
+
+    def __init__(self):
+        self.plans = PlanCache()
+        self.fuse = True
+        self.kernels_launched = 0
+
+    def compile(self, plan, order) -> None:
+        """Compile every kernel of ``plan`` not compiled yet (a cached plan keeps its
+        kernels, so a plan-cache hit compiles nothing)."""
+        for i, k in enumerate(plan.kernels):
+            if k.compiled is None and k.kind != "copy":
+                k.compiled = self.compile_kernel(k, f"k{i}_{k.kind}", kernel_origin(k))
+        if dump.dump_dir() is not None:
+            for k in plan.kernels:
+                source = getattr(k.compiled, "source", None)
+                if source is not None:
+                    dump.write(k, source, k.compiled.suffix, k.compiled.comment)
+
+    def run(self, outputs) -> list:
+        plan, order = self.plans.lookup(outputs, fuse=self.fuse, max_args=self.max_args)
+        self.compile(plan, order)
+        values = {p: self._as_local(n) for p, n in enumerate(order) if n.buffer is not None}
+        out_set = set(plan.output_pos)
+        k = None
+        try:
+            for i, k in enumerate(plan.kernels):
+                if k.kind == "copy":
+                    src, dst = k.arg_pos
+                    values[dst] = self.upload(host_value(order[src]))
+                    continue
+                n_in = k.n_inputs
+                args = [values[p] for p in k.arg_pos[:n_in]]
+                for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:]):
+                    values[p] = self._alloc(a.size * a.dtype.itemsize, k.compiled.origin)
+                    args.append(values[p])
+                k.compiled(self, args)
+                self.kernels_launched += 1
+                for p in k.arg_pos[:n_in]:  # temporaries die after their last reader
+                    if plan.last_use.get(p) == i and p not in out_set and \
+                            order[p].buffer is None:
+                        self.release(values.pop(p))
+            self.finish()
+        except self.device_errors() as e:
+            origin = getattr(k.compiled, "origin", None) if k is not None else None
+            raise DeviceError(f"{self.device_string}: kernel failed: {e}", origin) from None
+        return [values[p] for p in plan.output_pos]
+
+    def _as_local(self, n):
+        if n.device == self.device_string:
+            return n.buffer
+        return self.upload(host_value(n))
+
+
+def host_value(n) -> np.ndarray:
+    """A realized node's data on the host, whatever its device."""
+    from . import download
+
+    return download(n)
+
+
+def kernel_origin(k) -> str | None:
+    """The user line to blame for a planned kernel: its first anchor's, else its first op's."""
+    for info in k.ops:
+        if info.role.startswith("anchor") and info.origin:
+            return info.origin
+    for info in k.ops:
+        if info.origin:
+            return info.origin
+    return None
