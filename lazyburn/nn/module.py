@@ -1,0 +1,219 @@
+"""The module base class: a tree of named parameters with checked loading.
+
+A ``Module`` holds its parameters as public Tensor attributes and its children as public Module
+(or ``ModuleList``) attributes; names join with dots (``encoder.0.attention.query.weight``), as
+in PyTorch's ``state_dict``, so checkpoint names map to attributes one to one. Loading checks
+every name, shape and dtype kind before anything is replaced, and reports all problems at once.
+
+lazyburn has no autograd: modules are for inference and start in eval mode (``training`` is
+False), where dropout is the identity.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Mapping
+
+import numpy as np
+
+from ..creation import tensor
+from ..errors import LazyburnError
+from ..graph import dtypes as dt
+from ..lazytensor import Tensor
+
+
+class WeightsError(LazyburnError, ValueError):
+    """Parameters that cannot be loaded: missing, unexpected, or of the wrong shape or dtype, or
+    a weights file that cannot be read.
+
+    Attributes: ``missing`` (names the module needs and the source lacks), ``unexpected`` (names
+    the source has and the module does not), ``mismatched`` (``(name, expected, found)``
+    triples of shape/dtype descriptions). Each is empty when not the cause.
+    """
+
+    def __init__(self, message: str, missing=(), unexpected=(), mismatched=()):
+        self.missing = list(missing)
+        self.unexpected = list(unexpected)
+        self.mismatched = list(mismatched)
+        super().__init__(message)
+
+
+def _describe(shape, dtype) -> str:
+    return f"{tuple(shape)} {dtype}"
+
+
+def _listing(names, limit=8) -> str:
+    names = list(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+class Module:
+    """Base class of layers and models.
+
+    Subclasses assign parameters (Tensors) and children (Modules, ``ModuleList``) as public
+    attributes in ``__init__`` and implement ``forward``; calling the module calls ``forward``.
+    Attributes whose names start with ``_`` are never parameters or children.
+    """
+
+    training: bool = False
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    # the tree ---------------------------------------------------------------------------------
+    def _children(self) -> Iterator[tuple[str, "Module"]]:
+        for name, value in vars(self).items():
+            if not name.startswith("_") and isinstance(value, Module):
+                yield name, value
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
+        """``(dotted name, module)`` for this module (name ``prefix``) and every descendant."""
+        yield prefix, self
+        for name, child in self._children():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def named_parameters(self) -> Iterator[tuple[str, Tensor]]:
+        """``(dotted name, tensor)`` for every parameter, in definition order."""
+        for prefix, module in self.named_modules():
+            for name, value in vars(module).items():
+                if not name.startswith("_") and isinstance(value, Tensor):
+                    yield (f"{prefix}.{name}" if prefix else name), value
+
+    def parameters(self) -> list[Tensor]:
+        return [p for _, p in self.named_parameters()]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every parameter's value as a NumPy array (computes pending parameters)."""
+        return {name: p.numpy() for name, p in self.named_parameters()}
+
+    def train(self, mode: bool = True) -> "Module":
+        """Set ``training`` on this module and every descendant; returns self."""
+        for _, m in self.named_modules():
+            m.training = mode
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def to(self, device) -> "Module":
+        """Move every parameter to ``device`` (recorded copies); returns self."""
+        for name, p in self.named_parameters():
+            owner, leaf = self._owner(name)
+            setattr(owner, leaf, p.to(device))
+        return self
+
+    def _owner(self, name: str) -> tuple["Module", str]:
+        *path, leaf = name.split(".")
+        owner = self
+        for part in path:
+            owner = getattr(owner, part) if not isinstance(owner, ModuleList) else owner[int(part)]
+        return owner, leaf
+
+    # loading ---------------------------------------------------------------------------------
+    def load_state_dict(self, arrays: Mapping[str, object], strict: bool = True) -> "Module":
+        """Replace parameters by the arrays of ``arrays`` (name -> NumPy array or array-like).
+
+        Each array must have its parameter's shape exactly and a dtype of the same kind (float
+        for float parameters, integer for integer ones); it is converted to the parameter's
+        dtype and uploaded to the parameter's device. With ``strict``, names the module lacks
+        are errors too; names the module has and ``arrays`` lacks always are.
+
+        Raises WeightsError naming every missing, unexpected or mismatched tensor; on error no
+        parameter is changed. Returns self.
+        """
+        params = dict(self.named_parameters())
+        missing = [name for name in params if name not in arrays]
+        unexpected = [name for name in arrays if name not in params] if strict else []
+        mismatched = []
+        converted = {}
+        for name, p in params.items():
+            if name not in arrays:
+                continue
+            a = np.asarray(arrays[name])
+            found_kind = "f" if a.dtype.kind == "f" or a.dtype == dt.bfloat16.np else a.dtype.kind
+            kind_ok = found_kind == p.dtype.kind or (p.dtype.is_int and found_kind in "iu")
+            if tuple(a.shape) != p.shape or not kind_ok:
+                mismatched.append((name, _describe(p.shape, p.dtype.name),
+                                   _describe(a.shape, a.dtype)))
+                continue
+            converted[name] = a
+        if missing or unexpected or mismatched:
+            raise WeightsError(self._load_message(missing, unexpected, mismatched),
+                               missing, unexpected, mismatched)
+        for name, a in converted.items():
+            p = params[name]
+            owner, leaf = self._owner(name)
+            setattr(owner, leaf, tensor(a, dtype=p.dtype, device=p.device))
+        return self
+
+    def _load_message(self, missing, unexpected, mismatched) -> str:
+        parts = [f"cannot load parameters into {type(self).__name__}:"]
+        if missing:
+            parts.append(f"missing {len(missing)} tensor(s): {_listing(missing)}")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)} tensor(s): {_listing(unexpected)}")
+        for name, want, got in mismatched[:8]:
+            parts.append(f"tensor {name!r}: expected {want}, found {got}")
+        if len(mismatched) > 8:
+            parts.append(f"... and {len(mismatched) - 8} more mismatched tensor(s)")
+        return "\n  ".join(parts)
+
+    def load_safetensors(self, path, strict: bool = True, rename=None) -> "Module":
+        """Load parameters from a safetensors file (see ``read_safetensors``); ``rename`` maps a
+        file name to a parameter name, or to None to skip that tensor.
+
+        Raises FileNotFoundError when ``path`` does not exist, WeightsError when the file cannot
+        be read or does not fit (see ``load_state_dict``). Returns self.
+        """
+        from .weights import read_safetensors
+
+        arrays = read_safetensors(path)
+        if rename is not None:
+            renamed = {}
+            for name, a in arrays.items():
+                new = rename(name)
+                if new is not None:
+                    renamed[new] = a
+            arrays = renamed
+        return self.load_state_dict(arrays, strict=strict)
+
+    def __repr__(self) -> str:
+        children = list(self._children())
+        if not children:
+            return f"{type(self).__name__}({self.extra_repr()})"
+        lines = [f"{type(self).__name__}("]
+        if self.extra_repr():
+            lines.append(f"  {self.extra_repr()}")
+        for name, child in children:
+            body = repr(child).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {body}")
+        return "\n".join(lines) + "\n)"
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+class ModuleList(Module):
+    """A list of modules whose parameters are named by index (``layers.0.weight``)."""
+
+    def __init__(self, modules=()):
+        self._items = list(modules)
+
+    def _children(self):
+        for i, m in enumerate(self._items):
+            yield str(i), m
+
+    def __getitem__(self, i):
+        return self._items[i]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def append(self, module: Module) -> "ModuleList":
+        self._items.append(module)
+        return self
