@@ -11,17 +11,25 @@ import math
 import numpy as np
 
 from . import runtime
-from .errors import DTypeError, ShapeError
+from .errors import DeviceError, DTypeError, ShapeError
 from .graph import dtypes as dt
 from .graph.node import Node
-from .record import Origin, const, is_scalar, node, record, wrap
+from .record import Origin, const, is_scalar, node, resolve_dtype, wrap
+
+
+def _device(op: str, device, origin) -> str:
+    """The canonical device string; raises DeviceError naming ``op`` and the user's line."""
+    try:
+        return runtime.canonical(device)
+    except DeviceError as e:
+        raise DeviceError(f"{op}: {e.args[0]}", str(origin)) from None
 
 
 def _host_dtype(arr: np.ndarray, obj, origin) -> dt.DType:
     if arr.dtype == object:
         raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor (not array-"
                          f"like, or ragged)", origin)
-    if isinstance(obj, (list, tuple, float, int, bool)) and not isinstance(obj, np.ndarray):
+    if isinstance(obj, (list, tuple, float, int, bool)) and not isinstance(obj, np.generic):
         # Python data: floats default to float32, ints to int64 (as in PyTorch)
         if arr.dtype.kind == "f":
             return dt.DEFAULT_FLOAT
@@ -34,22 +42,23 @@ def _host_dtype(arr: np.ndarray, obj, origin) -> dt.DType:
 
 
 def _from_host(obj, dtype, device, origin) -> Node:
-    device = runtime.canonical(device)
+    device = _device("tensor", device, origin)
     try:
         arr = np.asarray(obj)
     except (ValueError, TypeError) as e:
         raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor: {e}",
                          origin) from None
-    if not isinstance(obj, np.ndarray) and arr.dtype.kind not in "biuf":
+    if not isinstance(obj, (np.ndarray, np.generic)) and arr.dtype.kind not in "biuf":
         raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor "
                          f"(NumPy sees dtype {arr.dtype})", origin)
-    target = dt.dtype(dtype) if dtype is not None else _host_dtype(arr, obj, origin)
+    target = resolve_dtype("tensor", dtype, origin) if dtype is not None else \
+        _host_dtype(arr, obj, origin)
     arr = arr.astype(target.np, copy=False)
     b = runtime.backend(device)
     if target in b.unsupported_dtypes:
         raise DTypeError(f"tensor: device {device} does not support {target.name}", origin)
     n = Node("buffer", (), (), tuple(arr.shape), target, device, origin.code, origin.line)
-    n.buffer = b.upload(np.ascontiguousarray(arr))
+    n.buffer = b.upload(np.require(arr, requirements="C"))  # keeps 0-d arrays 0-d
     return n
 
 
@@ -97,12 +106,16 @@ def full(shape, fill_value, dtype=None, device=None):
 
     Raises ShapeError for negative sizes, DTypeError for a non-numeric fill.
     """
-    origin = Origin()
-    shape = _shape("full", shape, origin)
+    return _full("full", shape, fill_value, dtype, device, Origin())
+
+
+def _full(op, shape, fill_value, dtype, device, origin):
+    shape = _shape(op, shape, origin)
     if not is_scalar(fill_value):
-        raise DTypeError(f"full: fill_value must be a number, got {fill_value!r}", origin)
-    d = dt.dtype(dtype) if dtype is not None else dt.dtype(type(_pyval(fill_value)))
-    return wrap(const(_pyval(fill_value), shape, d, runtime.canonical(device), origin))
+        raise DTypeError(f"{op}: fill_value must be a number, got {fill_value!r}", origin)
+    value = _pyval(fill_value)
+    d = resolve_dtype(op, dtype if dtype is not None else type(value), origin)
+    return wrap(const(value, shape, d, _device(op, device, origin), origin))
 
 
 def _pyval(v):
@@ -111,37 +124,45 @@ def _pyval(v):
 
 def zeros(shape, dtype=None, device=None):
     """A float32 (or ``dtype``) tensor of zeros of ``shape``."""
-    return full(shape, 0, dtype or dt.DEFAULT_FLOAT, device)
+    return _full("zeros", shape, 0, dtype or dt.DEFAULT_FLOAT, device, Origin())
 
 
 def ones(shape, dtype=None, device=None):
     """A float32 (or ``dtype``) tensor of ones of ``shape``."""
-    return full(shape, 1, dtype or dt.DEFAULT_FLOAT, device)
+    return _full("ones", shape, 1, dtype or dt.DEFAULT_FLOAT, device, Origin())
 
 
 def empty(shape, dtype=None, device=None):
     """Like ``zeros``: a lazy engine has no uninitialized memory to hand out."""
-    return full(shape, 0, dtype or dt.DEFAULT_FLOAT, device)
+    return _full("empty", shape, 0, dtype or dt.DEFAULT_FLOAT, device, Origin())
 
 
-def _like(fn, x, *args, dtype=None, device=None):
-    return fn(x.shape, *args, dtype=dtype or x.dtype, device=device or x.device)
+def _like(op, x, fill_value, dtype, device):
+    from .record import tensor_node
+
+    origin = Origin()
+    n = tensor_node(op, x, origin)
+    return _full(op, n.shape, fill_value, dtype or n.dtype, device or n.device, origin)
 
 
 def zeros_like(x, dtype=None, device=None):
-    return _like(full, x, 0, dtype=dtype, device=device)
+    """Zeros of ``x``'s shape, dtype and device (unless given)."""
+    return _like("zeros_like", x, 0, dtype, device)
 
 
 def ones_like(x, dtype=None, device=None):
-    return _like(full, x, 1, dtype=dtype, device=device)
+    """Ones of ``x``'s shape, dtype and device (unless given)."""
+    return _like("ones_like", x, 1, dtype, device)
 
 
 def empty_like(x, dtype=None, device=None):
-    return _like(full, x, 0, dtype=dtype, device=device)
+    """Like ``zeros_like``."""
+    return _like("empty_like", x, 0, dtype, device)
 
 
 def full_like(x, fill_value, dtype=None, device=None):
-    return _like(full, x, fill_value, dtype=dtype, device=device)
+    """``fill_value`` over ``x``'s shape, in ``x``'s dtype and device (unless given)."""
+    return _like("full_like", x, fill_value, dtype, device)
 
 
 def _iota(n: int, dtype, device, origin) -> Node:
@@ -162,10 +183,10 @@ def arange(start, stop=None, step=1, dtype=None, device=None):
     if dtype is None:
         ints = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
         dtype = dt.DEFAULT_INT if ints else dt.DEFAULT_FLOAT
-    dtype = dt.dtype(dtype)
-    device = runtime.canonical(device)
+    dtype = resolve_dtype("arange", dtype, origin)
+    device = _device("arange", device, origin)
     n = max(0, math.ceil((stop - start) / step))
-    return _affine(_iota(n, dtype, device, origin), start, step, origin)
+    return _affine(_iota(n, dtype, device, origin), start, step, origin).astype(dtype)
 
 
 def _affine(i: Node, start, step, origin):
@@ -188,11 +209,12 @@ def linspace(start, stop, num, dtype=None, device=None, endpoint=True):
     origin = Origin()
     if num < 0:
         raise ShapeError(f"linspace: num must be non-negative, got {num}", origin)
-    dtype = dt.dtype(dtype or dt.DEFAULT_FLOAT)
+    dtype = resolve_dtype("linspace", dtype or dt.DEFAULT_FLOAT, origin)
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
-    device = runtime.canonical(device)
-    return _affine(_iota(num, dtype, device, origin), start, step, origin)
+    device = _device("linspace", device, origin)
+    compute = dtype if dtype.is_float else dt.DEFAULT_FLOAT
+    return _affine(_iota(num, compute, device, origin), start, step, origin).astype(dtype)
 
 
 def eye(n_rows, n_cols=None, k=0, dtype=None, device=None):
@@ -200,8 +222,8 @@ def eye(n_rows, n_cols=None, k=0, dtype=None, device=None):
     origin = Origin()
     n_cols = n_rows if n_cols is None else n_cols
     shape = _shape("eye", (n_rows, n_cols), origin)
-    device = runtime.canonical(device)
-    dtype = dt.dtype(dtype or dt.DEFAULT_FLOAT)
+    device = _device("eye", device, origin)
+    dtype = resolve_dtype("eye", dtype or dt.DEFAULT_FLOAT, origin)
     rows = wrap(node("iota", (), (0,), shape, dt.int64, device, origin))
     cols = wrap(node("iota", (), (1,), shape, dt.int64, device, origin))
     return ((rows + k) == cols).astype(dtype)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from .errors import DTypeError
 from .graph import dtypes as dt
 from .graph.ops import OPS
-from .record import (Origin, cast, const, is_scalar, operands, py_scalar, record, tensor_node,
-                     wrap)
+from .record import (Origin, cast, const, is_scalar, operands, py_scalar, record, resolve_dtype,
+                     tensor_node, wrap)
 
 
 def _check_numeric(op, dtypes, origin):
@@ -101,7 +101,7 @@ def astype(x, dtype, copy=True):
     Raises DTypeError for an unsupported dtype or one the device cannot hold."""
     origin = Origin()
     n = tensor_node("astype", x, origin)
-    d = dt.dtype(dtype)
+    d = resolve_dtype("astype", dtype, origin)
     if d is n.dtype:
         return wrap(n)
     return wrap(cast(n, d, origin))

@@ -7,6 +7,7 @@ import math
 
 from .elementwise import where
 from .errors import ShapeError
+from .graph.shapes import normalize_axis
 from .record import Origin, tensor_node, wrap
 
 
@@ -56,46 +57,64 @@ def clip(x, min=None, max=None):  # noqa: A002 - array-API names
     return x
 
 
+def _upcast(x):
+    """``x`` in the dtype a normalization computes in: float32 for integers and for
+    float16/bfloat16 (whose rounding of ``x - max`` alone would cost a few percent after
+    ``exp``), else ``x``'s own dtype. Half inputs get a half result, rounded once."""
+    if x.dtype.is_float and x.dtype.itemsize >= 4:
+        return x
+    return x.astype("float32")
+
+
+def _back(y, x):
+    return y.astype(x.dtype) if x.dtype.is_float else y
+
+
 def softmax(x, axis=-1):
-    """``exp(x - max) / sum(exp(x - max))`` along ``axis``: one broadcasted multi-reduction."""
-    x = _t("softmax", x)
-    if not x.dtype.is_float:
-        x = x.astype("float32")
-    e = (x - x.max(axis, keepdims=True)).exp()
-    return e / e.sum(axis, keepdims=True)
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``: one broadcasted multi-reduction.
+    Integer inputs give float32; half inputs are computed in float32."""
+    origin = Origin()
+    x = wrap(tensor_node("softmax", x, origin))
+    normalize_axis("softmax", axis, x.shape, origin)
+    xc = _upcast(x)
+    e = (xc - xc.max(axis, keepdims=True)).exp()
+    return _back(e / e.sum(axis, keepdims=True), x)
 
 
 def log_softmax(x, axis=-1):
-    """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
-    x = _t("log_softmax", x)
-    if not x.dtype.is_float:
-        x = x.astype("float32")
-    shifted = x - x.max(axis, keepdims=True)
-    return shifted - shifted.exp().sum(axis, keepdims=True).log()
+    """``x - max - log(sum(exp(x - max)))`` along ``axis`` (dtypes as ``softmax``)."""
+    origin = Origin()
+    x = wrap(tensor_node("log_softmax", x, origin))
+    normalize_axis("log_softmax", axis, x.shape, origin)
+    xc = _upcast(x)
+    shifted = xc - xc.max(axis, keepdims=True)
+    return _back(shifted - shifted.exp().sum(axis, keepdims=True).log(), x)
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """Layer normalization (Ba, Kiros & Hinton, 2016) over the trailing ``normalized_shape``:
-    ``(x - mean) / sqrt(var + eps) * weight + bias`` with the population variance.
+    ``(x - mean) / sqrt(var + eps) * weight + bias`` with the population variance. Half inputs
+    are normalized in float32; the result has ``x``'s dtype promoted with weight's and bias's.
 
     Raises ShapeError when ``normalized_shape`` does not match the trailing dimensions."""
     x = _t("layer_norm", x)
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
     k = len(normalized_shape)
-    if tuple(x.shape[len(x.shape) - k:]) != tuple(normalized_shape) or k > x.ndim:
+    if k > x.ndim or tuple(x.shape[x.ndim - k:]) != tuple(normalized_shape):
         raise ShapeError(f"layer_norm: normalized_shape {tuple(normalized_shape)} does not "
                          f"match the trailing dimensions of {x.shape}", Origin())
     axes = tuple(range(x.ndim - k, x.ndim))
-    mu = x.mean(axes, keepdims=True)
-    centered = x - mu
+    xc = _upcast(x)
+    mu = xc.mean(axes, keepdims=True)
+    centered = xc - mu
     variance = (centered * centered).mean(axes, keepdims=True)
     y = centered * (variance + eps).rsqrt()
     if weight is not None:
         y = y * weight
     if bias is not None:
         y = y + bias
-    return y
+    return _back(y, x) if y.dtype is xc.dtype else y
 
 
 def linear(x, weight, bias=None):

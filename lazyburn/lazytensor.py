@@ -129,8 +129,10 @@ class Tensor:
 
     def to(self, device) -> "Tensor":
         """This tensor on ``device`` (recorded as a copy; the same tensor if already there)."""
+        from .creation import _device
+
         origin = Origin()
-        device = runtime.canonical(device)
+        device = _device("to", device, origin)
         n = self._node
         if device == n.device:
             return self

@@ -43,7 +43,7 @@ def permute_dims(x, axes, origin=None):
     origin = origin or Origin()
     n = tensor_node("permute_dims", x, origin)
     nd = len(n.shape)
-    perm = tuple(normalize_axis("permute_dims", a, nd, origin) for a in axes)
+    perm = tuple(normalize_axis("permute_dims", a, n.shape, origin) for a in axes)
     if sorted(perm) != list(range(nd)):
         raise ShapeError(f"permute_dims: {tuple(axes)} is not a permutation of the {nd} axes of "
                          f"a tensor of shape {n.shape}", origin)
@@ -58,8 +58,8 @@ def transpose(x, dim0=-2, dim1=-1):
     origin = Origin()
     n = tensor_node("transpose", x, origin)
     nd = len(n.shape)
-    a, b = normalize_axis("transpose", dim0, nd, origin), normalize_axis("transpose", dim1, nd,
-                                                                           origin)
+    a = normalize_axis("transpose", dim0, n.shape, origin)
+    b = normalize_axis("transpose", dim1, n.shape, origin)
     perm = list(range(nd))
     perm[a], perm[b] = perm[b], perm[a]
     return permute_dims(x, perm, origin)
@@ -102,8 +102,7 @@ def expand_dims(x, axis=0):
     """``x`` with a new size-1 dimension at ``axis`` (in the result's numbering)."""
     origin = Origin()
     n = tensor_node("expand_dims", x, origin)
-    nd = len(n.shape) + 1
-    a = normalize_axis("expand_dims", axis, nd, origin)
+    a = normalize_axis("expand_dims", axis, n.shape, origin, extra=1)
     return wrap(_reshape_node(n, n.shape[:a] + (1,) + n.shape[a:], origin))
 
 
@@ -116,7 +115,7 @@ def squeeze(x, axis=None):
     if axis is None:
         axes = tuple(i for i, d in enumerate(n.shape) if d == 1)
     else:
-        axes = normalize_axes("squeeze", axis, len(n.shape), origin)
+        axes = normalize_axes("squeeze", axis, n.shape, origin)
         for a in axes:
             if n.shape[a] != 1:
                 raise ShapeError(f"squeeze: dimension {a} of shape {n.shape} has size "
@@ -132,8 +131,8 @@ def flatten(x, start_dim=0, end_dim=-1):
     nd = len(n.shape)
     if nd == 0:
         return wrap(_reshape_node(n, (1,), origin))
-    s = normalize_axis("flatten", start_dim, nd, origin)
-    e = normalize_axis("flatten", end_dim, nd, origin)
+    s = normalize_axis("flatten", start_dim, n.shape, origin)
+    e = normalize_axis("flatten", end_dim, n.shape, origin)
     if s > e:
         raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}", origin)
     shape = n.shape[:s] + (prod(n.shape[s:e + 1]),) + n.shape[e + 1:]
@@ -151,7 +150,7 @@ def flip(x, axis=None):
     """``x`` reversed along ``axis`` (all axes when None); a view."""
     origin = Origin()
     n = tensor_node("flip", x, origin)
-    axes = normalize_axes("flip", axis, len(n.shape), origin)
+    axes = normalize_axes("flip", axis, n.shape, origin)
     starts = [d - 1 if i in axes and d > 0 else 0 for i, d in enumerate(n.shape)]
     steps = [-1 if i in axes else 1 for i in range(len(n.shape))]
     return wrap(_slice_node(n, starts, steps, n.shape, origin))
@@ -198,7 +197,7 @@ def concat(tensors, axis=0):
     nd = len(nodes[0].shape)
     if nd == 0:
         raise ShapeError("concat: zero-dimensional tensors cannot be concatenated", origin)
-    a = normalize_axis("concat", axis, nd, origin)
+    a = normalize_axis("concat", axis, nodes[0].shape, origin)
     d = nodes[0].dtype
     for n in nodes[1:]:
         d = dt.promote(d, n.dtype)
@@ -223,8 +222,7 @@ def stack(tensors, axis=0):
     shapes = {n.shape for n in nodes}
     if len(shapes) != 1:
         raise ShapeError(f"stack: all tensors need one shape, got {sorted(shapes)}", origin)
-    nd = len(nodes[0].shape) + 1
-    a = normalize_axis("stack", axis, nd, origin)
+    a = normalize_axis("stack", axis, nodes[0].shape, origin, extra=1)
     shape = nodes[0].shape[:a] + (1,) + nodes[0].shape[a:]
     return concat([wrap(_reshape_node(n, shape, origin)) for n in nodes], axis=a)
 
@@ -238,7 +236,7 @@ def repeat(x, repeats: int, axis=None):
     if axis is None:
         n = _reshape_node(n, (n.size,), origin)
         axis = 0
-    a = normalize_axis("repeat", axis, len(n.shape), origin)
+    a = normalize_axis("repeat", axis, n.shape, origin)
     inner = _reshape_node(n, n.shape[:a + 1] + (1,) + n.shape[a + 1:], origin)
     from . import record as rec
 
@@ -276,6 +274,8 @@ def _index_node(op, indices, device, origin, bound: int | None) -> Node:
             raise DTypeError(f"{op}: indices must be integers, got {n.dtype.name}", origin)
         return n
     arr = np.asarray(indices)
+    if arr.size == 0 and not isinstance(indices, np.ndarray):
+        arr = arr.astype(np.int64)  # ``[]`` is an empty integer index, as in NumPy
     if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "b":
             raise DTypeError(f"{op}: boolean mask indexing has a data-dependent shape; use "
@@ -301,7 +301,7 @@ def take(x, indices, axis=None, origin=None):
     if axis is None:
         n = _reshape_node(n, (n.size,), origin)
         axis = 0
-    a = normalize_axis("take", axis, len(n.shape), origin)
+    a = normalize_axis("take", axis, n.shape, origin)
     idx = _index_node("take", indices, n.device, origin, n.shape[a])
     same_device("take", [n, idx], origin)
     shape = n.shape[:a] + idx.shape + n.shape[a + 1:]
@@ -319,8 +319,9 @@ def take_along_axis(x, indices, axis=-1):
     origin = Origin()
     n = tensor_node("take_along_axis", x, origin)
     nd = len(n.shape)
-    a = normalize_axis("take_along_axis", axis, nd, origin)
+    a = normalize_axis("take_along_axis", axis, n.shape, origin)
     idx = _index_node("take_along_axis", indices, n.device, origin, n.shape[a])
+    same_device("take_along_axis", [n, idx], origin)
     if len(idx.shape) != nd:
         raise ShapeError(f"take_along_axis: indices of shape {idx.shape} need the rank of x "
                          f"{n.shape}", origin)
@@ -360,8 +361,9 @@ def getitem(x, key):
     starts, steps, counts = [], [], []
     out_shape = []  # result dims: ints drop, None adds, the array index expands
     array_at, array_key = None, None
+    advanced = []  # positions in ``key`` of ints and the array (NumPy's advanced indices)
     dim = 0
-    for k in key:
+    for pos, k in enumerate(key):
         if k is None:
             out_shape.append(("new", 1))
             continue
@@ -388,11 +390,13 @@ def getitem(x, key):
             starts.append(i % size)
             steps.append(1)
             counts.append(1)
+            advanced.append(pos)
         elif isinstance(k, (Tensor, np.ndarray, list)):
             if array_at is not None:
                 raise ShapeError("getitem: integer-array indices on more than one axis are not "
                                  "supported", origin)
             array_at, array_key = dim, k
+            advanced.append(pos)
             starts.append(0)
             steps.append(1)
             counts.append(size)
@@ -409,6 +413,14 @@ def getitem(x, key):
         array_shape = idx.shape
         shape = m.shape[:array_at] + idx.shape + m.shape[array_at + 1:]
         m = node("take", (m, idx), (array_at,), shape, m.dtype, m.device, origin)
+        if max(advanced) - min(advanced) + 1 != len(advanced):
+            # NumPy: when ints and the array are not adjacent, the array's dimensions lead
+            nd_idx = len(idx.shape)
+            inner = tuple(range(array_at, array_at + nd_idx))
+            perm = inner + tuple(i for i in range(len(m.shape)) if i not in inner)
+            m = node("permute", (m,), (perm,), tuple(m.shape[p] for p in perm), m.dtype,
+                     m.device, origin)
+            out_shape.sort(key=lambda entry: entry[0] != "array")
     final = []
     for kind, v in out_shape:
         final.extend(array_shape if kind == "array" else (v,))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-from . import runtime
 from .errors import ShapeError
 from .graph import dtypes as dt
 from .record import Origin, node, wrap
@@ -29,20 +28,20 @@ class Generator:
         self.seed = seed
         self.offset = 0
 
-    def _uniform01(self, shape, device, origin):
-        from .creation import _shape
+    def _uniform01(self, op, shape, device, origin):
+        from .creation import _device, _shape
 
-        shape = _shape("random", shape, origin)
+        shape = _shape(op, shape, origin)
         size = math.prod(shape)
         n = node("random_uniform", (), (self.seed, self.offset), shape, dt.float32,
-                 runtime.canonical(device), origin)
+                 _device(op, device, origin), origin)
         self.offset += size
         return wrap(n)
 
     def uniform(self, shape, low=0.0, high=1.0, dtype=None, device=None):
         """Floats uniform in ``[low, high)`` of ``shape`` (float32 unless ``dtype``)."""
         origin = Origin()
-        u = self._uniform01(shape, device, origin)
+        u = self._uniform01("uniform", shape, device, origin)
         if (low, high) != (0.0, 1.0):
             u = u * (high - low) + low
         return u.astype(dtype) if dtype is not None else u
@@ -51,8 +50,8 @@ class Generator:
         """Floats from N(mean, std**2) of ``shape``: Box-Muller,
         ``sqrt(-2 log(1 - u1)) * cos(2 pi u2)``."""
         origin = Origin()
-        u1 = self._uniform01(shape, device, origin)
-        u2 = self._uniform01(shape, device, origin)
+        u1 = self._uniform01("normal", shape, device, origin)
+        u2 = self._uniform01("normal", shape, device, origin)
         z = (-2.0 * (1.0 - u1).log()).sqrt() * (2.0 * math.pi * u2).cos()
         if (mean, std) != (0.0, 1.0):
             z = z * std + mean
@@ -66,7 +65,7 @@ class Generator:
             low, high = 0, low
         if high <= low:
             raise ShapeError(f"integers: empty range [{low}, {high})", origin)
-        u = self._uniform01(shape, device, origin)
+        u = self._uniform01("integers", shape, device, origin)
         span = high - low
         r = (u * float(span)).floor().astype(dtype or dt.int64)
         return r.minimum(span - 1) + low if low else r.minimum(span - 1)

@@ -108,7 +108,7 @@ def tensor_node(op: str, x, origin, device=None) -> Node:
 
     if isinstance(x, Tensor):
         return x._node
-    if isinstance(x, (np.ndarray, list, tuple)) or is_scalar(x):
+    if isinstance(x, (np.ndarray, np.generic, list, tuple)) or is_scalar(x):
         from .creation import _from_host
 
         return _from_host(x, None, device, origin)
@@ -167,6 +167,14 @@ def operands(op: str, args, origin, promote=True):
             sd = dtype if promote else dt.scalar_dtype(n, dtype)
             out.append(const(n, shape, sd, device, origin))
     return out, dtype
+
+
+def resolve_dtype(op: str, spec, origin) -> "dt.DType":
+    """``spec`` as a DType; raises DTypeError naming ``op`` and the user's line."""
+    try:
+        return dt.dtype(spec)
+    except DTypeError as e:
+        raise DTypeError(f"{op}: {e.args[0]}", str(origin)) from None
 
 
 def check_axis_int(op, value, origin):

@@ -15,16 +15,16 @@ from .graph import dtypes as dt
 from .graph.shapes import normalize_axes
 from .graph.shapes import prod as _prod
 from .movement import _reshape_node
-from .record import Origin, cast, node, tensor_node, wrap
+from .record import Origin, cast, node, resolve_dtype, tensor_node, wrap
 
 
 def _reduce(op: str, x, axis, keepdims: bool, origin: Origin, dtype=None):
     n = tensor_node(op, x, origin)
-    axes = normalize_axes(op, axis, len(n.shape), origin)
+    axes = normalize_axes(op, axis, n.shape, origin)
     d = n.dtype
     if op in ("sum", "prod"):
         if dtype is not None:
-            d = dt.dtype(dtype)
+            d = resolve_dtype(op, dtype, origin)
         elif d.is_bool or d.is_int:
             d = dt.int64  # array API: integer sums accumulate in the default integer type
         n = cast(n, d, origin)
@@ -84,7 +84,7 @@ def _arg(op, x, axis, keepdims, origin):
         if keepdims:
             r = _reshape_node(r, (1,) * len(n.shape), origin)
         return r
-    (a,) = normalize_axes(op, axis, len(n.shape), origin)
+    (a,) = normalize_axes(op, axis, n.shape, origin)
     if n.shape[a] == 0:
         raise ShapeError(f"{op}: empty axis {a} of shape {n.shape}", origin)
     if n.dtype.is_bool:
@@ -118,45 +118,65 @@ def _float(op, x, origin):
     return wrap(n)
 
 
-def _count(x, axis) -> int:
-    axes = normalize_axes("mean", axis, x.ndim)
+def _count(op, x, axis, origin) -> int:
+    axes = normalize_axes(op, axis, x.shape, origin)
     return _prod(x.shape[a] for a in axes)
+
+
+def _accumulator(x):
+    """float16/bfloat16 statistics are computed in float32 and rounded once at the end: a sum
+    of a few thousand half values can leave float16's range even when their mean does not."""
+    return dt.float32 if x.dtype in (dt.float16, dt.bfloat16) else x.dtype
 
 
 def mean(x, axis=None, keepdims=False):
     """Arithmetic mean over ``axis`` (floating result; integers are cast to float32)."""
-    x = _float("mean", x, Origin())
-    n = _count(x, axis)
-    return sum(x, axis, keepdims) * (1.0 / n if n else float("nan"))
+    origin = Origin()
+    x = _float("mean", x, origin)
+    n = _count("mean", x, axis, origin)
+    acc = _accumulator(x)
+    m = sum(x, axis, keepdims, dtype=acc) * (1.0 / n if n else float("nan"))
+    return m.astype(x.dtype)
 
 
 def var(x, axis=None, correction=0, keepdims=False):
     """Variance over ``axis`` with ``correction`` (0: population, 1: sample), computed as
     ``sum((x - mean)**2) / (N - correction)`` -- a broadcasted multi-reduction."""
-    x = _float("var", x, Origin())
-    n = _count(x, axis)
-    centered = x - mean(x, axis, keepdims=True)
-    denom = n - correction
-    return sum(centered * centered, axis, keepdims) * (1.0 / denom if denom > 0
-                                                       else float("nan"))
+    return _var("var", x, axis, correction, keepdims, Origin())
 
 
 def std(x, axis=None, correction=0, keepdims=False):
     """Standard deviation: ``sqrt(var(x, axis, correction))``."""
-    return var(x, axis, correction, keepdims).sqrt()
+    return _var("std", x, axis, correction, keepdims, Origin()).sqrt()
+
+
+def _var(op, x, axis, correction, keepdims, origin):
+    x = _float(op, x, origin)
+    n = _count(op, x, axis, origin)
+    xa = x.astype(_accumulator(x))
+    centered = xa - mean(xa, axis, keepdims=True)
+    denom = n - correction
+    v = sum(centered * centered, axis, keepdims) * (1.0 / denom if denom > 0 else float("nan"))
+    return v.astype(x.dtype)
 
 
 def logsumexp(x, axis=None, keepdims=False):
     """``log(sum(exp(x)))`` over ``axis``, computed stably as ``m + log(sum(exp(x - m)))`` with
-    ``m`` the maximum (replaced by 0 where it is not finite)."""
+    ``m`` the maximum (replaced by 0 where it is not finite).
+
+    Raises ShapeError for an axis out of range or an empty reduction (no maximum)."""
     from .elementwise import where
 
-    x = _float("logsumexp", x, Origin())
-    m = max(x, axis, keepdims=True)
+    origin = Origin()
+    x = _float("logsumexp", x, origin)
+    axes = normalize_axes("logsumexp", axis, x.shape, origin)
+    if builtins.any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(f"logsumexp: zero-size reduction over axes {axes} of shape {x.shape}",
+                         origin)
+    xa = x.astype(_accumulator(x))
+    m = max(xa, axes, keepdims=True)
     m = where(m.isfinite(), m, 0.0)
-    out = (x - m).exp().sum(axis, keepdims=True).log() + m
+    out = (xa - m).exp().sum(axes, keepdims=True).log() + m
     if not keepdims:
-        axes = normalize_axes("logsumexp", axis, x.ndim)
         out = out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))
-    return out
-
+    return out.astype(x.dtype)

@@ -1,6 +1,8 @@
 """Record-time shape rules: broadcasting, axis normalization, reshape inference."""
 from __future__ import annotations
 
+import numbers
+
 from ..errors import ShapeError
 
 
@@ -29,24 +31,37 @@ def broadcast_shapes(op: str, *shapes: tuple, origin=None) -> tuple:
     return tuple(out)
 
 
-def normalize_axis(op: str, axis: int, ndim: int, origin=None) -> int:
-    if not isinstance(axis, int) or isinstance(axis, bool):
+def normalize_axis(op: str, axis: int, shape: tuple, origin=None, extra: int = 0) -> int:
+    """``axis`` as a non-negative int for a tensor of ``shape``; ``extra`` widens the valid
+    range for ops whose result has more dimensions (``expand_dims``, ``stack``: 1).
+
+    Raises ShapeError naming ``op`` and ``shape`` for a non-int or out-of-range axis."""
+    ndim = len(shape) + extra
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
         raise ShapeError(f"{op}: axis must be an int, got {axis!r}", origin)
-    if not -ndim <= axis < max(ndim, 1):
-        raise ShapeError(f"{op}: axis {axis} is out of range for a tensor of rank {ndim}",
-                         origin)
-    return axis % ndim if ndim else 0
+    if not -ndim <= axis < ndim:
+        rank = f" (the result has rank {ndim})" if extra else ""
+        raise ShapeError(f"{op}: axis {axis} is out of range for a tensor of shape "
+                         f"{tuple(shape)}{rank}", origin)
+    return int(axis) % ndim
 
 
-def normalize_axes(op: str, axis, ndim: int, origin=None) -> tuple:
-    """``axis`` (None, an int or a sequence of ints) as a sorted tuple of non-negative axes."""
+def normalize_axes(op: str, axis, shape: tuple, origin=None) -> tuple:
+    """``axis`` (None, an int or a sequence of ints) as a sorted tuple of non-negative axes of a
+    tensor of ``shape``. Raises ShapeError for an axis out of range or repeated."""
     if axis is None:
-        return tuple(range(ndim))
-    if isinstance(axis, int) and not isinstance(axis, bool):
+        return tuple(range(len(shape)))
+    if isinstance(axis, numbers.Integral) and not isinstance(axis, bool):
         axis = (axis,)
-    axes = tuple(sorted(normalize_axis(op, a, ndim, origin) for a in axis))
+    try:
+        axis = tuple(axis)
+    except TypeError:
+        raise ShapeError(f"{op}: axis must be None, an int or a tuple of ints, got {axis!r}",
+                         origin) from None
+    axes = tuple(sorted(normalize_axis(op, a, shape, origin) for a in axis))
     if len(set(axes)) != len(axes):
-        raise ShapeError(f"{op}: repeated axis in {tuple(axis)}", origin)
+        raise ShapeError(f"{op}: repeated axis in {axis} for a tensor of shape {tuple(shape)}",
+                         origin)
     return axes
 
 
