@@ -1,0 +1,292 @@
+"""Fusion on every fused device: plan structure (kernel counts, group kinds, what was fused)
+and values against the NumPy backend on fresh random data."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.special
+
+import lazyburn as lb
+from fused_devices import FUSED_DEVICES
+
+pytestmark = pytest.mark.skipif(not FUSED_DEVICES, reason="no fused device on this machine")
+
+
+@pytest.fixture(params=FUSED_DEVICES)
+def device(request):
+    return request.param
+
+
+@pytest.fixture
+def rng(request):
+    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
+
+
+def both(device, *arrays):
+    """Each array as a tensor on ``device`` and on ``numpy``."""
+    return [lb.tensor(a, device=device) for a in arrays], \
+        [lb.tensor(a, device="numpy") for a in arrays]
+
+
+def check(fn, device, *arrays, rtol=1e-5, atol=1e-6, kernels=None, kinds=None):
+    """Run ``fn`` on both devices, compare, and check the fused plan's shape."""
+    fused_in, ref_in = both(device, *arrays)
+    out = fn(*fused_in)
+    outs = out if isinstance(out, tuple) else (out,)
+    plan = lb.explain(*outs)
+    if kernels is not None:
+        assert plan.kernel_count == kernels, str(plan)
+    if kinds is not None:
+        assert plan.kinds() == kinds, str(plan)
+    ref = fn(*ref_in)
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    for o, r in zip(outs, refs):
+        got, want = o.numpy(), r.numpy()
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
+                                   atol=atol)
+    return plan
+
+
+def chain10(x, y):
+    z = x * 1.5 + y
+    z = (-z.abs()).exp() * z.tanh()
+    z = lb.where(z > 0.1, z, 0.01 * z)
+    return (z.abs()).log1p() + y.sin()
+
+
+def layer_norm_by_hand(x, w, b):
+    mean = x.mean(-1, keepdims=True)
+    centered = x - mean
+    var = (centered * centered).mean(-1, keepdims=True)
+    return centered * (var + 1e-5).rsqrt() * w + b
+
+
+def test_chain_of_ten_elementwise_ops_is_one_kernel(device, rng):
+    x, y = rng.standard_normal((2, 64, 130), dtype=np.float32)
+    plan = check(chain10, device, x, y, kernels=1, kinds=["elementwise"])
+    ops = [o.op for o in plan.kernels[0].ops]
+    assert ops.count("mul") >= 3 and {"exp", "tanh", "where", "log1p", "sin"} <= set(ops)
+    # two inputs read once, one output written once
+    assert plan.bytes_fused == 3 * x.nbytes
+    assert plan.bytes_unfused > 5 * plan.bytes_fused
+
+
+def test_layer_norm_by_hand_is_one_reduction_kernel(device, rng):
+    x = rng.standard_normal((33, 200), dtype=np.float32)
+    w, b = rng.standard_normal((2, 200), dtype=np.float32)
+    plan = check(layer_norm_by_hand, device, x, w, b, rtol=1e-4, atol=1e-5, kernels=1,
+                 kinds=["reduction"])
+    k = plan.kernels[0]
+    assert [o.op for o in k.ops if o.role == "anchor"] == ["sum", "sum"]
+    assert k.spec.reduce_size == 200 and k.spec.rows == 33
+    assert len(k.spec.stages) == 2
+
+
+def test_softmax_is_one_kernel(device, rng):
+    x = rng.standard_normal((17, 300), dtype=np.float32) * 4
+    plan = check(lambda t: lb.softmax(t * 0.125, axis=-1), device, x, kernels=1)
+    assert plan.kernels[0].label == "reduction(max,sum)"
+
+
+def test_softmax_over_a_leading_axis(device, rng):
+    x = rng.standard_normal((50, 3, 4), dtype=np.float32)
+    check(lambda t: lb.softmax(t, axis=0), device, x, kernels=1)
+
+
+def test_gelu_of_matmul_plus_bias_is_one_kernel(device, rng):
+    a = rng.standard_normal((48, 64), dtype=np.float32)
+    w = rng.standard_normal((64, 40), dtype=np.float32) / 8
+    bias = rng.standard_normal(40, dtype=np.float32)
+    plan = check(lambda x, y, z: lb.gelu(x @ y + z), device, a, w, bias, rtol=1e-4,
+                 atol=1e-5, kernels=1, kinds=["matmul"])
+    roles = {o.op: o.role for o in plan.kernels[0].ops}
+    assert roles["matmul"] == "anchor" and roles["erf"] == "fused on write"
+    h = a @ w + bias
+    want = 0.5 * h * (1 + scipy.special.erf(h / np.sqrt(2)))
+    got = lb.gelu(lb.tensor(a, device=device) @ lb.tensor(w, device=device) +
+                  lb.tensor(bias, device=device)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_matmul_prologue_fuses_transpose_and_scale(device, rng):
+    a = rng.standard_normal((2, 30, 20), dtype=np.float32)
+    b = rng.standard_normal((2, 25, 20), dtype=np.float32)
+    plan = check(lambda x, y: (x * 0.5) @ y.mT, device, a, b, rtol=1e-4, atol=1e-5,
+                 kernels=1)
+    roles = [o.role for o in plan.kernels[0].ops]
+    assert "fused on read" in roles
+
+
+def test_diamond_graph_is_one_kernel(device, rng):
+    x = rng.standard_normal((40, 41), dtype=np.float32)
+
+    def diamond(t):
+        a = t * 2.0 + 1.0
+        return a.sin() * a.cos() + a.exp().log1p()
+    check(diamond, device, x, kernels=1)
+
+
+def test_intermediate_held_by_user_is_written_too(device, rng):
+    x, y = rng.standard_normal((2, 70, 30), dtype=np.float32)
+    fused_in, ref_in = both(device, x, y)
+
+    def f(a, b):
+        inter = a * b + 1.0
+        return inter, (inter.exp() + b).tanh()
+    inter, out = f(*fused_in)
+    plan = lb.explain(inter, out)
+    assert plan.kernel_count == 1 and len(plan.kernels[0].spec.outputs) == 2
+    ri, ro = f(*ref_in)
+    np.testing.assert_allclose(inter.numpy(), ri.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(out.numpy(), ro.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_reduction_with_a_held_input_stores_both_in_one_kernel(device, rng):
+    x = rng.standard_normal((20, 50), dtype=np.float32)
+    def f(t):
+        e = (t * 3).exp()
+        return e, e.sum(-1)
+    plan = check(f, device, x, rtol=1e-5, kernels=1, kinds=["reduction"])
+    assert len(plan.kernels[0].spec.outputs) == 2
+
+
+def test_broadcasting_across_ranks(device, rng):
+    a = rng.standard_normal((3, 1, 5, 7), dtype=np.float32)
+    b = rng.standard_normal((4, 1, 7), dtype=np.float32)
+    c = rng.standard_normal(7, dtype=np.float32)
+    check(lambda x, y, z: (x * y + z).tanh() - z, device, a, b, c, kernels=1)
+
+
+def test_non_contiguous_views_as_inputs(device, rng):
+    a = rng.standard_normal((9, 12, 5), dtype=np.float32)
+    b = rng.standard_normal((12, 9), dtype=np.float32)
+
+    def f(x, y):
+        return x.permute(2, 0, 1)[:, ::-2, 1::3] * y.T[::-2, 1::3] + 1.0
+    check(f, device, a, b, kernels=1)
+
+
+def test_realized_views_are_read_through_their_index(device, rng):
+    a = rng.standard_normal((16, 8), dtype=np.float32)
+    t = lb.tensor(a, device=device)
+    u = (t + 1).T  # realized as a contiguous buffer, then viewed again
+    lb.graph.sync(u)
+    np.testing.assert_allclose((u[2:, ::2] * 2).numpy(), ((a + 1).T[2:, ::2]) * 2, rtol=1e-6)
+
+
+def test_gathers_and_concat_and_pad_fuse(device, rng):
+    x = rng.standard_normal((10, 6), dtype=np.float32)
+    idx = np.array([3, 0, 9, 9, 2])
+
+    def f(t):
+        rows = lb.take(t, idx, axis=0)
+        padded = lb.pad(rows, ((0, 1), (2, 0)), constant_values=0.5)
+        return lb.concat([padded, padded * 2], axis=1).exp()
+    check(f, device, x, kernels=1)
+
+
+def test_second_sync_of_identical_graph_hits_the_plan_cache(device, rng):
+    backend = lb.runtime.backend(device)
+
+    def record():
+        x = lb.tensor(rng.standard_normal((31, 17), dtype=np.float32), device=device)
+        return lb.softmax(x * 2.0, axis=-1) + 1.0, x
+    y, x = record()
+    y.numpy()
+    hits, misses = backend.plans.hits, backend.plans.misses
+    compiles = getattr(backend, "compiles", None)
+    y2, x2 = record()
+    got = y2.numpy()
+    assert backend.plans.hits == hits + 1 and backend.plans.misses == misses
+    if compiles is not None:
+        assert backend.compiles == compiles
+    xs = x2.numpy()
+    e = np.exp(2 * xs - (2 * xs).max(-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True) + 1, rtol=1e-5)
+
+
+def test_unfused_execution_gives_the_same_values_with_more_kernels(device, rng):
+    x, y = rng.standard_normal((2, 40, 50), dtype=np.float32)
+    backend = lb.runtime.backend(device)
+    xt, yt = lb.tensor(x, device=device), lb.tensor(y, device=device)
+    fused = chain10(xt, yt).numpy()
+    backend.fuse = False
+    try:
+        before = backend.kernels_launched
+        unfused = chain10(xt, yt).numpy()
+        assert backend.kernels_launched - before >= 10
+    finally:
+        backend.fuse = True
+    np.testing.assert_allclose(unfused, fused, rtol=1e-5, atol=1e-6)
+
+
+def test_explain_is_readable_and_drawable(device, rng):
+    x = lb.tensor(rng.standard_normal((8, 16), dtype=np.float32), device=device)
+    w = lb.tensor(rng.standard_normal((16, 4), dtype=np.float32), device=device)
+    y = lb.softmax(x @ w, -1)
+    plan = lb.explain(y)
+    text = str(plan)
+    assert "2 kernels" in text and "matmul" in text and "reduction(max,sum)" in text
+    assert "test_fusion_structure.py" in text
+    dot = plan.to_dot()
+    assert dot.startswith("digraph") and "k0 -> k1" in dot
+    assert y.is_pending  # explain runs nothing
+
+
+def test_dump_writes_one_file_per_kernel_with_fused_ops_and_lines(device, rng, tmp_path):
+    x = lb.tensor(rng.standard_normal((8, 16), dtype=np.float32), device=device)
+    w = lb.tensor(rng.standard_normal((16, 4), dtype=np.float32), device=device)
+    with lb.dump(tmp_path):
+        y = lb.softmax((x @ w).tanh(), -1) * 3.0  # a distinctive graph: compiled fresh here
+        y.numpy()
+    files = sorted(tmp_path.iterdir())
+    assert len(files) == 2
+    assert files[0].name.startswith("0001_matmul_") and files[1].name.startswith(
+        "0002_reduction_")
+    head = files[1].read_text()
+    assert "fused ops" in head and "[anchor]" in head and "test_fusion_structure.py" in head
+    assert "reduction(max,sum)" in head
+
+
+def test_kernel_compile_error_names_the_file_and_line_and_graph_stays_usable(
+        device, rng, tmp_path, monkeypatch):
+    if not device.startswith("opencl"):
+        pytest.skip("compile-failure injection is written for the OpenCL renderer")
+    from lazyburn.codegen import opencl as codegen
+
+    real = codegen.render
+
+    def broken(spec, name, params=None):
+        r = real(spec, name, params)
+        r.source = r.source.replace("__kernel", "__kernel this_is_not_c", 1)
+        return r
+    monkeypatch.setattr(codegen, "render", broken)
+    monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
+    x = lb.tensor(rng.standard_normal((5, 3), dtype=np.float32), device=device)
+    y = (x * 7.25).sin()  # the line the error must name
+    line = y._node._line
+    with pytest.raises(lb.KernelCompileError) as err:
+        y.numpy()
+    assert f"test_fusion_structure.py:{line}" in str(err.value)
+    assert err.value.kernel_file and err.value.kernel_file.endswith(".cl")
+    assert "this_is_not_c" in open(err.value.kernel_file).read()
+    assert y.is_pending
+    monkeypatch.setattr(codegen, "render", real)
+    np.testing.assert_allclose(y.numpy(), np.sin(x.numpy() * 7.25), rtol=1e-6)
+
+
+def test_allocation_failure_raises_out_of_memory_and_next_sync_works(device, rng):
+    backend = lb.runtime.backend(device)
+    limit = getattr(backend, "max_alloc", None)
+    if limit is None:
+        pytest.skip("device reports no allocation limit")
+    n = limit // 4 + 1
+    big = lb.full((n,), 1.5, device=device)
+    y = big * 2.0
+    with pytest.raises(lb.OutOfMemoryError) as err:
+        y.numpy()
+    assert "test_fusion_structure.py" in str(err.value)
+    del y, big
+    x = lb.tensor(rng.standard_normal(10, dtype=np.float32), device=device)
+    np.testing.assert_allclose((x + 1).numpy(), x.numpy() + 1, rtol=1e-6)
