@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 import scipy.special
 
+from fused_devices import FUSED_DEVICES
+
 import lazyburn as lb
 from lazyburn import nn
 
-# add "opencl:0" here once that device exists; every test runs on each
-DEVICES = ["numpy"]
+# the NumPy reference and every fused device this machine has
+DEVICES = ["numpy"] + FUSED_DEVICES
 RTOL = ATOL = 1e-5
 
 
