@@ -47,6 +47,27 @@ def default_device() -> str:
     return runtime.default_device()
 
 
+def result_type(*arrays_and_dtypes):
+    """The dtype of an operation on ``arrays_and_dtypes`` (Tensors, dtypes, dtype names and weak
+    Python scalars), by the promotion rules of ``lazyburn.graph.dtypes`` (array API).
+
+    Raises DTypeError when only Python scalars are given."""
+    from .graph import dtypes as _dt
+    from .record import is_scalar, py_scalar
+
+    strong = [a.dtype if isinstance(a, Tensor) else _dt.dtype(a)
+              for a in arrays_and_dtypes if not is_scalar(a)]
+    if not strong:
+        raise DTypeError("result_type: needs at least one tensor or dtype")
+    d = strong[0]
+    for other in strong[1:]:
+        d = _dt.promote(d, other)
+    for a in arrays_and_dtypes:
+        if is_scalar(a):
+            d = _dt.promote(d, _dt.scalar_dtype(py_scalar(a), d))
+    return d
+
+
 def unsqueeze(x, axis):
     """PyTorch's name for ``expand_dims``."""
     return expand_dims(x, axis)

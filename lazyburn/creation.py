@@ -115,7 +115,7 @@ def _full(op, shape, fill_value, dtype, device, origin):
         raise DTypeError(f"{op}: fill_value must be a number, got {fill_value!r}", origin)
     value = _pyval(fill_value)
     d = resolve_dtype(op, dtype if dtype is not None else type(value), origin)
-    return wrap(const(value, shape, d, _device(op, device, origin), origin))
+    return wrap(const(value, shape, d, _device(op, device, origin), origin, op))
 
 
 def _pyval(v):

@@ -77,6 +77,12 @@ class Tensor:
 
     __hash__ = object.__hash__
 
+    def __array_namespace__(self, api_version=None):
+        """The array API namespace of this tensor: the ``lazyburn`` module."""
+        import lazyburn
+
+        return lazyburn
+
     # reading values ----------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (a copy; syncs this tensor's pending graph)."""

@@ -9,6 +9,7 @@ line: the origin is taken once per public call and passed down.
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -68,13 +69,23 @@ def py_scalar(x):
     return x
 
 
-def const(value, shape, dtype, device, origin) -> Node:
+def const(value, shape, dtype, device, origin, op: str = "const") -> Node:
     """A ``const`` node: ``value`` (a Python number, stored converted to ``dtype``) over
-    ``shape``."""
+    ``shape``.
+
+    Raises DTypeError when the value has no exact meaning in an integer ``dtype`` (out of its
+    range, or a non-finite float): raised here, at the user's line, rather than at sync."""
     if dtype.is_bool:
         value = bool(value)
     elif dtype.is_int:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DTypeError(f"{op}: {value} has no {dtype.name} value", str(origin))
         value = int(value)
+        lo, hi = dt.int_range(dtype)
+        if not lo <= value <= hi:
+            raise DTypeError(f"{op}: Python integer {value} is out of range for {dtype.name} "
+                             f"[{lo}, {hi}]; cast the tensor to a wider dtype first",
+                             str(origin))
     else:
         value = float(value)
     return node("const", (), (value,), tuple(shape), dtype, device, origin)
@@ -83,8 +94,11 @@ def const(value, shape, dtype, device, origin) -> Node:
 def cast(n: Node, dtype, origin) -> Node:
     if n.dtype is dtype:
         return n
-    if n.op == "const":  # fold: a scalar cast is just another scalar
-        return const(n.attrs[0], n.shape, dtype, n.device, origin)
+    if n.op == "const":
+        # fold: a cast scalar is another scalar, converted exactly as the backends convert
+        with np.errstate(all="ignore"):
+            value = np.array(n.attrs[0], dtype=n.dtype.np).astype(dtype.np).item()
+        return const(value, n.shape, dtype, n.device, origin)
     return node("cast", (n,), (dtype,), n.shape, dtype, n.device, origin)
 
 
@@ -165,7 +179,7 @@ def operands(op: str, args, origin, promote=True):
             out.append(broadcast_to(n, shape, origin))
         else:
             sd = dtype if promote else dt.scalar_dtype(n, dtype)
-            out.append(const(n, shape, sd, device, origin))
+            out.append(const(n, shape, sd, device, origin, op))
     return out, dtype
 
 

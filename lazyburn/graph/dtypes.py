@@ -141,5 +141,14 @@ def scalar_dtype(value, other: DType) -> DType:
     raise DTypeError(f"unsupported scalar {value!r} of type {type(value).__name__}")
 
 
+_INT_RANGE = {d: (int(np.iinfo(d.np).min), int(np.iinfo(d.np).max)) for d in ALL if d.is_int}
+_INT_RANGE[bool_] = (0, 1)
+
+
+def int_range(d: DType) -> tuple[int, int]:
+    """The smallest and largest value of an integer (or bool) dtype."""
+    return _INT_RANGE[d]
+
+
 def finfo_max(d: DType) -> float:
     return float(ml_dtypes.finfo(d.np).max) if d is bfloat16 else float(np.finfo(d.np).max)

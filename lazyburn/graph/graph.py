@@ -82,12 +82,18 @@ class Graph:
         if not tensors:
             self._live = [r for r in self._live if r() is not None and r()._node.buffer is None]
 
+    def has_pending(self) -> bool:
+        return any(t is not None and t._node.buffer is None for t in (r() for r in self._live))
+
     def __enter__(self) -> "Graph":
         _stack.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
         _stack.remove(self)
+        # a global sync must still reach the tensors recorded here
+        if self not in _stack and self.has_pending():
+            _exited[self] = None
 
     # inspection ------------------------------------------------------------------------------
     def to_networkx(self, *tensors):
@@ -108,6 +114,8 @@ class Graph:
 
 _default = Graph()
 _stack: list[Graph] = [_default]
+# graphs no longer current that still have live pending tensors (insertion-ordered set)
+_exited: dict[Graph, None] = {}
 
 
 def current_graph() -> Graph:
@@ -123,8 +131,9 @@ def sync(*tensors) -> None:
     if tensors:
         realize([t._node for t in tensors if t._node.buffer is None])
         return
-    for g in list(dict.fromkeys(_stack)):
+    for g in list(dict.fromkeys(_stack + list(_exited))):
         g.sync()
+        _exited.pop(g, None)
 
 
 def realize(outputs: Sequence[Node]) -> None:
