@@ -141,6 +141,8 @@ class MiniLM(Module):
         0 on padding). Returns a (B, dim) float32 Tensor of unit rows. Raises ShapeError when
         the two shapes differ or S exceeds the position embeddings.
         """
+        if not isinstance(input_ids, Tensor):
+            input_ids = np.asarray(input_ids)
         if not isinstance(attention_mask, Tensor):
             attention_mask = tensor(np.asarray(attention_mask), device=self.device)
         if tuple(input_ids.shape) != attention_mask.shape:
@@ -175,6 +177,12 @@ class MiniLM(Module):
             input_ids, mask = self.pad([ids[i] for i in rows])
             out[rows] = self(input_ids, mask).numpy()
         return out
+
+    def to(self, device) -> "MiniLM":
+        """Move the parameters to ``device``; later batches run there. Returns self."""
+        super().to(device)
+        self.device = canonical(device)
+        return self
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, max_seq_length={self.max_seq_length}, dtype={self.dtype}, "
