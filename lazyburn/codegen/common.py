@@ -92,3 +92,29 @@ def float_literal(value: float, suffix: str = "", inf: str = "INFINITY", nan: st
     if "e" not in text and "." not in text:
         text += ".0"
     return text + suffix
+
+
+def find_var(spec, name: str) -> Expr:
+    """The loop variable ``name`` of ``spec`` (a placeholder when no expression uses it)."""
+    for e in spec.exprs():
+        if e.op == "var" and e.args[0] == name:
+            return e
+    return Expr("var", (name,), spec.index_dtype, id=-hash(name))
+
+
+def reduced_expr_id(spec, stage: int) -> int:
+    """The id of the expression reading reduction stage ``stage`` of ``spec`` (a negative
+    placeholder when nothing reads it)."""
+    for e in topo_exprs(spec.roots()):
+        if e.op == "reduced" and e.args[0] == stage:
+            return e.id
+    return -1 - stage
+
+
+def acc_expr_id(spec) -> int:
+    """The id of a matmul spec's accumulator expression (-1 when its epilogue does not read
+    it)."""
+    for e in topo_exprs(spec.roots()):
+        if e.op == "acc":
+            return e.id
+    return -1
