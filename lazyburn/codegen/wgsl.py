@@ -1,0 +1,649 @@
+"""Rendering kernel specs to WGSL, the shading language of WebGPU.
+
+Each spec becomes one ``@compute`` entry point with its sizes baked in as constants (shapes are
+part of the plan's key). The expression walk is the shared ``ExprPrinter``; what differs from
+OpenCL C is spelled here: the type and intrinsic names, ``select`` for ``?:``, and the hooks
+below for storage and for what WGSL leaves undefined (``wgsl_functions`` holds the functions).
+
+Storage. WGSL has 32-bit storage types only (``f16`` behind the ``shader-f16`` feature), so
+8- and 16-bit elements (bool, int8, uint8, int16, bfloat16, and float16 without the feature)
+are *packed*: a buffer holds them exactly as the host lays them out, read as ``u32`` words and
+unpacked by shifts, and written with ``atomicAnd``/``atomicOr`` on the word, because neighbouring
+elements of one word belong to other invocations. int64 and float64 have no WGSL type
+(``NOT_IN_WGSL``); the runtime refuses them when a graph is recorded. Values compute in 32 bits:
+bool as ``bool``, every integer as ``i32`` (8- and 16-bit results wrapped back to their width,
+as their own arithmetic would), half types as ``f32`` rounded to nearest-even when stored or
+cast, as NumPy's ``astype`` does. Index arithmetic is ``i32``; a kernel whose indices need 64
+bits (more than 2^31 elements) cannot be rendered.
+
+Dispatch. A device allows at most ``Target.max_groups_per_dim`` workgroups per grid dimension
+(65535 by default), so the workgroup count is spread over x, y and z and the kernel rebuilds the
+linear workgroup id; invocations past the end do nothing. Launch parameters:
+
+* element-wise: ``workgroup`` (invocations per workgroup) and ``per_item`` (elements per
+  invocation, grid-strided so that neighbouring invocations touch neighbouring elements);
+* reduction: ``strategy`` -- ``tree`` (one workgroup per row, partial results combined in
+  workgroup memory) or ``sequential`` (one invocation per row: short rows, and rows whose
+  elements are far apart while neighbouring rows are adjacent) -- and ``workgroup``;
+* matmul: ``tile`` (a ``tile`` x ``tile`` workgroup) and ``micro`` (each invocation computes
+  ``micro`` x ``micro`` outputs, so a workgroup covers ``tile * micro`` squared), with tiles of A
+  and B staged through workgroup memory.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
+from ..fusion.symbolic import Expr
+from . import wgsl_functions
+from .common import INFIX, ExprPrinter, acc_expr_id, find_var, float_literal, reduced_expr_id
+
+VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "int32": "i32",
+         "float16": "f32", "bfloat16": "f32", "float32": "f32"}
+PACKED_BITS = {"bool": 8, "int8": 8, "uint8": 8, "int16": 16, "float16": 16, "bfloat16": 16}
+NOT_IN_WGSL = frozenset({"int64", "float64"})
+INT_LIMITS = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
+              "int32": (-2 ** 31, 2 ** 31 - 1)}
+# 8- and 16-bit integers live in i32 registers; these put a result back into its type's range
+WRAP = {"int8": "((({0}) << 24u) >> 24u)", "int16": "((({0}) << 16u) >> 16u)",
+        "uint8": "(({0}) & 255i)"}
+WRAPPING_OPS = frozenset("add sub mul neg abs square left_shift pow floordiv bitwise_not".split())
+
+# built-ins where WGSL's definition is NumPy's, and our functions where it is not
+MATH = {"exp": "exp", "exp2": "exp2", "sin": "sin", "cos": "cos", "tan": "tan",
+        "floor": "floor", "ceil": "ceil", "round": "round", "log": "lb_log", "log2": "lb_log2",
+        "sqrt": "lb_sqrt", "rsqrt": "lb_rsqrt", "expm1": "lb_expm1", "log1p": "lb_log1p",
+        "tanh": "lb_tanh", "sigmoid": "lb_sigmoid", "erf": "lb_erf"}
+
+
+class UnsupportedKernel(ValueError):
+    """A spec WGSL cannot express (a 64-bit dtype, or indices beyond 32 bits)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the device allows: ``native_f16`` (the ``shader-f16`` feature), the largest
+    workgroup (``max_workgroup_size`` invocations), bytes of workgroup memory, and workgroups
+    per grid dimension."""
+
+    native_f16: bool = False
+    max_workgroup_size: int = 256
+    workgroup_storage: int = 16384
+    max_groups_per_dim: int = 65535
+
+
+@dataclass
+class RenderedKernel:
+    """WGSL ``source`` with entry point ``name``; ``workgroups`` is the ``(x, y, z)`` to
+    dispatch (a zero means nothing to run); ``read_only`` says, per kernel argument in binding
+    order, whether the kernel only reads it."""
+
+    name: str
+    source: str
+    workgroups: tuple
+    workgroup_size: int
+    read_only: list
+
+
+def value_type(dtype) -> str:
+    try:
+        return VALUE[dtype.name]
+    except KeyError:
+        raise UnsupportedKernel(f"WGSL has no {dtype.name}") from None
+
+
+def is_packed(dtype, target: Target) -> bool:
+    """Whether elements of ``dtype`` are stored packed in u32 words on ``target``."""
+    return dtype.name in PACKED_BITS and not (dtype.name == "float16" and target.native_f16)
+
+
+class WGSLPrinter(ExprPrinter):
+    spell = dict(INFIX, logical_not="(!{0})", logical_and="({0} && {1})",
+                 logical_or="({0} || {1})", logical_xor="({0} != {1})",
+                 where="select({2}, {1}, {0})", idx_and="({0} && {1})", idx_div="({0} / {1})",
+                 idx_mod="({0} % {1})", idx_min="min({0}, {1})", idx_max="max({0}, {1})")
+
+    def __init__(self, spec: KernelSpec, target: Target):
+        super().__init__(spec)
+        if spec.index_dtype.name != "int32":
+            raise UnsupportedKernel("the kernel's indices need 64 bits; WGSL has 32-bit "
+                                    "integers only")
+        for a in spec.args:
+            if a.dtype.name in NOT_IN_WGSL:
+                raise UnsupportedKernel(f"WGSL has no {a.dtype.name} ({a.name})")
+        self.target = target
+        self.used: set[str] = set()
+
+    def call(self, function: str, *args) -> str:
+        if function.startswith("lb_"):
+            self.used.add(function)
+        return f"{function}({', '.join(args)})"
+
+    # the ExprPrinter hooks ---------------------------------------------------------------------
+    def assign(self, name, e, rhs):
+        return f"let {name}: {value_type(e.dtype)} = {rhs};"
+
+    def literal(self, value, dtype):
+        if dtype.is_bool:
+            return "true" if value else "false"
+        if dtype.is_int:
+            value = int(value)
+            if not -2 ** 31 <= value < 2 ** 31:
+                raise UnsupportedKernel(f"integer constant {value} does not fit in i32")
+            if value == -2 ** 31:
+                return "(-2147483647i - 1i)"
+            return f"({value}i)" if value < 0 else f"{value}i"
+        with np.errstate(over="ignore"):
+            v = float(np.asarray(value, dtype=np.float64).astype(dtype.np).astype(np.float32))
+        text = float_literal(v, "f", wgsl_functions.INF, wgsl_functions.NAN)
+        return f"({text})" if v < 0 else text
+
+    def load(self, e: Expr, index: str, mask):
+        arg = self.spec.args[e.args[0]]
+        t = e.dtype.name
+        if is_packed(e.dtype, self.target):
+            if PACKED_BITS[t] == 8:
+                raw = self.call("lb_byte", f"{arg.name}[({index}) >> 2u]", index)
+            else:
+                raw = self.call("lb_half_word", f"{arg.name}[({index}) >> 1u]", index)
+            text = {"bool": f"({raw} != 0u)", "uint8": f"i32({raw})",
+                    "int8": f"(bitcast<i32>({raw} << 24u) >> 24u)",
+                    "int16": f"(bitcast<i32>({raw} << 16u) >> 16u)",
+                    "bfloat16": f"bitcast<f32>({raw} << 16u)"}.get(t)
+            if t == "float16":
+                text = self.call("lb_f16_value", raw)
+        elif t == "float16":
+            text = f"f32({arg.name}[{index}])"
+        else:
+            text = f"{arg.name}[{index}]"
+        if mask is None:
+            return text
+        # out-of-range reads are safe in WebGPU (robust buffer access), so no branch
+        return f"select({self.literal(0, e.dtype)}, {text}, {mask})"
+
+    def store(self, arg_index: int, index: str, value: str) -> str:
+        a = self.spec.args[arg_index]
+        t = a.dtype.name
+        if not is_packed(a.dtype, self.target):
+            if t == "float16":
+                bits = self.call("lb_f16_bits", value)
+                return f"{a.name}[{index}] = bitcast<vec2<f16>>({bits})[0];"
+            return f"{a.name}[{index}] = {value};"
+        bits = PACKED_BITS[t]
+        if t == "bool":
+            v = f"select(0u, 1u, {value})"
+        elif t == "float16":
+            v = self.call("lb_f16_bits", value)
+        elif t == "bfloat16":
+            v = self.call("lb_bf16_bits", value)
+        else:
+            v = f"(bitcast<u32>({value}) & {hex(2 ** bits - 1)}u)"
+        per_word = 32 // bits
+        return (f"{{ let w = u32({index}) >> {per_word.bit_length() - 1}u; "
+                f"let s = (u32({index}) & {per_word - 1}u) * {bits}u; "
+                f"atomicAnd(&{a.name}[w], ~({hex(2 ** bits - 1)}u << s)); "
+                f"atomicOr(&{a.name}[w], {v} << s); }}")
+
+    def render(self, e: Expr, args: list) -> str:
+        if e.op in MATH:
+            text = self.call(MATH[e.op], args[0])
+        else:
+            text = super().render(e, args)
+        wrap = WRAP.get(e.dtype.name)
+        return wrap.format(text) if wrap and e.op in WRAPPING_OPS else text
+
+    # value ops needing more than a format string ----------------------------------------------
+    def op_cast(self, e, x):
+        return self.convert(x, e.args[0].dtype, e.dtype)
+
+    def convert(self, x: str, src, dst) -> str:
+        """Value ``x`` of dtype ``src`` as ``dst`` (NumPy's ``astype``)."""
+        if src is dst:
+            return x
+        if dst.is_bool:
+            return f"({x} != {self.literal(0, src)})"
+        if dst.is_float:
+            v = x if src.is_float else f"f32({x})"
+            exact = src.is_bool or src.name in ("int8", "uint8")
+            return v if exact else self._round_half(dst, v)
+        v = x if src.is_int else f"i32({x})"
+        wrap = WRAP.get(dst.name)
+        return wrap.format(v) if wrap and not src.is_bool else v
+
+    def op_abs(self, e, x):
+        return f"abs({x})"
+
+    def op_sign(self, e, x):
+        if e.dtype.is_float:
+            return f"select(select({x}, -1.0f, {x} < 0.0f), 1.0f, {x} > 0.0f)"
+        return f"(i32({x} > 0i) - i32({x} < 0i))"
+
+    def _extreme(self, e, a, b, cmp, name, logical):
+        if e.dtype.is_float:
+            return f"select({b}, {a}, {a} {cmp} {b} || {self.call('lb_isnan', a)})"
+        if e.dtype.is_bool:
+            return f"({a} {logical} {b})"
+        return f"{name}({a}, {b})"
+
+    def op_minimum(self, e, a, b):
+        return self._extreme(e, a, b, "<", "min", "&&")
+
+    def op_maximum(self, e, a, b):
+        return self._extreme(e, a, b, ">", "max", "||")
+
+    def op_floordiv(self, e, a, b):
+        return self.call("lb_floordiv_f32" if e.dtype.is_float else "lb_floordiv_i32", a, b)
+
+    def op_mod(self, e, a, b):
+        return self.call("lb_mod_f32" if e.dtype.is_float else "lb_mod_i32", a, b)
+
+    def op_pow(self, e, a, b):
+        return self.call("lb_pow" if e.dtype.is_float else "lb_ipow_i32", a, b)
+
+    def _ordered(self, e, a, b, op):
+        if e.args[0].dtype.is_bool:  # WGSL orders no bools
+            return f"(i32({a}) {op} i32({b}))"
+        return f"({a} {op} {b})"
+
+    def op_lt(self, e, a, b):
+        return self._ordered(e, a, b, "<")
+
+    def op_le(self, e, a, b):
+        return self._ordered(e, a, b, "<=")
+
+    def op_gt(self, e, a, b):
+        return self._ordered(e, a, b, ">")
+
+    def op_ge(self, e, a, b):
+        return self._ordered(e, a, b, ">=")
+
+    def op_bitwise_xor(self, e, a, b):
+        return f"({a} != {b})" if e.dtype.is_bool else f"({a} ^ {b})"
+
+    def op_bitwise_not(self, e, x):
+        return f"(!{x})" if e.dtype.is_bool else f"(~{x})"
+
+    def _shift(self, e, a, b, op):
+        bits = e.dtype.bits
+        fill = "0i" if op == "<<" else f"select(0i, -1i, {a} < 0i)"
+        return f"select({fill}, ({a} {op} u32({b})), {b} >= 0i && {b} < {bits}i)"
+
+    def op_left_shift(self, e, a, b):
+        return self._shift(e, a, b, "<<")
+
+    def op_right_shift(self, e, a, b):
+        return self._shift(e, a, b, ">>")
+
+    def _predicate(self, e, x, function, otherwise):
+        if e.args[0].dtype.is_float:
+            return self.call(function, x)
+        return otherwise
+
+    def op_isnan(self, e, x):
+        return self._predicate(e, x, "lb_isnan", "false")
+
+    def op_isinf(self, e, x):
+        return self._predicate(e, x, "lb_isinf", "false")
+
+    def op_isfinite(self, e, x):
+        return self._predicate(e, x, "lb_isfinite", "true")
+
+    def op_wrap_clamp(self, e, x, n):
+        return f"clamp(select({x}, {x} + {n}, {x} < 0i), 0i, {n} - 1i)"
+
+    def op_random_uniform(self, e, seed, offset, index):
+        from ..runtime.numpy_backend import seed32
+
+        u = self.call("lb_uniform", f"{seed32(seed)}u",
+                      f"{offset % 2 ** 32}u + bitcast<u32>({index})")
+        return self._round_half(e.dtype, u)
+
+    def _round_half(self, dtype, v):
+        if dtype.name == "float16":
+            return self.call("lb_f16_round", v)
+        if dtype.name == "bfloat16":
+            return self.call("lb_bf16_round", v)
+        return v
+
+    def op_reduced(self, e, stage):
+        return f"stage{stage}"
+
+    def op_acc(self, e):
+        return "acc"
+
+    # the module around the entry point ---------------------------------------------------------
+    def bindings(self) -> list[str]:
+        lines = []
+        for k, a in enumerate(self.spec.args):
+            if is_packed(a.dtype, self.target):
+                element = "atomic<u32>" if a.is_output else "u32"
+            else:
+                element = "f16" if a.dtype.name == "float16" else value_type(a.dtype)
+            access = "read_write" if a.is_output else "read"
+            lines.append(f"@group(0) @binding({k}) var<storage, {access}> {a.name}: "
+                         f"array<{element}>;")
+        return lines
+
+    def module(self, shared: list[str], body: list[str]) -> str:
+        native_f16 = any(a.dtype.name == "float16" for a in self.spec.args) and \
+            self.target.native_f16
+        parts = ["enable f16;\n" if native_f16 else "", "\n".join(self.bindings()),
+                 "\n".join(shared), wgsl_functions.library(self.used), "\n".join(body)]
+        return "\n".join(p for p in parts if p) + "\n"
+
+
+# grids -----------------------------------------------------------------------------------------
+def grid(groups: int, max_dim: int) -> tuple:
+    """``groups`` workgroups as an (x, y, z) dispatch within ``max_dim`` per dimension."""
+    if groups <= 0:
+        return (0, 1, 1)
+    x = min(groups, max_dim)
+    y = min(-(-groups // x), max_dim)
+    z = -(-groups // (x * y))
+    if z > max_dim:
+        raise UnsupportedKernel(f"{groups} workgroups exceed the device's grid")
+    return (x, y, z)
+
+
+def _linear_group(dims: tuple) -> str:
+    x, y, z = dims
+    if y == 1 and z == 1:
+        return "wid.x"
+    if z == 1:
+        return f"(wid.x + {x}u * wid.y)"
+    return f"(wid.x + {x}u * (wid.y + {y}u * wid.z))"
+
+
+def _entry(name: str, size: int) -> str:
+    return (f"@compute @workgroup_size({size})\nfn {name}(@builtin(workgroup_id) wid: vec3<u32>, "
+            f"@builtin(local_invocation_index) lid_u: u32) {{")
+
+
+def _indent(lines, n) -> list[str]:
+    pad = " " * n
+    return [pad + line for line in lines]
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def render(spec: KernelSpec, name: str, params: dict | None = None,
+           target: Target | None = None) -> RenderedKernel:
+    """WGSL for ``spec`` as entry point ``name`` with launch ``params`` (see the module doc) on
+    a device allowing ``target``. Raises UnsupportedKernel for what WGSL cannot express."""
+    params = dict(params or {})
+    target = target or Target()
+    if isinstance(spec, ElementwiseSpec):
+        return _render_elementwise(spec, name, params, target)
+    if isinstance(spec, ReductionSpec):
+        return _render_reduction(spec, name, params, target)
+    if isinstance(spec, MatmulSpec):
+        return _render_matmul(spec, name, params, target)
+    raise TypeError(f"cannot render {type(spec).__name__}")
+
+
+def _read_only(spec) -> list:
+    return [not a.is_output for a in spec.args]
+
+
+# element-wise ----------------------------------------------------------------------------------
+def _render_elementwise(spec: ElementwiseSpec, name, params, target) -> RenderedKernel:
+    p = WGSLPrinter(spec, target)
+    size = _pow2_at_most(min(int(params.get("workgroup") or 256), target.max_workgroup_size))
+    per_item = max(1, int(params.get("per_item") or 1))
+    items = -(-spec.numel // per_item)
+    dims = grid(-(-items // size), target.max_groups_per_dim)
+    i = find_var(spec, "i")
+    lines, names = p.emit([o.value for o in spec.outputs], {i.id: "i"})
+    stores = [p.store(o.arg, "i", names[o.value.id]) for o in spec.outputs]
+    body = [_entry(name, size),
+            f"    let t = i32({_linear_group(dims)} * {size}u + lid_u);",
+            f"    if (t >= {items}i) {{ return; }}"]
+    if per_item == 1:
+        body += ["    let i = t;"] + _indent(lines + stores, 4)
+    else:
+        body += [f"    for (var j = 0i; j < {per_item}i; j = j + 1i) {{",
+                 f"        let i = t + j * {items}i;",
+                 f"        if (i < {spec.numel}i) {{"]
+        body += _indent(lines + stores, 12) + ["        }", "    }"]
+    body.append("}")
+    return RenderedKernel(name, p.module([], body), dims, size, _read_only(spec))
+
+
+# reductions ------------------------------------------------------------------------------------
+def _identity(stage: Stage, p: WGSLPrinter) -> str:
+    t = stage.acc_dtype
+    op = stage.op
+    if op == "sum":
+        return p.literal(0, t)
+    if op == "prod":
+        return p.literal(1, t)
+    if op in ("any", "all"):
+        return "false" if op == "any" else "true"
+    lowest = op in ("max", "argmax")
+    if t.is_float:
+        return p.literal(-math.inf if lowest else math.inf, t)
+    if t.is_bool:
+        return "false" if lowest else "true"
+    lo, hi = INT_LIMITS[t.name]
+    return p.literal(lo if lowest else hi, t)
+
+
+def _combine(stage: Stage, p: WGSLPrinter, acc: str, v: str) -> str:
+    op, t = stage.op, stage.acc_dtype
+    wrap = WRAP.get(t.name, "{0}")
+    if op == "sum":
+        return f"{acc} = {wrap.format(f'{acc} + {v}')};"
+    if op == "prod":
+        return f"{acc} = {wrap.format(f'{acc} * {v}')};"
+    if op == "any":
+        return f"{acc} = {acc} || {v};"
+    if op == "all":
+        return f"{acc} = {acc} && {v};"
+    if op in ("max", "min"):
+        if t.is_bool:
+            return f"{acc} = {acc} {'||' if op == 'max' else '&&'} {v};"
+        if t.is_float:
+            cmp = ">" if op == "max" else "<"
+            return f"if ({v} {cmp} {acc} || {p.call('lb_isnan', v)}) {{ {acc} = {v}; }}"
+        return f"{acc} = {op}({acc}, {v});"
+    raise ValueError(op)
+
+
+def _arg_combine(stage: Stage, p: WGSLPrinter, acc, idx, v, vi, tie_break: bool) -> str:
+    """Keep the first (lowest index) extreme, NaN counting as the extreme (NumPy's argmax and
+    argmin). Within one invocation indices only grow, so strictly better suffices; when partial
+    results meet in the tree, equal values keep the lower index. (Bool inputs reach argmax
+    cast to int8.)"""
+    cmp = ">" if stage.op == "argmax" else "<"
+    if stage.acc_dtype.is_float:
+        nv, na = p.call("lb_isnan", v), p.call("lb_isnan", acc)
+        better = f"({nv} && !{na}) || (!{na} && {v} {cmp} {acc})"
+        same = f"({v} == {acc} || ({nv} && {na}))"
+    else:
+        better, same = f"{v} {cmp} {acc}", f"{v} == {acc}"
+    if tie_break:
+        better = f"{better} || ({same} && {vi} < {idx})"
+    return f"if ({better}) {{ {acc} = {v}; {idx} = {vi}; }}"
+
+
+def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKernel:
+    p = WGSLPrinter(spec, target)
+    strategy = params.get("strategy") or ("sequential" if spec.reduce_size <= 32 else "tree")
+    size = int(params.get("workgroup") or min(256, _pow2_at_least(spec.reduce_size)))
+    size = _pow2_at_most(min(size, target.max_workgroup_size))
+    row, r = find_var(spec, "row"), find_var(spec, "r")
+    tree = strategy == "tree" and size > 1
+    if tree:
+        per_lane = sum(4 + (4 if s.op in ("argmax", "argmin") else 0) for s in spec.stages)
+        while size > 1 and size * per_lane > target.workgroup_storage:
+            size //= 2
+    if not tree and strategy == "tree":
+        size = 1
+    shared: list[str] = []
+    if tree:
+        dims = grid(spec.rows, target.max_groups_per_dim)
+        body = [_entry(name, size), f"    let row = i32({_linear_group(dims)});",
+                f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = i32(lid_u);"]
+        start, step = "lid", size
+    else:
+        dims = grid(-(-spec.rows // size), target.max_groups_per_dim)
+        body = [_entry(name, size), f"    let row = i32({_linear_group(dims)} * {size}u + lid_u);",
+                f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = 0i;"]
+        start, step = "0i", 1
+    loop = f"for (var r = {start}; r < {spec.reduce_size}i; r = r + {step}i) {{"
+    bound = {row.id: "row"}
+    for k, stage in enumerate(spec.stages):
+        acc_t = value_type(stage.acc_dtype)
+        arg = stage.op in ("argmax", "argmin")
+        body.append(f"    var acc{k}: {acc_t} = {_identity(stage, p)};")
+        if arg:
+            body.append(f"    var arg{k}: i32 = 0i;")
+        lines, names = p.emit([stage.value], {**bound, r.id: "r"})
+        v = names[stage.value.id]
+        body.append("    " + loop)
+        body += _indent(lines, 8)
+        if arg:
+            body.append("        " + _arg_combine(stage, p, f"acc{k}", f"arg{k}", v, "r", False))
+        else:
+            v = p.convert(v, stage.value.dtype, stage.acc_dtype)
+            body.append("        " + _combine(stage, p, f"acc{k}", v))
+        body.append("    }")
+        if tree:
+            shared.append(f"var<workgroup> red{k}: array<{acc_t}, {size}>;")
+            if arg:
+                shared.append(f"var<workgroup> ridx{k}: array<i32, {size}>;")
+            body += _tree_combine(stage, p, k, size)
+        value = f"arg{k}" if arg else p.convert(f"acc{k}", stage.acc_dtype, stage.dtype)
+        body.append(f"    let stage{k}: {value_type(stage.dtype)} = {value};")
+        bound[reduced_expr_id(spec, k)] = f"stage{k}"
+    row_outs = [o for o in spec.outputs if o.index is None]
+    full_outs = [o for o in spec.outputs if o.index is not None]
+    if row_outs:
+        lines, names = p.emit([o.value for o in row_outs], bound)
+        body.append("    if (lid == 0i) {")
+        body += _indent(lines + [p.store(o.arg, "row", names[o.value.id]) for o in row_outs], 8)
+        body.append("    }")
+    if full_outs:
+        roots = [o.value for o in full_outs] + [o.index for o in full_outs]
+        lines, names = p.emit(roots, {**bound, r.id: "r"})
+        body.append("    " + loop)
+        body += _indent(lines + [p.store(o.arg, names[o.index.id], names[o.value.id])
+                                 for o in full_outs], 8)
+        body.append("    }")
+    body.append("}")
+    return RenderedKernel(name, p.module(shared, body), dims, size, _read_only(spec))
+
+
+def _tree_combine(stage: Stage, p: WGSLPrinter, k: int, size: int) -> list[str]:
+    arg = stage.op in ("argmax", "argmin")
+    lines = [f"    red{k}[lid] = acc{k};"]
+    if arg:
+        lines.append(f"    ridx{k}[lid] = arg{k};")
+    lines += ["    workgroupBarrier();",
+              f"    for (var s = {size // 2}i; s > 0i; s = s >> 1u) {{",
+              "        if (lid < s) {",
+              f"            var a = red{k}[lid];",
+              f"            let v = red{k}[lid + s];"]
+    if arg:
+        lines += [f"            var ai = ridx{k}[lid];",
+                  f"            let vi = ridx{k}[lid + s];",
+                  "            " + _arg_combine(stage, p, "a", "ai", "v", "vi", True),
+                  f"            red{k}[lid] = a;", f"            ridx{k}[lid] = ai;"]
+    else:
+        lines += ["            " + _combine(stage, p, "a", "v"), f"            red{k}[lid] = a;"]
+    lines += ["        }", "        workgroupBarrier();", "    }",
+              f"    acc{k} = red{k}[0];"]
+    if arg:
+        lines.append(f"    arg{k} = ridx{k}[0];")
+    return lines
+
+
+# matmul ----------------------------------------------------------------------------------------
+def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
+    p = WGSLPrinter(spec, target)
+    tile = int(params.get("tile") or 16)
+    while tile * tile > target.max_workgroup_size:
+        tile //= 2
+    micro = max(1, int(params.get("micro") or 1))
+    acc_t = value_type(spec.acc_dtype)
+    while micro > 1 and 2 * tile * tile * micro * 4 > target.workgroup_storage:
+        micro //= 2
+    block = tile * micro
+    threads = tile * tile
+    M, N, K = spec.m, spec.n, spec.k
+    tiles_m, tiles_n = -(-M // block), -(-N // block)
+    dims = grid(tiles_m * tiles_n * spec.batch, target.max_groups_per_dim)
+    vb, vm, vn, vk = (find_var(spec, v) for v in ("b", "m", "n", "k"))
+    base = {vb.id: "b"}
+    a_lines, a_names = p.emit([spec.a], {**base, vm.id: "m", vk.id: "k"})
+    b_lines, b_names = p.emit([spec.b], {**base, vk.id: "k", vn.id: "n"})
+    zero = p.literal(0, spec.acc_dtype)
+    shared = [f"var<workgroup> As: array<{acc_t}, {tile * block}>;",
+              f"var<workgroup> Bs: array<{acc_t}, {tile * block}>;"]
+    body = [_entry(name, threads),
+            f"    let g = {_linear_group(dims)};",
+            f"    if (g >= {tiles_m * tiles_n * spec.batch}u) {{ return; }}",
+            f"    let n0 = i32(g % {tiles_n}u) * {block}i;",
+            f"    let m0 = i32((g / {tiles_n}u) % {tiles_m}u) * {block}i;",
+            f"    let b = i32(g / {tiles_n * tiles_m}u);",
+            "    let lid = i32(lid_u);",
+            f"    let tx = lid % {tile}i;",
+            f"    let ty = lid / {tile}i;"]
+    body += [f"    var acc_{i}_{j}: {acc_t} = {zero};"
+             for i in range(micro) for j in range(micro)]
+    body += [f"    for (var k0 = 0i; k0 < {K}i; k0 = k0 + {tile}i) {{",
+             f"        for (var l = 0i; l < {micro}i; l = l + 1i) {{",
+             f"            let e = lid + l * {threads}i;",
+             f"            let kk = e % {tile}i;",
+             f"            let mm = e / {tile}i;",
+             "            let m = m0 + mm;",
+             "            let k = k0 + kk;",
+             f"            var v: {acc_t} = {zero};",
+             f"            if (m < {M}i && k < {K}i) {{"]
+    body += _indent(a_lines + [f"v = {p.convert(a_names[spec.a.id], spec.a.dtype, spec.acc_dtype)};"], 16)
+    body += ["            }", f"            As[kk * {block}i + mm] = v;", "        }",
+             f"        for (var l = 0i; l < {micro}i; l = l + 1i) {{",
+             f"            let e = lid + l * {threads}i;",
+             f"            let nn = e % {block}i;",
+             f"            let kk = e / {block}i;",
+             "            let n = n0 + nn;",
+             "            let k = k0 + kk;",
+             f"            var v: {acc_t} = {zero};",
+             f"            if (k < {K}i && n < {N}i) {{"]
+    body += _indent(b_lines + [f"v = {p.convert(b_names[spec.b.id], spec.b.dtype, spec.acc_dtype)};"], 16)
+    body += ["            }", f"            Bs[kk * {block}i + nn] = v;", "        }",
+             "        workgroupBarrier();",
+             f"        for (var kk = 0i; kk < {tile}i; kk = kk + 1i) {{"]
+    body += [f"            let a{i} = As[kk * {block}i + ty + {i * tile}i];" for i in range(micro)]
+    body += [f"            let b{j} = Bs[kk * {block}i + tx + {j * tile}i];" for j in range(micro)]
+    for i in range(micro):
+        for j in range(micro):
+            if spec.acc_dtype.is_float:
+                body.append(f"            acc_{i}_{j} = fma(a{i}, b{j}, acc_{i}_{j});")
+            else:
+                body.append(f"            acc_{i}_{j} = acc_{i}_{j} + a{i} * b{j};")
+    body += ["        }", "        workgroupBarrier();", "    }"]
+    acc_id = acc_expr_id(spec)
+    for i in range(micro):
+        for j in range(micro):
+            e_lines, e_names = p.emit([o.value for o in spec.outputs],
+                                      {**base, vm.id: "m", vn.id: "n", acc_id: "acc"})
+            body += ["    {", f"        let m = m0 + ty + {i * tile}i;",
+                     f"        let n = n0 + tx + {j * tile}i;",
+                     f"        if (m < {M}i && n < {N}i) {{",
+                     f"            let acc = acc_{i}_{j};",
+                     f"            let flat = (b * {M}i + m) * {N}i + n;"]
+            body += _indent(e_lines + [p.store(o.arg, "flat", e_names[o.value.id])
+                                       for o in spec.outputs], 12)
+            body += ["        }", "    }"]
+    body.append("}")
+    return RenderedKernel(name, p.module(shared, body), dims, threads, _read_only(spec))

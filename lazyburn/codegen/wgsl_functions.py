@@ -1,0 +1,344 @@
+"""WGSL functions that generated kernels call: storage packing, NumPy's integer and float
+semantics, and the math functions WGSL lacks or leaves undefined.
+
+WGSL has neither 8-bit nor 16-bit storage types (``f16`` only behind the ``shader-f16``
+feature), no ``isnan``, no ``expm1``/``log1p``/``erf``, and leaves ``log``, ``sqrt`` and ``pow``
+undefined outside their domains (SPIR-V's GLSL.std.450 does the same). Every function here is
+written so that its result does not depend on the driver: special values are tested on the bit
+pattern (a driver may assume finite math for comparisons), and conversions to half precision
+are integer code rounding to nearest-even, as NumPy's ``astype(float16)`` does.
+
+``FUNCTIONS`` maps a name to ``(source, dependencies)``; ``library(names)`` returns the
+definitions of ``names`` and everything they call, once each, dependencies first.
+
+References: the float floor division and remainder follow NumPy's ``npy_divmod``; ``expm1`` and
+``log1p`` use W. Kahan's and D. Goldberg's corrections ("What every computer scientist should
+know about floating-point arithmetic", 1991, theorem 4); ``tanh`` and ``erf`` use S. L. Moshier's
+single-precision Cephes polynomials (tanhf.c, ndtrf.c, https://www.netlib.org/cephes/); the
+random numbers are PCG's output permutation used as a hash (Jarzynski and Olano, "Hash Functions
+for GPU Rendering", JCGT 2020), the same hash as the NumPy reference backend.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+NAN = "bitcast<f32>(0x7fc00000u)"
+INF = "bitcast<f32>(0x7f800000u)"
+
+
+def _horner(var: str, coeffs, acc: str) -> str:
+    """WGSL statements evaluating ``coeffs`` (highest degree first) at ``var`` into ``acc``."""
+    lines = [f"    var {acc} = {coeffs[0]}f;"]
+    lines += [f"    {acc} = fma({acc}, {var}, {c}f);" for c in coeffs[1:]]
+    return "\n".join(lines)
+
+
+# Cephes tanhf: tanh x = x + x^3 P(x^2) for |x| < 0.625.
+_TANH_P = ("-5.70498872745e-3", "2.06390887954e-2", "-5.37397155531e-2", "1.33314422036e-1",
+           "-3.33332819422e-1")
+# Cephes erff: erf x = x T(x^2) for |x| < 1; erfc x = exp(-x^2) / x * P(1/x^2) for 1 <= |x| < 2
+# and R(1/x^2) from 2 on (R padded with a leading 0 to share one Horner chain).
+_ERF_T = ("7.853861353153693e-5", "-8.010193625184903e-4", "5.188327685732524e-3",
+          "-2.685381193529856e-2", "1.128358514861418e-1", "-3.761262582423300e-1",
+          "1.128379165726710e0")
+_ERFC_P = ("2.326819970068386e-2", "-1.387039388740657e-1", "3.687424674597105e-1",
+           "-5.824733027278666e-1", "6.210004621745983e-1", "-4.944515323274145e-1",
+           "3.404879937665872e-1", "-2.741127028184656e-1", "5.638259427386472e-1")
+_ERFC_R = ("0.0", "-1.047766399936249e1", "1.297719955372516e1", "-7.495518717768503e0",
+           "2.921019019210786e0", "-1.015265279202700e0", "4.218463358204948e-1",
+           "-2.820767439740514e-1", "5.641895067754075e-1")
+
+
+def _erfc_chain() -> str:
+    lines = [f"    var p = select({_ERFC_P[0]}f, {_ERFC_R[0]}f, big);"]
+    lines += [f"    p = fma(p, w, select({c}f, {r}f, big));"
+              for c, r in zip(_ERFC_P[1:], _ERFC_R[1:])]
+    return "\n".join(lines)
+
+
+FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+
+def _define(name: str, source: str, deps: tuple[str, ...] = ()) -> None:
+    FUNCTIONS[name] = (source.strip("\n") + "\n", deps)
+
+
+# special values, tested on the bits ------------------------------------------------------------
+_define("lb_isnan", """
+fn lb_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+""")
+_define("lb_isinf", """
+fn lb_isinf(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000u; }
+""")
+_define("lb_isfinite", """
+fn lb_isfinite(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) < 0x7f800000u; }
+""")
+_define("lb_copysign", """
+fn lb_copysign(x: f32, s: f32) -> f32 {
+    return bitcast<f32>((bitcast<u32>(x) & 0x7fffffffu) | (bitcast<u32>(s) & 0x80000000u));
+}
+""")
+
+# packed storage: 8- and 16-bit elements in u32 words (little-endian, as the host lays them out)
+_define("lb_byte", """
+fn lb_byte(w: u32, i: i32) -> u32 { return (w >> ((u32(i) & 3u) * 8u)) & 0xffu; }
+""")
+_define("lb_half_word", """
+fn lb_half_word(w: u32, i: i32) -> u32 { return (w >> ((u32(i) & 1u) * 16u)) & 0xffffu; }
+""")
+_define("lb_f16_bits", """
+// float32 -> IEEE binary16 bits, rounded to nearest-even; overflow gives inf, nan stays nan.
+fn lb_f16_bits(f: f32) -> u32 {
+    let b = bitcast<u32>(f);
+    let sign = (b >> 16u) & 0x8000u;
+    let a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) { return sign | 0x7e00u; }
+    if (a >= 0x477ff000u) { return sign | 0x7c00u; }
+    if (a >= 0x38800000u) {
+        let r = a + 0xfffu + ((a >> 13u) & 1u);
+        return sign | ((r - 0x38000000u) >> 13u);
+    }
+    // subnormal: units of 2^-24, and the scaling by a power of two is exact
+    return sign | u32(round(bitcast<f32>(a) * 16777216.0f));
+}
+""")
+_define("lb_f16_value", """
+fn lb_f16_value(h: u32) -> f32 {
+    let sign = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if (e == 0u) { return bitcast<f32>(bitcast<u32>(f32(m) * 5.9604644775390625e-08f) | sign); }
+    if (e == 31u) { return bitcast<f32>(sign | 0x7f800000u | (m << 13u)); }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
+}
+""")
+_define("lb_f16_round", """
+fn lb_f16_round(x: f32) -> f32 { return lb_f16_value(lb_f16_bits(x)); }
+""", ("lb_f16_bits", "lb_f16_value"))
+_define("lb_bf16_bits", """
+// float32 -> bfloat16 bits, rounded to nearest-even; nan stays a quiet nan.
+fn lb_bf16_bits(f: f32) -> u32 {
+    let b = bitcast<u32>(f);
+    if ((b & 0x7fffffffu) > 0x7f800000u) { return 0x7fc0u; }
+    return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
+}
+""")
+_define("lb_bf16_round", """
+fn lb_bf16_round(x: f32) -> f32 { return bitcast<f32>(lb_bf16_bits(x) << 16u); }
+""", ("lb_bf16_bits",))
+
+# NumPy integer semantics: division and remainder by zero give 0, floor rounding --------------
+_define("lb_floordiv_i32", """
+fn lb_floordiv_i32(a: i32, b: i32) -> i32 {
+    if (b == 0) { return 0; }
+    let q = a / b;
+    return select(q, q - 1, (a % b != 0) && ((a < 0) != (b < 0)));
+}
+""")
+_define("lb_mod_i32", """
+fn lb_mod_i32(a: i32, b: i32) -> i32 {
+    if (b == 0) { return 0; }
+    let m = a % b;
+    return select(m, m + b, m != 0 && ((m < 0) != (b < 0)));
+}
+""")
+_define("lb_ipow_i32", """
+fn lb_ipow_i32(a: i32, b: i32) -> i32 {
+    if (b < 0) { return select(select(0, select(1, -1, (b & 1) != 0), a == -1), 1, a == 1); }
+    var r = 1;
+    var x = a;
+    var e = b;
+    loop {
+        if (e == 0) { break; }
+        if ((e & 1) != 0) { r = r * x; }
+        x = x * x;
+        e = e >> 1u;
+    }
+    return r;
+}
+""")
+
+# NumPy float semantics -------------------------------------------------------------------------
+_define("lb_fmod", """
+// C's fmod: the remainder of a / b with the sign of a. The quotient is rounded toward zero,
+// the remainder formed in one rounding by fma and corrected when the division rounded across
+// an integer; exact while |a / b| < 2^24.
+fn lb_fmod(a: f32, b: f32) -> f32 {
+    if (lb_isnan(a) || lb_isnan(b) || lb_isinf(a) || b == 0.0f) { return bitcast<f32>(0x7fc00000u); }
+    if (lb_isinf(b)) { return a; }
+    let q = trunc(a / b);
+    var r = fma(-q, b, a);
+    let step = lb_copysign(abs(b), a);
+    if (r != 0.0f && ((r < 0.0f) != (a < 0.0f))) { r = r + step; }
+    if (abs(r) >= abs(b)) { r = r - step; }
+    return r;
+}
+""", ("lb_isnan", "lb_isinf", "lb_copysign"))
+_define("lb_mod_f32", """
+// NumPy's remainder (npy_divmod): the result takes the divisor's sign.
+fn lb_mod_f32(a: f32, b: f32) -> f32 {
+    var m = lb_fmod(a, b);
+    if (b == 0.0f) { return m; }
+    if (m != 0.0f) {
+        if ((b < 0.0f) != (m < 0.0f)) { m = m + b; }
+    } else {
+        m = lb_copysign(0.0f, b);
+    }
+    return m;
+}
+""", ("lb_fmod", "lb_copysign"))
+_define("lb_floordiv_f32", """
+// NumPy's floor_divide (npy_divmod).
+fn lb_floordiv_f32(a: f32, b: f32) -> f32 {
+    let m = lb_fmod(a, b);
+    if (b == 0.0f) { return a / b; }
+    var d = (a - m) / b;
+    if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) { d = d - 1.0f; }
+    if (d == 0.0f) { return lb_copysign(0.0f, a / b); }
+    let f = floor(d);
+    return select(f, f + 1.0f, d - f > 0.5f);
+}
+""", ("lb_fmod", "lb_copysign"))
+
+# math: built-ins guarded outside their domain, and what WGSL lacks ------------------------------
+_define("lb_log", f"""
+fn lb_log(x: f32) -> f32 {{
+    if (x < 0.0f || lb_isnan(x)) {{ return {NAN}; }}
+    if (x == 0.0f) {{ return -{INF}; }}
+    return log(x);
+}}
+""", ("lb_isnan",))
+_define("lb_log2", f"""
+fn lb_log2(x: f32) -> f32 {{
+    if (x < 0.0f || lb_isnan(x)) {{ return {NAN}; }}
+    if (x == 0.0f) {{ return -{INF}; }}
+    return log2(x);
+}}
+""", ("lb_isnan",))
+_define("lb_sqrt", f"""
+fn lb_sqrt(x: f32) -> f32 {{
+    if (x < 0.0f || lb_isnan(x)) {{ return {NAN}; }}
+    if (x == 0.0f) {{ return x; }}
+    return sqrt(x);
+}}
+""", ("lb_isnan",))
+_define("lb_rsqrt", f"""
+fn lb_rsqrt(x: f32) -> f32 {{
+    if (x < 0.0f || lb_isnan(x)) {{ return {NAN}; }}
+    if (x == 0.0f) {{ return lb_copysign({INF}, x); }}
+    return inverseSqrt(x);
+}}
+""", ("lb_isnan", "lb_copysign"))
+_define("lb_expm1", """
+// Kahan: (u - 1) * x / log(u) with u = exp(x) cancels the rounding error of u.
+fn lb_expm1(x: f32) -> f32 {
+    let u = exp(x);
+    if (u == 1.0f) { return x; }
+    let um1 = u - 1.0f;
+    if (um1 == -1.0f) { return -1.0f; }
+    if (lb_isinf(u) || lb_isnan(x)) { return u; }
+    return um1 * x / log(u);
+}
+""", ("lb_isinf", "lb_isnan"))
+_define("lb_log1p", f"""
+// Goldberg: log(u) * x / (u - 1) with u = 1 + x cancels the rounding error of u.
+fn lb_log1p(x: f32) -> f32 {{
+    if (x < -1.0f || lb_isnan(x)) {{ return {NAN}; }}
+    if (x == -1.0f) {{ return -{INF}; }}
+    let u = 1.0f + x;
+    if (u == 1.0f) {{ return x; }}
+    if (lb_isinf(u)) {{ return u; }}
+    return log(u) * x / (u - 1.0f);
+}}
+""", ("lb_isnan", "lb_isinf"))
+_define("lb_tanh", f"""
+// Drivers implement tanh as a ratio of exponentials, which is nan for large |x|.
+fn lb_tanh(x: f32) -> f32 {{
+    let ax = abs(x);
+    if (ax < 0.625f) {{
+        let z = x * x;
+{_horner("z", _TANH_P, "p")}
+        return fma(p * z, x, x);
+    }}
+    let y = 1.0f - 2.0f / (exp(ax + ax) + 1.0f);
+    return lb_copysign(y, x);
+}}
+""", ("lb_copysign",))
+_define("lb_sigmoid", """
+// exp(-|x|) never overflows; for x < 0, e / (1 + e) keeps the tiny results.
+fn lb_sigmoid(x: f32) -> f32 {
+    let e = exp(-abs(x));
+    return select(e, 1.0f, x >= 0.0f) / (1.0f + e);
+}
+""")
+_define("lb_erf", f"""
+fn lb_erf(x: f32) -> f32 {{
+    let ax = abs(x);
+    let z = x * x;
+    if (ax < 1.0f) {{
+{_horner("z", _ERF_T, "t")}
+        return x * t;
+    }}
+    let q = 1.0f / ax;
+    let w = q * q;
+    let big = ax >= 2.0f;
+{_erfc_chain()}
+    return lb_copysign(1.0f - exp(-z) * q * p, x);
+}}
+""", ("lb_copysign",))
+_define("lb_pow", f"""
+// pow(x, y) = 2^(y log2 |x|) with the special values of C99 Annex F.
+fn lb_pow(x: f32, y: f32) -> f32 {{
+    if (y == 0.0f || x == 1.0f) {{ return 1.0f; }}
+    if (lb_isnan(x) || lb_isnan(y)) {{ return {NAN}; }}
+    let ax = abs(x);
+    let y_int = round(y) == y;
+    let h = 0.5f * y;
+    let y_odd = y_int && round(h) != h;
+    if (x < 0.0f && !y_int && !lb_isinf(x)) {{ return {NAN}; }}
+    var v: f32;
+    if (ax == 1.0f) {{
+        v = 1.0f;
+    }} else if (ax == 0.0f) {{
+        v = select(0.0f, {INF}, y < 0.0f);
+    }} else if (lb_isinf(ax)) {{
+        v = select({INF}, 0.0f, y < 0.0f);
+    }} else {{
+        v = exp2(y * log2(ax));
+    }}
+    return select(v, -v, y_odd && (bitcast<u32>(x) & 0x80000000u) != 0u);
+}}
+""", ("lb_isnan", "lb_isinf"))
+_define("lb_pcg", """
+fn lb_pcg(x: u32) -> u32 {
+    let state = x * 747796405u + 2891336453u;
+    let word = ((state >> ((state >> 28u) + 4u)) ^ state) * 277803737u;
+    return (word >> 22u) ^ word;
+}
+""")
+_define("lb_uniform", """
+fn lb_uniform(seed: u32, counter: u32) -> f32 {
+    return f32(lb_pcg(lb_pcg(counter) ^ seed) >> 8u) * 5.9604644775390625e-08f;
+}
+""", ("lb_pcg",))
+
+
+def library(names: Iterable[str]) -> str:
+    """WGSL text defining ``names`` and everything they call, each once, dependencies first, in
+    a stable order (the same set always gives the same text). Raises KeyError for an unknown
+    name."""
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        source, deps = FUNCTIONS[name]
+        for d in deps:
+            visit(d)
+        out.append(source)
+
+    for name in sorted(set(names)):
+        visit(name)
+    return "\n".join(out)
