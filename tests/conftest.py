@@ -1,10 +1,18 @@
 """Shared fixtures for the test suite."""
 from __future__ import annotations
 
-import pytest
+import os
+import tempfile
 
-import lazyburn as lb
-from lazyburn import runtime
+# Tuning is tested on its own (test_autotune*.py, test_opencl_autotune.py); elsewhere kernels run
+# their heuristic defaults, and no test writes to the user's cache.
+os.environ.setdefault("LAZYBURN_AUTOTUNE", "0")
+os.environ.setdefault("LAZYBURN_CACHE_DIR", tempfile.mkdtemp(prefix="lazyburn-test-cache-"))
+
+import pytest  # noqa: E402
+
+import lazyburn as lb  # noqa: E402
+from lazyburn import runtime  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,9 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
   (elements per work-item, grid-strided so neighbouring work-items touch neighbouring elements,
   which is what lets a CPU runtime vectorize the work-group loop);
 * reduction: ``strategy`` -- ``tree`` (one work-group of ``local`` work-items per row, partial
-  results combined in local memory) or ``sequential`` (one work-item per row, for short rows);
+  results combined in local memory) or ``sequential`` (one work-item per row: short rows, or
+  many rows on a CPU, where the compiler vectorizes the row loop once ``reassociate`` lets it
+  reorder the float accumulation);
 * matmul: ``tile`` (square tiles of A and B staged through local memory).
 
 Storage: bool as uchar, float16 through ``vload_half``/``vstore_half_rte`` (no cl_khr_fp16
@@ -89,13 +91,14 @@ UNARY_BUILTIN = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "
 
 @dataclass
 class RenderedKernel:
-    """OpenCL C ``source`` for kernel ``name`` and its NDRange (``global_size``,
-    ``local_size``; None lets the runtime choose)."""
+    """OpenCL C ``source`` for kernel ``name``, its NDRange (``global_size``, ``local_size``;
+    None lets the runtime choose) and its build ``options``."""
 
     name: str
     source: str
     global_size: tuple
     local_size: tuple | None
+    options: tuple = ()
 
 
 class OpenCLPrinter(ExprPrinter):
@@ -288,12 +291,18 @@ def render(spec: KernelSpec, name: str, params: dict | None = None) -> RenderedK
     params = dict(params or {})
     fast = params.pop("fast_math", True)
     if isinstance(spec, ElementwiseSpec):
-        return _render_elementwise(spec, name, params, fast)
-    if isinstance(spec, ReductionSpec):
-        return _render_reduction(spec, name, params, fast)
-    if isinstance(spec, MatmulSpec):
-        return _render_matmul(spec, name, params, fast)
-    raise TypeError(f"cannot render {type(spec).__name__}")
+        r = _render_elementwise(spec, name, params, fast)
+    elif isinstance(spec, ReductionSpec):
+        r = _render_reduction(spec, name, params, fast)
+    elif isinstance(spec, MatmulSpec):
+        r = _render_matmul(spec, name, params, fast)
+    else:
+        raise TypeError(f"cannot render {type(spec).__name__}")
+    if params.get("reassociate"):
+        # lets the compiler reorder float sums and vectorize a row loop; NaN and inf handling
+        # is kept (no finite-math assumption)
+        r.options = ("-cl-unsafe-math-optimizations",)
+    return r
 
 
 def _finish(p: OpenCLPrinter, body: list[str]) -> str:

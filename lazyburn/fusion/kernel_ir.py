@@ -77,6 +77,18 @@ class KernelSpec:
         """A short stable hash of what the kernel computes (names the kernel file)."""
         return hashlib.sha1(self.text().encode()).hexdigest()[:10]
 
+    def signature(self) -> str:
+        """What the kernel computes, without its sizes: kind, ops, dtypes, stages. Two kernels
+        with one signature share autotuning results (shape buckets tell sizes apart)."""
+        stages = [s.op for s in getattr(self, "stages", [])]
+        text = "|".join([self.kind, ",".join(self.ops), ",".join(a.dtype.name for a in self.args),
+                         ",".join(stages), str(len(self.outputs))])
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    def problem_shape(self) -> tuple:
+        """The sizes autotuning buckets by."""
+        return ()
+
     @property
     def inputs(self) -> list[KernelArg]:
         return [a for a in self.args if not a.is_output]
@@ -116,6 +128,9 @@ class ElementwiseSpec(KernelSpec):
     shape: tuple = ()
     numel: int = 0
 
+    def problem_shape(self) -> tuple:
+        return (self.numel,)
+
     def text(self) -> str:
         head = f"elementwise kernel over {self.shape} (i < {self.numel})"
         return "\n".join([head] + self._args_text() + self._body_text())
@@ -131,6 +146,9 @@ class ReductionSpec(KernelSpec):
 
     def roots(self) -> list[Expr]:
         return [s.value for s in self.stages] + super().roots()
+
+    def problem_shape(self) -> tuple:
+        return (self.rows, self.reduce_size)
 
     def text(self) -> str:
         head = (f"reduction kernel over {self.shape} axes {self.axes}: {self.rows} rows x "
@@ -152,6 +170,9 @@ class MatmulSpec(KernelSpec):
 
     def roots(self) -> list[Expr]:
         return [self.a, self.b] + super().roots()
+
+    def problem_shape(self) -> tuple:
+        return (self.batch, self.m, self.n, self.k)
 
     def text(self) -> str:
         head = (f"matmul kernel: {self.batch} x ({self.m} x {self.k}) @ ({self.k} x {self.n}) "

@@ -32,11 +32,16 @@ class FusedBackend:
         for i, k in enumerate(plan.kernels):
             if k.compiled is None and k.kind != "copy":
                 k.compiled = self.compile_kernel(k, f"k{i}_{k.kind}", kernel_origin(k))
-        if dump.dump_dir() is not None:
-            for k in plan.kernels:
-                source = getattr(k.compiled, "source", None)
-                if source is not None:
-                    dump.write(k, source, k.compiled.suffix, k.compiled.comment)
+
+    def dump(self, plan) -> None:
+        """Write the plan's kernels to the active dump directory (after a run, so kernels
+        tuned at their first launch are written as they ran)."""
+        if dump.dump_dir() is None:
+            return
+        for k in plan.kernels:
+            source = getattr(k.compiled, "source", None)
+            if source is not None:
+                dump.write(k, source, k.compiled.suffix, k.compiled.comment)
 
     def run(self, outputs) -> list:
         plan, order = self.plans.lookup(outputs, fuse=self.fuse, max_args=self.max_args)
@@ -62,6 +67,7 @@ class FusedBackend:
                             order[p].buffer is None:
                         self.release(values.pop(p))
             self.finish()
+            self.dump(plan)
         except self.device_errors() as e:
             origin = getattr(k.compiled, "origin", None) if k is not None else None
             raise DeviceError(f"{self.device_string}: kernel failed: {e}", origin) from None

@@ -64,6 +64,8 @@ class OpenCLBackend(FusedBackend):
         self.unsupported_dtypes = set() if self.has_fp64 else {dt.float64}
         self.is_cpu = bool(device.type & cl.device_type.CPU)
         self.max_alloc = device.max_mem_alloc_size
+        self.max_local = device.max_work_group_size
+        self.compute_units = device.max_compute_units
         self._programs: dict[str, object] = {}
         self.compiles = 0
         super().__init__()
@@ -99,12 +101,12 @@ class OpenCLBackend(FusedBackend):
         return out
 
     # compiling ---------------------------------------------------------------------------------
-    def _program(self, source: str, kernel, origin):
-        key = hashlib.sha256(source.encode()).hexdigest()
+    def _program(self, source: str, kernel, origin, options=()):
+        key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()
         prg = self._programs.get(key)
         if prg is None:
             try:
-                prg = self.cl.Program(self.context, source).build()
+                prg = self.cl.Program(self.context, source).build(options=list(options))
             except self.cl.Error as e:
                 path = dump.write(kernel, source, ".cl", "//") or \
                     dump.write(kernel, source, ".cl", "//", kernel_cache_dir())
@@ -118,19 +120,27 @@ class OpenCLBackend(FusedBackend):
         return prg
 
     def compile_kernel(self, k, name: str, origin):
-        params = self.launch_params(k)
+        """The heuristic default's kernel, or one that autotunes at its first launch."""
+        from .opencl_tuning import TunedKernel, default_params, worth_tuning
+
+        if worth_tuning(k):
+            return TunedKernel(self, k, name, origin)
+        return self.build(k, name, default_params(self, k), origin)
+
+    def build(self, k, name: str, params: dict, origin):
+        """Compile planned kernel ``k`` with launch ``params``."""
         if k.kind == "matmul" and params.get("library"):
             return LibraryMatmul(self, k, params, origin)
         r = cl_codegen.render(k.spec, name, params)
-        prg = self._program(r.source, k, origin)
+        prg = self._program(r.source, k, origin, r.options)
         return CompiledKernel(self.cl.Kernel(prg, r.name), r, origin)
 
-    def launch_params(self, k) -> dict:
-        """Launch configuration of a planned kernel: the autotuner's choice, else the
-        heuristic default."""
-        from .opencl_tuning import choose
+    @property
+    def fingerprint(self) -> str:
+        from ..autotune import device_fingerprint
 
-        return choose(self, k)
+        d = self.device
+        return device_fingerprint(d.name, d.driver_version, d.platform.version)
 
     def release(self, buf) -> None:
         buf.release()
@@ -172,6 +182,18 @@ class LibraryMatmul:
             r = cl_codegen.render(part, f"{name}_{id(self)}", {})
             prg = backend._program(r.source, k, origin)
             self.kernels[name] = CompiledKernel(backend.cl.Kernel(prg, r.name), r, origin)
+
+    suffix, comment = ".cl", "//"
+
+    @property
+    def source(self) -> str:
+        """The element-wise kernels around the library call, in the order they run."""
+        texts = []
+        for name in ("a", "b", "epilogue"):
+            if name in self.kernels:
+                texts.append(f"// ---- {name} (element-wise; the library matmul runs before "
+                             f"the epilogue)\n" + self.kernels[name].source)
+        return "// library matmul: NumPy BLAS on host copies of the operands\n" + "\n".join(texts)
 
     def __call__(self, backend, args) -> None:
         spec, parts = self.spec, self.parts

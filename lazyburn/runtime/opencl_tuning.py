@@ -2,23 +2,35 @@
 candidates the autotuner may try."""
 from __future__ import annotations
 
+from .. import autotune
 from ..autotune import Candidate
 
 LIBRARY_MATMUL_MIN_FLOPS = 2 * 64 ** 3  # below this a generated kernel wins on any device
 
 
 def default_params(backend, k) -> dict:
-    """The heuristic default for planned kernel ``k`` on ``backend``."""
+    """The heuristic default for planned kernel ``k`` on ``backend``.
+
+    CPU devices (PoCL) run a work-group as a loop the compiler vectorizes across work-items, and
+    pay per work-group: large groups of grid-strided work-items, and reductions with one
+    work-item per row whose row loop vectorizes. GPUs get the usual 256-wide groups and a
+    work-group per row."""
     spec = k.spec
+    cpu = backend.is_cpu
     if k.kind == "elementwise":
-        return {"local": None, "per_item": 1}
+        if cpu:
+            per_item = 16 if spec.numel >= 16 * 1024 else 1
+            return {"local": min(1024, backend.max_local), "per_item": per_item}
+        return {"local": min(256, backend.max_local), "per_item": 1}
     if k.kind == "reduction":
-        short = spec.reduce_size <= 32
-        return {"strategy": "sequential" if short else "tree",
-                "local": None if short else min(256, _pow2_at_least(spec.reduce_size))}
+        many_rows = spec.rows >= 4 * backend.compute_units
+        if spec.reduce_size <= 32 or (cpu and many_rows):
+            return {"strategy": "sequential", "local": None, "reassociate": cpu}
+        local = min(256, backend.max_local, _pow2_at_least(spec.reduce_size))
+        return {"strategy": "tree", "local": local, "reassociate": cpu}
     if k.kind == "matmul":
         flops = 2 * spec.batch * spec.m * spec.n * spec.k
-        return {"tile": 16, "library": backend.is_cpu and flops >= LIBRARY_MATMUL_MIN_FLOPS}
+        return {"tile": 16, "library": cpu and flops >= LIBRARY_MATMUL_MIN_FLOPS}
     return {}
 
 
@@ -47,8 +59,84 @@ def candidates(backend, k) -> list[Candidate]:
     return out
 
 
-def choose(backend, k) -> dict:
-    return default_params(backend, k)
+MIN_TUNED_ELEMENTS = 1 << 16  # smaller kernels run their default: tuning them is not worth it
+
+
+def worth_tuning(k) -> bool:
+    spec = k.spec
+    work = spec.numel if k.kind == "elementwise" else (
+        spec.rows * spec.reduce_size if k.kind == "reduction" else spec.batch * spec.m * spec.n)
+    return autotune.level() > 0 and work >= MIN_TUNED_ELEMENTS
+
+
+class TunedKernel:
+    """A kernel whose launch configuration is chosen at its first launch (when the buffers
+    exist): each candidate is compiled, run into scratch outputs, checked against the default's
+    output and timed with queue profiling; the winner then replaces this object in the plan."""
+
+    def __init__(self, backend, k, name, origin):
+        self.backend, self.k, self.name, self.origin = backend, k, name, origin
+
+    def __call__(self, backend, args) -> None:
+        k = self.k
+        n_in = k.n_inputs
+        compiled = {}
+
+        def build(c):
+            if c.name not in compiled:
+                compiled[c.name] = backend.build(k, self.name, c.params, self.origin)
+            return compiled[c.name]
+
+        def scratch():
+            return [backend._alloc(a.size * a.dtype.itemsize, self.origin)
+                    for a in k.spec.args[n_in:]]
+
+        def run(c):
+            outs = scratch()
+            build(c)(backend, list(args[:n_in]) + outs)
+            backend.finish()
+            return [_read(backend, b, a) for b, a in zip(outs, k.spec.args[n_in:])]
+
+        def time(c):
+            kern, outs = build(c), scratch()
+            backend.finish()
+            t0 = _now()
+            kern(backend, list(args[:n_in]) + outs)
+            backend.finish()
+            return _now() - t0
+
+        key = autotune.TuneKey("opencl", backend.fingerprint, k.spec.signature(),
+                               k.spec.problem_shape())
+        winner = autotune.tune(key, candidates(backend, k), run, time, _close)
+        best = build(winner)
+        k.compiled = best
+        best(backend, args)
+
+    @property
+    def source(self):
+        return None
+
+
+def _read(backend, buf, karg):
+    import numpy as np
+
+    host = np.empty(karg.size, dtype=karg.dtype.np)
+    view = host.view(np.uint8) if host.dtype == np.bool_ else host
+    backend.cl.enqueue_copy(backend.queue, view, buf)
+    return host
+
+
+def _close(expected, actual) -> bool:
+    import numpy as np
+
+    return all(np.allclose(e.astype(np.float64), a.astype(np.float64), rtol=1e-4, atol=1e-5,
+                           equal_nan=True) for e, a in zip(expected, actual))
+
+
+def _now() -> float:
+    import time
+
+    return time.perf_counter()
 
 
 def _pow2_at_least(n: int) -> int:
