@@ -40,17 +40,20 @@ def candidates(backend, k) -> list[Candidate]:
     out = [Candidate("default", default, 0)]
     spec = k.spec
     if k.kind == "elementwise":
-        for local in (64, 256):
-            for per_item in (1, 4):
-                out.append(Candidate(f"local={local},per_item={per_item}",
-                                     {"local": local, "per_item": per_item}, 1))
-        out.append(Candidate("local=1024,per_item=8", {"local": 1024, "per_item": 8}, 2))
+        for local, per_item in ((None, 1), (64, 1), (256, 1), (1024, 1), (256, 4), (1024, 16)):
+            out.append(Candidate(f"local={local},per_item={per_item}",
+                                 {"local": local, "per_item": per_item}, 1))
+        for local, per_item in ((4096, 1), (64, 4), (1024, 4), (256, 16), (1024, 64)):
+            out.append(Candidate(f"local={local},per_item={per_item}",
+                                 {"local": local, "per_item": per_item}, 2))
     elif k.kind == "reduction":
+        reassociate = bool(default.get("reassociate"))
         for local in (16, 64, 128, 256):
-            if local <= 4 * _pow2_at_least(spec.reduce_size):
-                out.append(Candidate(f"tree,local={local}",
-                                     {"strategy": "tree", "local": local}, 1))
-        out.append(Candidate("sequential", {"strategy": "sequential", "local": None}, 1))
+            if local <= 4 * _pow2_at_least(spec.reduce_size) and local <= backend.max_local:
+                out.append(Candidate(f"tree,local={local}", {
+                    "strategy": "tree", "local": local, "reassociate": reassociate}, 1))
+        out.append(Candidate("sequential", {"strategy": "sequential", "local": None,
+                                            "reassociate": reassociate}, 1))
     elif k.kind == "matmul":
         out.append(Candidate("tile=8", {"tile": 8, "library": False}, 1))
         out.append(Candidate("tile=16", {"tile": 16, "library": False}, 1))
