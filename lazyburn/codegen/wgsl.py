@@ -9,11 +9,13 @@ Storage. WGSL has 32-bit storage types only (``f16`` behind the ``shader-f16`` f
 8- and 16-bit elements (bool, int8, uint8, int16, bfloat16, and float16 without the feature)
 are *packed*: a buffer holds them exactly as the host lays them out, read as ``u32`` words and
 unpacked by shifts, and written with ``atomicAnd``/``atomicOr`` on the word, because neighbouring
-elements of one word belong to other invocations. int64 and float64 have no WGSL type
-(``NOT_IN_WGSL``); the runtime refuses them when a graph is recorded. Values compute in 32 bits:
-bool as ``bool``, every integer as ``i32`` (8- and 16-bit results wrapped back to their width,
-as their own arithmetic would), half types as ``f32`` rounded to nearest-even when stored or
-cast, as NumPy's ``astype`` does. Index arithmetic is ``i32``; a kernel whose indices need 64
+elements of one word belong to other invocations. float64 has no WGSL type (``NOT_IN_WGSL``);
+the runtime refuses it when a graph is recorded. int64, lazyburn's default integer, is emulated:
+a ``vec2<u32>`` of its low and high words (the host's layout), with exact 64-bit arithmetic in
+``wgsl_functions`` (slower than i32; meant for indices, counts and sums). Other values compute
+in 32 bits: bool as ``bool``, the smaller integers as ``i32`` (8- and 16-bit results wrapped
+back to their width, as their own arithmetic would), half types as ``f32`` rounded to
+nearest-even when stored or cast, as NumPy's ``astype`` does. Index arithmetic is ``i32``; a kernel whose indices need 64
 bits (more than 2^31 elements) cannot be rendered.
 
 Dispatch. A device allows at most ``Target.max_groups_per_dim`` workgroups per grid dimension
@@ -42,15 +44,19 @@ from . import wgsl_functions
 from .common import INFIX, ExprPrinter, acc_expr_id, find_var, float_literal, reduced_expr_id
 
 VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "int32": "i32",
-         "float16": "f32", "bfloat16": "f32", "float32": "f32"}
+         "int64": "vec2<u32>", "float16": "f32", "bfloat16": "f32", "float32": "f32"}
 PACKED_BITS = {"bool": 8, "int8": 8, "uint8": 8, "int16": 16, "float16": 16, "bfloat16": 16}
-NOT_IN_WGSL = frozenset({"int64", "float64"})
+NOT_IN_WGSL = frozenset({"float64"})
 INT_LIMITS = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
-              "int32": (-2 ** 31, 2 ** 31 - 1)}
+              "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1)}
 # 8- and 16-bit integers live in i32 registers; these put a result back into its type's range
 WRAP = {"int8": "((({0}) << 24u) >> 24u)", "int16": "((({0}) << 16u) >> 16u)",
         "uint8": "(({0}) & 255i)"}
 WRAPPING_OPS = frozenset("add sub mul neg abs square left_shift pow floordiv bitwise_not".split())
+# int64 is a vec2<u32> (low, high); its arithmetic is function calls
+I64_CALLS = {"add": "lb_i64_add", "sub": "lb_i64_sub", "mul": "lb_i64_mul", "neg": "lb_i64_neg",
+             "abs": "lb_i64_abs", "sign": "lb_i64_sign", "floordiv": "lb_floordiv_i64",
+             "mod": "lb_mod_i64", "pow": "lb_ipow_i64"}
 
 # built-ins where WGSL's definition is NumPy's, and our functions where it is not
 MATH = {"exp": "exp", "exp2": "exp2", "sin": "sin", "cos": "cos", "tan": "tan",
@@ -116,6 +122,10 @@ class WGSLPrinter(ExprPrinter):
                 raise UnsupportedKernel(f"WGSL has no {a.dtype.name} ({a.name})")
         self.target = target
         self.used: set[str] = set()
+        # int64 indices of gathers saturate into i32 (an index beyond it is clamped anyway)
+        self.index_casts = {e.args[0].id for e in spec.exprs()
+                            if e.op == "wrap_clamp" and e.args[0].op == "cast"
+                            and e.args[0].args[0].dtype.name == "int64"}
 
     def call(self, function: str, *args) -> str:
         if function.startswith("lb_"):
@@ -131,8 +141,11 @@ class WGSLPrinter(ExprPrinter):
             return "true" if value else "false"
         if dtype.is_int:
             value = int(value)
-            if not -2 ** 31 <= value < 2 ** 31:
+            if not -2 ** 31 <= value < 2 ** 31 and dtype.name != "int64":
                 raise UnsupportedKernel(f"integer constant {value} does not fit in i32")
+            if dtype.name == "int64":
+                bits = value % 2 ** 64
+                return f"vec2<u32>({bits & 0xffffffff}u, {bits >> 32}u)"
             if value == -2 ** 31:
                 return "(-2147483647i - 1i)"
             return f"({value}i)" if value < 0 else f"{value}i"
@@ -190,19 +203,22 @@ class WGSLPrinter(ExprPrinter):
     def render(self, e: Expr, args: list) -> str:
         if e.op in MATH:
             text = self.call(MATH[e.op], args[0])
+        elif e.dtype.name == "int64" and e.op in I64_CALLS:
+            text = self.call(I64_CALLS[e.op], *args)
+        elif e.dtype.name == "int64" and e.op == "square":
+            text = self.call("lb_i64_mul", args[0], args[0])
         else:
             text = super().render(e, args)
         wrap = WRAP.get(e.dtype.name)
         return wrap.format(text) if wrap and e.op in WRAPPING_OPS else text
 
     # value ops needing more than a format string ----------------------------------------------
-    def op_cast(self, e, x):
-        return self.convert(x, e.args[0].dtype, e.dtype)
-
     def convert(self, x: str, src, dst) -> str:
         """Value ``x`` of dtype ``src`` as ``dst`` (NumPy's ``astype``)."""
         if src is dst:
             return x
+        if src.name == "int64" or dst.name == "int64":
+            return self._convert_i64(x, src, dst)
         if dst.is_bool:
             return f"({x} != {self.literal(0, src)})"
         if dst.is_float:
@@ -213,6 +229,44 @@ class WGSLPrinter(ExprPrinter):
         wrap = WRAP.get(dst.name)
         return wrap.format(v) if wrap and not src.is_bool else v
 
+    def _convert_i64(self, x, src, dst) -> str:
+        if src is dst:
+            return x
+        if dst.name == "int64":
+            if src.is_bool:
+                return f"vec2<u32>(select(0u, 1u, {x}), 0u)"
+            if src.is_float:
+                return self.call("lb_i64_from_f32", x)
+            return self.call("lb_i64", x)
+        if dst.is_bool:
+            return f"any({x} != vec2<u32>(0u, 0u))"
+        if dst.is_float:
+            return self._round_half(dst, self.call("lb_i64_to_f32", x))
+        v = f"bitcast<i32>({x}.x)"
+        wrap = WRAP.get(dst.name)
+        return wrap.format(v) if wrap else v
+
+    # arithmetic that reductions and matmul share with the ops
+    def add(self, a: str, b: str, dtype) -> str:
+        if dtype.name == "int64":
+            return self.call("lb_i64_add", a, b)
+        return WRAP.get(dtype.name, "{0}").format(f"{a} + {b}")
+
+    def mul(self, a: str, b: str, dtype) -> str:
+        if dtype.name == "int64":
+            return self.call("lb_i64_mul", a, b)
+        return WRAP.get(dtype.name, "{0}").format(f"{a} * {b}")
+
+    def less(self, a: str, b: str, dtype) -> str:
+        if dtype.name == "int64":
+            return self.call("lb_i64_lt", a, b)
+        if dtype.is_bool:  # WGSL orders no bools
+            return f"(i32({a}) < i32({b}))"
+        return f"({a} < {b})"
+
+    def equal(self, a: str, b: str, dtype) -> str:
+        return f"all({a} == {b})" if dtype.name == "int64" else f"({a} == {b})"
+
     def op_abs(self, e, x):
         return f"abs({x})"
 
@@ -222,6 +276,9 @@ class WGSLPrinter(ExprPrinter):
         return f"(i32({x} > 0i) - i32({x} < 0i))"
 
     def _extreme(self, e, a, b, cmp, name, logical):
+        if e.dtype.name == "int64":
+            lt = self.less(a, b, e.dtype) if cmp == "<" else self.less(b, a, e.dtype)
+            return f"select({b}, {a}, {lt})"
         if e.dtype.is_float:
             return f"select({b}, {a}, {a} {cmp} {b} || {self.call('lb_isnan', a)})"
         if e.dtype.is_bool:
@@ -243,22 +300,23 @@ class WGSLPrinter(ExprPrinter):
     def op_pow(self, e, a, b):
         return self.call("lb_pow" if e.dtype.is_float else "lb_ipow_i32", a, b)
 
-    def _ordered(self, e, a, b, op):
-        if e.args[0].dtype.is_bool:  # WGSL orders no bools
-            return f"(i32({a}) {op} i32({b}))"
-        return f"({a} {op} {b})"
+    def op_eq(self, e, a, b):
+        return self.equal(a, b, e.args[0].dtype)
+
+    def op_ne(self, e, a, b):
+        return f"(!{self.equal(a, b, e.args[0].dtype)})"
 
     def op_lt(self, e, a, b):
-        return self._ordered(e, a, b, "<")
+        return self.less(a, b, e.args[0].dtype)
 
     def op_le(self, e, a, b):
-        return self._ordered(e, a, b, "<=")
+        return f"(!{self.less(b, a, e.args[0].dtype)})"
 
     def op_gt(self, e, a, b):
-        return self._ordered(e, a, b, ">")
+        return self.less(b, a, e.args[0].dtype)
 
     def op_ge(self, e, a, b):
-        return self._ordered(e, a, b, ">=")
+        return f"(!{self.less(a, b, e.args[0].dtype)})"
 
     def op_bitwise_xor(self, e, a, b):
         return f"({a} != {b})" if e.dtype.is_bool else f"({a} ^ {b})"
@@ -267,6 +325,12 @@ class WGSLPrinter(ExprPrinter):
         return f"(!{x})" if e.dtype.is_bool else f"(~{x})"
 
     def _shift(self, e, a, b, op):
+        if e.dtype.name == "int64":
+            fill = "vec2<u32>(0u, 0u)" if op == "<<" else \
+                f"select(vec2<u32>(0u, 0u), vec2<u32>(0xffffffffu, 0xffffffffu), " \
+                f"bitcast<i32>({a}.y) < 0i)"
+            shifted = self.call("lb_i64_shl" if op == "<<" else "lb_i64_shr", a, f"{b}.x")
+            return f"select({fill}, {shifted}, {b}.y == 0u && {b}.x < 64u)"
         bits = e.dtype.bits
         fill = "0i" if op == "<<" else f"select(0i, -1i, {a} < 0i)"
         return f"select({fill}, ({a} {op} u32({b})), {b} >= 0i && {b} < {bits}i)"
@@ -290,6 +354,11 @@ class WGSLPrinter(ExprPrinter):
 
     def op_isfinite(self, e, x):
         return self._predicate(e, x, "lb_isfinite", "true")
+
+    def op_cast(self, e, x):
+        if e.id in self.index_casts:
+            return self.call("lb_i64_to_index", x)
+        return self.convert(x, e.args[0].dtype, e.dtype)
 
     def op_wrap_clamp(self, e, x, n):
         return f"clamp(select({x}, {x} + {n}, {x} < 0i), 0i, {n} - 1i)"
@@ -439,11 +508,10 @@ def _identity(stage: Stage, p: WGSLPrinter) -> str:
 
 def _combine(stage: Stage, p: WGSLPrinter, acc: str, v: str) -> str:
     op, t = stage.op, stage.acc_dtype
-    wrap = WRAP.get(t.name, "{0}")
     if op == "sum":
-        return f"{acc} = {wrap.format(f'{acc} + {v}')};"
+        return f"{acc} = {p.add(acc, v, t)};"
     if op == "prod":
-        return f"{acc} = {wrap.format(f'{acc} * {v}')};"
+        return f"{acc} = {p.mul(acc, v, t)};"
     if op == "any":
         return f"{acc} = {acc} || {v};"
     if op == "all":
@@ -451,10 +519,10 @@ def _combine(stage: Stage, p: WGSLPrinter, acc: str, v: str) -> str:
     if op in ("max", "min"):
         if t.is_bool:
             return f"{acc} = {acc} {'||' if op == 'max' else '&&'} {v};"
+        better = p.less(acc, v, t) if op == "max" else p.less(v, acc, t)
         if t.is_float:
-            cmp = ">" if op == "max" else "<"
-            return f"if ({v} {cmp} {acc} || {p.call('lb_isnan', v)}) {{ {acc} = {v}; }}"
-        return f"{acc} = {op}({acc}, {v});"
+            better = f"{better} || {p.call('lb_isnan', v)}"
+        return f"if ({better}) {{ {acc} = {v}; }}"
     raise ValueError(op)
 
 
@@ -463,13 +531,14 @@ def _arg_combine(stage: Stage, p: WGSLPrinter, acc, idx, v, vi, tie_break: bool)
     argmin). Within one invocation indices only grow, so strictly better suffices; when partial
     results meet in the tree, equal values keep the lower index. (Bool inputs reach argmax
     cast to int8.)"""
-    cmp = ">" if stage.op == "argmax" else "<"
-    if stage.acc_dtype.is_float:
+    t = stage.acc_dtype
+    strictly = p.less(acc, v, t) if stage.op == "argmax" else p.less(v, acc, t)
+    if t.is_float:
         nv, na = p.call("lb_isnan", v), p.call("lb_isnan", acc)
-        better = f"({nv} && !{na}) || (!{na} && {v} {cmp} {acc})"
+        better = f"({nv} && !{na}) || (!{na} && {strictly})"
         same = f"({v} == {acc} || ({nv} && {na}))"
     else:
-        better, same = f"{v} {cmp} {acc}", f"{v} == {acc}"
+        better, same = strictly, p.equal(v, acc, t)
     if tie_break:
         better = f"{better} || ({same} && {vi} < {idx})"
     return f"if ({better}) {{ {acc} = {v}; {idx} = {vi}; }}"
@@ -483,7 +552,8 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
     row, r = find_var(spec, "row"), find_var(spec, "r")
     tree = strategy == "tree" and size > 1
     if tree:
-        per_lane = sum(4 + (4 if s.op in ("argmax", "argmin") else 0) for s in spec.stages)
+        per_lane = sum((8 if s.acc_dtype.name == "int64" else 4) +
+                       (4 if s.op in ("argmax", "argmin") else 0) for s in spec.stages)
         while size > 1 and size * per_lane > target.workgroup_storage:
             size //= 2
     if not tree and strategy == "tree":
@@ -522,7 +592,8 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
             if arg:
                 shared.append(f"var<workgroup> ridx{k}: array<i32, {size}>;")
             body += _tree_combine(stage, p, k, size)
-        value = f"arg{k}" if arg else p.convert(f"acc{k}", stage.acc_dtype, stage.dtype)
+        value = p.convert(f"arg{k}", spec.index_dtype, stage.dtype) if arg else \
+            p.convert(f"acc{k}", stage.acc_dtype, stage.dtype)
         body.append(f"    let stage{k}: {value_type(stage.dtype)} = {value};")
         bound[reduced_expr_id(spec, k)] = f"stage{k}"
     row_outs = [o for o in spec.outputs if o.index is None]
@@ -575,7 +646,8 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
         tile //= 2
     micro = max(1, int(params.get("micro") or 1))
     acc_t = value_type(spec.acc_dtype)
-    while micro > 1 and 2 * tile * tile * micro * 4 > target.workgroup_storage:
+    word = 8 if spec.acc_dtype.name == "int64" else 4
+    while micro > 1 and 2 * tile * tile * micro * word > target.workgroup_storage:
         micro //= 2
     block = tile * micro
     threads = tile * tile
@@ -627,10 +699,12 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
     body += [f"            let b{j} = Bs[kk * {block}i + tx + {j * tile}i];" for j in range(micro)]
     for i in range(micro):
         for j in range(micro):
+            acc = f"acc_{i}_{j}"
             if spec.acc_dtype.is_float:
-                body.append(f"            acc_{i}_{j} = fma(a{i}, b{j}, acc_{i}_{j});")
+                body.append(f"            {acc} = fma(a{i}, b{j}, {acc});")
             else:
-                body.append(f"            acc_{i}_{j} = acc_{i}_{j} + a{i} * b{j};")
+                product = p.mul(f"a{i}", f"b{j}", spec.acc_dtype)
+                body.append(f"            {acc} = {p.add(acc, product, spec.acc_dtype)};")
     body += ["        }", "        workgroupBarrier();", "    }"]
     acc_id = acc_expr_id(spec)
     for i in range(micro):

@@ -323,6 +323,178 @@ fn lb_uniform(seed: u32, counter: u32) -> f32 {
 """, ("lb_pcg",))
 
 
+# int64 as vec2<u32> (low word, high word): the host's little-endian layout --------------------
+_define("lb_i64", """
+fn lb_i64(x: i32) -> vec2<u32> { return vec2<u32>(bitcast<u32>(x), select(0u, 0xffffffffu, x < 0i)); }
+""")
+_define("lb_i64_add", """
+fn lb_i64_add(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    let lo = a.x + b.x;
+    return vec2<u32>(lo, a.y + b.y + select(0u, 1u, lo < a.x));
+}
+""")
+_define("lb_i64_sub", """
+fn lb_i64_sub(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    return vec2<u32>(a.x - b.x, a.y - b.y - select(0u, 1u, a.x < b.x));
+}
+""")
+_define("lb_i64_neg", """
+fn lb_i64_neg(a: vec2<u32>) -> vec2<u32> { return lb_i64_sub(vec2<u32>(0u, 0u), a); }
+""", ("lb_i64_sub",))
+_define("lb_mul_wide", """
+// The full 64-bit product of two u32, from 16-bit halves.
+fn lb_mul_wide(a: u32, b: u32) -> vec2<u32> {
+    let a0 = a & 0xffffu;
+    let a1 = a >> 16u;
+    let b0 = b & 0xffffu;
+    let b1 = b >> 16u;
+    let p00 = a0 * b0;
+    let p01 = a0 * b1;
+    let p10 = a1 * b0;
+    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+    return vec2<u32>((p00 & 0xffffu) | (mid << 16u),
+                     a1 * b1 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u));
+}
+""")
+_define("lb_i64_mul", """
+fn lb_i64_mul(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    let p = lb_mul_wide(a.x, b.x);
+    return vec2<u32>(p.x, p.y + a.x * b.y + a.y * b.x);
+}
+""", ("lb_mul_wide",))
+_define("lb_i64_lt", """
+fn lb_i64_lt(a: vec2<u32>, b: vec2<u32>) -> bool {
+    if (a.y != b.y) { return bitcast<i32>(a.y) < bitcast<i32>(b.y); }
+    return a.x < b.x;
+}
+""")
+_define("lb_u64_lt", """
+fn lb_u64_lt(a: vec2<u32>, b: vec2<u32>) -> bool { return a.y < b.y || (a.y == b.y && a.x < b.x); }
+""")
+_define("lb_i64_abs", """
+fn lb_i64_abs(a: vec2<u32>) -> vec2<u32> { return select(a, lb_i64_neg(a), bitcast<i32>(a.y) < 0i); }
+""", ("lb_i64_neg",))
+_define("lb_i64_sign", """
+fn lb_i64_sign(a: vec2<u32>) -> vec2<u32> {
+    if (bitcast<i32>(a.y) < 0i) { return vec2<u32>(0xffffffffu, 0xffffffffu); }
+    return vec2<u32>(select(1u, 0u, a.x == 0u && a.y == 0u), 0u);
+}
+""")
+_define("lb_i64_shl", """
+// a << n for 0 <= n < 64
+fn lb_i64_shl(a: vec2<u32>, n: u32) -> vec2<u32> {
+    if (n == 0u) { return a; }
+    if (n >= 32u) { return vec2<u32>(0u, a.x << (n - 32u)); }
+    return vec2<u32>(a.x << n, (a.y << n) | (a.x >> (32u - n)));
+}
+""")
+_define("lb_i64_shr", """
+// a >> n (arithmetic) for 0 <= n < 64
+fn lb_i64_shr(a: vec2<u32>, n: u32) -> vec2<u32> {
+    if (n == 0u) { return a; }
+    let hi = bitcast<i32>(a.y);
+    if (n >= 32u) { return vec2<u32>(bitcast<u32>(hi >> (n - 32u)), select(0u, 0xffffffffu, hi < 0i)); }
+    return vec2<u32>((a.x >> n) | (a.y << (32u - n)), bitcast<u32>(hi >> n));
+}
+""")
+_define("lb_u64_divmod", """
+// Unsigned 64-bit quotient (xy) and remainder (zw): one word when both fit, else long division.
+fn lb_u64_divmod(n: vec2<u32>, d: vec2<u32>) -> vec4<u32> {
+    if (n.y == 0u && d.y == 0u) { return vec4<u32>(n.x / d.x, 0u, n.x % d.x, 0u); }
+    var q = vec2<u32>(0u, 0u);
+    var r = vec2<u32>(0u, 0u);
+    for (var i = 63u; i < 64u; i = i - 1u) {
+        let bit = select(n.x >> i, n.y >> (i - 32u), i >= 32u) & 1u;
+        r = vec2<u32>((r.x << 1u) | bit, (r.y << 1u) | (r.x >> 31u));
+        if (!lb_u64_lt(r, d)) {
+            r = lb_i64_sub(r, d);
+            if (i >= 32u) { q.y = q.y | (1u << (i - 32u)); } else { q.x = q.x | (1u << i); }
+        }
+    }
+    return vec4<u32>(q, r);
+}
+""", ("lb_u64_lt", "lb_i64_sub"))
+_define("lb_floordiv_i64", """
+fn lb_floordiv_i64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    if (b.x == 0u && b.y == 0u) { return vec2<u32>(0u, 0u); }
+    let na = bitcast<i32>(a.y) < 0i;
+    let nb = bitcast<i32>(b.y) < 0i;
+    let qr = lb_u64_divmod(lb_i64_abs(a), lb_i64_abs(b));
+    if (na == nb) { return qr.xy; }
+    let q = lb_i64_neg(qr.xy);
+    return select(q, lb_i64_sub(q, vec2<u32>(1u, 0u)), qr.z != 0u || qr.w != 0u);
+}
+""", ("lb_u64_divmod", "lb_i64_abs", "lb_i64_neg", "lb_i64_sub"))
+_define("lb_mod_i64", """
+fn lb_mod_i64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    if (b.x == 0u && b.y == 0u) { return vec2<u32>(0u, 0u); }
+    let na = bitcast<i32>(a.y) < 0i;
+    let nb = bitcast<i32>(b.y) < 0i;
+    let r = lb_u64_divmod(lb_i64_abs(a), lb_i64_abs(b)).zw;
+    if (r.x == 0u && r.y == 0u) { return r; }
+    let rt = select(r, lb_i64_neg(r), na);
+    return select(rt, lb_i64_add(rt, b), na != nb);
+}
+""", ("lb_u64_divmod", "lb_i64_abs", "lb_i64_neg", "lb_i64_add"))
+_define("lb_ipow_i64", """
+fn lb_ipow_i64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    let one = vec2<u32>(1u, 0u);
+    if (bitcast<i32>(b.y) < 0i) {
+        if (a.x == 1u && a.y == 0u) { return one; }
+        if (a.x == 0xffffffffu && a.y == 0xffffffffu) { return select(one, a, (b.x & 1u) != 0u); }
+        return vec2<u32>(0u, 0u);
+    }
+    var r = one;
+    var x = a;
+    var e = b;
+    loop {
+        if (e.x == 0u && e.y == 0u) { break; }
+        if ((e.x & 1u) != 0u) { r = lb_i64_mul(r, x); }
+        x = lb_i64_mul(x, x);
+        e = vec2<u32>((e.x >> 1u) | (e.y << 31u), e.y >> 1u);
+    }
+    return r;
+}
+""", ("lb_i64_mul",))
+_define("lb_i64_from_f32", """
+// Truncation toward zero; nan, inf and values beyond the range give INT64_MIN (NumPy on x86).
+fn lb_i64_from_f32(x: f32) -> vec2<u32> {
+    let t = trunc(x);
+    let m = abs(t);
+    if (lb_isnan(x) || !(m < 9223372036854775808.0f)) { return vec2<u32>(0u, 0x80000000u); }
+    // both steps are exact: a scaling by 2^-32, and a difference that fits in the float
+    let hi = floor(m * 2.3283064365386963e-10f);
+    let v = vec2<u32>(u32(m - hi * 4294967296.0f), u32(hi));
+    return select(v, lb_i64_neg(v), t < 0.0f);
+}
+""", ("lb_isnan", "lb_i64_neg"))
+_define("lb_i64_to_f32", """
+// Correctly rounded: the top 32 significant bits with the rest folded into a sticky bit.
+fn lb_i64_to_f32(a: vec2<u32>) -> f32 {
+    let neg = bitcast<i32>(a.y) < 0i;
+    let m = select(a, lb_i64_neg(a), neg);
+    var f: f32;
+    if (m.y == 0u) {
+        f = f32(m.x);
+    } else {
+        let s = countLeadingZeros(m.y);
+        let top = select((m.y << s) | (m.x >> (32u - s)), m.y, s == 0u);
+        let rest = m.x << s;  // the bits below top (all of m.x when s = 0)
+        f = ldexp(f32(top | select(0u, 1u, rest != 0u)), i32(32u - s));
+    }
+    return select(f, -f, neg);
+}
+""", ("lb_i64_neg",))
+_define("lb_i64_to_index", """
+// An int64 index as i32, saturated (so that wrap-and-clamp sees out-of-range values as such).
+fn lb_i64_to_index(a: vec2<u32>) -> i32 {
+    let lo = bitcast<i32>(a.x);
+    if (a.y == select(0u, 0xffffffffu, lo < 0i)) { return lo; }
+    return select(2147483647i, -2147483647i - 1i, bitcast<i32>(a.y) < 0i);
+}
+""")
+
+
 def library(names: Iterable[str]) -> str:
     """WGSL text defining ``names`` and everything they call, each once, dependencies first, in
     a stable order (the same set always gives the same text). Raises KeyError for an unknown

@@ -16,12 +16,11 @@ workgroup memory and grid size, which the renderer respects. Storage buffers per
 partitioner splits a group that needs more by storing an intermediate.
 ``LAZYBURN_WEBGPU_BUFFERS`` raises it (a number, or ``max`` for the adapter's limit).
 
-Dtypes. WGSL has no 64-bit types: int64 and float64 are ``unsupported_dtypes`` and raise
-DTypeError when recorded. lazyburn's default integer is int64, so on this device integer
-tensors must be created as int32 (``dtype="int32"``), integer sums need ``dtype="int32"``, and
-``argmax``/``argmin`` (whose result is int64) and ``arange`` without a dtype are refused.
-bool, int8, uint8, int16, bfloat16 and float16 are stored packed; float16 is native storage on
-adapters with ``shader-f16``.
+Dtypes. float64 has no WGSL type: it is in ``unsupported_dtypes`` and raises DTypeError when
+recorded. int64 (lazyburn's default integer, the result of ``argmax``, integer sums, ``arange``
+and host index arrays) is emulated exactly as two 32-bit words, at a few times the cost of
+int32. bool, int8, uint8, int16, bfloat16 and float16 are stored packed; float16 is native
+storage on adapters with ``shader-f16``.
 """
 from __future__ import annotations
 
@@ -135,13 +134,14 @@ class WebGPUBackend(FusedBackend):
         self.max_args = buffers
         self.max_binding = min(limits["max-storage-buffer-binding-size"],
                                limits["max-buffer-size"])
+        self.max_alloc = self.max_binding  # the name the shared device tests look for
         self.target = wgsl.Target(
             native_f16=bool(features),
             max_workgroup_size=min(limits["max-compute-invocations-per-workgroup"],
                                    limits["max-compute-workgroup-size-x"]),
             workgroup_storage=limits["max-compute-workgroup-storage-size"],
             max_groups_per_dim=limits["max-compute-workgroups-per-dimension"])
-        self.unsupported_dtypes = {dt.int64, dt.float64}
+        self.unsupported_dtypes = {dt.float64}
         self._usage = (wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC |
                        wgpu.BufferUsage.COPY_DST)
         self._pipelines: dict[str, tuple] = {}
