@@ -181,9 +181,8 @@ class WGSLPrinter(ExprPrinter):
         a = self.spec.args[arg_index]
         t = a.dtype.name
         if not is_packed(a.dtype, self.target):
-            if t == "float16":
-                bits = self.call("lb_f16_bits", value)
-                return f"{a.name}[{index}] = bitcast<vec2<f16>>({bits})[0];"
+            if t == "float16":  # rounded by us: WGSL leaves f32 -> f16 rounding open
+                return f"{a.name}[{index}] = f16({self.call('lb_f16_round', value)});"
             return f"{a.name}[{index}] = {value};"
         bits = PACKED_BITS[t]
         if t == "bool":

@@ -128,20 +128,31 @@ fn lb_bf16_round(x: f32) -> f32 { return bitcast<f32>(lb_bf16_bits(x) << 16u); }
 """, ("lb_bf16_bits",))
 
 # NumPy integer semantics: division and remainder by zero give 0, floor rounding --------------
+_define("lb_divmod_i32", """
+// Truncated quotient and remainder of a / b (b != 0) from unsigned division of the magnitudes:
+// OpenGL, one of wgpu's targets, leaves % of negative integers undefined.
+fn lb_divmod_i32(a: i32, b: i32) -> vec2<i32> {
+    let ua = select(bitcast<u32>(a), 0u - bitcast<u32>(a), a < 0i);
+    let ub = select(bitcast<u32>(b), 0u - bitcast<u32>(b), b < 0i);
+    let q = bitcast<i32>(ua / ub);
+    let r = bitcast<i32>(ua - (ua / ub) * ub);
+    return vec2<i32>(select(q, -q, (a < 0i) != (b < 0i)), select(r, -r, a < 0i));
+}
+""")
 _define("lb_floordiv_i32", """
 fn lb_floordiv_i32(a: i32, b: i32) -> i32 {
-    if (b == 0) { return 0; }
-    let q = a / b;
-    return select(q, q - 1, (a % b != 0) && ((a < 0) != (b < 0)));
+    if (b == 0i) { return 0i; }
+    let qr = lb_divmod_i32(a, b);
+    return select(qr.x, qr.x - 1i, qr.y != 0i && ((a < 0i) != (b < 0i)));
 }
-""")
+""", ("lb_divmod_i32",))
 _define("lb_mod_i32", """
 fn lb_mod_i32(a: i32, b: i32) -> i32 {
-    if (b == 0) { return 0; }
-    let m = a % b;
-    return select(m, m + b, m != 0 && ((m < 0) != (b < 0)));
+    if (b == 0i) { return 0i; }
+    let m = lb_divmod_i32(a, b).y;
+    return select(m, m + b, m != 0i && ((m < 0i) != (b < 0i)));
 }
-""")
+""", ("lb_divmod_i32",))
 _define("lb_ipow_i32", """
 fn lb_ipow_i32(a: i32, b: i32) -> i32 {
     if (b < 0) { return select(select(0, select(1, -1, (b & 1) != 0), a == -1), 1, a == 1); }
