@@ -219,6 +219,8 @@ class WGSLPrinter(ExprPrinter):
         if src.name == "int64" or dst.name == "int64":
             return self._convert_i64(x, src, dst)
         if dst.is_bool:
+            if src.is_float:  # on the bits: a driver may assume no nan in comparisons
+                return f"((bitcast<u32>({x}) & 0x7fffffffu) != 0u)"
             return f"({x} != {self.literal(0, src)})"
         if dst.is_float:
             v = x if src.is_float else f"f32({x})"
@@ -271,7 +273,8 @@ class WGSLPrinter(ExprPrinter):
 
     def op_sign(self, e, x):
         if e.dtype.is_float:
-            return f"select(select({x}, -1.0f, {x} < 0.0f), 1.0f, {x} > 0.0f)"
+            return f"select(select(select({x}, 0.0f, {x} == 0.0f), -1.0f, {x} < 0.0f), 1.0f, " \
+                   f"{x} > 0.0f)"
         return f"(i32({x} > 0i) - i32({x} < 0i))"
 
     def _extreme(self, e, a, b, cmp, name, logical):

@@ -20,6 +20,7 @@ for GPU Rendering", JCGT 2020), the same hash as the NumPy reference backend.
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 NAN = "bitcast<f32>(0x7fc00000u)"
@@ -33,6 +34,10 @@ def _horner(var: str, coeffs, acc: str) -> str:
     return "\n".join(lines)
 
 
+# Taylor series, highest degree first: expm1(x) / x = sum x^k / (k + 1)! and
+# atanh(s) / s = sum z^k / (2k + 1) with z = s^2.
+_EXPM1_SERIES = tuple(repr(1.0 / math.factorial(k + 1)) for k in range(9, -1, -1))
+_ATANH_SERIES = tuple(repr(1.0 / (2 * k + 1)) for k in range(6, -1, -1))
 # Cephes tanhf: tanh x = x + x^3 P(x^2) for |x| < 0.625.
 _TANH_P = ("-5.70498872745e-3", "2.06390887954e-2", "-5.37397155531e-2", "1.33314422036e-1",
            "-3.33332819422e-1")
@@ -171,45 +176,47 @@ fn lb_ipow_i32(a: i32, b: i32) -> i32 {
 
 # NumPy float semantics -------------------------------------------------------------------------
 _define("lb_fmod", """
-// C's fmod: the remainder of a / b with the sign of a. The quotient is rounded toward zero,
-// the remainder formed in one rounding by fma and corrected when the division rounded across
-// an integer; exact while |a / b| < 2^24.
+// C's fmod, exact: subtract from |a| the largest |b| * 2^k not above it until what is left is
+// below |b|. Each difference is exact (Sterbenz), so no fused multiply-add is needed (WGSL
+// allows fma to round twice).
 fn lb_fmod(a: f32, b: f32) -> f32 {
     if (lb_isnan(a) || lb_isnan(b) || lb_isinf(a) || b == 0.0f) { return bitcast<f32>(0x7fc00000u); }
-    if (lb_isinf(b)) { return a; }
-    let q = trunc(a / b);
-    var r = fma(-q, b, a);
-    let step = lb_copysign(abs(b), a);
-    if (r != 0.0f && ((r < 0.0f) != (a < 0.0f))) { r = r + step; }
-    if (abs(r) >= abs(b)) { r = r - step; }
-    return r;
+    let y = abs(b);
+    var r = abs(a);
+    let fy = frexp(y);
+    // at most one pass per binade; the bound also ends the loop where a device flushes a
+    // subnormal b to zero
+    for (var n = 0i; n < 300i; n = n + 1i) {
+        if (r < y) { break; }
+        let fr = frexp(r);
+        let k = fr.exp - fy.exp - select(0i, 1i, fy.fract > fr.fract);
+        r = r - ldexp(y, k);
+    }
+    return lb_copysign(r, a);
 }
 """, ("lb_isnan", "lb_isinf", "lb_copysign"))
 _define("lb_mod_f32", """
 // NumPy's remainder (npy_divmod): the result takes the divisor's sign.
 fn lb_mod_f32(a: f32, b: f32) -> f32 {
-    var m = lb_fmod(a, b);
-    if (b == 0.0f) { return m; }
-    if (m != 0.0f) {
-        if ((b < 0.0f) != (m < 0.0f)) { m = m + b; }
-    } else {
-        m = lb_copysign(0.0f, b);
-    }
-    return m;
+    let m = lb_fmod(a, b);
+    if (b == 0.0f || lb_isnan(m)) { return m; }
+    if (m == 0.0f) { return lb_copysign(0.0f, b); }
+    return select(m, m + b, (b < 0.0f) != (m < 0.0f));
 }
-""", ("lb_fmod", "lb_copysign"))
+""", ("lb_fmod", "lb_copysign", "lb_isnan"))
 _define("lb_floordiv_f32", """
 // NumPy's floor_divide (npy_divmod).
 fn lb_floordiv_f32(a: f32, b: f32) -> f32 {
     let m = lb_fmod(a, b);
     if (b == 0.0f) { return a / b; }
+    if (lb_isnan(m)) { return m; }
     var d = (a - m) / b;
-    if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) { d = d - 1.0f; }
+    if (!(m == 0.0f) && ((b < 0.0f) != (m < 0.0f))) { d = d - 1.0f; }
     if (d == 0.0f) { return lb_copysign(0.0f, a / b); }
     let f = floor(d);
     return select(f, f + 1.0f, d - f > 0.5f);
 }
-""", ("lb_fmod", "lb_copysign"))
+""", ("lb_fmod", "lb_copysign", "lb_isnan"))
 
 # math: built-ins guarded outside their domain, and what WGSL lacks ------------------------------
 _define("lb_log", f"""
@@ -240,28 +247,33 @@ fn lb_rsqrt(x: f32) -> f32 {{
     return inverseSqrt(x);
 }}
 """, ("lb_isnan", "lb_copysign"))
-_define("lb_expm1", """
-// Kahan: (u - 1) * x / log(u) with u = exp(x) cancels the rounding error of u.
-fn lb_expm1(x: f32) -> f32 {
-    let u = exp(x);
-    if (u == 1.0f) { return x; }
-    let um1 = u - 1.0f;
-    if (um1 == -1.0f) { return -1.0f; }
-    if (lb_isinf(u) || lb_isnan(x)) { return u; }
-    return um1 * x / log(u);
-}
-""", ("lb_isinf", "lb_isnan"))
+_define("lb_expm1", f"""
+// exp(x) - 1 loses the low bits of x near 0; there a series keeps them (to x^10: error below
+// 1e-9 relative for |x| < 0.5). Cancellation tricks such as Kahan's do not survive drivers
+// that simplify float algebra, so none is used.
+fn lb_expm1(x: f32) -> f32 {{
+    if (abs(x) < 0.5f) {{
+{_horner("x", _EXPM1_SERIES, "p")}
+        return p * x;
+    }}
+    return exp(x) - 1.0f;
+}}
+""")
 _define("lb_log1p", f"""
-// Goldberg: log(u) * x / (u - 1) with u = 1 + x cancels the rounding error of u.
+// log1p(x) = 2 atanh(s) with s = x / (2 + x), by its series near 0 (|s| <= 0.2, error below
+// 1e-9); log(1 + x) elsewhere, where the rounding of 1 + x no longer matters.
 fn lb_log1p(x: f32) -> f32 {{
     if (x < -1.0f || lb_isnan(x)) {{ return {NAN}; }}
     if (x == -1.0f) {{ return -{INF}; }}
-    let u = 1.0f + x;
-    if (u == 1.0f) {{ return x; }}
-    if (lb_isinf(u)) {{ return u; }}
-    return log(u) * x / (u - 1.0f);
+    if (x > -0.333f && x < 0.5f) {{
+        let s = x / (2.0f + x);
+        let z = s * s;
+{_horner("z", _ATANH_SERIES, "p")}
+        return 2.0f * s * p;
+    }}
+    return log(1.0f + x);
 }}
-""", ("lb_isnan", "lb_isinf"))
+""", ("lb_isnan",))
 _define("lb_tanh", f"""
 // Drivers implement tanh as a ratio of exponentials, which is nan for large |x|.
 fn lb_tanh(x: f32) -> f32 {{
