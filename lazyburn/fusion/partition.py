@@ -37,6 +37,11 @@ CHEAP_OPS = frozenset(
 VIEWS = frozenset("reshape permute expand slice pad".split())
 
 
+class _Cycle(Exception):
+    def __init__(self, written: set):
+        self.written = written
+
+
 @dataclass(eq=False)
 class FusionGroup:
     """A set of graph nodes computed by one kernel.
@@ -94,6 +99,7 @@ class Partitioner:
                 self.consumers[id(i)].append(n)
         self.out_ids = {id(o) for o in outputs}
         self.force_stored: set[int] = set()
+        self.no_write_fusion: set[int] = set()  # stored values kept out of anchor groups
         self._deps: dict[int, set] = {}
 
     # helpers -----------------------------------------------------------------------------------
@@ -174,7 +180,15 @@ class Partitioner:
     def run(self) -> Partition:
         self._sets = self._anchor_sets()
         while True:
-            part = self._partition()
+            try:
+                part = self._partition()
+            except _Cycle as cycle:
+                # a fuse-on-write closed a cycle: store those values from their own kernels
+                fresh = cycle.written - self.no_write_fusion
+                if not fresh:
+                    raise FusionIllegal("the fusion groups depend on each other in a cycle")
+                self.no_write_fusion |= fresh
+                continue
             too_big = self._over_limit(part)
             if too_big is None:
                 return part
@@ -256,27 +270,45 @@ class Partitioner:
         return n.op in ("take", "take_along_axis") and len(rg) > 1
 
     def _fuse_on_write_home(self, n: Node, groups, group_of, stored, home):
-        """The anchor group that can compute and store ``n``, or None."""
+        """The anchor group that can compute and store ``n``, or None. Groups upstream of
+        ``n`` (a true fuse-on-write) are preferred to a reduction that merely reads ``n`` over
+        its own space (multi-output fusion)."""
+        if id(n) in self.no_write_fusion:
+            return None
         deps = self.ancestors(n)
-        candidates = []
+        upstream, downstream = [], []
         for g in groups:
             if g.kind == "copy":
                 continue
-            upstream = any(id(a) in deps for a in g.anchors)
+            is_up = any(id(a) in deps for a in g.anchors)
             if g.kind == "matmul":
-                if upstream and n.size == g.anchors[0].size:
-                    candidates.append(g)
-            elif upstream or self._read_by(n, g, group_of, stored):
+                if is_up and n.size == g.anchors[0].size:
+                    upstream.append(g)
+            elif is_up or self._read_by(n, g, group_of, stored):
                 shape, axes = g.space
                 rows = prod(d for a, d in enumerate(shape) if a not in axes)
-                if n.size == rows and upstream or n.size == prod(shape):
-                    candidates.append(g)
-        for g in reversed(candidates):
+                if n.size == rows and is_up or n.size == prod(shape):
+                    (upstream if is_up else downstream).append(g)
+        for g in list(reversed(upstream)) + downstream:
             if self._write_is_legal(n, g, group_of, stored, home):
                 if any(id(a) in deps for a in g.anchors):
                     g.fused_on_write.append(n)
                 return g
         return None
+
+    def _reading_anchors(self, n: Node, stored) -> list:
+        """Anchors that read ``n`` through values computed inline (not stored)."""
+        out, stack, seen = [], list(self.consumers[id(n)]), set()
+        while stack:
+            c = stack.pop()
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            if c.op in REDUCTIONS or c.op in ("matmul", "copy"):
+                out.append(c)
+            elif id(c) not in stored:
+                stack.extend(self.consumers[id(c)])
+        return out
 
     def _read_by(self, n: Node, g: FusionGroup, group_of, stored) -> bool:
         stack = list(self.consumers[id(n)])
@@ -300,6 +332,11 @@ class Partitioner:
             loaded = dep in group_of and dep not in anchor_ids or \
                 dep in stored and home.get(dep) is not g
             if loaded and self.ancestors(self._node_by_id(dep)) & anchor_ids:
+                return False
+        # ...and no other group reading n may be one that g itself depends on
+        for reader in self._reading_anchors(n, stored):
+            if id(reader) not in anchor_ids and any(id(reader) in self.ancestors(a)
+                                                    for a in g.anchors):
                 return False
         trial = FusionGroup(g.kind, list(g.anchors), list(g.outputs) + [n], g.space)
 
@@ -372,7 +409,10 @@ class Partitioner:
         try:
             order = list(nx.lexicographical_topological_sort(gg, key=lambda i: first[i]))
         except nx.NetworkXUnfeasible:
-            raise FusionIllegal("the fusion groups depend on each other in a cycle") from None
+            cycle = nx.find_cycle(gg)
+            written = {id(n) for a, _ in cycle for n in by_id[a].outputs
+                       if by_id[a].kind != "elementwise" and n not in by_id[a].anchors}
+            raise _Cycle(written) from None
         return [by_id[i] for i in order]
 
     def _over_limit(self, part: Partition):

@@ -200,7 +200,7 @@ class LibraryMatmul:
         acc = np.dtype(spec.acc_dtype.np)
         a = self._operand(backend, args, "a", (spec.m, spec.k)).astype(acc, copy=False)
         b = self._operand(backend, args, "b", (spec.k, spec.n)).astype(acc, copy=False)
-        prod_buf = backend.upload(np.ascontiguousarray(np.matmul(a, b)))
+        prod_buf = backend.upload(_blas_matmul(a, b))
         n_in = sum(1 for x in spec.args if not x.is_output)
         epi_args = [args[i] for i in parts.inputs["epilogue"]] + [prod_buf] + list(args[n_in:])
         self.kernels["epilogue"](backend, epi_args)
@@ -222,6 +222,24 @@ class LibraryMatmul:
         buf = backend._alloc(out.size * out.dtype.itemsize, self.origin)
         self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf])
         return _read(backend, buf, out).reshape(shape)
+
+
+def _blas_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(batch, m, k) @ (batch, k, n) through BLAS: NumPy only calls BLAS for matrices with a
+    unit stride, so strided views are flattened to one 2-D product where the batch allows
+    (one matrix, or a shared B) and copied to contiguous memory otherwise."""
+    batch, m, _ = a.shape
+    n = b.shape[-1]
+    if batch == 1 or b.strides[0] == 0:
+        a2 = a.reshape(batch * m, a.shape[-1]) if a.flags.c_contiguous or batch == 1 else \
+            np.ascontiguousarray(a).reshape(batch * m, a.shape[-1])
+        return np.ascontiguousarray(np.matmul(a2, _unit_stride(b[0]))).reshape(batch, m, n)
+    return np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
+
+
+def _unit_stride(x: np.ndarray) -> np.ndarray:
+    return x if x.strides[-1] == x.itemsize or x.strides[0] == x.itemsize else \
+        np.ascontiguousarray(x)
 
 
 def _read(backend, buf, karg) -> np.ndarray:
