@@ -78,6 +78,14 @@ fn lb_isinf(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f8000
 _define("lb_isfinite", """
 fn lb_isfinite(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) < 0x7f800000u; }
 """)
+_define("lb_exponent", """
+// floor(log2(x)) for a finite x > 0, subnormals included (frexp need not handle them)
+fn lb_exponent(x: f32) -> i32 {
+    let b = bitcast<u32>(x);
+    let e = i32(b >> 23u);
+    return select(e - 127i, i32(firstLeadingBit(b)) - 149i, e == 0i);
+}
+""")
 _define("lb_copysign", """
 fn lb_copysign(x: f32, s: f32) -> f32 {
     return bitcast<f32>((bitcast<u32>(x) & 0x7fffffffu) | (bitcast<u32>(s) & 0x80000000u));
@@ -183,18 +191,18 @@ fn lb_fmod(a: f32, b: f32) -> f32 {
     if (lb_isnan(a) || lb_isnan(b) || lb_isinf(a) || b == 0.0f) { return bitcast<f32>(0x7fc00000u); }
     let y = abs(b);
     var r = abs(a);
-    let fy = frexp(y);
+    let ey = lb_exponent(y);
     // at most one pass per binade; the bound also ends the loop where a device flushes a
     // subnormal b to zero
     for (var n = 0i; n < 300i; n = n + 1i) {
         if (r < y) { break; }
-        let fr = frexp(r);
-        let k = fr.exp - fy.exp - select(0i, 1i, fy.fract > fr.fract);
-        r = r - ldexp(y, k);
+        var s = ldexp(y, lb_exponent(r) - ey);
+        if (s > r) { s = s * 0.5f; }
+        r = r - s;
     }
     return lb_copysign(r, a);
 }
-""", ("lb_isnan", "lb_isinf", "lb_copysign"))
+""", ("lb_isnan", "lb_isinf", "lb_copysign", "lb_exponent"))
 _define("lb_mod_f32", """
 // NumPy's remainder (npy_divmod): the result takes the divisor's sign.
 fn lb_mod_f32(a: f32, b: f32) -> f32 {
@@ -223,6 +231,8 @@ _define("lb_log", f"""
 fn lb_log(x: f32) -> f32 {{
     if (x < 0.0f || lb_isnan(x)) {{ return {NAN}; }}
     if (x == 0.0f) {{ return -{INF}; }}
+    // subnormals scaled into the normal range first (drivers may flush them)
+    if (x < 1.1754943508222875e-38f) {{ return log(x * 16777216.0f) - 16.635532333438686f; }}
     return log(x);
 }}
 """, ("lb_isnan",))
@@ -230,6 +240,8 @@ _define("lb_log2", f"""
 fn lb_log2(x: f32) -> f32 {{
     if (x < 0.0f || lb_isnan(x)) {{ return {NAN}; }}
     if (x == 0.0f) {{ return -{INF}; }}
+    // subnormals scaled into the normal range first (drivers may flush them)
+    if (x < 1.1754943508222875e-38f) {{ return log2(x * 16777216.0f) - 24.0f; }}
     return log2(x);
 }}
 """, ("lb_isnan",))
@@ -327,11 +339,11 @@ fn lb_pow(x: f32, y: f32) -> f32 {{
     }} else if (lb_isinf(ax)) {{
         v = select({INF}, 0.0f, y < 0.0f);
     }} else {{
-        v = exp2(y * log2(ax));
+        v = exp2(y * lb_log2(ax));
     }}
     return select(v, -v, y_odd && (bitcast<u32>(x) & 0x80000000u) != 0u);
 }}
-""", ("lb_isnan", "lb_isinf"))
+""", ("lb_isnan", "lb_isinf", "lb_log2"))
 _define("lb_pcg", """
 fn lb_pcg(x: u32) -> u32 {
     let state = x * 747796405u + 2891336453u;
