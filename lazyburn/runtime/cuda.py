@@ -1,0 +1,371 @@
+"""The CUDA device (ROCm too): Triton kernels on PyTorch's GPU runtime.
+
+Buffers are flat ``torch`` tensors of the node's dtype (bool as ``torch.bool``) from PyTorch's
+caching allocator; each device has one ``torch.cuda.Stream``, the device's stream, on which
+every upload, kernel and download of that device is ordered. A sync finds (or builds) the plan
+for the pending graph, compiles its kernels once (each kernel module is written to the kernel
+cache, ``$LAZYBURN_CACHE_DIR/kernels/``, by content hash, and imported from there, so Triton
+reads real source and ``LAZYBURN_DUMP`` shows exactly what ran), then replays the plan through
+precomputed launch steps: after a kernel's first launch, the compiled Triton kernel is called
+directly, skipping the JIT's argument binding and cache lookup.
+
+A copy to another GPU (``t.to("cuda:1")``) runs on the destination's stream after an event
+recorded on the source's stream. A failed launch or allocation raises DeviceError /
+OutOfMemoryError naming the kernel's user line; the plan's temporaries are dropped and the next
+sync works (a device fault that corrupts the CUDA context is the exception: CUDA itself cannot
+recover from those).
+
+Module settings:
+  ``allow_tf32`` (False): float32 matmuls may use TF32 tensor cores, like PyTorch's
+  ``torch.backends.cuda.matmul.allow_tf32``. Read when a matmul kernel is compiled.
+  ``synchronous`` (False unless ``CUDA_LAUNCH_BLOCKING=1``): wait for the stream at the end
+  of every sync, so that a device fault is reported by the sync that caused it. Otherwise a
+  sync only enqueues work, as PyTorch does; downloads wait for it.
+  ``cuda_graphs`` (False): from the third run of a plan on, capture it into a CUDA graph and
+  replay that (inputs copied into the graph's buffers, outputs copied out): one launch instead
+  of one per kernel, for launch-bound plans. See :class:`GraphReplay`.
+
+Without a GPU, ``TRITON_INTERPRET=1`` makes ``cuda:0`` run the same kernels through Triton's
+interpreter on torch CPU tensors (slow, for tests: see ``tests/test_triton.py``). The device is
+never chosen by default in that mode (:func:`available` is about real GPUs).
+
+Launch parameters come from :mod:`lazyburn.runtime.cuda_tuning`; at autotune level 1 or more a
+kernel is tuned at its first launch (timings on the device; results cached on disk).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
+from . import dump
+from .fused import FusedBackend, host_value
+
+allow_tf32 = False
+cuda_graphs = False
+synchronous = os.environ.get("CUDA_LAUNCH_BLOCKING", "0") == "1"
+
+TORCH_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16",
+                "float32", "float64")
+
+
+def interpreting() -> bool:
+    """True when ``TRITON_INTERPRET=1``: kernels run in Triton's interpreter on the CPU."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def available() -> bool:
+    """True when PyTorch sees a CUDA or ROCm GPU (and Triton is installed). On Linux, a machine
+    without GPU device files answers without importing torch."""
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("triton") is None:
+        return False
+    if sys.platform.startswith("linux") and not (glob.glob("/dev/nvidia[0-9]*") or
+                                                 os.path.exists("/dev/kfd")):
+        return False
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def open_device(index: int) -> "CudaBackend":
+    """The backend of GPU ``index``; raises DeviceError when there is none."""
+    try:
+        import torch  # noqa: F401
+        import triton  # noqa: F401
+    except ImportError as e:
+        raise DeviceError(f"device cuda:{index} needs torch and triton: {e}") from None
+    if interpreting():
+        if index != 0:
+            raise DeviceError(f"no device cuda:{index}: under TRITON_INTERPRET=1 only cuda:0 "
+                              f"exists (Triton's interpreter on the CPU)")
+        return CudaBackend(index, interpret=True)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise DeviceError("no CUDA/ROCm GPU visible to PyTorch (torch.cuda.is_available() is "
+                          "False); TRITON_INTERPRET=1 runs cuda:0 kernels on the CPU through "
+                          "Triton's interpreter")
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise DeviceError(f"no device cuda:{index} ({count} GPU(s) visible)")
+    return CudaBackend(index)
+
+
+def kernel_cache_dir() -> Path:
+    """Where kernel modules are written: ``$LAZYBURN_CACHE_DIR/kernels`` (default
+    ``~/.cache/lazyburn/kernels``)."""
+    base = os.environ.get("LAZYBURN_CACHE_DIR") or os.path.join(Path.home(), ".cache",
+                                                                 "lazyburn")
+    return Path(base) / "kernels"
+
+
+_modules: dict[str, object] = {}  # module name -> imported kernel module
+
+
+def load_kernel(source: str, name: str, interpret: bool):
+    """The ``@triton.jit`` function ``name`` of module ``source``, written to the kernel cache
+    (by content hash; a temporary directory when the cache is not writable) and imported from
+    there, with the module's path. Every jit function of the module is wrapped for the
+    interpreter when ``interpret``, for the compiler otherwise, whatever ``TRITON_INTERPRET``
+    said when the module was imported."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    mod_name = f"lazyburn_kernel_{digest}" + ("_interp" if interpret else "")
+    mod = _modules.get(mod_name)
+    if mod is None:
+        path = _write_source(source, f"lb_{digest}.py")
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = mod
+        spec.loader.exec_module(mod)
+        wanted = InterpretedFunction if interpret else JITFunction
+        for attr, value in list(vars(mod).items()):
+            if isinstance(value, (JITFunction, InterpretedFunction)) and \
+                    not isinstance(value, wanted):
+                setattr(mod, attr, wanted(value.fn))
+        _modules[mod_name] = mod
+    return getattr(mod, name), mod.__file__
+
+
+def _write_source(source: str, file_name: str) -> Path:
+    for directory in (kernel_cache_dir(),
+                      Path(tempfile.gettempdir()) / f"lazyburn-kernels-{os.getuid()}"):
+        path = directory / file_name
+        try:
+            if not path.exists() or path.read_text() != source:
+                directory.mkdir(parents=True, exist_ok=True)
+                tmp = directory / f".{file_name}.{os.getpid()}.tmp"
+                tmp.write_text(source)
+                os.replace(tmp, path)
+            return path
+        except OSError:
+            continue
+    raise DeviceError("cannot write kernel source to the kernel cache or a temporary directory")
+
+
+class CudaBackend(FusedBackend):
+    """A lazyburn device over one GPU (or, interpreting, the CPU)."""
+
+    name = "cuda"
+
+    def __init__(self, index: int, interpret: bool = False):
+        import torch
+
+        self.torch = torch
+        self.index = index
+        self.interpret = interpret
+        self.device_string = f"cuda:{index}"
+        self.dtypes = {name: getattr(torch, name) for name in TORCH_DTYPES}
+        self.unsupported_dtypes = set()
+        if interpret:
+            self.device = torch.device("cpu")
+            self.stream = None
+            self.stream_handle = None
+        else:
+            self.device = torch.device("cuda", index)
+            self.stream = torch.cuda.Stream(self.device)  # the device's stream
+            self.stream_handle = self.stream.cuda_stream
+        self._programs: dict[int, tuple] = {}  # id(plan) -> (plan, Program)
+        self.compiles = 0
+        super().__init__()
+
+    # memory ------------------------------------------------------------------------------------
+    def empty(self, numel: int, dtype, origin=None):
+        """A new flat buffer of ``numel`` elements of lazyburn ``dtype`` on this device."""
+        try:
+            return self.torch.empty(numel, dtype=self.dtypes[dtype.name], device=self.device)
+        except self.torch.cuda.OutOfMemoryError as e:
+            raise OutOfMemoryError(f"{self.device_string}: out of memory allocating "
+                                   f"{numel * dtype.itemsize} bytes: {_first_line(e)}",
+                                   origin) from None
+
+    def _alloc(self, nbytes: int, origin=None):
+        from ..graph import dtypes as dt
+
+        return self.empty(nbytes, dt.uint8, origin)
+
+    def upload(self, host: np.ndarray):
+        torch = self.torch
+        host = np.ascontiguousarray(host).reshape(-1)
+        if host.dtype.name == "bfloat16":
+            t = torch.from_numpy(host.view(np.int16)).view(torch.bfloat16)
+        else:
+            t = torch.from_numpy(host)
+        if self.interpret:
+            return t.clone()
+        try:
+            with self._on_device():
+                return t.to(self.device)
+        except torch.cuda.OutOfMemoryError as e:
+            raise OutOfMemoryError(f"{self.device_string}: out of memory uploading "
+                                   f"{host.nbytes} bytes: {_first_line(e)}") from None
+
+    def download(self, n) -> np.ndarray:
+        torch = self.torch
+        buf = n.buffer
+        if self.interpret:
+            host = buf.clone()
+        else:
+            try:
+                with self._on_device():
+                    host = buf.to("cpu")  # ordered after the stream's work; waits for it
+            except RuntimeError as e:
+                raise DeviceError(f"{self.device_string}: download failed: {_first_line(e)}",
+                                  n.origin_short if hasattr(n, "origin_short") else None) \
+                    from None
+        if host.dtype == torch.bfloat16:
+            import ml_dtypes
+
+            arr = host.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        else:
+            arr = host.numpy()
+        return arr.reshape(n.shape)
+
+    def release(self, buf) -> None:
+        """Nothing to do: dropping the last reference returns the memory to the caching
+        allocator, which reuses it only for work later on the same stream."""
+
+    def finish(self) -> None:
+        if self.stream is not None:
+            self.stream.synchronize()
+
+    def device_errors(self) -> tuple:
+        return (RuntimeError,)
+
+    def _on_device(self):
+        import contextlib
+
+        if self.interpret:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.torch.cuda.device(self.index))
+        stack.enter_context(self.torch.cuda.stream(self.stream))
+        return stack
+
+    # compiling ---------------------------------------------------------------------------------
+    def compile_kernel(self, k, name: str, origin):
+        from . import cuda_tuning
+
+        return cuda_tuning.TunedKernel(self, k, name, origin)
+
+    def build_kernel(self, spec, name: str, params: dict, origin, label: str = ""):
+        """A launchable kernel for ``spec`` with launch ``params`` (a library matmul when
+        ``params["library"]``). Raises KernelCompileError when Triton rejects the source
+        (at the first launch, when Triton compiles)."""
+        from ..codegen import triton as tr
+
+        if params.get("library"):
+            from .cuda_library import LibraryMatmul
+
+            return LibraryMatmul(self, spec, name, params, origin)
+        target = "interpret" if self.interpret else "cuda"
+        params = dict(params)
+        if "allow_tf32" in tr.default_params(spec, self.interpret):
+            params.setdefault("allow_tf32", allow_tf32)
+        r = tr.render(spec, name, params, target)
+        fn, path = load_kernel(r.source, name, self.interpret)
+        self.compiles += 1
+        return TritonKernel(self, fn, r, origin, path, label)
+
+    # running -----------------------------------------------------------------------------------
+    def run(self, outputs) -> list:
+        plan, order = self.plans.lookup(outputs, fuse=self.fuse, max_args=self.max_args)
+        entry = self._programs.get(id(plan))
+        if entry is None or entry[0] is not plan:
+            self.compile(plan, order)
+            from .cuda_replay import Program
+
+            entry = (plan, Program(self, plan, order))
+            self._programs[id(plan)] = entry
+        buffers = entry[1].run(order)
+        self.dump(plan)  # after the run: kernels tuned at their first launch are final
+        return buffers
+
+    def import_buffer(self, n):
+        """Node ``n``'s data (realized on another device) as a buffer of this device."""
+        other = n.device
+        if other.startswith("cuda:") and not self.interpret:
+            from . import backend as backend_of
+
+            src = backend_of(other)
+            if not src.interpret:
+                torch = self.torch
+                event = torch.cuda.Event()
+                event.record(src.stream)
+                self.stream.wait_event(event)
+                with self._on_device():
+                    out = n.buffer.to(self.device, non_blocking=True)
+                n.buffer.record_stream(self.stream)
+                return out
+        return self.upload(host_value(n))
+
+
+class TritonKernel:
+    """A rendered Triton kernel bound to its grid and compile options; calling it with the
+    kernel's buffers (inputs then outputs) launches it on the backend's stream.
+
+    The first launch goes through ``JITFunction[grid](...)`` (which compiles, or finds the
+    binary in Triton's cache); later launches call the compiled kernel directly. This is safe
+    because every argument is a whole buffer from the caching allocator (aligned like the first
+    one) and the kernels take no scalar arguments (sizes are baked into the source)."""
+
+    suffix, comment = ".py", "#"
+
+    def __init__(self, backend, fn, rendered, origin, path, label=""):
+        self.backend = backend
+        self.fn = fn
+        self.rendered = rendered
+        self.source = rendered.source
+        self.origin = origin
+        self.path = path
+        self.label = label
+        self.grid = tuple(rendered.grid) + (1,) * (3 - len(rendered.grid))
+        self.empty = any(g == 0 for g in self.grid)
+        self.options = {"num_warps": rendered.num_warps, "num_stages": rendered.num_stages}
+        self.fast = None
+
+    def __call__(self, backend, args) -> None:
+        if self.empty:
+            return
+        if self.fast is not None:
+            self.fast(*args, stream=backend.stream_handle)
+            return
+        try:
+            compiled = self.fn[self.grid](*args, **self.options)
+        except Exception as e:
+            if _is_compile_error(e):
+                raise KernelCompileError(f"Triton kernel {self.rendered.name} failed to compile: "
+                                         f"{_first_line(e)}", self.origin,
+                                         kernel_file=str(self.path)) from None
+            raise
+        if not backend.interpret and compiled is not None and hasattr(compiled, "__getitem__"):
+            self.fast = compiled[self.grid]
+
+
+def _is_compile_error(e: Exception) -> bool:
+    try:
+        from triton.compiler.errors import CompilationError
+    except ImportError:  # pragma: no cover
+        return False
+    if isinstance(e, CompilationError):
+        return True
+    from triton.runtime.errors import InterpreterError
+
+    return isinstance(e, InterpreterError)  # what the GPU compiler would reject
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -1,0 +1,141 @@
+"""Replaying a plan on the CUDA device with as little Python as possible.
+
+A :class:`Program` is built once per plan: one closure per planned kernel with the graph
+positions of its inputs, the sizes and dtypes of the buffers it allocates, and the temporaries
+that die after it. Running the plan again on fresh data is a walk over those closures. With
+``lazyburn.runtime.cuda.cuda_graphs`` set, a plan run a third time is captured into a CUDA graph
+(:class:`GraphReplay`) and replayed as one launch.
+"""
+from __future__ import annotations
+
+from ..errors import DeviceError, LazyburnError, OutOfMemoryError
+from .fused import kernel_origin
+
+CAPTURE_AFTER_RUNS = 2  # runs of a plan before it is captured (the first ones compile)
+
+
+class Program:
+    """The launch steps of one plan on one CudaBackend."""
+
+    def __init__(self, backend, plan, order):
+        self.backend = backend
+        self.n = len(order)
+        self.output_pos = list(plan.output_pos)
+        self.steps, self.origins, self.labels = [], [], []
+        out_set = set(plan.output_pos)
+        read: set[int] = set()
+        self.capturable = True
+        for i, k in enumerate(plan.kernels):
+            self.origins.append(kernel_origin(k))
+            self.labels.append(k.label)
+            if k.kind == "copy":
+                self.steps.append(_copy_step(backend, *k.arg_pos))
+                self.capturable = False
+                continue
+            n_in = k.n_inputs
+            in_pos = list(k.arg_pos[:n_in])
+            read.update(in_pos)
+            outs = [(p, a.size, backend.dtypes[a.dtype.name])
+                    for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:])]
+            drop = [p for p in in_pos if plan.last_use.get(p) == i and p not in out_set
+                    and order[p].buffer is None]
+            self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop))
+        self.leaves = sorted(p for p in read if order[p].buffer is not None)
+        self.runs = 0
+        self.graph: GraphReplay | None = None
+
+    def run(self, order) -> list:
+        """Compute the plan's outputs for this recording (``order``); returns their buffers."""
+        from . import cuda
+
+        b = self.backend
+        values = [None] * self.n
+        device = b.device_string
+        for p in self.leaves:
+            n = order[p]
+            values[p] = n.buffer if n.device == device else b.import_buffer(n)
+        self.runs += 1
+        if self.graph is not None:
+            return self.graph.replay(values)
+        torch = b.torch
+        i = -1
+        try:
+            with b._on_device():
+                for i, step in enumerate(self.steps):
+                    step(values, order)
+                if cuda.synchronous:
+                    b.finish()
+        except LazyburnError:
+            raise
+        except torch.cuda.OutOfMemoryError as e:
+            raise OutOfMemoryError(f"{device}: out of memory in kernel {self.labels[i]}: "
+                                   f"{_first_line(e)}", self.origins[i]) from None
+        except RuntimeError as e:
+            where = f" in kernel {self.labels[i]}" if i >= 0 else ""
+            raise DeviceError(f"{device}: launch failed{where}: {_first_line(e)}",
+                              self.origins[i] if i >= 0 else None) from None
+        if cuda.cuda_graphs and self.capturable and not b.interpret and \
+                self.runs >= CAPTURE_AFTER_RUNS:
+            self.graph = GraphReplay(self, values, order)
+        return [values[p] for p in self.output_pos]
+
+
+def _kernel_step(backend, kernel, in_pos, outs, drop):
+    empty = backend.torch.empty
+    device = backend.device
+
+    def step(values, order):
+        args = [values[p] for p in in_pos]
+        for p, numel, dtype in outs:
+            buf = empty(numel, dtype=dtype, device=device)
+            values[p] = buf
+            args.append(buf)
+        kernel(backend, args)
+        for p in drop:  # temporaries die after their last reader
+            values[p] = None
+    return step
+
+
+def _copy_step(backend, src, dst):
+    def step(values, order):
+        values[dst] = backend.import_buffer(order[src])
+    return step
+
+
+class GraphReplay:
+    """A plan captured into a CUDA graph (``torch.cuda.CUDAGraph``).
+
+    The graph reads its own copies of the plan's input buffers and writes its own outputs, so a
+    replay copies the fresh inputs in, launches the graph, and returns copies of the outputs
+    (the next replay overwrites the graph's). That is two copies per input and output against
+    one launch per kernel: worth it for many small kernels, not for a few large ones.
+    """
+
+    def __init__(self, program: Program, values: list, order):
+        b = program.backend
+        torch = b.torch
+        self.program = program
+        self.inputs = {p: values[p].clone() for p in program.leaves}
+        staged = [None] * program.n
+        for p, buf in self.inputs.items():
+            staged[p] = buf
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.device(b.index):
+            b.stream.synchronize()
+            with torch.cuda.graph(self.graph, stream=b.stream):
+                for step in program.steps:
+                    step(staged, order)
+        self.outputs = [staged[p] for p in program.output_pos]
+
+    def replay(self, values: list) -> list:
+        b = self.program.backend
+        with b._on_device():
+            for p, buf in self.inputs.items():
+                buf.copy_(values[p])
+            self.graph.replay()
+            return [o.clone() for o in self.outputs]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -1,0 +1,172 @@
+"""Launch configurations of Triton kernels: the candidates per group kind, and tuning a kernel
+at its first launch.
+
+Candidates (``lazyburn.autotune.Candidate``), the heuristic default first:
+  element-wise: ``BLOCK`` and ``num_warps``;
+  reduction: persistent tiles with other warp counts and row blocks, looped tiles of 1024 to
+  4096 lanes;
+  matmul: the tile configurations of Triton's matmul tutorial (``BLOCK_M/N/K``, ``GROUP_M``,
+  ``num_warps``, ``num_stages``), and the library candidate: ``torch.matmul`` (cuBLAS, hipBLAS)
+  with the prologue and the epilogue as element-wise kernels.
+
+At autotune level 0, and always under the interpreter, the default is used and nothing is
+timed. Otherwise the first launch of a kernel runs :func:`lazyburn.autotune.tune` on the
+launch's real inputs: each candidate writes fresh outputs, is checked against the default's
+(``torch.allclose`` at a tolerance set by dtype) and timed with ``triton.testing.do_bench``.
+"""
+from __future__ import annotations
+
+from .. import autotune as at
+from ..codegen import triton as tr
+from ..fusion.kernel_ir import ElementwiseSpec, MatmulSpec, ReductionSpec
+
+# Triton's matmul tutorial configurations for CUDA: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps)
+MATMUL_TILES = [(128, 256, 64, 3, 8), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4),
+                (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (128, 32, 32, 4, 4),
+                (64, 32, 32, 5, 2), (32, 64, 32, 5, 2), (128, 128, 64, 3, 8),
+                (256, 128, 64, 3, 8)]
+
+
+def candidates(spec, interpret: bool = False) -> list[at.Candidate]:
+    """The launch configurations to try for ``spec``, the heuristic default first."""
+    default = tr.default_params(spec, interpret)
+    out = [at.Candidate("default", default, 0)]
+    if interpret:
+        return out
+    seen = {_name(default)}
+
+    def add(params, priority):
+        params = {**default, **params}
+        name = _name(params)
+        if name not in seen:
+            seen.add(name)
+            out.append(at.Candidate(name, params, priority))
+
+    if isinstance(spec, ElementwiseSpec):
+        for block, warps, priority in ((512, 4, 1), (2048, 8, 1), (4096, 8, 1), (256, 2, 2),
+                                       (1024, 8, 2), (8192, 16, 2)):
+            if block <= 4 * tr.next_pow2(spec.numel):
+                add({"BLOCK": block, "num_warps": warps}, priority)
+    elif isinstance(spec, ReductionSpec):
+        size = spec.reduce_size
+        if size <= tr.PERSISTENT_MAX:
+            r = tr.next_pow2(max(size, 1))
+            for warps in (2, 4, 8, 16):
+                add({"looped": False, "RBLOCK": r, "num_warps": warps}, 1)
+            for x in (1, 2, 4, 8, 16, 32, 64):
+                if x * r <= 16384 and x <= tr.next_pow2(spec.rows):
+                    add({"looped": False, "RBLOCK": r, "XBLOCK": x}, 2)
+        for rblock, warps in ((1024, 4), (2048, 8), (4096, 8), (4096, 16)):
+            if rblock < size:
+                add({"looped": True, "RBLOCK": rblock, "XBLOCK": 1, "num_warps": warps},
+                    1 if size > tr.PERSISTENT_MAX else 2)
+    elif isinstance(spec, MatmulSpec):
+        for j, (bm, bn, bk, stages, warps) in enumerate(MATMUL_TILES):
+            fit = {"BLOCK_M": max(16, min(bm, tr.next_pow2(spec.m))),
+                   "BLOCK_N": max(16, min(bn, tr.next_pow2(spec.n))),
+                   "BLOCK_K": max(16, min(bk, tr.next_pow2(spec.k)))}
+            add({**fit, "num_stages": stages, "num_warps": warps}, 1 if j < 4 else 2)
+        if spec.acc_dtype.is_float and spec.acc_dtype.name != "float64":
+            out.append(at.Candidate("library", {**default, "library": True}, 1))
+    return out
+
+
+def _name(params: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+
+
+def tolerance(dtype) -> tuple[float, float]:
+    """``(rtol, atol)`` for comparing a candidate's output of ``dtype`` with the default's."""
+    if dtype.name in ("float16", "bfloat16"):
+        return 2e-2, 1e-2
+    if dtype.name == "float32":
+        return 1e-4, 1e-5
+    if dtype.name == "float64":
+        return 1e-9, 1e-12
+    return 0.0, 0.0
+
+
+class TunedKernel:
+    """A planned kernel whose launch configuration is chosen at its first launch (or the
+    heuristic default when tuning is off). ``source`` is what runs (None until chosen)."""
+
+    suffix, comment = ".py", "#"
+
+    def __init__(self, backend, k, name: str, origin):
+        self.backend = backend
+        self.planned = k
+        self.spec = k.spec
+        self.name = name
+        self.origin = origin
+        self.candidates = candidates(k.spec, backend.interpret)
+        self.kernel = None
+        if len(at.admitted(self.candidates, at.level())) == 1:
+            self.kernel = self._build(self.candidates[0])
+
+    @property
+    def source(self):
+        return getattr(self.kernel, "source", None)
+
+    def _build(self, c: at.Candidate):
+        suffix = "" if c.name == "default" else "_" + at.candidates_checksum([c])[:8]
+        return self.backend.build_kernel(self.spec, self.name + suffix, dict(c.params),
+                                         self.origin, self.planned.label)
+
+    def __call__(self, backend, args) -> None:
+        if self.kernel is None:
+            self.kernel = self._tune(args)
+        self.kernel(backend, args)
+
+    def _tune(self, args):
+        import torch
+        import triton
+        from triton.testing import do_bench
+
+        b, spec = self.backend, self.spec
+        n_in = len(spec.inputs)
+        inputs = list(args[:n_in])
+        out_args = spec.args[n_in:]
+        built: dict[str, object] = {}
+
+        def kernel_of(c):
+            if c.name not in built:
+                built[c.name] = self._build(c)
+            return built[c.name]
+
+        def run(c):
+            outs = [b.empty(a.size, a.dtype, self.origin) for a in out_args]
+            kernel_of(c)(b, inputs + outs)
+            b.finish()
+            return outs
+
+        def time(c):
+            outs = [b.empty(a.size, a.dtype, self.origin) for a in out_args]
+            k = kernel_of(c)
+            return do_bench(lambda: k(b, inputs + outs), warmup=2, rep=10) * 1e-3
+
+        def check(expected, actual):
+            for a, e, x in zip(out_args, expected, actual):
+                rtol, atol = tolerance(a.dtype)
+                if a.dtype.is_float:
+                    if not torch.allclose(e.float(), x.float(), rtol=rtol, atol=atol,
+                                          equal_nan=True):
+                        return False
+                elif not torch.equal(e, x):
+                    return False
+            return True
+
+        name = torch.cuda.get_device_name(b.index)
+        driver = torch.version.cuda or getattr(torch.version, "hip", "") or ""
+        key = at.TuneKey("cuda", at.device_fingerprint(name, driver, triton.__version__),
+                         spec.structural_hash(), shape=_shape(spec))
+        with b._on_device():
+            best = at.tune(key, self.candidates, run=run, time=time, check=check)
+        return kernel_of(best)
+
+
+def _shape(spec) -> tuple:
+    if isinstance(spec, ElementwiseSpec):
+        return (spec.numel,)
+    if isinstance(spec, ReductionSpec):
+        return (spec.rows, spec.reduce_size)
+    return (spec.batch, spec.m, spec.n, spec.k)

@@ -1,0 +1,428 @@
+"""The Triton backend (``cuda:0``) against the NumPy reference, one test per group kind and
+semantic corner.
+
+Without a GPU the ``dev`` fixture sets ``TRITON_INTERPRET=1`` before any kernel is built, so
+``cuda:0`` runs the generated kernels through Triton's interpreter on torch CPU tensors (small
+shapes: the interpreter is slow). Triton reads the variable when a ``@triton.jit`` function is
+created, and the runtime wraps every kernel module for the mode it runs in, so nothing depends
+on import order. ``test_compiles_for_sm90`` compiles the GPU spelling of the same kernels to a
+cubin, which needs no GPU either.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+
+import lazyburn as lb  # noqa: E402
+from lazyburn import runtime  # noqa: E402
+from lazyburn.codegen import triton as tr  # noqa: E402
+
+RTOL = {"float32": 2e-5, "float64": 1e-9, "float16": 1e-2, "bfloat16": 2e-2}
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory):
+    """``cuda:0``: the GPU when there is one, else Triton's interpreter on the CPU."""
+    keys = ("TRITON_INTERPRET", "LAZYBURN_CACHE_DIR", "LAZYBURN_AUTOTUNE",
+            "TRITON_DEFAULT_FP_FUSION")
+    saved = {k: os.environ.get(k) for k in keys}
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["LAZYBURN_CACHE_DIR"] = str(tmp_path_factory.mktemp("lazyburn-cache"))
+    os.environ["LAZYBURN_AUTOTUNE"] = "0"
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    had = "cuda:0" in runtime._backends
+    yield "cuda:0"
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    if not had:
+        runtime._backends.pop("cuda:0", None)
+
+
+def compare(actual: np.ndarray, expected: np.ndarray, rtol=None, atol=1e-6):
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    if expected.dtype.kind != "f" and expected.dtype.name != "bfloat16":
+        np.testing.assert_array_equal(actual, expected)
+        return
+    rtol = RTOL[expected.dtype.name] if rtol is None else rtol
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(a), np.isnan(e))
+    inf = np.isinf(e)
+    np.testing.assert_array_equal(a[inf], e[inf])
+    ok = ~np.isnan(e) & ~inf
+    np.testing.assert_allclose(a[ok], e[ok], rtol=rtol, atol=atol)
+
+
+def check(dev, fn, *arrays, **tol):
+    """``fn`` of lazy tensors holding ``arrays``, on ``dev`` and on the reference."""
+    ref = fn(*[lb.tensor(a, device="numpy") for a in arrays])
+    got = fn(*[lb.tensor(a, device=dev) for a in arrays])
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    got = got if isinstance(got, tuple) else (got,)
+    for g, r in zip(got, ref):
+        assert g.device == dev
+        compare(g.numpy(), r.numpy(), **tol)
+
+
+@contextlib.contextmanager
+def launch_params(kind, **overrides):
+    """Kernels of group ``kind`` compiled inside the block use ``overrides`` (plans are cached
+    per backend, so callers use shapes no other test uses)."""
+    base = tr.default_params
+
+    def patched(spec, interpret=False):
+        params = base(spec, interpret)
+        if spec.kind == kind:
+            params.update(overrides)
+        return params
+
+    tr.default_params = patched
+    try:
+        yield
+    finally:
+        tr.default_params = base
+
+
+def rand(rng, shape, dtype="float32", lo=-3.0, hi=3.0):
+    return rng.uniform(lo, hi, shape).astype(dtype)
+
+
+# element-wise ---------------------------------------------------------------------------------
+def test_elementwise_chain(dev):
+    rng = np.random.default_rng(1)
+
+    def chain(x, y):
+        z = x * 1.5 + y
+        z = lb.exp(-lb.abs(z)) * lb.tanh(z)
+        z = lb.where(z > 0.1, z, 0.01 * z)
+        return lb.log1p(lb.abs(z)) + lb.sin(y)
+
+    x, y = rand(rng, (37, 53)), rand(rng, (37, 53))
+    x[np.abs(x * 1.5 + y) < 0.2] = 2.0  # keep z away from the where threshold
+    check(dev, chain, x, y)
+    assert lb.explain(chain(lb.tensor(x, device=dev), lb.tensor(y, device=dev))).kinds() \
+        == ["elementwise"]
+
+
+def test_unary_float_ops(dev):
+    rng = np.random.default_rng(2)
+    x = rand(rng, (4, 50))
+    x[0, :12] = [0.5, 1.5, 2.5, -2.5, -0.5, 1e-8, -1e-8, 0.0, -0.0, 30.0, -30.0, 3.0]
+    pos = np.abs(x) + 0.05
+
+    def ops(x, p):
+        return (lb.exp(x), lb.exp2(x), lb.expm1(x), lb.log(p), lb.log2(p), lb.log1p(p),
+                lb.sqrt(p), lb.rsqrt(p), lb.sin(x), lb.cos(x), lb.tan(x * 0.4), lb.tanh(x),
+                lb.sigmoid(x), lb.erf(x), lb.floor(x), lb.ceil(x), lb.round(x), lb.sign(x),
+                lb.abs(x), -x, lb.square(x))
+
+    check(dev, ops, x, pos)
+    check(dev, ops, x.astype(np.float64), pos.astype(np.float64))
+
+
+def test_binary_float_ops(dev):
+    rng = np.random.default_rng(3)
+    a, b = rand(rng, (3, 40)), rand(rng, (3, 40))
+    a[0, :8] = [np.nan, 1.0, np.inf, -np.inf, -2.0, -0.0, 5.0, -7.5]
+    b[0, :8] = [1.0, np.nan, 2.0, 2.0, 3.0, 1.0, 0.0, 2.0]
+    b[b == 0] = 0.5
+    b[0, 6] = 0.0
+
+    def ops(a, b):
+        return (lb.floor_divide(a, b), lb.remainder(a, b), a / b, lb.minimum(a, b),
+                lb.maximum(a, b), a < b, a >= b, a == b, lb.where(a > b, a, b),
+                lb.isnan(a), lb.isinf(a), lb.isfinite(a))
+
+    check(dev, ops, a, b)
+    base = np.array([[2.0, -2.0, -2.0, 0.0, 0.0, 1.0, -1.0, 0.5, np.nan, 3.0]], np.float32)
+    expo = np.array([[3.0, 3.0, 0.5, 2.0, -1.0, np.nan, np.inf, -2.0, 0.0, 1.5]], np.float32)
+    check(dev, lambda a, b: lb.pow(a, b), base, expo)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8"])
+def test_int_ops(dev, dtype):
+    rng = np.random.default_rng(4)
+    lo = 0 if dtype == "uint8" else -9
+    a = rng.integers(lo, 10, (3, 33)).astype(dtype)
+    b = rng.integers(lo, 10, (3, 33)).astype(dtype)
+    s = rng.integers(-2, 10, (3, 33)).astype(dtype) if dtype != "uint8" else \
+        rng.integers(0, 10, (3, 33)).astype(dtype)
+    e = rng.integers(0 if dtype == "uint8" else -2, 4, (3, 33)).astype(dtype)
+
+    def ops(a, b, s, e):
+        out = (lb.floor_divide(a, b), lb.remainder(a, b), lb.pow(a, e), a << s, a >> s,
+               a & b, a | b, a ^ b, ~a, lb.minimum(a, b), lb.maximum(a, b), a + b * b,
+               lb.abs(a), lb.sign(a))
+        return out if dtype == "uint8" else out + (-a,)
+
+    check(dev, ops, a, b, s, e)
+
+
+def test_bool_and_casts(dev):
+    rng = np.random.default_rng(5)
+    x = rand(rng, (5, 21), lo=-300, hi=300)
+    m = rng.random((5, 21)) < 0.5
+
+    def ops(x, m):
+        big = x > 0
+        return (lb.logical_and(big, m), lb.logical_or(big, m), lb.logical_xor(big, m),
+                lb.logical_not(m), x.astype(lb.int32), x.astype(lb.float16),
+                x.astype(lb.bfloat16), (x * 0.01).astype(lb.float16) + 1,
+                x.astype(lb.int16).astype(lb.float32), m.astype(lb.float32), x.astype(lb.bool))
+
+    check(dev, ops, x, m)
+    h = rand(rng, (5, 21), "float16")
+    check(dev, lambda h: (h * 2 + 1, h.astype(lb.bfloat16) * 3, lb.exp(h)), h)
+
+
+def test_views_and_gathers(dev):
+    rng = np.random.default_rng(6)
+    x = rand(rng, (6, 9))
+    y = rand(rng, (9,))
+    idx = np.array([0, -1, 3, 20, -20, 5], np.int64)
+
+    def views(x, y, i):
+        return (x.T * 2 + 1, x[::2, ::-1] + y[::-3].reshape(1, 3)[:, :1], x + y,
+                lb.pad(x, ((1, 2), (0, 3)), constant_values=-1.5) * 2,
+                lb.concat([x, x * 2], axis=1) + 1, lb.take(x, i, axis=1) * 1,
+                lb.take_along_axis(x, lb.abs(i).reshape(6, 1) % 9, axis=1) + 0,
+                lb.arange(9, device=x.device).astype(lb.float32) + y)
+
+    check(dev, views, x, y, idx)
+
+
+def test_random_uniform_is_bit_exact(dev):
+    ref = lb.default_rng(123).uniform((7, 33), device="numpy").numpy()
+    got = lb.default_rng(123).uniform((7, 33), device=dev).numpy()
+    np.testing.assert_array_equal(got, ref)
+
+
+# reductions -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "argmax", "argmin", "any", "all"])
+def test_reductions(dev, op):
+    rng = np.random.default_rng(7)
+    x = rand(rng, (6, 37), lo=0.5, hi=1.5) if op == "prod" else rand(rng, (6, 37))
+    x[1, 5] = np.nan
+    x[2, 3] = x[2, 30] = 9.0  # ties: the first index wins
+    x[3] = 0.0
+
+    def red(x):
+        if op in ("any", "all"):
+            return getattr(x > 0.2, op)(axis=1), getattr(x > -10, op)(axis=0)
+        return getattr(x, op)(axis=1), getattr(x, op)(axis=0)
+
+    check(dev, red, x)
+    ints = rng.integers(-50, 50, (6, 37)).astype(np.int32)
+    if op not in ("any", "all", "prod"):
+        check(dev, red, ints)
+
+
+def test_reduction_axes_and_dtypes(dev):
+    rng = np.random.default_rng(8)
+    x = rand(rng, (4, 5, 6))
+    check(dev, lambda x: (x.sum(axis=(0, 2)), x.max(axis=0), lb.mean(x, axis=-1)), x)
+    h = rand(rng, (3, 70), "float16")
+    check(dev, lambda h: (h.sum(axis=1), h.max(axis=1), h.argmax(axis=1)), h)
+    b = rng.random((3, 40)) < 0.5
+    check(dev, lambda b: (b.argmax(axis=1), b.any(axis=1), b.max(axis=1)), b)
+
+
+def test_looped_reductions(dev):
+    rng = np.random.default_rng(9)
+    x = rand(rng, (3, 1500))
+    x[1, 700] = np.nan
+    check(dev, lambda x: (x.sum(axis=1), x.max(axis=1), x.argmax(axis=1), x.argmin(axis=1),
+                          lb.softmax(x, axis=-1)), x, rtol=1e-4)
+
+
+def test_softmax_and_layer_norm(dev):
+    rng = np.random.default_rng(10)
+    x = rand(rng, (5, 48))
+    w, b = rand(rng, (48,)), rand(rng, (48,))
+    check(dev, lambda x, w, b: (lb.softmax(x * 0.125, axis=-1),
+                                lb.layer_norm(x, (48,), w, b)), x, w, b, rtol=1e-4)
+    assert lb.explain(lb.softmax(lb.tensor(x, device=dev), axis=-1)).kinds() == ["reduction"]
+    h = rand(rng, (4, 40), "float16")
+    check(dev, lambda h: lb.softmax(h, axis=-1), h)
+
+
+@pytest.mark.parametrize("params", [
+    {"XBLOCK": 2, "RBLOCK": 64, "looped": False},
+    {"XBLOCK": 2, "RBLOCK": 16, "looped": True},
+    {"XBLOCK": 1, "RBLOCK": 32, "looped": True},
+])
+def test_reduction_tilings(dev, params):
+    rng = np.random.default_rng(11)
+    rows = 5 + params["RBLOCK"] // 16  # a shape of its own: plans are cached
+    x = rand(rng, (rows, 50))
+    x[0, 7] = np.nan
+    with launch_params("reduction", **params):
+        check(dev, lambda x: (x.sum(axis=1), x.argmax(axis=1), x.min(axis=1),
+                              lb.softmax(x, axis=-1), (x > 1).any(axis=1)), x, rtol=1e-4)
+
+
+# matmul ---------------------------------------------------------------------------------------
+def test_matmul_f32_ragged_with_epilogue(dev):
+    rng = np.random.default_rng(12)
+    a, b, bias = rand(rng, (37, 19)), rand(rng, (19, 23)), rand(rng, (23,))
+    check(dev, lambda a, b, c: lb.relu(a @ b + c), a, b, bias, rtol=1e-4, atol=1e-4)
+    assert lb.explain(lb.tensor(a, device=dev) @ lb.tensor(b, device=dev)).kinds() == \
+        ["matmul"]
+
+
+def test_matmul_f16_batched_gelu(dev):
+    rng = np.random.default_rng(13)
+    a, b, bias = rand(rng, (2, 40, 48), "float16"), rand(rng, (48, 56), "float16"), \
+        rand(rng, (56,), "float16")
+    check(dev, lambda a, b, c: lb.gelu(a @ b + c), a, b, bias, rtol=2e-2, atol=2e-2)
+
+
+def test_matmul_prologue_and_ints(dev):
+    rng = np.random.default_rng(14)
+    a, b = rand(rng, (24, 20)), rand(rng, (24, 18))
+    check(dev, lambda a, b: (a.T * 2.0) @ lb.exp(b * 0.1), a, b, rtol=1e-4, atol=1e-4)
+    ia, ib = rng.integers(-5, 5, (9, 17)).astype(np.int32), \
+        rng.integers(-5, 5, (17, 11)).astype(np.int32)
+    check(dev, lambda a, b: a @ b + 1, ia, ib)
+
+
+@pytest.mark.parametrize("params", [
+    {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2},
+    {"library": True},
+])
+def test_matmul_launch_variants(dev, params):
+    rng = np.random.default_rng(15)
+    m = 33 if "library" in params else 35
+    a, b, c = rand(rng, (2, m, 40)), rand(rng, (40, 50)), rand(rng, (50,))
+    with launch_params("matmul", **params):
+        check(dev, lambda a, b, c: (lb.tanh(a @ b) + c, (a * 0.5) @ b), a, b, c, rtol=1e-4,
+              atol=1e-4)
+
+
+# runtime --------------------------------------------------------------------------------------
+def test_plan_cache_replay_compiles_once(dev):
+    rng = np.random.default_rng(16)
+    backend = runtime.backend(dev)
+
+    def f(x):
+        return lb.softmax(x * 3.0, axis=0) + 1
+
+    first = f(lb.tensor(rand(rng, (11, 7)), device=dev)).numpy()
+    compiles, hits = backend.compiles, backend.plans.hits
+    x2 = rand(rng, (11, 7))
+    second = f(lb.tensor(x2, device=dev)).numpy()
+    assert backend.compiles == compiles and backend.plans.hits == hits + 1
+    compare(second, f(lb.tensor(x2, device="numpy")).numpy())
+    assert not np.array_equal(first, second)
+
+
+def test_dump_and_kernel_cache(dev, tmp_path):
+    rng = np.random.default_rng(17)
+    x = lb.tensor(rand(rng, (13, 3)), device=dev)
+    with lb.runtime.dump.dump(tmp_path / "dump"):
+        (lb.exp(x) * 7.0).numpy()
+    files = list((tmp_path / "dump").glob("*.py"))
+    assert len(files) == 1
+    text = files[0].read_text()
+    assert "# lazyburn kernel: elementwise" in text and "@triton.jit" in text
+    cached = list((runtime.cuda.kernel_cache_dir()).glob("lb_*.py"))
+    assert any(text.split("\n\n", 1)[1].strip() in c.read_text() for c in cached)
+
+
+def test_compile_error_names_kernel_and_line(dev, monkeypatch):
+    rng = np.random.default_rng(18)
+    monkeypatch.setitem(tr.TL_MATH, "exp2", "tl.no_such_function")
+    x = lb.tensor(rand(rng, (3, 17)), device=dev)
+    y = lb.exp2(x) + 1  # the line the error must name
+    line = y.origin
+    with pytest.raises(lb.KernelCompileError) as info:
+        y.numpy()
+    assert info.value.kernel_file and info.value.kernel_file.endswith(".py")
+    assert line and os.path.basename(line) in str(info.value)
+    monkeypatch.undo()
+    compare((lb.exp(x) + 2).numpy(), np.exp(x.numpy()) + 2)
+
+
+def test_devices_and_copies(dev):
+    rng = np.random.default_rng(19)
+    h = rand(rng, (4, 6))
+    t = lb.tensor(h, device="numpy").to(dev) * 2
+    back = t.to("numpy") + 1
+    compare(back.numpy(), h * 2 + 1)
+    if not torch.cuda.is_available():
+        with pytest.raises(lb.DeviceError):
+            lb.tensor(h, device="cuda:1").numpy()
+
+
+# launch configurations -------------------------------------------------------------------------
+def _specs():
+    rng = np.random.default_rng(20)
+    x = lb.tensor(rand(rng, (64, 300)), device="numpy")
+    a = lb.tensor(rand(rng, (2, 64, 96), "float16"), device="numpy")
+    b = lb.tensor(rand(rng, (96, 80), "float16"), device="numpy")
+    w = lb.tensor(rand(rng, (300, 40)), device="numpy")
+    i = lb.tensor(rng.integers(-3, 3, (16, 24)).astype(np.int8), device="numpy")
+    graphs = [lb.tanh(lb.expm1(x)) + lb.log1p(lb.abs(x)) + lb.round(x) + lb.pow(x, x) +
+              lb.tan(x) + lb.floor_divide(x, 0.7) + lb.remainder(x, 1.3),
+              lb.softmax(x, axis=-1), x.argmax(axis=0), lb.layer_norm(x, (300,)),
+              lb.gelu(a @ b + 1.0), x @ w, i @ i.T,
+              lb.default_rng(1).uniform((5, 7), device="numpy") + 1]
+    specs = []
+    for g in graphs:
+        specs += [k.spec for k in lb.explain(g).kernels]
+    return specs
+
+
+def test_candidates_are_valid():
+    from lazyburn import autotune as at
+    from lazyburn.runtime.cuda_tuning import candidates
+
+    for spec in _specs():
+        cands = candidates(spec)
+        assert at.admitted(cands, 2)[0].name == "default"
+        assert len({c.name for c in cands}) == len(cands)
+        for c in cands:
+            if not c.params.get("library"):
+                tr.render(spec, "k", dict(c.params))
+        assert candidates(spec, interpret=True)[0].params == tr.default_params(spec, True)
+
+
+def test_compiles_for_sm90():
+    """The CUDA spelling (libdevice, tl.dot, NaN-aware reductions...) passes Triton's compiler
+    down to a cubin for sm_90 (no GPU needed)."""
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        import triton.backends.nvidia  # noqa: F401
+    except ImportError:
+        pytest.skip("this Triton build has no NVIDIA backend")
+    from lazyburn.runtime.cuda import load_kernel
+
+    ptr = {"bool": "*i1", "int8": "*i8", "int16": "*i16", "int32": "*i32", "int64": "*i64",
+           "uint8": "*u8", "float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32",
+           "float64": "*fp64"}
+    specs = _specs()
+    specs.append(specs[1])  # softmax again, looped
+    for j, spec in enumerate(specs):
+        params = {"looped": True, "RBLOCK": 128} if j == len(specs) - 1 else {}
+        r = tr.render(spec, f"k{j}", params, target="cuda")
+        fn, _ = load_kernel(r.source, f"k{j}", interpret=False)
+        sig = {a.name: ptr[a.dtype.name] for a in spec.args}
+        try:
+            triton.compile(ASTSource(fn, sig), target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": r.num_warps, "num_stages": r.num_stages})
+        except Exception as e:  # pragma: no cover - the message is the point
+            if "ptxas" in str(e) and "not found" in str(e):
+                pytest.skip(f"no ptxas: {e}")
+            raise AssertionError(f"kernel {j} ({spec.kind}) failed to compile:\n{r.source}") \
+                from e
