@@ -14,8 +14,8 @@ from __future__ import annotations
 from .errors import DTypeError
 from .graph import dtypes as dt
 from .graph.ops import OPS
-from .record import (Origin, cast, const, is_scalar, operands, py_scalar, record, resolve_dtype,
-                     tensor_node, wrap)
+from .record import (Origin, binary_operands, cast, const, is_scalar, operands, py_scalar, record,
+                     resolve_dtype, tensor_node, wrap)
 
 
 def _check_numeric(op, dtypes, origin):
@@ -57,9 +57,10 @@ def unary(op: str, x, origin: Origin | None = None):
 def binary(op: str, a, b, origin: Origin | None = None):
     origin = origin or Origin()
     cat = OPS[op].category
-    (na, nb), d = operands(op, (a, b), origin)
+    na, nb, d = binary_operands(op, a, b, origin)
     if cat == "arith":
-        _check_numeric(op, (d,), origin) if op not in ("minimum", "maximum") else None
+        if d.is_bool and op not in ("minimum", "maximum"):
+            _check_numeric(op, (d,), origin)
     elif cat == "float":
         if not d.is_float and not (op == "pow" and d.is_int):
             na, nb = cast(na, dt.DEFAULT_FLOAT, origin), cast(nb, dt.DEFAULT_FLOAT, origin)

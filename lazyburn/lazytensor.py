@@ -13,7 +13,7 @@ from . import functional as F
 from . import linalg, movement, reduction, runtime
 from .errors import ShapeError
 from .graph.graph import realize
-from .record import Origin, record, tensor_node
+from .record import Origin, record, set_tensor_class, tensor_node
 
 
 class Tensor:
@@ -284,3 +284,6 @@ class Tensor:
     def softplus(self): return F.softplus(self)
     def softmax(self, axis=-1): return F.softmax(self, axis)
     def log_softmax(self, axis=-1): return F.log_softmax(self, axis)
+
+
+set_tensor_class(Tensor)

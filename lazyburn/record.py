@@ -11,26 +11,48 @@ from __future__ import annotations
 
 import math
 import numbers
+from sys import _getframe
 
 import numpy as np
 
 from .errors import DeviceError, DTypeError, ShapeError
 from .graph import dtypes as dt
 from .graph.graph import _stack
-from .graph.node import Node, user_frame
+from .graph.node import _INTERNAL, Node, _is_internal
 from .graph.shapes import broadcast_shapes
 
 # dtypes a device cannot hold, filled in by the runtime when a device is first used
 UNSUPPORTED: dict[str, frozenset] = {}
 
+# The Tensor class. lazyburn.lazytensor defines it on top of this module and registers it here
+# at import; looking it up per call (a function-level import) would cost more than recording.
+Tensor: type = None  # type: ignore[assignment]
+
+
+def set_tensor_class(cls: type) -> None:
+    global Tensor
+    Tensor = cls
+
 
 class Origin:
-    """The user's frame for one public call: ``(code, line)``, formatted only on error."""
+    """The user's frame for one public call: ``(code, line)``, formatted only on error.
+
+    The walk of ``graph.node.user_frame`` is repeated inline: it runs once per recorded op."""
 
     __slots__ = ("code", "line")
 
     def __init__(self):
-        self.code, self.line = user_frame()
+        f = _getframe(1)
+        while f is not None:
+            code = f.f_code
+            skip = _INTERNAL.get(code.co_filename)
+            if skip is None:
+                skip = _is_internal(code.co_filename)
+            if not skip:
+                self.code, self.line = code, f.f_lineno
+                return
+            f = f.f_back
+        self.code, self.line = None, 0
 
     def __str__(self) -> str:
         return f"{self.code.co_filename}:{self.line}" if self.code is not None else "<unknown>"
@@ -44,17 +66,26 @@ def node(op, inputs, attrs, shape, dtype, device, origin: Origin) -> Node:
 
 
 def wrap(n: Node):
-    from .lazytensor import Tensor
-
-    t = Tensor.__new__(Tensor)
+    """A Tensor holding ``n``; a pending one is tracked by the current graph (weakly)."""
+    t = _new_object(Tensor)
     t._node = n
     if n.buffer is None:
         _stack[-1].track(t)
     return t
 
 
+_new_object = object.__new__
+
+
 def record(op, inputs, attrs, shape, dtype, device, origin: Origin):
-    return wrap(node(op, inputs, attrs, shape, dtype, device, origin))
+    """``wrap(node(...))`` in one call: the path of every op the user gets a Tensor from."""
+    bad = UNSUPPORTED.get(device)
+    if bad and dtype in bad:
+        raise DTypeError(f"{op}: device {device} does not support {dtype.name}", str(origin))
+    t = _new_object(Tensor)
+    t._node = Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line)
+    _stack[-1].track(t)
+    return t
 
 
 # operands ---------------------------------------------------------------------------------------
@@ -75,9 +106,12 @@ def const(value, shape, dtype, device, origin, op: str = "const") -> Node:
 
     Raises DTypeError when the value has no exact meaning in an integer ``dtype`` (out of its
     range, or a non-finite float): raised here, at the user's line, rather than at sync."""
-    if dtype.is_bool:
+    kind = dtype.kind
+    if kind == "f":
+        value = float(value)
+    elif kind == "b":
         value = bool(value)
-    elif dtype.is_int:
+    else:
         if isinstance(value, float) and not math.isfinite(value):
             raise DTypeError(f"{op}: {value} has no {dtype.name} value", str(origin))
         value = int(value)
@@ -86,8 +120,6 @@ def const(value, shape, dtype, device, origin, op: str = "const") -> Node:
             raise DTypeError(f"{op}: Python integer {value} is out of range for {dtype.name} "
                              f"[{lo}, {hi}]; cast the tensor to a wider dtype first",
                              str(origin))
-    else:
-        value = float(value)
     return node("const", (), (value,), tuple(shape), dtype, device, origin)
 
 
@@ -118,8 +150,6 @@ def tensor_node(op: str, x, origin, device=None) -> Node:
 
     Raises DTypeError (a TypeError) for objects that are not array-like.
     """
-    from .lazytensor import Tensor
-
     if isinstance(x, Tensor):
         return x._node
     if isinstance(x, (np.ndarray, np.generic, list, tuple)) or is_scalar(x):
@@ -140,11 +170,37 @@ def same_device(op, nodes, origin) -> str:
     return device
 
 
+def binary_operands(op: str, a, b, origin):
+    """``operands(op, (a, b), origin)`` for two arguments, returning ``(na, nb, dtype)``.
+
+    The common cases take a short path that builds nothing but the ``const`` of a scalar: two
+    tensors of one shape, dtype and device, or a tensor and a Python scalar of its kind (which,
+    being weak, takes the tensor's dtype). Recording cost is dominated by this function.
+    """
+    if type(a) is Tensor:
+        na = a._node
+        if type(b) is Tensor:
+            nb = b._node
+            if na.dtype is nb.dtype and na.shape == nb.shape and na.device == nb.device:
+                return na, nb, na.dtype
+        elif _scalar_fits(b, na.dtype):
+            return na, const(b, na.shape, na.dtype, na.device, origin, op), na.dtype
+    elif type(b) is Tensor and _scalar_fits(a, b._node.dtype):
+        nb = b._node
+        return const(a, nb.shape, nb.dtype, nb.device, origin, op), nb, nb.dtype
+    (na, nb), dtype = operands(op, (a, b), origin)
+    return na, nb, dtype
+
+
+def _scalar_fits(x, dtype) -> bool:
+    """True for a Python int or float that takes ``dtype`` when weak (no promotion)."""
+    t = type(x)
+    return (t is float and dtype.kind == "f") or (t is int and dtype.kind != "b")
+
+
 def operands(op: str, args, origin, promote=True):
     """Resolve ``args`` (Tensors and weak Python scalars, at least one Tensor) to nodes of one
     shape and device; with ``promote``, also of one dtype. Returns ``(nodes, dtype)``."""
-    from .lazytensor import Tensor
-
     tensors = [a._node for a in args if isinstance(a, Tensor)]
     if not tensors:
         device = None

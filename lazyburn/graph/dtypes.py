@@ -20,11 +20,13 @@ class DType:
     """A tensor element type.
 
     Attributes: ``name`` (the array-API spelling), ``kind`` ('b' bool, 'i' signed, 'u' unsigned,
-    'f' floating), ``itemsize`` in bytes, ``np`` (the NumPy dtype used for host storage).
-    DTypes are singletons: compare with ``is`` or ``==``.
+    'f' floating), ``itemsize`` in bytes, ``np`` (the NumPy dtype used for host storage), and
+    the flags ``is_float``, ``is_int`` (signed or unsigned), ``is_bool`` (plain attributes, not
+    properties: recording reads them on every op). DTypes are singletons: compare with ``is``
+    or ``==``.
     """
 
-    __slots__ = ("name", "kind", "itemsize", "np", "rank")
+    __slots__ = ("name", "kind", "itemsize", "np", "rank", "is_float", "is_int", "is_bool")
 
     def __init__(self, name: str, kind: str, np_dtype, rank: int):
         self.name = name
@@ -32,18 +34,9 @@ class DType:
         self.np = np.dtype(np_dtype)
         self.itemsize = self.np.itemsize
         self.rank = rank  # order within the kind, for promotion
-
-    @property
-    def is_float(self) -> bool:
-        return self.kind == "f"
-
-    @property
-    def is_int(self) -> bool:
-        return self.kind in "iu"
-
-    @property
-    def is_bool(self) -> bool:
-        return self.kind == "b"
+        self.is_float = kind == "f"
+        self.is_int = kind in "iu"
+        self.is_bool = kind == "b"
 
     @property
     def bits(self) -> int:

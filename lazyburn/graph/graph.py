@@ -13,6 +13,8 @@ from typing import Callable, Iterable, Sequence
 
 from .node import Node
 
+_weakref = weakref.ref
+
 # Set by lazyburn/__init__.py: realizes a list of pending output nodes (all on one device).
 _realizer: Callable[[Sequence[Node]], None] | None = None
 
@@ -28,7 +30,10 @@ class Graph:
     outside any ``with`` block; ``lazyburn.graph.sync()`` syncs it.
     """
 
-    _COMPACT_AT = 4096
+    # Dead weak references are dropped every this many recorded tensors (or twice the number
+    # kept, when more stay alive): small enough that most die young, before Python's cyclic GC
+    # promotes them and makes its full collections come sooner.
+    _COMPACT_AT = 512
 
     def __init__(self):
         self._live: list[weakref.ref] = []
@@ -37,7 +42,7 @@ class Graph:
     # recording -------------------------------------------------------------------------------
     def track(self, tensor) -> None:
         live = self._live
-        live.append(weakref.ref(tensor))
+        live.append(_weakref(tensor))
         if len(live) >= self._compact_at:
             self._compact()
 

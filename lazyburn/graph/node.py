@@ -73,24 +73,35 @@ class Node:
         return f"Node({self.op}, shape={self.shape}, dtype={self.dtype.name}, at {self.origin_short})"
 
 
+# file name -> True when its frames are lazyburn's own (skipped when looking for the user's line)
+_INTERNAL: dict[str, bool] = {}
+
+
+def _is_internal(filename: str) -> bool:
+    internal = filename.startswith(_PACKAGE_DIR) and not filename.startswith(_USER_LEVEL_DIRS)
+    _INTERNAL[filename] = internal
+    return internal
+
+
 def user_frame():
     """The innermost stack frame outside lazyburn itself: ``(code, lineno)``.
 
     Frames of lazyburn's own modules are skipped by file path, so an op called from a composite
     (``layer_norm`` calling ``mean``) still reports the user's line; ``lazyburn.nn`` and
-    ``lazyburn.models`` count as user code. Cost: one frame walk, no string formatting (done
-    lazily by ``Node.origin``).
+    ``lazyburn.models`` count as user code. Cost: one frame walk with a dict lookup per frame,
+    no string formatting (done lazily by ``Node.origin``); this runs once per recorded op.
     """
     f = sys._getframe(1)
-    prefix = _PACKAGE_DIR
+    internal = _INTERNAL
     while f is not None:
-        name = f.f_code.co_filename
-        if not name.startswith(prefix) or name.startswith(_USER_LEVEL_DIRS):
-            break
+        code = f.f_code
+        skip = internal.get(code.co_filename)
+        if skip is None:
+            skip = _is_internal(code.co_filename)
+        if not skip:
+            return code, f.f_lineno
         f = f.f_back
-    if f is None:
-        return None, 0
-    return f.f_code, f.f_lineno
+    return None, 0
 
 
 def current_origin() -> str | None:
