@@ -27,12 +27,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from ..codegen import wgsl
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
+from ..fusion.lower import FusionIllegal
 from ..graph import dtypes as dt
 from . import dump
 from .fused import FusedBackend
@@ -150,6 +152,23 @@ class WebGPUBackend(FusedBackend):
         self._sentinel = self.device.create_buffer(size=4, usage=self._usage)
         self.compiles = 0
         super().__init__()
+
+    def run(self, outputs) -> list:
+        """Run the plan of ``outputs``. A graph the partitioner cannot fit in the adapter's
+        storage-buffer limit runs unfused (one kernel per op), with a warning, rather than
+        failing."""
+        try:
+            return super().run(outputs)
+        except FusionIllegal as e:
+            if not self.fuse or self.max_args is None:
+                raise
+            warnings.warn(f"{self.device_string}: {e}; running this graph unfused",
+                          RuntimeWarning, stacklevel=2)
+        self.fuse = False
+        try:
+            return super().run(outputs)
+        finally:
+            self.fuse = True
 
     # memory ------------------------------------------------------------------------------------
     def _alloc(self, nbytes: int, origin=None):
