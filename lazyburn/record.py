@@ -199,42 +199,35 @@ def _scalar_fits(x, dtype) -> bool:
 
 
 def operands(op: str, args, origin, promote=True):
-    """Resolve ``args`` (Tensors and weak Python scalars, at least one Tensor) to nodes of one
-    shape and device; with ``promote``, also of one dtype. Returns ``(nodes, dtype)``."""
-    tensors = [a._node for a in args if isinstance(a, Tensor)]
-    if not tensors:
-        device = None
-        tensors = [tensor_node(op, a, origin) for a in args if not is_scalar(a)]
-        if not tensors:
-            raise DTypeError(f"{op}: needs at least one tensor operand", str(origin))
-    device = same_device(op, tensors, origin)
-    # dtype: promote tensor dtypes first, then let weak scalars join
-    dtype = tensors[0].dtype
-    for n in tensors[1:]:
+    """Resolve ``args`` (Tensors, array-likes and weak Python scalars, at least one not a
+    scalar) to nodes of one shape and device; with ``promote``, also of one dtype. Array-likes
+    are uploaded to the tensors' device. Returns ``(nodes, dtype)``."""
+    given = [a._node for a in args if isinstance(a, Tensor)]
+    device = same_device(op, given, origin) if given else None
+    items = [a._node if isinstance(a, Tensor) else py_scalar(a) if is_scalar(a)
+             else tensor_node(op, a, origin, device) for a in args]
+    nodes = [n for n in items if isinstance(n, Node)]
+    if not nodes:
+        raise DTypeError(f"{op}: needs at least one tensor operand", str(origin))
+    device = same_device(op, nodes, origin)
+    # dtype: promote the tensors' dtypes first, then let weak scalars join
+    dtype = nodes[0].dtype
+    for n in nodes[1:]:
         dtype = dt.promote(dtype, n.dtype)
-    nodes = []
-    for a in args:
-        if isinstance(a, Tensor):
-            nodes.append(a._node)
-        elif is_scalar(a):
-            a = py_scalar(a)
-            sd = dt.scalar_dtype(a, dtype)
-            if promote and sd is not dtype:
-                dtype = dt.promote(dtype, sd)
-            nodes.append(a)
-        else:
-            nodes.append(tensor_node(op, a, origin, device))
-            dtype = dt.promote(dtype, nodes[-1].dtype)
-    shape = broadcast_shapes(op, *[n.shape for n in nodes if isinstance(n, Node)],
-                             origin=origin)
+    strong = dtype
+    if promote:
+        for a in items:
+            if not isinstance(a, Node):
+                dtype = dt.promote(dtype, dt.scalar_dtype(a, strong))
+    shape = broadcast_shapes(op, *[n.shape for n in nodes], origin=origin)
     out = []
-    for n in nodes:
+    for n in items:
         if isinstance(n, Node):
             if promote:
                 n = cast(n, dtype, origin)
             out.append(broadcast_to(n, shape, origin))
         else:
-            sd = dtype if promote else dt.scalar_dtype(n, dtype)
+            sd = dtype if promote else dt.scalar_dtype(n, strong)
             out.append(const(n, shape, sd, device, origin, op))
     return out, dtype
 

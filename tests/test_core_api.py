@@ -213,6 +213,17 @@ def test_numpy_arrays_are_not_weak():
     assert isinstance(y, lb.Tensor) and y.dtype == lb.float64
 
 
+def test_functions_take_array_likes():
+    out = lb.add(2.5, np.array([1, 2], np.int16))
+    assert out.dtype == lb.float32 and out.numpy().tolist() == [3.5, 4.5]
+    assert lb.multiply([1, 2], [[3], [4]]).numpy().tolist() == [[3, 6], [4, 8]]
+    w = lb.where(np.array([True, False]), 1.5, np.array([1, 2], np.int8))
+    assert w.dtype == lb.float32 and w.numpy().tolist() == [1.5, 2.0]
+    assert lb.exp([0.0]).numpy().tolist() == [1.0]
+    with pytest.raises(lb.DTypeError, match="add"):
+        lb.add(1, 2)
+
+
 # conversions ------------------------------------------------------------------------------------
 def test_astype():
     x = lb.tensor([-2.7, -0.5, 0.0, 0.5, 2.7, 300.0])

@@ -3,6 +3,8 @@ the message names the op and the shapes or dtypes involved, and that ``.origin``
 name this file and the line of the offending call."""
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -175,9 +177,12 @@ def test_unsupported_dtype_for_op(x23):
 
 @pytest.fixture
 def second_device(monkeypatch):
-    """A second NumPy-backed device, registered as ``opencl:7``."""
+    """A second NumPy-backed device, registered as ``opencl:7``. Tensors left pending on it
+    (kept alive by the reference cycles of caught exceptions) are realized before it goes."""
     monkeypatch.setitem(runtime._backends, "opencl:7", NumpyBackend())
-    return "opencl:7"
+    yield "opencl:7"
+    gc.collect()
+    lb.graph.sync()
 
 
 def test_mixing_devices(x23, second_device):

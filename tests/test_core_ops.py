@@ -145,6 +145,23 @@ def test_bitwise_not(dtype, shape, layout, seed):
     assert_close(y.numpy(), ~host if dtype != "bool" else np.logical_not(host), dtype)
 
 
+@SOME
+@given(src=st.sampled_from(ALL), dst=st.sampled_from(ALL), shape=shapes, layout=layouts,
+       seed=seeds)
+def test_astype(src, dst, shape, layout, seed):
+    lo = 0 if "uint8" in (src, dst) else -100
+    host = values(np.random.default_rng(seed), shape, src, lo, 100)
+    out = make(host, layout).astype(dst)
+    assert out.dtype == lb.dtype(dst)
+    if dst == "bool":
+        expected = host != 0
+    elif src in FLOATS and dst in INTS:
+        expected = np.trunc(ref64(host)).astype(dst)  # toward zero
+    else:
+        expected = host.astype(np_dtype(dst))
+    assert_close(out.numpy(), expected, dst)
+
+
 # element-wise: binary ---------------------------------------------------------------------------
 def _operands(seed, shapes_, dtypes, lo=-3.0, hi=3.0, layouts_=("contiguous",) * 2):
     rng = np.random.default_rng(seed)
