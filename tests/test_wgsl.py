@@ -78,6 +78,42 @@ def test_a_fresh_process_finds_the_adapter_and_lists_it():
     assert "storage buffers 8 of" in line and "workgroup <=" in line
 
 
+def _fresh(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env})
+
+
+def test_a_webgpu_process_can_still_import_triton():
+    pytest.importorskip("triton")
+    out = _fresh("import numpy as np, lazyburn as lb\n"
+                 "x = lb.tensor(np.ones(5, np.float32), device='webgpu')\n"
+                 "assert (x.exp() * 2).numpy()[0] > 5\n"
+                 "import triton\nprint('imported')")
+    assert out.returncode == 0 and "imported" in out.stdout, out.stderr[-2000:]
+
+
+def test_opengl_adapters_when_asked_for():
+    code = ("import numpy as np, lazyburn as lb\n"
+            "from lazyburn.runtime import webgpu\n"
+            "gl = [i for i, a in enumerate(webgpu.adapters())"
+            " if a.info['backend_type'] == 'OpenGL']\n"
+            "if not gl: print('no GL adapter'); raise SystemExit\n"
+            "d = f'webgpu:{gl[0]}'\n"
+            "x = np.arange(-12, 12, dtype=np.int32).reshape(4, 6)\n"
+            "t = lb.tensor(x, device=d)\n"
+            "assert (((t % 5) + t // -4).numpy() == (x % 5) + x // -4).all()\n"
+            "f = x.astype(np.float32) / 7\n"
+            "s = lb.softmax(lb.tensor(f, device=d), axis=-1).numpy()\n"
+            "e = np.exp(f - f.max(-1, keepdims=True))\n"
+            "assert np.allclose(s, e / e.sum(-1, keepdims=True), rtol=1e-5)\n"
+            "print('ok', d)")
+    out = _fresh(code, LAZYBURN_WEBGPU_BACKENDS="vulkan,gl")
+    assert out.returncode == 0, out.stderr[-2000:]
+    if "no GL adapter" in out.stdout:
+        pytest.skip("no OpenGL adapter")
+    assert "ok webgpu:" in out.stdout
+
+
 def test_adapters_are_ranked_hardware_first_and_vulkan_before_gl():
     kinds = [(a.info["adapter_type"], a.info["backend_type"]) for a in webgpu.adapters()]
     assert kinds == sorted(kinds, key=lambda k: (

@@ -1,8 +1,11 @@
 """The WebGPU device: fused kernels rendered to WGSL and run through wgpu-py.
 
-Adapters are whatever wgpu finds (Vulkan, Metal, DX12, OpenGL), in preference order: discrete
-GPU, integrated GPU, virtual GPU, then software (CPU) adapters such as Mesa's llvmpipe and
-lavapipe; within one kind Vulkan, Metal and DX12 come before OpenGL. ``webgpu:N`` is the N-th.
+Adapters are what wgpu finds through Vulkan, Metal and DX12, in preference order: discrete
+GPU, integrated GPU, virtual GPU, then software (CPU) adapters such as Mesa's lavapipe.
+``webgpu:N`` is the N-th. OpenGL adapters are left out unless ``LAZYBURN_WEBGPU_BACKENDS``
+asks for them (a comma list of ``vulkan``, ``metal``, ``dx12``, ``gl``, or ``all``): Mesa's GL
+driver, once it has run a kernel in a process, makes a later ``import triton`` crash there (each
+brings its own LLVM), and GL compute is the weakest of wgpu's targets anyway.
 
 One device and its queue per adapter; the queue is the device's stream. A sync records every
 kernel of the plan into one command encoder (one compute pass per kernel, which WebGPU orders
@@ -54,12 +57,40 @@ def _rank(adapter) -> tuple:
             BACKEND_ORDER.index(api) if api in BACKEND_ORDER else len(BACKEND_ORDER))
 
 
+# LAZYBURN_WEBGPU_BACKENDS names -> (wgpu instance backend, adapter backend_type)
+BACKENDS = {"vulkan": ("Vulkan", "Vulkan"), "metal": ("Metal", "Metal"),
+            "dx12": ("DX12", "D3D12"), "gl": ("GL", "OpenGL")}
+DEFAULT_BACKENDS = ("vulkan", "metal", "dx12")
+
+
+def _wanted_backends() -> list[str]:
+    names = [n.strip().lower() for n in
+             os.environ.get("LAZYBURN_WEBGPU_BACKENDS", "").split(",") if n.strip()]
+    if "all" in names:
+        return list(BACKENDS)
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown:
+        raise DeviceError(f"LAZYBURN_WEBGPU_BACKENDS: unknown backend(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(BACKENDS)}, all")
+    return names or list(DEFAULT_BACKENDS)
+
+
 @functools.lru_cache(maxsize=None)
 def adapters() -> list:
-    """The adapters wgpu finds, best first (see the module doc)."""
+    """The adapters wgpu finds through the wanted backends, best first (see the module doc)."""
     import wgpu
 
-    return sorted(wgpu.gpu.enumerate_adapters_sync(), key=_rank)
+    wanted = _wanted_backends()
+    try:
+        from wgpu.backends.wgpu_native.extras import set_instance_extras
+
+        set_instance_extras(backends=[BACKENDS[n][0] for n in wanted])
+    except Exception:  # the process made its wgpu instance before us: filter what it finds
+        pass
+    kinds = {BACKENDS[n][1] for n in wanted}
+    found = [a for a in wgpu.gpu.enumerate_adapters_sync()
+             if a.info.get("backend_type") in kinds]
+    return sorted(found, key=_rank)
 
 
 def available() -> bool:
