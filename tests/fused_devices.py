@@ -15,7 +15,14 @@ def _opencl():
         return False
 
 
-PROBES = [("opencl:0", _opencl)]
+def _webgpu():
+    try:
+        return importlib.import_module("lazyburn.runtime.webgpu").available()
+    except ImportError:
+        return False
+
+
+PROBES = [("opencl:0", _opencl), ("webgpu:0", _webgpu)]
 
 
 def fused_devices() -> list[str]:
