@@ -132,5 +132,8 @@ def describe_devices() -> list[str]:
         lines += describe()
     except ImportError:
         lines.append("(opencl)  pyopencl is not installed")
+    from .webgpu import describe as describe_webgpu
+
+    lines += describe_webgpu()
     lines.append(f"default: {default_device()}")
     return lines
