@@ -6,6 +6,8 @@ Every method records a node and returns at once; values are computed at
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from . import elementwise as ew
@@ -202,14 +204,14 @@ class Tensor:
         return movement.matrix_transpose(self)
 
     def reshape(self, *shape) -> "Tensor":
-        if len(shape) == 1 and not isinstance(shape[0], int):
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
             shape = tuple(shape[0])
         return movement.reshape(self, shape, Origin())
 
     view = reshape
 
     def permute(self, *axes) -> "Tensor":
-        if len(axes) == 1 and not isinstance(axes[0], int):
+        if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
             axes = tuple(axes[0])
         return movement.permute_dims(self, axes, Origin())
 
@@ -217,7 +219,7 @@ class Tensor:
         return movement.transpose(self, dim0, dim1)
 
     def expand(self, *shape) -> "Tensor":
-        if len(shape) == 1 and not isinstance(shape[0], int):
+        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
             shape = tuple(shape[0])
         return movement.broadcast_to(self, shape, Origin())
 

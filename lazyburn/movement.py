@@ -82,6 +82,11 @@ def broadcast_to(x, shape, origin=None):
     origin = origin or Origin()
     n = tensor_node("broadcast_to", x, origin)
     shape = tuple(shape)
+    for d in shape:
+        if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
+            raise ShapeError(f"broadcast_to: shape entries must be ints, got {d!r} in {shape}",
+                             origin)
+    shape = tuple(int(d) for d in shape)
     if len(shape) < len(n.shape):
         raise ShapeError(f"broadcast_to: cannot broadcast shape {n.shape} to {shape} of lower "
                          f"rank", origin)

@@ -368,3 +368,26 @@ def test_tensor_conveniences():
     np.testing.assert_array_equal((+x).numpy(), host)
     np.testing.assert_array_equal((2 - x).numpy(), 2 - host)
     np.testing.assert_array_equal((x @ x.mT).numpy(), host @ host.swapaxes(1, 2))
+
+
+def test_numpy_integers_as_dimensions():
+    x = lb.arange(6)
+    y = x.reshape(np.int64(2), np.int32(3))
+    assert y.shape == (2, 3) and all(type(d) is int for d in y.shape)
+    assert x.reshape(np.int64(6)).shape == (6,)
+    assert x[:1].expand(np.int64(4)).shape == (4,)
+    assert y.permute(np.int64(1), 0).shape == (3, 2)
+    assert lb.zeros(np.int16(3)).shape == (3,)
+
+
+def test_reflected_bitwise_and_shift_operators():
+    x = lb.tensor([1, 2, 3], dtype="int16")
+    assert (6 & x).numpy().tolist() == [0, 2, 2]
+    assert (4 | x).numpy().tolist() == [5, 6, 7]
+    assert (7 ^ x).numpy().tolist() == [6, 5, 4]
+    assert (1 << x).numpy().tolist() == [2, 4, 8]
+    assert (64 >> x).numpy().tolist() == [32, 16, 8]
+    assert (1 << x).dtype == lb.int16
+    assert (np.array([8], np.int16) >> x).numpy().tolist() == [4, 2, 1]
+    assert (10 % x).numpy().tolist() == [0, 0, 1] and (10 // x).numpy().tolist() == [10, 5, 3]
+    assert (2 ** x).numpy().tolist() == [2, 4, 8]

@@ -68,13 +68,14 @@ def normalize_axes(op: str, axis, shape: tuple, origin=None) -> tuple:
 def infer_reshape(op: str, old: tuple, new, origin=None) -> tuple:
     """Resolve a requested shape (ints, at most one -1) against ``old``'s element count."""
     new = tuple(new)
+    for d in new:
+        if not isinstance(d, numbers.Integral) or isinstance(d, bool) or d < -1:
+            raise ShapeError(f"{op}: invalid dimension {d!r} in shape {new}", origin)
+    new = tuple(int(d) for d in new)  # NumPy integers too
     size = 1
     for d in old:
         size *= d
     unknown = [i for i, d in enumerate(new) if d == -1]
-    for d in new:
-        if not isinstance(d, int) or isinstance(d, bool) or d < -1:
-            raise ShapeError(f"{op}: invalid dimension {d!r} in shape {new}", origin)
     if len(unknown) > 1:
         raise ShapeError(f"{op}: only one dimension can be -1, got {new}", origin)
     known = 1
