@@ -228,9 +228,15 @@ class NumpyBackend:
         return n.buffer
 
     def run(self, outputs: Sequence[Node]) -> list:
+        order = topo_order(outputs)
+        keep = {id(o) for o in outputs}
+        last_use = {}  # an intermediate is dropped after its last reader has run
+        for j, n in enumerate(order):
+            for i in n.inputs:
+                last_use[id(i)] = j
         values: dict[int, np.ndarray] = {}
         with np.errstate(all="ignore"):
-            for n in topo_order(outputs):
+            for j, n in enumerate(order):
                 if n.buffer is not None:
                     values[id(n)] = self._leaf(n)
                     continue
@@ -239,6 +245,9 @@ class NumpyBackend:
                     r = np.asarray(r).astype(n.dtype.np, copy=False).reshape(n.shape)
                 values[id(n)] = r
                 self.nodes_executed += 1
+                for i in n.inputs:
+                    if last_use[id(i)] == j and id(i) not in keep:
+                        values.pop(id(i), None)
         return [self.upload(values[id(o)]) for o in outputs]
 
     def _leaf(self, n: Node) -> np.ndarray:
