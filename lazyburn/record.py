@@ -18,7 +18,7 @@ import numpy as np
 from .errors import DeviceError, DTypeError, ShapeError
 from .graph import dtypes as dt
 from .graph.graph import _stack
-from .graph.node import _INTERNAL, Node, _is_internal
+from .graph.node import INTERNAL_FILES, Node, classify_file
 from .graph.shapes import broadcast_shapes
 
 # dtypes a device cannot hold, filled in by the runtime when a device is first used
@@ -45,9 +45,9 @@ class Origin:
         f = _getframe(1)
         while f is not None:
             code = f.f_code
-            skip = _INTERNAL.get(code.co_filename)
+            skip = INTERNAL_FILES.get(code.co_filename)
             if skip is None:
-                skip = _is_internal(code.co_filename)
+                skip = classify_file(code.co_filename)
             if not skip:
                 self.code, self.line = code, f.f_lineno
                 return

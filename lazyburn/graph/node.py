@@ -74,12 +74,13 @@ class Node:
 
 
 # file name -> True when its frames are lazyburn's own (skipped when looking for the user's line)
-_INTERNAL: dict[str, bool] = {}
+INTERNAL_FILES: dict[str, bool] = {}
 
 
-def _is_internal(filename: str) -> bool:
+def classify_file(filename: str) -> bool:
+    """Whether frames of ``filename`` are lazyburn's own (remembered in ``INTERNAL_FILES``)."""
     internal = filename.startswith(_PACKAGE_DIR) and not filename.startswith(_USER_LEVEL_DIRS)
-    _INTERNAL[filename] = internal
+    INTERNAL_FILES[filename] = internal
     return internal
 
 
@@ -92,12 +93,12 @@ def user_frame():
     no string formatting (done lazily by ``Node.origin``); this runs once per recorded op.
     """
     f = sys._getframe(1)
-    internal = _INTERNAL
+    internal = INTERNAL_FILES
     while f is not None:
         code = f.f_code
         skip = internal.get(code.co_filename)
         if skip is None:
-            skip = _is_internal(code.co_filename)
+            skip = classify_file(code.co_filename)
         if not skip:
             return code, f.f_lineno
         f = f.f_back
