@@ -251,6 +251,19 @@ def test_reduction_strategies_and_multi_stage_kernels(shape, axis, rng):
             rtol=1e-4)
 
 
+def test_reductions_without_the_register_cache(monkeypatch, rng):
+    b = _extra_device(monkeypatch, "webgpu:95")
+    monkeypatch.setattr(b, "launch_params", lambda k: {**webgpu.default_params(b, k),
+                                                        "cache": False})
+    x = rng.standard_normal((7, 300), dtype=np.float32)
+    compare(lambda t: lb.softmax(t, axis=-1) + lb.layer_norm(t, (300,)), "webgpu:95", x,
+            rtol=1e-4)
+    spec = lb.explain(lb.softmax(lb.tensor(x, device="webgpu:95"), -1)).kernels[0].spec
+    cached = webgpu.wgsl.render(spec, "k", {"strategy": "tree"}, b.target).source
+    plain = webgpu.wgsl.render(spec, "k", {"strategy": "tree", "cache": False}, b.target).source
+    assert cached.count("in0[") == 1 and plain.count("in0[") == 3
+
+
 @pytest.mark.parametrize("m,k,n,batch", [(1, 1, 1, ()), (33, 17, 70, ()), (64, 128, 96, (3,)),
                                          (130, 5, 67, (2, 2))])
 def test_matmul_tiles_with_prologue_and_epilogue(m, k, n, batch, rng):

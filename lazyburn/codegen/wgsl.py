@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
-from ..fusion.symbolic import Expr
+from ..fusion.symbolic import Expr, topo_exprs
 from . import wgsl_functions
 from .common import INFIX, ExprPrinter, acc_expr_id, find_var, float_literal, reduced_expr_id
 
@@ -546,7 +546,24 @@ def _arg_combine(stage: Stage, p: WGSLPrinter, acc, idx, v, vi, tie_break: bool)
     return f"if ({better}) {{ {acc} = {v}; {idx} = {vi}; }}"
 
 
+CACHE_VALUES = 32  # values one invocation may keep in registers from one pass to the next
+
+
+def _reread_loads(spec: ReductionSpec, r: Expr) -> list[Expr]:
+    """Loads of the first pass over the row that later passes read again at the same ``r``."""
+    later = [s.value for s in spec.stages[1:]] + \
+        [x for o in spec.outputs if o.index is not None for x in (o.value, o.index)]
+    again = {e.id for e in topo_exprs(later)}
+    return [e for e in topo_exprs([spec.stages[0].value])
+            if e.op == "load" and e.id in again and any(x is r for x in topo_exprs([e]))]
+
+
 def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKernel:
+    """One kernel for all stages: a pass over the row per stage, combined across the workgroup
+    (tree) or within one invocation (sequential), then a pass storing the full outputs. When
+    the passes read the same elements again and each invocation's share of a row is small,
+    the first pass keeps them in registers (``cache``, on by default): a persistent reduction,
+    reading the row from memory once."""
     p = WGSLPrinter(spec, target)
     strategy = params.get("strategy") or ("sequential" if spec.reduce_size <= 32 else "tree")
     size = int(params.get("workgroup") or min(256, _pow2_at_least(spec.reduce_size)))
@@ -571,7 +588,25 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
         body = [_entry(name, size), f"    let row = i32({_linear_group(dims)} * {size}u + lid_u);",
                 f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = 0i;"]
         start, step = "0i", 1
-    loop = f"for (var r = {start}; r < {spec.reduce_size}i; r = r + {step}i) {{"
+    row_outs = [o for o in spec.outputs if o.index is None]
+    full_outs = [o for o in spec.outputs if o.index is not None]
+    per_item = -(-spec.reduce_size // step)
+    cached = _reread_loads(spec, r) if params.get("cache", True) else []
+    if len(cached) * per_item > CACHE_VALUES:
+        cached = []
+    cache_names = {e.id: f"c{n}[j]" for n, e in enumerate(cached)}
+    body += [f"    var c{n}: array<{value_type(e.dtype)}, {per_item}>;"
+             for n, e in enumerate(cached)]
+
+    def loop(lines: list[str]) -> list[str]:
+        if not cached:
+            return [f"    for (var r = {start}; r < {spec.reduce_size}i; r = r + {step}i) {{"] + \
+                _indent(lines, 8) + ["    }"]
+        return [f"    for (var j = 0i; j < {per_item}i; j = j + 1i) {{",
+                f"        let r = {start} + j * {step}i;",
+                f"        if (r < {spec.reduce_size}i) {{"] + _indent(lines, 12) + \
+            ["        }", "    }"]
+
     bound = {row.id: "row"}
     for k, stage in enumerate(spec.stages):
         acc_t = value_type(stage.acc_dtype)
@@ -579,16 +614,16 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
         body.append(f"    var acc{k}: {acc_t} = {_identity(stage, p)};")
         if arg:
             body.append(f"    var arg{k}: i32 = 0i;")
-        lines, names = p.emit([stage.value], {**bound, r.id: "r"})
+        lines, names = p.emit([stage.value], {**bound, r.id: "r", **(cache_names if k else {})})
+        if k == 0:
+            lines += [f"c{n}[j] = {names[e.id]};" for n, e in enumerate(cached)]
         v = names[stage.value.id]
-        body.append("    " + loop)
-        body += _indent(lines, 8)
         if arg:
-            body.append("        " + _arg_combine(stage, p, f"acc{k}", f"arg{k}", v, "r", False))
+            lines.append(_arg_combine(stage, p, f"acc{k}", f"arg{k}", v, "r", False))
         else:
-            v = p.convert(v, stage.value.dtype, stage.acc_dtype)
-            body.append("        " + _combine(stage, p, f"acc{k}", v))
-        body.append("    }")
+            lines.append(_combine(stage, p, f"acc{k}",
+                                  p.convert(v, stage.value.dtype, stage.acc_dtype)))
+        body += loop(lines)
         if tree:
             shared.append(f"var<workgroup> red{k}: array<{acc_t}, {size}>;")
             if arg:
@@ -598,8 +633,6 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
             p.convert(f"acc{k}", stage.acc_dtype, stage.dtype)
         body.append(f"    let stage{k}: {value_type(stage.dtype)} = {value};")
         bound[reduced_expr_id(spec, k)] = f"stage{k}"
-    row_outs = [o for o in spec.outputs if o.index is None]
-    full_outs = [o for o in spec.outputs if o.index is not None]
     if row_outs:
         lines, names = p.emit([o.value for o in row_outs], bound)
         body.append("    if (lid == 0i) {")
@@ -607,11 +640,9 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
         body.append("    }")
     if full_outs:
         roots = [o.value for o in full_outs] + [o.index for o in full_outs]
-        lines, names = p.emit(roots, {**bound, r.id: "r"})
-        body.append("    " + loop)
-        body += _indent(lines + [p.store(o.arg, names[o.index.id], names[o.value.id])
-                                 for o in full_outs], 8)
-        body.append("    }")
+        lines, names = p.emit(roots, {**bound, r.id: "r", **cache_names})
+        body += loop(lines + [p.store(o.arg, names[o.index.id], names[o.value.id])
+                              for o in full_outs])
     body.append("}")
     return RenderedKernel(name, p.module(shared, body), dims, size, _read_only(spec))
 

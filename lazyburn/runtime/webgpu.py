@@ -354,8 +354,10 @@ def default_params(backend, k) -> dict:
         inner_kept = len(spec.shape) - 1 not in spec.axes if spec.shape else False
         if spec.reduce_size <= 32 or (inner_kept and spec.rows >= SEQUENTIAL_MIN_ROWS):
             return {"strategy": "sequential", "workgroup": 64}
-        return {"strategy": "tree", "workgroup": min(256, 1 << (spec.reduce_size - 1)
-                                                     .bit_length())}
+        # 256 invocations a row, more for long rows so that a persistent reduction keeps at
+        # most 16 elements per invocation
+        size = 1 << (spec.reduce_size - 1).bit_length()
+        return {"strategy": "tree", "workgroup": min(size, max(256, size // 16), 1024)}
     if k.kind == "matmul":
         return {"tile": 16, "micro": 4 if min(spec.m, spec.n) >= 64 else 1}
     return {}
