@@ -27,10 +27,10 @@ NAN = "bitcast<f32>(0x7fc00000u)"
 INF = "bitcast<f32>(0x7f800000u)"
 
 
-def _horner(var: str, coeffs, acc: str) -> str:
+def _horner(var: str, coeffs, acc: str, indent: str = "    ") -> str:
     """WGSL statements evaluating ``coeffs`` (highest degree first) at ``var`` into ``acc``."""
-    lines = [f"    var {acc} = {coeffs[0]}f;"]
-    lines += [f"    {acc} = fma({acc}, {var}, {c}f);" for c in coeffs[1:]]
+    lines = [f"{indent}var {acc} = {coeffs[0]}f;"]
+    lines += [f"{indent}{acc} = fma({acc}, {var}, {c}f);" for c in coeffs[1:]]
     return "\n".join(lines)
 
 
@@ -265,7 +265,7 @@ _define("lb_expm1", f"""
 // that simplify float algebra, so none is used.
 fn lb_expm1(x: f32) -> f32 {{
     if (abs(x) < 0.5f) {{
-{_horner("x", _EXPM1_SERIES, "p")}
+{_horner("x", _EXPM1_SERIES, "p", "        ")}
         return p * x;
     }}
     return exp(x) - 1.0f;
@@ -280,7 +280,7 @@ fn lb_log1p(x: f32) -> f32 {{
     if (x > -0.333f && x < 0.5f) {{
         let s = x / (2.0f + x);
         let z = s * s;
-{_horner("z", _ATANH_SERIES, "p")}
+{_horner("z", _ATANH_SERIES, "p", "        ")}
         return 2.0f * s * p;
     }}
     return log(1.0f + x);
@@ -292,7 +292,7 @@ fn lb_tanh(x: f32) -> f32 {{
     let ax = abs(x);
     if (ax < 0.625f) {{
         let z = x * x;
-{_horner("z", _TANH_P, "p")}
+{_horner("z", _TANH_P, "p", "        ")}
         return fma(p * z, x, x);
     }}
     let y = 1.0f - 2.0f / (exp(ax + ax) + 1.0f);
@@ -311,7 +311,7 @@ fn lb_erf(x: f32) -> f32 {{
     let ax = abs(x);
     let z = x * x;
     if (ax < 1.0f) {{
-{_horner("z", _ERF_T, "t")}
+{_horner("z", _ERF_T, "t", "        ")}
         return x * t;
     }}
     let q = 1.0f / ax;

@@ -361,3 +361,11 @@ def default_params(backend, k) -> dict:
     if k.kind == "matmul":
         return {"tile": 16, "micro": 4 if min(spec.m, spec.n) >= 64 else 1}
     return {}
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--probe" in sys.argv:  # exit status 0 when an adapter is usable
+        print("\n".join(describe()))
+        sys.exit(0 if available() else 1)
