@@ -265,7 +265,8 @@ class Partitioner:
         if len(rg) > 1 and (not cheap or count > 16):
             return True
         # a matmul prologue recomputes its producers once per tile: only cheap ones are fused
-        if not cheap and any(g.kind == "matmul" and id(g) in rg for g in groups):
+        if not cheap and any(g.kind == "matmul" and id(g) in rg and
+                             id(n) in self.ancestors(g.anchors[0]) for g in groups):
             return True
         return n.op in ("take", "take_along_axis") and len(rg) > 1
 
