@@ -175,7 +175,7 @@ def binary_operands(op: str, a, b, origin):
 
     The common cases take a short path that builds nothing but the ``const`` of a scalar: two
     tensors of one shape, dtype and device, or a tensor and a Python scalar of its kind (which,
-    being weak, takes the tensor's dtype). Recording cost is dominated by this function.
+    being weak, takes the tensor's dtype). Every recorded binary op comes through here.
     """
     if type(a) is Tensor:
         na = a._node
