@@ -298,15 +298,34 @@ def _twelve_inputs(*ts):
     return out
 
 
-def test_graphs_needing_more_buffers_than_the_adapter_allows_run_in_several_kernels(rng):
-    backend = lb.runtime.backend(DEV)
-    assert backend.max_args == 8
+def test_graphs_needing_more_buffers_than_the_adapter_allows_run_in_several_kernels(
+        monkeypatch, rng):
+    assert lb.runtime.backend(DEV).max_args == 8
+    b = _extra_device(monkeypatch, "webgpu:93")
+    b.adapter_buffers = 8  # an adapter allowing WebGPU's default only
     xs = [rng.standard_normal((4, 25), dtype=np.float32) for _ in range(12)]
-    before = backend.kernels_launched
+    before = b.kernels_launched
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # the unfused fallback, for now
-        compare(_twelve_inputs, DEV, *xs)
-    assert backend.kernels_launched - before > 1
+        warnings.simplefilter("ignore", RuntimeWarning)  # a fallback, for now (see below)
+        compare(_twelve_inputs, "webgpu:93", *xs)
+    assert b.kernels_launched - before > 1
+
+
+def test_a_graph_the_partitioner_cannot_fit_falls_back_once_with_a_warning(monkeypatch, rng):
+    b = _extra_device(monkeypatch, "webgpu:94")
+    for wider in (True, False):
+        if not wider:
+            b.adapter_buffers = b.max_args  # an adapter with no more than the default
+        b._fallbacks.clear()
+        xs = [rng.standard_normal(30, dtype=np.float32) for _ in range(12)]
+        with pytest.warns(RuntimeWarning, match="with up to" if wider else "unfused"):
+            compare(_twelve_inputs, "webgpu:94", *xs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # remembered: no second warning
+            before = b.kernels_launched
+            compare(_twelve_inputs, "webgpu:94", *xs)
+        launched = b.kernels_launched - before
+        assert launched == 1 if wider else launched > 12
 
 
 @pytest.mark.xfail(raises=FusionIllegal, strict=False,

@@ -17,7 +17,8 @@ Limits. The device is requested with the adapter's own limits for buffer sizes, 
 workgroup memory and grid size, which the renderer respects. Storage buffers per kernel
 (``max_args``) default to WebGPU's guaranteed 8, so a plan made here runs on every adapter; the
 partitioner splits a group that needs more by storing an intermediate.
-``LAZYBURN_WEBGPU_BUFFERS`` raises it (a number, or ``max`` for the adapter's limit).
+``LAZYBURN_WEBGPU_BUFFERS`` raises it (a number, or ``max`` for the adapter's limit). A graph
+the partitioner cannot fit is planned for the adapter's own limit instead, or else run unfused.
 
 Dtypes. float64 has no WGSL type: it is in ``unsupported_dtypes`` and raises DTypeError when
 recorded. int64 (lazyburn's default integer, the result of ``argmax``, integer sums, ``arange``
@@ -38,6 +39,7 @@ import numpy as np
 from ..codegen import wgsl
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
 from ..fusion.lower import FusionIllegal
+from ..graph.graph import structural_key
 from ..graph import dtypes as dt
 from . import dump
 from .fused import FusedBackend
@@ -158,13 +160,16 @@ class WebGPUBackend(FusedBackend):
         adapter_buffers = limits["max-storage-buffers-per-shader-stage"]
         buffers = min(storage_buffers, adapter_buffers) if storage_buffers else \
             _requested_storage_buffers(adapter_buffers)
+        # the device may bind all the adapter allows; plans aim at max_args (see run)
         required = {name: limits[name] for name in LIMITS_TAKEN}
-        required["max-storage-buffers-per-shader-stage"] = buffers
+        required["max-storage-buffers-per-shader-stage"] = adapter_buffers
         features = ["shader-f16"] if use_f16 and "shader-f16" in adapter.features else []
         self.device = adapter.request_device_sync(required_features=features,
                                                   required_limits=required)
         self.queue = self.device.queue  # the device's stream
         self.max_args = buffers
+        self.adapter_buffers = adapter_buffers
+        self._fallbacks: dict = {}  # structural key -> "wider" | "unfused"
         self.max_binding = min(limits["max-storage-buffer-binding-size"],
                                limits["max-buffer-size"])
         self.max_alloc = self.max_binding  # the name the shared device tests look for
@@ -185,21 +190,45 @@ class WebGPUBackend(FusedBackend):
         super().__init__()
 
     def run(self, outputs) -> list:
-        """Run the plan of ``outputs``. A graph the partitioner cannot fit in the adapter's
-        storage-buffer limit runs unfused (one kernel per op), with a warning, rather than
-        failing."""
-        try:
-            return super().run(outputs)
-        except FusionIllegal as e:
-            if not self.fuse or self.max_args is None:
-                raise
-            warnings.warn(f"{self.device_string}: {e}; running this graph unfused",
+        """Run the plan of ``outputs``. Where the partitioner cannot fit a graph in
+        ``max_args`` buffers per kernel, the graph is planned again for the adapter's own limit
+        and, failing that, run unfused (one kernel per op), with a warning the first time."""
+        key = structural_key(outputs)[0] if self._fallbacks else None
+        mode = self._fallbacks.get(key)
+        if mode is None:
+            try:
+                return super().run(outputs)
+            except FusionIllegal as e:
+                if not self.fuse:
+                    raise
+                reason = str(e)
+            key = structural_key(outputs)[0]
+            mode = "wider" if self.adapter_buffers > self.max_args else "unfused"
+            if mode == "wider":
+                try:
+                    result = self._run_with(outputs, max_args=self.adapter_buffers)
+                except FusionIllegal:
+                    mode = "unfused"
+            how = f"with up to {self.adapter_buffers} buffers per kernel" \
+                if mode == "wider" else "unfused"
+            warnings.warn(f"{self.device_string}: {reason}; running this graph {how}",
                           RuntimeWarning, stacklevel=2)
-        self.fuse = False
+            self._fallbacks[key] = mode
+            if mode == "wider":
+                return result
+        if mode == "wider":
+            return self._run_with(outputs, max_args=self.adapter_buffers)
+        return self._run_with(outputs, fuse=False)
+
+    def _run_with(self, outputs, **settings) -> list:
+        saved = {name: getattr(self, name) for name in settings}
+        for name, value in settings.items():
+            setattr(self, name, value)
         try:
             return super().run(outputs)
         finally:
-            self.fuse = True
+            for name, value in saved.items():
+                setattr(self, name, value)
 
     # memory ------------------------------------------------------------------------------------
     def _alloc(self, nbytes: int, origin=None):
