@@ -28,8 +28,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="lazyburn", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="run the demo")
+    demo = sub.add_parser("demo", help="sentence embeddings with MiniLM, fused end to end")
+    demo.add_argument("sentences", nargs="*", help="more sentences to embed")
+    demo.add_argument("--file", default=None, help="a file with one sentence per line")
     demo.add_argument("--device", default=None, help="device string (default: auto)")
+    demo.add_argument("--batch-size", type=int, default=32, dest="batch_size")
     demo.add_argument("--dump", default=None, metavar="DIR", help="write fused kernels to DIR")
     demo.set_defaults(run=_demo)
 

@@ -1,38 +1,132 @@
-"""The demo: capture a small graph, show it, sync it, and check it against NumPy."""
+"""``lazyburn demo``: sentence embeddings with all-MiniLM-L6-v2, fused end to end.
+
+Embeds a built-in set of sentences (plus any given on the command line or in ``--file``),
+prints each sentence's nearest neighbour with its cosine similarity, and reports the device,
+the ops recorded and kernels launched per batch, and the time per batch fused against the
+unfused NumPy reference. ``--dump DIR`` writes every fused kernel to DIR.
+"""
 from __future__ import annotations
+
+import sys
+import time
 
 import numpy as np
 
 import lazyburn as lb
 
+SENTENCES = [
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The girl is carrying a baby.",
+    "A man is riding a horse.",
+    "A woman is playing violin.",
+    "Two men pushed carts through the woods.",
+    "A man is riding a white horse on an enclosed ground.",
+    "A monkey is playing drums.",
+    "Someone in a gorilla costume is playing a set of drums.",
+    "The cat sits outside.",
+    "The new movie is awesome.",
+    "A lazy graph records every op and fuses them at sync.",
+]
+
+
+def _batches(model, sentences, batch_size):
+    ids = model.tokenize(sentences)
+    for start in range(0, len(ids), batch_size):
+        yield range(start, min(start + batch_size, len(ids))), model.pad(ids[start:start +
+                                                                              batch_size])
+
+
+def _embed(model, sentences, batch_size, stats):
+    """Embeddings, one timed sync per batch; ``stats`` collects per-batch figures."""
+    backend = lb.runtime.backend(model.device)
+    out = np.empty((len(sentences), model.dim), np.float32)
+    for rows, (ids, mask) in _batches(model, sentences, batch_size):
+        launched = getattr(backend, "kernels_launched", 0)
+        t0 = time.perf_counter()
+        emb = model(ids, mask)
+        nodes = lb.graph.to_networkx(emb).number_of_nodes()
+        t1 = time.perf_counter()
+        out[list(rows)] = emb.numpy()
+        t2 = time.perf_counter()
+        stats.append({"record_s": t1 - t0, "sync_s": t2 - t1, "nodes": nodes,
+                      "kernels": getattr(backend, "kernels_launched", 0) - launched,
+                      "shape": ids.shape})
+    return out
+
 
 def main(args) -> int:
+    from .models import minilm
+
+    sentences = list(SENTENCES) + list(getattr(args, "sentences", None) or [])
+    if getattr(args, "file", None):
+        with open(args.file, encoding="utf-8") as f:
+            sentences += [line.strip() for line in f if line.strip()]
     device = lb.runtime.canonical(args.device)
-    print(f"device: {device}")
-    rng = np.random.default_rng(0)
-    x_host = rng.standard_normal((4, 8), dtype=np.float32)
-    w_host = rng.standard_normal((8, 8), dtype=np.float32)
-    x = lb.tensor(x_host, device=device)
-    w = lb.tensor(w_host, device=device)
+    batch_size = getattr(args, "batch_size", 32)
+    print(f"device: {device} ({_describe(device)})")
+    print("loading all-MiniLM-L6-v2 ...", flush=True)
+    model = minilm.load(device=device)
+    reference = minilm.load(device="numpy") if device != "numpy" else None
 
-    h = lb.gelu(x @ w + 0.5)             # recorded, nothing computed yet
-    y = lb.softmax(h * 0.125, axis=-1)
-    print(f"recorded: y shape={y.shape} dtype={y.dtype} pending={y.is_pending}")
-    g = lb.graph.to_networkx(y)
-    print(f"pending graph: {g.number_of_nodes()} nodes, {g.number_of_edges()} edges")
-    for v, data in g.nodes(data=True):
-        print(f"  {v:>4} {data['op']:<10} {str(data['shape']):<10} {data['dtype']:<8} "
-              f"{data['origin'] or ''}")
-    lb.graph.sync()
-    print(f"after sync: pending={y.is_pending}")
+    dump = lb.dump(args.dump) if args.dump else _nullcontext()
+    with dump:
+        if device != "numpy":
+            print("first batch: planning and compiling the fused kernels "
+                  "(cached on disk for later runs) ...", flush=True)
+            warm = []
+            _embed(model, sentences, batch_size, warm)
+            print(f"  done in {sum(s['sync_s'] for s in warm):.1f} s")
+        stats = []
+        emb = _embed(model, sentences, batch_size, stats)
 
-    import scipy.special
+    sims = emb @ emb.T
+    np.fill_diagonal(sims, -np.inf)
+    print(f"\nnearest neighbours ({len(sentences)} sentences, cosine similarity):")
+    width = min(60, max(len(s) for s in sentences))
+    for i, s in enumerate(sentences):
+        j = int(np.argmax(sims[i]))
+        print(f"  {_cut(s, width):<{width}}  ->  {_cut(sentences[j], width):<{width}} "
+              f"{sims[i, j]:.3f}")
 
-    hh = x_host @ w_host + 0.5
-    hh = 0.5 * hh * (1 + scipy.special.erf(hh / np.sqrt(2)))
-    z = hh * 0.125
-    ref = np.exp(z - z.max(-1, keepdims=True))
-    ref /= ref.sum(-1, keepdims=True)
-    err = float(np.abs(y.numpy() - ref).max())
-    print(f"max |lazyburn - numpy| = {err:.2e}")
-    return 0 if err < 1e-5 else 1
+    print("\nper batch:")
+    for k, st in enumerate(stats):
+        print(f"  batch {k}: tokens {st['shape'][0]}x{st['shape'][1]}, {st['nodes']} ops "
+              f"recorded, {st['kernels']} kernels launched, record {st['record_s'] * 1e3:.1f} "
+              f"ms, sync {st['sync_s'] * 1e3:.1f} ms")
+    if reference is not None:
+        ref_stats = []
+        ref = _embed(reference, sentences, batch_size, ref_stats)
+        fused_s = sum(s["record_s"] + s["sync_s"] for s in stats) / len(stats)
+        ref_s = sum(s["record_s"] + s["sync_s"] for s in ref_stats) / len(ref_stats)
+        err = float(np.abs(emb - ref).max())
+        print(f"\ntime per batch: fused {fused_s * 1e3:.1f} ms vs unfused NumPy reference "
+              f"{ref_s * 1e3:.1f} ms ({ref_s / fused_s:.1f}x); max |fused - reference| = "
+              f"{err:.1e}")
+        if err > 1e-4:
+            print("fused and reference embeddings disagree", file=sys.stderr)
+            return 1
+    if args.dump:
+        print(f"fused kernels written to {args.dump}")
+    return 0
+
+
+def _describe(device: str) -> str:
+    if device == "numpy":
+        return "NumPy reference backend, node by node"
+    b = lb.runtime.backend(device)
+    d = getattr(b, "device", None)
+    name = getattr(d, "name", None) or str(d or "")
+    return f"{type(b).__name__} on {name.strip()}" if name else type(b).__name__
+
+
+def _cut(s: str, n: int) -> str:
+    return s if len(s) <= n else s[:n - 3] + "..."
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False

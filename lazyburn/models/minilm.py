@@ -122,10 +122,17 @@ class MiniLM(Module):
                           f"(first: index {cut[0]})", TruncationWarning, stacklevel=3)
         return [e.ids for e in encodings]
 
+    #: batches are padded to a multiple of this many tokens, so that batches of similar
+    #: lengths share one graph shape: one plan and one set of compiled kernels
+    pad_multiple = 16
+
     def pad(self, ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Right-pad token id lists to the longest: ``(input_ids, attention_mask)``, both
+        """Right-pad token id lists to the longest, rounded up to a multiple of
+        ``pad_multiple`` (at most ``max_seq_length``): ``(input_ids, attention_mask)``, both
         (B, S) int64, the mask 1 on real tokens and 0 on padding."""
-        s = max(len(row) for row in ids)
+        longest = max(len(row) for row in ids)
+        s = min(max(longest, -(-longest // self.pad_multiple) * self.pad_multiple),
+                max(longest, self.max_seq_length))
         input_ids = np.full((len(ids), s), self._pad_id, dtype=np.int64)
         mask = np.zeros((len(ids), s), dtype=np.int64)
         for i, row in enumerate(ids):

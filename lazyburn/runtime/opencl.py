@@ -243,7 +243,14 @@ def _unit_stride(x: np.ndarray) -> np.ndarray:
 
 
 def _read(backend, buf, karg) -> np.ndarray:
-    host = np.empty(karg.size, dtype=karg.dtype.np)
-    view = host.view(np.uint8) if host.dtype == np.bool_ else host
-    backend.cl.enqueue_copy(backend.queue, view, buf)
-    return host
+    """A host array with the buffer's elements: on a CPU device a mapping of the buffer itself
+    (no copy; released when the array is garbage), elsewhere a copy."""
+    cl = backend.cl
+    dtype = np.dtype(np.uint8) if karg.dtype.np == np.bool_ else karg.dtype.np
+    if backend.is_cpu:
+        host, _ = cl.enqueue_map_buffer(backend.queue, buf, cl.map_flags.READ, 0, (karg.size,),
+                                        dtype, is_blocking=True)
+    else:
+        host = np.empty(karg.size, dtype=dtype)
+        cl.enqueue_copy(backend.queue, host, buf)
+    return host.view(np.bool_) if karg.dtype.np == np.bool_ else host
