@@ -290,3 +290,17 @@ def test_allocation_failure_raises_out_of_memory_and_next_sync_works(device, rng
     del y, big
     x = lb.tensor(rng.standard_normal(10, dtype=np.float32), device=device)
     np.testing.assert_allclose((x + 1).numpy(), x.numpy() + 1, rtol=1e-6)
+
+
+def test_long_chains_split_into_kernels_of_bounded_depth(device, rng):
+    from lazyburn.fusion.partition import MAX_DEPTH
+
+    a = rng.standard_normal(64, dtype=np.float32)
+    y = lb.tensor(a, device=device)
+    want = a.copy()
+    for _ in range(150):  # 300 ops in one dependency chain
+        y = y * 1.001 + 0.01
+        want = want * np.float32(1.001) + np.float32(0.01)
+    plan = lb.explain(y)
+    assert 300 // MAX_DEPTH <= plan.kernel_count <= 300 // MAX_DEPTH + 2
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)

@@ -35,6 +35,7 @@ CHEAP_OPS = frozenset(
     "bitwise_not const iota reshape permute expand slice pad concat div floor ceil round "
     "isnan isinf isfinite".split())
 VIEWS = frozenset("reshape permute expand slice pad".split())
+MAX_DEPTH = 96  # ops in the longest chain one kernel computes inline
 
 
 class _Cycle(Exception):
@@ -106,25 +107,75 @@ class Partitioner:
     def is_leaf(self, n: Node) -> bool:
         return n.buffer is not None
 
-    def ancestors(self, n: Node) -> set:
-        """Ids of every pending node ``n`` depends on (memoized)."""
-        got = self._deps.get(id(n))
-        if got is None:
-            got = set()
-            for i in n.inputs:
-                if not self.is_leaf(i):
-                    got.add(id(i))
-                    got |= self.ancestors(i)
-            self._deps[id(n)] = got
-        return got
+    def is_anchor(self, n: Node) -> bool:
+        return n.op in REDUCTIONS or n.op in ("matmul", "copy")
 
-    def _inline_cost(self, n: Node) -> tuple:
-        """(is cheap, op count) of recomputing ``n`` down to anchors and leaves."""
+    def ancestors(self, n: Node) -> set:
+        """Ids of the anchors (reductions, matmuls, copies) ``n`` depends on, transitively
+        (memoized; iterative, so deep graphs do not hit Python's recursion limit)."""
+        got = self._deps.get(id(n))
+        if got is not None:
+            return got
+        todo, stack, seen = [], [n], set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen or id(x) in self._deps or self.is_leaf(x):
+                continue
+            seen.add(id(x))
+            todo.append(x)
+            stack.extend(x.inputs)
+        empty = frozenset()
+        for x in sorted(todo, key=lambda x: self.pos[id(x)]):  # inputs first
+            deps = empty
+            for i in x.inputs:
+                if self.is_leaf(i):
+                    continue
+                inherited = self._deps[id(i)]
+                if self.is_anchor(i) and id(i) not in inherited:
+                    inherited = inherited | {id(i)}
+                deps = inherited if not deps else deps | inherited
+            self._deps[id(x)] = deps
+        return self._deps[id(n)]
+
+    def _loaded_by(self, n: Node, g, group_of, stored, home) -> list:
+        """The values computing ``n`` inside group ``g`` would load from other kernels."""
+        out, stack, seen = [], list(n.inputs), set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen or self.is_leaf(x):
+                continue
+            seen.add(id(x))
+            if id(x) in group_of and group_of[id(x)] is not g or \
+                    id(x) in stored and home.get(id(x)) is not g and id(x) not in group_of:
+                out.append(x)
+            elif not (id(x) in group_of and group_of[id(x)] is g):
+                stack.extend(x.inputs)
+        return out
+
+    def _split_long_chains(self) -> set:
+        """Values to store so that no kernel inlines a chain deeper than ``MAX_DEPTH`` ops
+        (the per-kernel op limit: it bounds compile time and lowering's recursion)."""
+        depth: dict[int, int] = {}
+        cut = set()
+        for n in self.order:
+            if self.is_leaf(n) or n.op in REDUCTIONS or n.op in ("matmul", "copy"):
+                depth[id(n)] = 0
+                continue
+            d = 1 + max((depth[id(i)] for i in n.inputs), default=0)
+            if d > MAX_DEPTH:
+                cut.add(id(n))
+                d = 0
+            depth[id(n)] = d
+        return cut
+
+    def _inline_cost(self, n: Node, stored) -> tuple:
+        """(is cheap, op count) of recomputing ``n`` down to stored values, anchors and
+        leaves."""
         cheap, count, stack, seen = True, 0, [n], set()
         while stack:
             x = stack.pop()
-            if id(x) in seen or self.is_leaf(x) or x.op in REDUCTIONS or x.op in ("matmul",
-                                                                                  "copy"):
+            if id(x) in seen or self.is_leaf(x) or x.op in REDUCTIONS or x.op in (
+                    "matmul", "copy") or (x is not n and id(x) in stored):
                 continue
             seen.add(id(x))
             count += 1
@@ -157,9 +208,7 @@ class Partitioner:
         anchor_ids = {id(a) for a in anchors}
         # every other anchor n reads must not itself depend on this group (no cycle)
         for dep in self.ancestors(n):
-            node = self._node_by_id(dep)
-            if (node.op in REDUCTIONS or node.op in ("matmul", "copy")) and \
-                    dep not in anchor_ids and self.ancestors(node) & anchor_ids:
+            if dep not in anchor_ids and self.ancestors(self._node_by_id(dep)) & anchor_ids:
                 return False
         trial = FusionGroup("reduction", anchors + [n], [n], space)
 
@@ -178,6 +227,7 @@ class Partitioner:
 
     # 2. stored values and 3. homes ------------------------------------------------------------
     def run(self) -> Partition:
+        self.force_stored |= self._split_long_chains()
         self._sets = self._anchor_sets()
         while True:
             try:
@@ -208,7 +258,7 @@ class Partitioner:
             readers = self._readers(group_of, stored, home)
             grown = {i for i, rg in readers.items()
                      if i not in stored and id(self._node_by_id(i)) not in group_of
-                     and self._must_store(self._node_by_id(i), rg, groups)}
+                     and self._must_store(self._node_by_id(i), rg, groups, stored)}
             if not grown:
                 break
             stored |= grown
@@ -256,17 +306,17 @@ class Partitioner:
             readers[id(n)] = rg
         return readers
 
-    def _must_store(self, n: Node, rg: set, groups) -> bool:
+    def _must_store(self, n: Node, rg: set, groups, stored) -> bool:
         """Whether an element-wise value read by the groups ``rg`` is written out rather than
         recomputed in each of them."""
         if not rg:
             return False
-        cheap, count = self._inline_cost(n)
+        cheap, count = self._inline_cost(n, stored)
         if len(rg) > 1 and (not cheap or count > 16):
             return True
         # a matmul prologue recomputes its producers once per tile: only cheap ones are fused
         if not cheap and any(g.kind == "matmul" and id(g) in rg and
-                             id(n) in self.ancestors(g.anchors[0]) for g in groups):
+                             g.anchors[0] in self._reading_anchors(n, stored) for g in groups):
             return True
         return n.op in ("take", "take_along_axis") and len(rg) > 1
 
@@ -329,10 +379,8 @@ class Partitioner:
         """Whether group ``g`` may compute and store ``n``: no value ``n`` loads may come from a
         group that itself depends on ``g`` (a cycle), and ``n`` must lower inside ``g``."""
         anchor_ids = {id(a) for a in g.anchors}
-        for dep in self.ancestors(n):
-            loaded = dep in group_of and dep not in anchor_ids or \
-                dep in stored and home.get(dep) is not g
-            if loaded and self.ancestors(self._node_by_id(dep)) & anchor_ids:
+        for x in self._loaded_by(n, g, group_of, stored, home):
+            if self.ancestors(x) & anchor_ids:
                 return False
         # ...and no other group reading n may be one that g itself depends on
         for reader in self._reading_anchors(n, stored):
@@ -357,12 +405,14 @@ class Partitioner:
         """Merge element-wise groups of the same element count when no cycle results."""
         out = []
         for g in groups:
-            if g.kind != "elementwise":
+            # values stored to split an over-long or over-wide kernel stay kernel boundaries
+            if g.kind != "elementwise" or any(id(n) in self.force_stored for n in g.outputs):
                 out.append(g)
                 continue
             size = g.outputs[0].size
             for h in out:
                 if h.kind == "elementwise" and h.outputs[0].size == size and \
+                        not any(id(n) in self.force_stored for n in h.outputs) and \
                         self._acyclic_merge(h, g, out + [g], home, stored):
                     for n in g.outputs:
                         home[id(n)] = h
