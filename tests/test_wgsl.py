@@ -23,6 +23,7 @@ from lazyburn import record, runtime
 from lazyburn.fusion.lower import FusionIllegal
 
 webgpu = pytest.importorskip("lazyburn.runtime.webgpu")
+from lazyburn.runtime import webgpu_tuning as tuning  # noqa: E402
 pytestmark = pytest.mark.skipif(not webgpu.available(), reason="no WebGPU adapter")
 
 DEV = "webgpu:0"
@@ -253,7 +254,8 @@ def test_reduction_strategies_and_multi_stage_kernels(shape, axis, rng):
 
 def test_reductions_without_the_register_cache(monkeypatch, rng):
     b = _extra_device(monkeypatch, "webgpu:95")
-    monkeypatch.setattr(b, "launch_params", lambda k: {**webgpu.default_params(b, k),
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
+    monkeypatch.setattr(b, "launch_params", lambda k: {**tuning.default_params(b, k),
                                                         "cache": False})
     x = rng.standard_normal((7, 300), dtype=np.float32)
     compare(lambda t: lb.softmax(t, axis=-1) + lb.layer_norm(t, (300,)), "webgpu:95", x,
@@ -298,25 +300,34 @@ def _twelve_inputs(*ts):
     return out
 
 
-def test_graphs_needing_more_buffers_than_the_adapter_allows_run_in_several_kernels(
-        monkeypatch, rng):
-    assert lb.runtime.backend(DEV).max_args == 8
-    b = _extra_device(monkeypatch, "webgpu:93")
-    b.adapter_buffers = 8  # an adapter allowing WebGPU's default only
+def test_graphs_needing_more_buffers_than_the_adapter_allows_are_split(rng):
+    backend = lb.runtime.backend(DEV)
+    assert backend.max_args == 8
     xs = [rng.standard_normal((4, 25), dtype=np.float32) for _ in range(12)]
-    before = b.kernels_launched
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a fallback, for now (see below)
-        compare(_twelve_inputs, "webgpu:93", *xs)
-    assert b.kernels_launched - before > 1
+    plan = lb.explain(_twelve_inputs(*[lb.tensor(x, device=DEV) for x in xs]))
+    assert 1 < plan.kernel_count <= 3
+    assert all(len(k.spec.args) <= 8 for k in plan.kernels)
+    before = backend.kernels_launched
+    compare(_twelve_inputs, DEV, *xs)
+    assert backend.kernels_launched - before == plan.kernel_count
 
 
 def test_a_graph_the_partitioner_cannot_fit_falls_back_once_with_a_warning(monkeypatch, rng):
+    from lazyburn.fusion import plan as planning
+
+    real = planning.build_plan
+
+    def cannot_fit_eight(order, outputs, fuse=True, max_args=None):
+        if fuse and max_args == 8:
+            raise FusionIllegal("a kernel needs more than 8 buffers and cannot be split")
+        return real(order, outputs, fuse, max_args)
+    monkeypatch.setattr(planning, "build_plan", cannot_fit_eight)
     b = _extra_device(monkeypatch, "webgpu:94")
     for wider in (True, False):
         if not wider:
             b.adapter_buffers = b.max_args  # an adapter with no more than the default
         b._fallbacks.clear()
+        b.plans.clear()
         xs = [rng.standard_normal(30, dtype=np.float32) for _ in range(12)]
         with pytest.warns(RuntimeWarning, match="with up to" if wider else "unfused"):
             compare(_twelve_inputs, "webgpu:94", *xs)
@@ -326,16 +337,6 @@ def test_a_graph_the_partitioner_cannot_fit_falls_back_once_with_a_warning(monke
             compare(_twelve_inputs, "webgpu:94", *xs)
         launched = b.kernels_launched - before
         assert launched == 1 if wider else launched > 12
-
-
-@pytest.mark.xfail(raises=FusionIllegal, strict=False,
-                   reason="partitioner: merging element-wise groups ignores max_args and "
-                          "undoes the split")
-def test_the_partitioner_splits_a_twelve_input_group(rng):
-    xs = [lb.tensor(rng.standard_normal(30, dtype=np.float32), device=DEV) for _ in range(12)]
-    plan = lb.explain(_twelve_inputs(*xs))
-    assert 1 < plan.kernel_count <= 3
-    assert all(len(k.spec.args) <= 8 for k in plan.kernels)
 
 
 def test_more_storage_buffers_when_asked(monkeypatch, rng):
@@ -353,6 +354,21 @@ def test_buffers_beyond_the_binding_limit_raise_out_of_memory():
     with pytest.raises(lb.OutOfMemoryError, match="binds at most"):
         y.numpy()
     assert y.is_pending
+
+
+def test_large_kernels_autotune_once_and_keep_their_values(monkeypatch, tmp_path, rng):
+    from lazyburn import autotune
+
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
+    monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
+    b = _extra_device(monkeypatch, "webgpu:92")
+    x = rng.standard_normal((256, 600), dtype=np.float32)
+    tunes = autotune.stats.tunes
+    compare(lambda t: lb.softmax(t * 3.0, axis=-1), "webgpu:92", x)
+    compare(lambda t: lb.softmax(t * 3.0, axis=-1), "webgpu:92", x)
+    assert autotune.stats.tunes == tunes + 1
+    assert len(tuning.candidates(b, lb.explain(lb.tensor(x, device="webgpu:92").sum(-1))
+                                 .kernels[0])) > 3
 
 
 # errors and dumps ----------------------------------------------------------------------------

@@ -272,11 +272,31 @@ class WebGPUBackend(FusedBackend):
 
     # compiling ---------------------------------------------------------------------------------
     def launch_params(self, k) -> dict:
-        """The launch configuration of a planned kernel (the heuristic default)."""
+        """The heuristic launch configuration of a planned kernel."""
+        from .webgpu_tuning import default_params
+
         return default_params(self, k)
 
     def compile_kernel(self, k, name: str, origin):
-        params = self.launch_params(k)
+        """The heuristic default's kernel, or one that autotunes at its first launch."""
+        from .webgpu_tuning import TunedKernel, worth_tuning
+
+        if worth_tuning(k):
+            return TunedKernel(self, k, name, origin)
+        return self.build(k, name, self.launch_params(k), origin)
+
+    @property
+    def fingerprint(self) -> str:
+        import wgpu
+
+        from ..autotune import device_fingerprint
+
+        info = self.adapter.info
+        return device_fingerprint(f"{info.get('device')} ({info.get('backend_type')})",
+                                  info.get("description", ""), wgpu.__version__)
+
+    def build(self, k, name: str, params: dict, origin):
+        """Compile planned kernel ``k`` with launch ``params``."""
         try:
             r = wgsl.render(k.spec, name, params, self.target)
         except wgsl.UnsupportedKernel as e:
@@ -368,28 +388,6 @@ def _kernel_cache_dir() -> Path:
     base = os.environ.get("LAZYBURN_CACHE_DIR") or os.path.join(Path.home(), ".cache",
                                                                  "lazyburn")
     return Path(base) / "kernels"
-
-
-# launch configurations ---------------------------------------------------------------------------
-SEQUENTIAL_MIN_ROWS = 4096  # enough invocations to fill a GPU with one row each
-
-
-def default_params(backend, k) -> dict:
-    """The heuristic default for planned kernel ``k``."""
-    spec = k.spec
-    if k.kind == "elementwise":
-        return {"workgroup": 256, "per_item": 1}
-    if k.kind == "reduction":
-        inner_kept = len(spec.shape) - 1 not in spec.axes if spec.shape else False
-        if spec.reduce_size <= 32 or (inner_kept and spec.rows >= SEQUENTIAL_MIN_ROWS):
-            return {"strategy": "sequential", "workgroup": 64}
-        # 256 invocations a row, more for long rows so that a persistent reduction keeps at
-        # most 16 elements per invocation
-        size = 1 << (spec.reduce_size - 1).bit_length()
-        return {"strategy": "tree", "workgroup": min(size, max(256, size // 16), 1024)}
-    if k.kind == "matmul":
-        return {"tile": 16, "micro": 4 if min(spec.m, spec.n) >= 64 else 1}
-    return {}
 
 
 if __name__ == "__main__":

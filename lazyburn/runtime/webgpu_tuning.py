@@ -1,0 +1,137 @@
+"""Launch configurations of WGSL kernels: the heuristic default of each group kind, the
+candidates the autotuner may try (workgroup size and elements per invocation, reduction
+strategy, matmul tiles), and the kernel that tunes itself at its first launch."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import autotune
+from ..autotune import Candidate
+
+SEQUENTIAL_MIN_ROWS = 4096  # enough invocations to fill a GPU with one row each
+MIN_TUNED_ELEMENTS = 1 << 16  # smaller kernels run their default: tuning them is not worth it
+
+
+def default_params(backend, k) -> dict:
+    """The heuristic default for planned kernel ``k`` on ``backend``."""
+    spec = k.spec
+    if k.kind == "elementwise":
+        return {"workgroup": 256, "per_item": 1}
+    if k.kind == "reduction":
+        inner_kept = bool(spec.shape) and len(spec.shape) - 1 not in spec.axes
+        if spec.reduce_size <= 32 or (inner_kept and spec.rows >= SEQUENTIAL_MIN_ROWS):
+            return {"strategy": "sequential", "workgroup": 64}
+        # 256 invocations a row, more for long rows so that a persistent reduction keeps at
+        # most 16 elements per invocation
+        size = 1 << (spec.reduce_size - 1).bit_length()
+        return {"strategy": "tree", "workgroup": min(size, max(256, size // 16), 1024)}
+    if k.kind == "matmul":
+        return {"tile": 16, "micro": 4 if min(spec.m, spec.n) >= 64 else 1}
+    return {}
+
+
+def candidates(backend, k) -> list[Candidate]:
+    """Candidates for ``k``: the default first (priority 0), then wider searches."""
+    default = default_params(backend, k)
+    out = [Candidate("default", default, 0)]
+    largest = backend.target.max_workgroup_size
+    spec = k.spec
+    if k.kind == "elementwise":
+        for size in (64, 128, 256):
+            for per_item in (1, 4):
+                out.append(Candidate(f"workgroup={size},per_item={per_item}",
+                                     {"workgroup": size, "per_item": per_item}, 1))
+        for size in (512, 1024):
+            if size <= largest:
+                out.append(Candidate(f"workgroup={size},per_item=2",
+                                     {"workgroup": size, "per_item": 2}, 2))
+    elif k.kind == "reduction":
+        for size in (32, 64, 128, 256, 512, 1024):
+            if size <= largest and size <= 4 * (1 << (spec.reduce_size - 1).bit_length()):
+                out.append(Candidate(f"tree,workgroup={size}",
+                                     {"strategy": "tree", "workgroup": size}, 1))
+        out.append(Candidate("sequential", {"strategy": "sequential", "workgroup": 64}, 1))
+        out.append(Candidate("tree,no cache", {**default, "strategy": "tree", "cache": False},
+                             2))
+    elif k.kind == "matmul":
+        for tile, micro in ((16, 1), (16, 2), (16, 4), (8, 4), (8, 8)):
+            out.append(Candidate(f"tile={tile},micro={micro}", {"tile": tile, "micro": micro},
+                                 1))
+    seen, unique = set(), []
+    for c in out:  # a candidate equal to the default is the default
+        key = tuple(sorted(c.params.items()))
+        if key not in seen:
+            seen.add(key)
+            unique.append(c)
+    return unique
+
+
+def worth_tuning(k) -> bool:
+    spec = k.spec
+    work = spec.numel if k.kind == "elementwise" else (
+        spec.rows * spec.reduce_size if k.kind == "reduction" else spec.batch * spec.m * spec.n)
+    return autotune.level() > 0 and work >= MIN_TUNED_ELEMENTS
+
+
+class TunedKernel:
+    """A kernel whose launch configuration is chosen at its first launch (when the buffers
+    exist): each candidate is compiled, run into scratch outputs, checked against the default's
+    output and timed (launch and queue wait); the winner then replaces this object in the
+    plan."""
+
+    source = None
+
+    def __init__(self, backend, k, name, origin):
+        self.backend, self.k, self.name, self.origin = backend, k, name, origin
+
+    def __call__(self, backend, args) -> None:
+        k = self.k
+        n_in = k.n_inputs
+        built = {}
+
+        def build(c):
+            if c.name not in built:
+                built[c.name] = backend.build(k, self.name, c.params, self.origin)
+            return built[c.name]
+
+        def launch(c):
+            outs = [backend._alloc(a.size * a.dtype.itemsize, self.origin)
+                    for a in k.spec.args[n_in:]]
+            build(c)(backend, list(args[:n_in]) + outs)
+            return outs
+
+        def run(c):
+            outs = launch(c)
+            backend.finish()
+            return [_read(backend, b, a) for b, a in zip(outs, k.spec.args[n_in:])]
+
+        def timed(c):
+            build(c)
+            backend.finish()
+            t0 = time.perf_counter()
+            outs = launch(c)
+            backend.finish()
+            elapsed = time.perf_counter() - t0
+            for b in outs:
+                b.destroy()
+            return elapsed
+
+        key = autotune.TuneKey("webgpu", backend.fingerprint, k.spec.signature(),
+                               k.spec.problem_shape())
+        winner = autotune.tune(key, candidates(backend, k), run, timed, _close)
+        best = build(winner)
+        k.compiled = best
+        best(backend, args)
+
+
+def _read(backend, buf, karg) -> np.ndarray:
+    nbytes = karg.size * karg.dtype.itemsize
+    raw = backend.queue.read_buffer(buf, 0, max(4, -(-nbytes // 4) * 4))
+    return np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(karg.dtype.np)
+
+
+def _close(expected, actual) -> bool:
+    return all(np.allclose(e.astype(np.float64), a.astype(np.float64), rtol=1e-4, atol=1e-5,
+                           equal_nan=True) for e, a in zip(expected, actual))
