@@ -15,8 +15,14 @@ a ``vec2<u32>`` of its low and high words (the host's layout), with exact 64-bit
 ``wgsl_functions`` (slower than i32; meant for indices, counts and sums). Other values compute
 in 32 bits: bool as ``bool``, the smaller integers as ``i32`` (8- and 16-bit results wrapped
 back to their width, as their own arithmetic would), half types as ``f32`` rounded to
-nearest-even when stored or cast, as NumPy's ``astype`` does. Index arithmetic is ``i32``; a kernel whose indices need 64
-bits (more than 2^31 elements) cannot be rendered.
+nearest-even when stored or cast, as NumPy's ``astype`` does. Index arithmetic is ``i32``; a
+kernel whose indices need 64 bits (more than 2^31 elements) cannot be rendered.
+
+Floats. Drivers may flush subnormals, simplify float algebra (so no compensated-arithmetic
+trick survives) and assume no nan in comparisons, so special values are tested on the bits and
+the functions WGSL lacks use series and exact steps instead (see ``wgsl_functions``). ``sin``,
+``cos``, ``tan``, ``exp``, ``exp2`` are the driver's built-ins: a few ulp for moderate
+arguments, poor for huge ones (|x| > 1e5 for the trigonometric functions).
 
 Dispatch. A device allows at most ``Target.max_groups_per_dim`` workgroups per grid dimension
 (65535 by default), so the workgroup count is spread over x, y and z and the kernel rebuilds the
@@ -26,7 +32,9 @@ linear workgroup id; invocations past the end do nothing. Launch parameters:
   invocation, grid-strided so that neighbouring invocations touch neighbouring elements);
 * reduction: ``strategy`` -- ``tree`` (one workgroup per row, partial results combined in
   workgroup memory) or ``sequential`` (one invocation per row: short rows, and rows whose
-  elements are far apart while neighbouring rows are adjacent) -- and ``workgroup``;
+  elements are far apart while neighbouring rows are adjacent) -- ``workgroup``, and
+  ``cache`` (default on: a multi-pass kernel keeps the elements it reads again in registers
+  when each invocation's share of the row is small -- a persistent reduction);
 * matmul: ``tile`` (a ``tile`` x ``tile`` workgroup) and ``micro`` (each invocation computes
   ``micro`` x ``micro`` outputs, so a workgroup covers ``tile * micro`` squared), with tiles of A
   and B staged through workgroup memory.
