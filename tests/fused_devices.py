@@ -6,6 +6,22 @@ is missing is simply absent (its own test module reports the skip).
 from __future__ import annotations
 
 import importlib
+import os
+
+
+def _cuda():
+    """A GPU; without one, Triton's interpreter on the CPU (``TRITON_INTERPRET=1``, set here
+    after Triton is imported: the runtime wraps its kernels for the interpreter itself). Triton
+    is imported before the other probes run: its LLVM must load before Mesa's (the WebGPU
+    probe's software adapter) or the process crashes."""
+    try:
+        importlib.import_module("triton")
+        cuda = importlib.import_module("lazyburn.runtime.cuda")
+    except ImportError:
+        return False
+    if not cuda.available():
+        os.environ["TRITON_INTERPRET"] = "1"
+    return True
 
 
 def _opencl():
@@ -22,7 +38,7 @@ def _webgpu():
         return False
 
 
-PROBES = [("opencl:0", _opencl), ("webgpu:0", _webgpu)]
+PROBES = [("cuda:0", _cuda), ("opencl:0", _opencl), ("webgpu:0", _webgpu)]
 
 
 def fused_devices() -> list[str]:

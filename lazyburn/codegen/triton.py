@@ -318,10 +318,25 @@ class TritonPrinter(ExprPrinter):
             return f"tl.full([], {value}, {TL[dtype.name]})"
         return f"tl.full([], {float_literal(value, '', INF, NAN)}, {VALUE[dtype.name]})"
 
+    def mask_arg(self, masks: list) -> str | None:
+        """The ``mask=`` argument of a load or store from mask expressions (None: none)."""
+        masks = [m for m in masks if m]
+        if not masks:
+            return None
+        text = " & ".join(masks)
+        if self.target == "interpret" and len(masks) > 1:
+            # the interpreter hands `scalar & block` masks to its loads as int32, which they
+            # reject; tl.where gives a proper bool block
+            text = f"tl.where({text}, True, False)"
+        return text
+
     def load(self, e: Expr, index: str, mask: str | None):
         arg = self.spec.args[e.args[0]]
-        masks = [m for m in (mask, self.region_mask(e.args[1], e.args[2])) if m]
-        opts = f", mask={' & '.join(masks)}, other=0" if masks else ""
+        idx, own = e.args[1], e.args[2]
+        m = self.mask_arg([mask, self.region_mask(idx, own)])
+        if m is not None and own is not None and not self.deps(own) <= self.deps(idx):
+            index = f"tl.where({m}, {index}, 0)"  # a block of pointers, as the mask is
+        opts = f", mask={m}, other=0" if m else ""
         text = f"tl.load({arg.name} + {index}{opts})"
         if arg.dtype.name in HALF and e.id not in self.raw_loads:
             text += ".to(tl.float32)"
@@ -755,7 +770,7 @@ def _reduction(p: TritonPrinter, spec: ReductionSpec, params):
             result = _reduce_lanes(p, stage, x, idx)
             body.append(f"stage{k} = {_stage_cast(stage, result)}")
             names[reduced.get(k, -1 - k)] = f"stage{k}"
-        body += _reduction_outputs(p, spec, names, None)
+        body += _reduction_outputs(p, spec, names, None, shape)
     else:
         for k, stage in enumerate(spec.stages):
             body.append(f"acc{k} = tl.full({shape}, {_identity_text(stage)}, "
@@ -772,7 +787,7 @@ def _reduction(p: TritonPrinter, spec: ReductionSpec, params):
             result = _reduce_lanes(p, stage, f"acc{k}", f"arg{k}")
             body.append(f"stage{k} = {_stage_cast(stage, result)}")
             bound[reduced.get(k, -1 - k)] = f"stage{k}"
-        body += _reduction_outputs(p, spec, bound, (r_id, r_lines, size, R))
+        body += _reduction_outputs(p, spec, bound, (r_id, r_lines, size, R), shape)
     grid = (cdiv(rows, X),)
     return body, grid, int(params["num_warps"]), 1
 
@@ -785,9 +800,9 @@ def _stage_cast(stage: Stage, result: str) -> str:
     return result if _work_type(stage) == out_t else f"{result}.to({out_t})"
 
 
-def _reduction_outputs(p: TritonPrinter, spec: ReductionSpec, names: dict, loop) -> list[str]:
+def _reduction_outputs(p: TritonPrinter, spec: ReductionSpec, names: dict, loop,
+                       shape: str) -> list[str]:
     body = []
-    v = _vars(spec)
     row_outs = [o for o in spec.outputs if o.index is None]
     full_outs = [o for o in spec.outputs if o.index is not None]
     if row_outs:
@@ -804,8 +819,13 @@ def _reduction_outputs(p: TritonPrinter, spec: ReductionSpec, names: dict, loop)
             if r_id is not None:
                 scope[r_id] = "r"
         lines, nm = p.emit(roots, scope)
-        stores = [p.store(o.arg, nm[o.index.id], o.value, nm[o.value.id],
-                          p.region_mask(o.index, v.get("row"))) for o in full_outs]
+        stores = []
+        for o in full_outs:
+            index = nm[o.index.id]
+            if not {"row", "r"} <= p.deps(o.index):  # a block of pointers, as the value is
+                index = f"tl.broadcast_to({index}, {shape})"
+            mask = p.mask_arg([p.var_masks.get("row"), p.var_masks.get("r")])
+            stores.append(p.store(o.arg, index, o.value, nm[o.value.id], mask))
         if loop is None:
             body += lines + stores
         else:
@@ -887,7 +907,8 @@ def _matmul(p: TritonPrinter, spec: MatmulSpec, params):
             if have_t != operand_t:
                 tile = f"{tile}.to({operand_t})"
             tile = f"tl.broadcast_to({tile}, [{shape[0]}, {shape[1]}])"
-        if ragged["k"] and expr.op != "load":  # a prologue of zero need not be zero
+        masked_load = expr.op == "load" and "k" in p.deps(expr.args[1])
+        if ragged["k"] and not masked_load:  # lanes past K must add nothing
             tile = f"tl.where({which}_kmask, {tile}, 0)"
         loop.append(f"{which}_tile = {tile}")
     if dot:

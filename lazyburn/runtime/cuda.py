@@ -169,11 +169,13 @@ class CudaBackend(FusedBackend):
         self.device_string = f"cuda:{index}"
         self.dtypes = {name: getattr(torch, name) for name in TORCH_DTYPES}
         self.unsupported_dtypes = set()
+        self.max_alloc = None  # bytes; None: no limit known (the interpreter's host memory)
         if interpret:
             self.device = torch.device("cpu")
             self.stream = None
             self.stream_handle = None
         else:
+            self.max_alloc = torch.cuda.get_device_properties(index).total_memory
             self.device = torch.device("cuda", index)
             self.stream = torch.cuda.Stream(self.device)  # the device's stream
             self.stream_handle = self.stream.cuda_stream
@@ -183,7 +185,13 @@ class CudaBackend(FusedBackend):
 
     # memory ------------------------------------------------------------------------------------
     def empty(self, numel: int, dtype, origin=None):
-        """A new flat buffer of ``numel`` elements of lazyburn ``dtype`` on this device."""
+        """A new flat buffer of ``numel`` elements of lazyburn ``dtype`` on this device.
+        Raises OutOfMemoryError (naming ``origin``) when it cannot be allocated."""
+        nbytes = numel * dtype.itemsize
+        if self.max_alloc is not None and nbytes > self.max_alloc:
+            raise OutOfMemoryError(f"{self.device_string}: cannot allocate {nbytes / 2**20:.1f} "
+                                   f"MiB (the device has {self.max_alloc / 2**20:.1f} MiB)",
+                                   origin)
         try:
             return self.torch.empty(numel, dtype=self.dtypes[dtype.name], device=self.device)
         except self.torch.cuda.OutOfMemoryError as e:

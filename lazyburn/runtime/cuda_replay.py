@@ -91,6 +91,7 @@ def _kernel_step(backend, kernel, in_pos, outs, drop):
             values[p] = buf
             args.append(buf)
         kernel(backend, args)
+        backend.kernels_launched += 1
         for p in drop:  # temporaries die after their last reader
             values[p] = None
     return step
