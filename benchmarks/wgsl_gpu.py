@@ -14,6 +14,9 @@ bytes each workload must move, and the largest difference from NumPy.
     python benchmarks/wgsl_gpu.py                 # full sizes (needs a GPU's buffer limits)
     python benchmarks/wgsl_gpu.py --scale 0.05    # smaller sizes, e.g. on a software adapter
     python benchmarks/wgsl_gpu.py --devices webgpu:0 --repeats 50
+
+Both lazyburn backends autotune large kernels during the warm-up runs (``LAZYBURN_AUTOTUNE``,
+default 1; the choice is cached under ``LAZYBURN_CACHE_DIR``).
 """
 from __future__ import annotations
 
@@ -110,7 +113,11 @@ def describe(device: str) -> str:
         info = b.adapter.info
         return (f"{device}: {info.get('device')} ({info.get('adapter_type')}, "
                 f"{info.get('backend_type')}, {info.get('description')})")
-    return f"{device}: {getattr(b, 'name', '')} {getattr(b, 'device_name', '')}".strip()
+    if device.startswith("cuda"):
+        import torch
+
+        return f"{device}: {torch.cuda.get_device_name(int(device.partition(':')[2] or 0))}"
+    return f"{device}: {getattr(b, 'name', '')}"
 
 
 def main(argv=None) -> int:
