@@ -103,7 +103,11 @@ def available() -> bool:
 
 
 def open_device(index: int) -> "WebGPUBackend":
-    found = adapters()
+    try:
+        found = adapters()
+    except ImportError as e:
+        raise DeviceError(f"webgpu:{index} needs wgpu (pip install 'lazyburn[webgpu]'): "
+                          f"{e}") from None
     if index >= len(found):
         raise DeviceError(f"no WebGPU adapter {index} (found {len(found)})")
     return WebGPUBackend(found[index], index)
