@@ -426,3 +426,24 @@ def test_compiles_for_sm90():
                 pytest.skip(f"no ptxas: {e}")
             raise AssertionError(f"kernel {j} ({spec.kind}) failed to compile:\n{r.source}") \
                 from e
+
+
+def test_tf32_is_opt_in():
+    rng = np.random.default_rng(21)
+    a = lb.tensor(rand(rng, (32, 32)), device="numpy")
+    (k,) = lb.explain(a @ a).kernels
+    assert 'input_precision="ieee"' in tr.render(k.spec, "k").source
+    assert 'input_precision="tf32"' in tr.render(k.spec, "k", {"allow_tf32": True}).source
+
+
+def test_torch_interop_shares_memory(dev):
+    from lazyburn.runtime.cuda import from_torch, to_torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    t = torch.linspace(-2, 2, 30, device=device).reshape(5, 6)
+    x = from_torch(t)
+    assert x.device == dev and x.shape == (5, 6)
+    y = to_torch(lb.softmax(x, axis=-1) * 2)
+    assert y.shape == (5, 6)
+    torch.testing.assert_close(y, torch.softmax(t, dim=-1) * 2)
+    assert to_torch(x).data_ptr() == t.data_ptr()

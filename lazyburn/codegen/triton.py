@@ -557,7 +557,8 @@ def default_params(spec: KernelSpec, interpret: bool = False) -> dict:
 
     Element-wise: ``BLOCK`` (elements per program), ``num_warps``. Reduction: ``XBLOCK`` rows
     and ``RBLOCK`` reduced elements per tile, ``looped``, ``num_warps``. Matmul: ``BLOCK_M``,
-    ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M``, ``num_warps``, ``num_stages``, ``allow_tf32``.
+    ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M``, ``num_warps``, ``num_stages``; ``render`` also takes
+    ``allow_tf32`` (default False) for float32 matmuls.
     Under the interpreter (``interpret``) tiles are as large as allowed: its cost is per
     program, not per element.
     """
@@ -849,7 +850,7 @@ def _matmul_params(spec: MatmulSpec, interpret: bool) -> dict:
     if bm * bn < 128 * 128:
         warps = 4
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps,
-            "num_stages": stages, "allow_tf32": False}
+            "num_stages": stages}
 
 
 def _matmul(p: TritonPrinter, spec: MatmulSpec, params):

@@ -29,6 +29,8 @@ Without a GPU, ``TRITON_INTERPRET=1`` makes ``cuda:0`` run the same kernels thro
 interpreter on torch CPU tensors (slow, for tests: see ``tests/test_triton.py``). The device is
 never chosen by default in that mode (:func:`available` is about real GPUs).
 
+:func:`from_torch` and :func:`to_torch` share buffers with PyTorch without copies.
+
 Launch parameters come from :mod:`lazyburn.runtime.cuda_tuning`; at autotune level 1 or more a
 kernel is tuned at its first launch (timings on the device; results cached on disk).
 """
@@ -99,6 +101,55 @@ def open_device(index: int) -> "CudaBackend":
     if index >= count:
         raise DeviceError(f"no device cuda:{index} ({count} GPU(s) visible)")
     return CudaBackend(index)
+
+
+def from_torch(t):
+    """A lazyburn tensor sharing the memory of torch tensor ``t`` (on a GPU, or on the CPU
+    under the interpreter), made contiguous first (a copy only when it is not). The device's
+    stream waits for torch's current stream, so work queued on ``t`` comes first. lazyburn
+    tensors are immutable: ``t`` must not be modified while the result is in use.
+
+    Raises DeviceError for a tensor on a device lazyburn is not running, DTypeError for a dtype
+    lazyburn does not have."""
+    from ..errors import DTypeError
+    from ..graph import dtypes as dt
+    from ..graph.node import Node
+    from ..record import wrap
+    from . import backend as backend_of
+
+    name = str(t.dtype).replace("torch.", "")
+    dtype = dt.BY_NAME.get(name)
+    if dtype is None:
+        raise DTypeError(f"from_torch: no lazyburn dtype for {t.dtype}")
+    device = f"cuda:{t.device.index or 0}" if t.device.type == "cuda" else "cuda:0"
+    b = backend_of(device)
+    if b.device != t.device and not (b.interpret and t.device.type == "cpu"):
+        raise DeviceError(f"from_torch: a tensor on {t.device} cannot back {device}")
+    if b.stream is not None:
+        b.stream.wait_stream(b.torch.cuda.current_stream(b.device))
+    flat = t.contiguous().reshape(-1)
+    if flat.data_ptr() % 16:  # kernels are specialized for aligned buffers
+        flat = flat.clone()
+    n = Node("buffer", (), (), tuple(t.shape), dtype, device)
+    n.buffer = flat
+    return wrap(n)
+
+
+def to_torch(x):
+    """The torch tensor holding lazyburn tensor ``x`` (computed first), shaped like ``x``,
+    sharing its memory; torch's current stream waits for the device's stream."""
+    from ..graph.graph import sync
+    from . import backend as backend_of
+
+    if x._node.buffer is None:
+        sync(x)
+    b = backend_of(x.device)
+    buf = x._node.buffer
+    if b.stream is not None:
+        current = b.torch.cuda.current_stream(b.device)
+        current.wait_stream(b.stream)
+        buf.record_stream(current)
+    return buf.view(x.shape)
 
 
 def kernel_cache_dir() -> Path:
@@ -273,15 +324,16 @@ class CudaBackend(FusedBackend):
         ``params["library"]``). Raises KernelCompileError when Triton rejects the source
         (at the first launch, when Triton compiles)."""
         from ..codegen import triton as tr
+        from ..fusion.kernel_ir import MatmulSpec
 
+        params = dict(params)
+        if isinstance(spec, MatmulSpec):
+            params["allow_tf32"] = allow_tf32
         if params.get("library"):
             from .cuda_library import LibraryMatmul
 
             return LibraryMatmul(self, spec, name, params, origin)
         target = "interpret" if self.interpret else "cuda"
-        params = dict(params)
-        if "allow_tf32" in tr.default_params(spec, self.interpret):
-            params.setdefault("allow_tf32", allow_tf32)
         r = tr.render(spec, name, params, target)
         fn, path = load_kernel(r.source, name, self.interpret)
         self.compiles += 1
@@ -357,6 +409,10 @@ class TritonKernel:
                 raise KernelCompileError(f"Triton kernel {self.rendered.name} failed to compile: "
                                          f"{_first_line(e)}", self.origin,
                                          kernel_file=str(self.path)) from None
+            if type(e).__name__ == "OutOfResources":  # shared memory, registers, threads
+                raise DeviceError(f"{backend.device_string}: Triton kernel "
+                                  f"{self.rendered.name} cannot launch: {_first_line(e)}",
+                                  self.origin) from None
             raise
         if not backend.interpret and compiled is not None and hasattr(compiled, "__getitem__"):
             self.fast = compiled[self.grid]

@@ -142,7 +142,8 @@ class TunedKernel:
         def time(c):
             outs = [b.empty(a.size, a.dtype, self.origin) for a in out_args]
             k = kernel_of(c)
-            return do_bench(lambda: k(b, inputs + outs), warmup=2, rep=10) * 1e-3
+            ms = do_bench(lambda: k(b, inputs + outs), warmup=2, rep=10, return_mode="median")
+            return ms * 1e-3
 
         def check(expected, actual):
             for a, e, x in zip(out_args, expected, actual):
