@@ -1,0 +1,610 @@
+"""Branch-free float32 math functions for generated OpenCL C kernels.
+
+OpenCL CPU runtimes (PoCL among them) implement ``exp``, ``tanh``, ``sin`` and friends as scalar
+library calls, which stops the compiler from vectorizing the work-item loop of a kernel that uses
+them. The functions here are written with arithmetic, ``fma``, comparisons, ``?:`` selects and
+bit casts (``as_int``/``as_float``) only, so a kernel that calls them stays a straight-line loop
+body that LLVM vectorizes like plain arithmetic.
+
+Every function is the classic recipe: reduce the argument into a small interval with an exact or
+extra-precise step (Cody–Waite for exp and the trigonometric functions, exponent/mantissa split
+for the logarithms), evaluate a minimax polynomial with Horner's rule in ``fma``, rebuild the
+result by exponent arithmetic, then patch the IEEE special values with selects. The polynomial
+coefficients are Stephen L. Moshier's single-precision Cephes ones (``expf.c``, ``exp2f.c``,
+``logf.c``, ``log2f.c``, ``sinf.c``, ``tanf.c``, ``tanhf.c``); see https://www.netlib.org/cephes/
+and each function's ``reference``. ``erf`` uses N. Juffa's published minimax fits.
+
+Error bounds (``MathFunction.max_ulp``) are measured, in units in the last place of the float32
+result, against the float64 NumPy/SciPy value on the stated domain; the tests assert them. They
+hold on a device with IEEE ``fma`` and correctly rounded float division (PoCL on x86 has both);
+an OpenCL device that implements float division at the 2.5 ulp the specification allows adds up
+to that much for ``tan``, ``tanh``, ``sigmoid``, ``erf`` and ``log1p``.
+
+Only float32 lives here: for float64 the renderer keeps the OpenCL built-ins.
+
+Usage::
+
+    from lazyburn.codegen.opencl_math import FUNCTIONS, preamble
+    src = preamble(["tanh", "exp"]) + kernel_text   # kernel_text calls lb_tanh(v), lb_exp(v)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+__all__ = ["MathFunction", "FUNCTIONS", "HELPERS", "preamble"]
+
+
+@dataclass(frozen=True)
+class MathFunction:
+    """One float32 OpenCL C function and what is known about its accuracy.
+
+    Attributes:
+        op: the operation name used by the IR (``"exp"``, ``"pow"``, ...).
+        name: the C identifier the source defines (``"lb_exp"``).
+        source: OpenCL C text defining ``static inline float <name>(float x)`` (two float
+            arguments when ``arity`` is 2).
+        deps: C names of the other functions ``source`` calls; ``preamble`` emits them first.
+        arity: number of float arguments.
+        max_ulp: maximum error in float32 ulps of the exact result over ``domain``, measured
+            on every float32 of the function's working interval (for instance all positive
+            floats for the logarithms, |x| <= 1e5 for sin) plus 2^26 random bit patterns;
+            ``pow`` on 2^28 random pairs. ``None`` for internal helpers.
+        domain: the inputs over which ``max_ulp`` holds, and what happens outside them.
+        reference: where the algorithm and its coefficients come from.
+    """
+
+    op: str
+    name: str
+    source: str
+    deps: tuple[str, ...] = ()
+    arity: int = 1
+    max_ulp: float | None = None
+    domain: str = ""
+    reference: str = ""
+
+
+def _poly(var: str, coeffs: Sequence[str], acc: str = "p", indent: str = "    ") -> str:
+    """C statements evaluating ``coeffs`` (highest degree first, Cephes ``polevl`` order) at
+    ``var`` by Horner's rule in ``fma``, leaving the value in a new float ``acc``."""
+    lines = [f"{indent}float {acc} = {coeffs[0]}f;"]
+    lines += [f"{indent}{acc} = fma({acc}, {var}, {c}f);" for c in coeffs[1:]]
+    return "\n".join(lines)
+
+
+# Constants shared by several functions. 12582912 = 1.5 * 2^23: adding it to a float of
+# magnitude below 2^22 rounds that float to the nearest integer (round-half-even, the current
+# rounding mode), and the integer can then be read from the low mantissa bits.
+_ROUND_MAGIC = "12582912.0f"
+_ROUND_MAGIC_BITS = "0x4b400000"
+
+# Cephes expf: exp(r) = 1 + r + r^2 P(r) on |r| <= ln(2)/2.
+_EXP_P = ("1.9875691500E-4", "1.3981999507E-3", "8.3334519073E-3",
+          "4.1665795894E-2", "1.6666665459E-1", "5.0000001201E-1")
+# Cephes exp2f: 2^r = 1 + r P(r) on |r| <= 1/2.
+_EXP2_P = ("1.535336188319500E-4", "1.339887440266574E-3", "9.618437357674640E-3",
+           "5.550332471162809E-2", "2.402264791363012E-1", "6.931472028550421E-1")
+# Cephes logf: log(1+f) = f - f^2/2 + f^3 P(f) on sqrt(1/2)-1 <= f < sqrt(2)-1.
+_LOG_P = ("7.0376836292E-2", "-1.1514610310E-1", "1.1676998740E-1", "-1.2420140846E-1",
+          "1.4249322787E-1", "-1.6668057665E-1", "2.0000714765E-1", "-2.4999993993E-1",
+          "3.3333331174E-1")
+# Cephes sinf/cosf on |r| <= pi/4: sin r = r + r^3 S(r^2), cos r = 1 - r^2/2 + r^4 C(r^2).
+_SIN_P = ("-1.9515295891E-4", "8.3321608736E-3", "-1.6666654611E-1")
+_COS_P = ("2.443315711809948E-5", "-1.388731625493765E-3", "4.166664568298827E-2")
+# Cephes tanf on |r| <= pi/4: tan r = r + r^3 T(r^2).
+_TAN_P = ("9.38540185543E-3", "3.11992232697E-3", "2.44301354525E-2", "5.34112807005E-2",
+          "1.33387994085E-1", "3.33331568548E-1")
+# Cephes tanhf on |x| < 0.625: tanh x = x + x^3 P(x^2).
+_TANH_P = ("-5.70498872745E-3", "2.06390887954E-2", "-5.37397155531E-2",
+           "1.33314422036E-1", "-3.33332819422E-1")
+# N. Juffa's erff: erf x = x + x P(x^2) for |x| <= 0.927734375, and above,
+# erf |x| = 1 - exp(-|x| + |x| Q(|x|)), both minimax fits to float precision.
+_ERF_SMALL = ("-5.96761703e-4", "4.99119423e-3", "-2.67681349e-2", "1.12819925e-1",
+              "-3.76125336e-1", "1.28379166e-1")
+_ERF_LARGE = ("-1.72853470e-5", "3.83197126e-4", "-3.88396438e-3", "2.42546219e-2",
+              "-1.06777877e-1", "-6.34846687e-1", "-1.28717512e-1")
+
+
+# --------------------------------------------------------------------------------------------
+# Internal helpers
+# --------------------------------------------------------------------------------------------
+
+_LDEXP = MathFunction(
+    op="ldexp",
+    name="lb_ldexp_k",
+    source="""\
+/* p * 2^n for n in [-252, 254] without overflow of the exponent field: the scale is applied
+   in two halves, so results that are subnormal or that overflow to inf come out right. */
+static inline float lb_ldexp_k(float p, int n)
+{
+    int h = n >> 1;
+    float s1 = as_float((uint)(h + 127) << 23);
+    float s2 = as_float((uint)(n - h + 127) << 23);
+    return (p * s1) * s2;
+}
+""",
+    reference="Exponent-field scaling as in Cephes ldexpf, split in two factors.",
+)
+
+_EXP_KERNEL = MathFunction(
+    op="exp_kernel",
+    name="lb_expm1_reduced",
+    source=f"""\
+/* x = n ln 2 + r with |r| <= ln(2)/2 (Cody–Waite, ln 2 = 0.693359375 - 2.12194440e-4 so that
+   n * 0.693359375 is exact); returns exp(r) - 1 = r + r^2 P(r) and stores n. Needs
+   |x| < 2^21; a nan x gives a nan result. */
+static inline float lb_expm1_reduced(float x, int *n)
+{{
+    float t = fma(x, 1.44269504088896341f, {_ROUND_MAGIC});
+    float k = t - {_ROUND_MAGIC};
+    *n = as_int(t) - {_ROUND_MAGIC_BITS};
+    float r = fma(k, -0.693359375f, x);
+    r = fma(k, 2.12194440e-4f, r);
+{_poly("r", _EXP_P)}
+    return fma(p, r * r, r);
+}}
+""",
+    reference="Cephes expf (S. L. Moshier): reduction and degree-6 minimax polynomial.",
+)
+
+_LOG_KERNEL = MathFunction(
+    op="log_kernel",
+    name="lb_log_split",
+    source=f"""\
+/* Splits x > 0 (subnormals included) into x = 2^k (1 + f) with sqrt(1/2) <= 1 + f < sqrt(2):
+   returns f and stores k. Biasing the bits by 1 - sqrt(1/2) before reading the exponent moves
+   the mantissa interval there without a compare. */
+static inline float lb_log_split(float x, float *k)
+{{
+    int sub = x < 1.17549435e-38f;
+    uint ix = as_uint(sub ? x * 8388608.0f : x) + (0x3f800000u - 0x3f3504f3u);
+    *k = (float)((int)(ix >> 23) - 127 - (sub ? 23 : 0));
+    return as_float((ix & 0x007fffff) + 0x3f3504f3) - 1.0f;
+}}
+""",
+    reference="Cephes logf argument reduction; the bias trick is fdlibm's e_logf.c.",
+)
+
+_SIN_KERNEL = MathFunction(
+    op="sin_kernel",
+    name="lb_sin_quadrant",
+    source=f"""\
+/* sin(x + q0 * pi/2). x = j pi/2 + r with |r| <= pi/4 (Cody–Waite, three fma steps with a
+   72-bit pi/2), then sin or cos of r by the quadrant (j + q0) mod 4. */
+static inline float lb_sin_quadrant(float x, int q0)
+{{
+    float t = fma(x, 0.636619772367581343f, {_ROUND_MAGIC});
+    float j = t - {_ROUND_MAGIC};
+    int q = as_int(t) + q0;
+    float r = fma(j, -1.57079637050628662f, x);
+    r = fma(j, 4.3711388286737929e-8f, r);
+    r = fma(j, 1.7151245100058819e-15f, r);
+    float z = r * r;
+{_poly("z", _SIN_P, "ps")}
+    float s = fma(ps * z, r, r);
+{_poly("z", _COS_P, "pc")}
+    float c = fma(pc * z, z, -0.5f * z) + 1.0f;
+    float v = (q & 1) ? c : s;
+    v = (q & 2) ? -v : v;
+    /* Beyond the supported range r is not reduced any more: keep the meaningless result of
+       a finite x inside [-1, 1]; inf and nan give nan. */
+    return isfinite(x) ? fmin(fmax(v, -1.0f), 1.0f) : NAN;
+}}
+""",
+    reference="Cephes sinf.c/cosf polynomials; three-constant Cody–Waite reduction with fma "
+              "(W. J. Cody and W. Waite, Software Manual for the Elementary Functions, 1980).",
+)
+
+HELPERS: dict[str, MathFunction] = {
+    f.name: f for f in (_LDEXP, _EXP_KERNEL, _LOG_KERNEL, _SIN_KERNEL)
+}
+"""Internal building blocks, keyed by C name; ``preamble`` pulls them in through ``deps``."""
+
+
+# --------------------------------------------------------------------------------------------
+# Public functions
+# --------------------------------------------------------------------------------------------
+
+_EXP = MathFunction(
+    op="exp",
+    name="lb_exp",
+    deps=("lb_expm1_reduced", "lb_ldexp_k"),
+    source="""\
+static inline float lb_exp(float x)
+{
+    /* Beyond these bounds the result is inf or 0 anyway; the clamp keeps n in range. A nan
+       fails both compares and passes through. */
+    float xc = x < -104.0f ? -104.0f : x;
+    xc = xc > 89.0f ? 89.0f : xc;
+    int n;
+    float u = lb_expm1_reduced(xc, &n);
+    return lb_ldexp_k(u + 1.0f, n);
+}
+""",
+    max_ulp=1.02,
+    domain="all floats; inf above 88.72, subnormal results below -87.34, 0 below -103.97",
+    reference="Cephes expf (S. L. Moshier): n = round(x / ln 2), Cody–Waite r = x - n ln 2 "
+              "with ln 2 split as 0.693359375 - 2.12194440e-4, degree-6 minimax polynomial.",
+)
+
+_EXP2 = MathFunction(
+    op="exp2",
+    name="lb_exp2",
+    deps=("lb_ldexp_k",),
+    source=f"""\
+static inline float lb_exp2(float x)
+{{
+    float xc = x < -152.0f ? -152.0f : x;  /* nan passes */
+    xc = xc > 129.0f ? 129.0f : xc;
+    float t = xc + {_ROUND_MAGIC};
+    float r = xc - (t - {_ROUND_MAGIC});
+{_poly("r", _EXP2_P)}
+    return lb_ldexp_k(fma(p, r, 1.0f), as_int(t) - {_ROUND_MAGIC_BITS});
+}}
+""",
+    max_ulp=0.96,
+    domain="all floats; inf from 128 on, subnormal results below -126, 0 below -150",
+    reference="Cephes exp2f (S. L. Moshier): n = round(x), 2^r = 1 + r P(r) on |r| <= 1/2.",
+)
+
+_EXPM1 = MathFunction(
+    op="expm1",
+    name="lb_expm1",
+    deps=("lb_expm1_reduced",),
+    source="""\
+static inline float lb_expm1(float x)
+{
+    /* Below -30 the result is -1 to float precision; above 89 it is inf. nan passes. */
+    float xc = x < -30.0f ? -30.0f : x;
+    xc = xc > 89.0f ? 89.0f : xc;
+    int n;
+    /* u = exp(r) - 1 to full relative precision: the Cephes form r + r^2 P(r) never adds 1. */
+    float u = lb_expm1_reduced(xc, &n);
+    /* expm1(x) = 2^n u + (2^n - 1); 2^n - 1 is exact for the n where it matters. */
+    float s = as_float((uint)(min(n, 127) + 127) << 23);
+    float y = fma(s, u, s - 1.0f);
+    y = n > 127 ? (u + 1.0f) * s * 2.0f : y;
+    y = n == 0 ? u : y;
+    /* the reduction turns -0 into +0 */
+    return x == 0.0f ? x : y;
+}
+""",
+    max_ulp=1.45,
+    domain="all floats; exactly -1 below -17.33, inf above 88.72",
+    reference="Cephes expf reduction and polynomial (its r + r^2 P(r) is exp(r) - 1), "
+              "recombined as 2^n (exp(r) - 1) + (2^n - 1) as in fdlibm expm1.",
+)
+
+_LOG = MathFunction(
+    op="log",
+    name="lb_log",
+    deps=("lb_log_split",),
+    source=f"""\
+static inline float lb_log(float x)
+{{
+    float k;
+    float f = lb_log_split(x, &k);
+    float z = f * f;
+{_poly("f", _LOG_P)}
+    float y = f * z * p;
+    y = fma(k, -2.12194440e-4f, y);
+    y = fma(z, -0.5f, y);
+    y = fma(k, 0.693359375f, f + y);
+    y = x == INFINITY ? x : y;
+    y = x == 0.0f ? -INFINITY : y;
+    return x >= 0.0f ? y : NAN;  /* x < 0 or nan */
+}}
+""",
+    max_ulp=0.83,
+    domain="all floats, subnormals included; -inf at +-0, nan below 0",
+    reference="Cephes logf (S. L. Moshier): x = 2^k (1 + f), log(1+f) = f - f^2/2 + f^3 P(f) "
+              "with a degree-8 P, k ln 2 added in two parts (0.693359375 - 2.12194440e-4).",
+)
+
+_LOG2 = MathFunction(
+    op="log2",
+    name="lb_log2",
+    deps=("lb_log_split",),
+    source=f"""\
+static inline float lb_log2(float x)
+{{
+    float k;
+    float f = lb_log_split(x, &k);
+    float z = f * f;
+{_poly("f", _LOG_P)}
+    float y = fma(z, -0.5f, f * z * p);
+    /* log2(e) = 1 + 0.44269504...: multiplying by the fraction only keeps the bits. */
+    float l = y * 0.44269504088896340736f;
+    l = fma(f, 0.44269504088896340736f, l);
+    l = (l + y) + f;
+    y = l + k;
+    y = x == INFINITY ? x : y;
+    y = x == 0.0f ? -INFINITY : y;
+    return x >= 0.0f ? y : NAN;  /* x < 0 or nan */
+}}
+""",
+    max_ulp=1.33,
+    domain="all floats, subnormals included; -inf at +-0, nan below 0",
+    reference="Cephes log2f (S. L. Moshier): the logf polynomial, then log2(e) applied as "
+              "1 + LOG2EA so the product is formed without rounding away the low bits.",
+)
+
+_LOG1P = MathFunction(
+    op="log1p",
+    name="lb_log1p",
+    deps=("lb_log_split",),
+    source=f"""\
+static inline float lb_log1p(float x)
+{{
+    float u = 1.0f + x;
+    /* c = (1 + x) - u exactly (Fast2Sum with the larger operand first), so that
+       log1p(x) = log(u) + c / u keeps the bits of x that 1 + x rounded off. */
+    float c = x < 1.0f ? x - (u - 1.0f) : 1.0f - (u - x);
+    float k;
+    float f = lb_log_split(u, &k);
+    float z = f * f;
+{_poly("f", _LOG_P)}
+    float y = f * z * p;
+    y = fma(k, -2.12194440e-4f, y);
+    y = fma(z, -0.5f, y);
+    y += c / u;
+    y = fma(k, 0.693359375f, f + y);
+    y = x == INFINITY ? x : y;
+    y = x == -1.0f ? -INFINITY : y;
+    y = x == 0.0f ? x : y;  /* keeps the sign of a zero */
+    return x >= -1.0f ? y : NAN;  /* x < -1 or nan */
+}}
+""",
+    max_ulp=0.9,
+    domain="all floats; -inf at -1, nan below -1",
+    reference="Cephes logf polynomial on u = 1 + x with the rounding-error correction c/u of "
+              "D. Goldberg, 'What every computer scientist should know about floating-point "
+              "arithmetic' (1991), as in fdlibm log1p.",
+)
+
+_SIN = MathFunction(
+    op="sin",
+    name="lb_sin",
+    deps=("lb_sin_quadrant",),
+    source="""\
+static inline float lb_sin(float x)
+{
+    /* the reduction turns -0 into +0 */
+    return x == 0.0f ? x : lb_sin_quadrant(x, 0);
+}
+""",
+    max_ulp=1.54,
+    domain="|x| <= 1e5; up to 1e6 the error stays below 2 ulp (sampled), beyond that it "
+           "grows and past 2^22 pi/2 = 6.6e6 the value is meaningless (kept in [-1, 1]); "
+           "nan for inf and nan",
+    reference=_SIN_KERNEL.reference,
+)
+
+_COS = MathFunction(
+    op="cos",
+    name="lb_cos",
+    deps=("lb_sin_quadrant",),
+    source="""\
+static inline float lb_cos(float x)
+{
+    return lb_sin_quadrant(x, 1);
+}
+""",
+    max_ulp=1.53,
+    domain=_SIN.domain,
+    reference=_SIN_KERNEL.reference,
+)
+
+_TAN = MathFunction(
+    op="tan",
+    name="lb_tan",
+    source=f"""\
+static inline float lb_tan(float x)
+{{
+    float t = fma(x, 0.636619772367581343f, {_ROUND_MAGIC});
+    float j = t - {_ROUND_MAGIC};
+    float r = fma(j, -1.57079637050628662f, x);
+    r = fma(j, 4.3711388286737929e-8f, r);
+    r = fma(j, 1.7151245100058819e-15f, r);
+    float z = r * r;
+{_poly("z", _TAN_P)}
+    float y = fma(p * z, r, r);
+    /* odd quadrant: tan(r + pi/2) = -1/tan(r) */
+    y = (as_int(t) & 1) ? -1.0f / y : y;
+    return x == 0.0f ? x : y;
+}}
+""",
+    max_ulp=3.09,
+    domain="|x| <= 1e5; up to 1e6 the error stays below 13 ulp (sampled), beyond that it "
+           "grows and past 2^22 pi/2 = 6.6e6 the value is meaningless; nan for inf and nan",
+    reference="Cephes tanf polynomial (S. L. Moshier) with the sin/cos Cody–Waite reduction.",
+)
+
+_TANH = MathFunction(
+    op="tanh",
+    name="lb_tanh",
+    deps=("lb_expm1_reduced",),
+    source=f"""\
+static inline float lb_tanh(float x)
+{{
+    float ax = fabs(x);
+    float z = x * x;
+{_poly("z", _TANH_P)}
+    float small = fma(p * z, ax, ax);
+    /* 1 - 2 / (e^{{2|x|}} + 1) is exactly 1 from |x| = 9.01 on; clamping 2|x| at 19 keeps
+       2^n a plain exponent field. A nan passes. */
+    float a2 = ax > 9.5f ? 19.0f : ax + ax;
+    int n;
+    float e = (lb_expm1_reduced(a2, &n) + 1.0f) * as_float((uint)(n + 127) << 23);
+    float big = 1.0f - 2.0f / (e + 1.0f);
+    /* tanh of |x|, then the sign of x (which also gives tanh(-0) = -0) */
+    return copysign(ax < 0.625f ? small : big, x);
+}}
+""",
+    max_ulp=1.34,
+    domain="all floats; exactly +-1 beyond |x| = 9.01",
+    reference="Cephes tanhf (S. L. Moshier): odd polynomial below 0.625, 1 - 2/(e^2x + 1) above.",
+)
+
+_SIGMOID = MathFunction(
+    op="sigmoid",
+    name="lb_sigmoid",
+    deps=("lb_exp",),
+    source="""\
+static inline float lb_sigmoid(float x)
+{
+    /* e = exp(-|x|) never overflows; for x < 0, e / (1 + e) keeps the tiny results that
+       1 / (1 + exp(-x)) would flush to 0. One division either way. */
+    float e = lb_exp(-fabs(x));
+    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+}
+""",
+    max_ulp=2.41,
+    domain="all floats; exactly 1 above 16.64, subnormal results below -87.34, 0 below "
+           "-103.97",
+    reference="Logistic function through exp(-|x|) (the numerically stable form used by "
+              "scipy.special.expit).",
+)
+
+_ERF = MathFunction(
+    op="erf",
+    name="lb_erf",
+    deps=("lb_expm1_reduced",),
+    source=f"""\
+static inline float lb_erf(float x)
+{{
+    float ax = fabs(x);
+    float z = x * x;
+{_poly("z", _ERF_SMALL, "ps")}
+    float small = fma(ps, x, x);
+{_poly("ax", _ERF_LARGE, "pl")}
+    /* e = exp(-ax + ax pl) is below 0.19 here, so 1 - e loses nothing to cancellation; from
+       |x| = 3.92 on e is below half an ulp of 1, and clamping the exponent at -30 keeps 2^n a
+       plain exponent field. A nan passes. */
+    float a = fma(pl, ax, -ax);
+    a = a < -30.0f ? -30.0f : a;
+    int n;
+    float e = (lb_expm1_reduced(a, &n) + 1.0f) * as_float((uint)(n + 127) << 23);
+    float large = copysign(1.0f - e, x);
+    return ax > 0.927734375f ? large : small;
+}}
+""",
+    max_ulp=1.03,
+    domain="all floats; exactly +-1 beyond |x| = 3.92",
+    reference="N. Juffa, 'Efficient faithfully-rounded implementation of error function erff', "
+              "Stack Overflow answer 35148199 (2016): two minimax approximations split at "
+              "0.927734375, the outer one in the exponent.",
+)
+
+_POW = MathFunction(
+    op="pow",
+    name="lb_pow",
+    arity=2,
+    deps=("lb_log_split", "lb_ldexp_k"),
+    source=f"""\
+static inline float lb_pow(float x, float y)
+{{
+    float ax = fabs(x);
+    /* ln|x| as a double-float lh + l, good to about 2^-30 relative: x = 2^k (1 + f),
+       ln(1 + f) = 2 atanh(s) = 2s + s^3 (2/3 + 2s^2/5 + ...) with s = f / (2 + f) <= 0.172,
+       where s is carried as sh + sl (the division's residual is exact by fma) and the
+       series (Taylor, truncated at s^11, error 2^-34) only feeds the low part. */
+    float k;
+    float f = lb_log_split(ax, &k);
+    float dh = 2.0f + f;
+    float dl = f - (dh - 2.0f);
+    float inv = 1.0f / dh;
+    float sh = f * inv;
+    float sl = fma(-sh, dl, fma(-sh, dh, f)) * inv;
+    float s2 = sh * sh;
+    float p = fma(s2, 0.181818181818181818f, 0.222222222222222222f);
+    p = fma(p, s2, 0.285714285714285714f);
+    p = fma(p, s2, 0.4f);
+    p = fma(p, s2, 0.666666666666666667f);
+    /* 2 atanh(sh + sl) = 2 atanh(sh) + 2 sl / (1 - s^2) to first order */
+    float tail = fma(2.0f * sl, 1.0f + s2, sh * s2 * p);
+    float lh = fma(2.0f, sh, tail);
+    float l = tail - (lh - 2.0f * sh);
+    /* times log2(e) = 1.4426950 + 1.9259630e-8, plus k: log2|x| = lhi + llo */
+    float m = lh * 1.44269504088896340736f;
+    float me = fma(lh, 1.44269504088896340736f, -m);
+    me = fma(lh, 1.925963033e-8f, fma(l, 1.44269504088896340736f, me));
+    float lhi = k + m;
+    float llo = (m - (lhi - k)) + me;
+    /* y log2|x| as yh + yl, then 2^yh 2^yl with the exp2f polynomial. */
+    float yh = y * lhi;
+    float yl = fma(y, lhi, -yh);
+    yl = fma(y, llo, yl);
+    float yc = fmin(fmax(yh, -200.0f), 200.0f);
+    yl = yc == yh ? yl : 0.0f;
+    float t = yc + {_ROUND_MAGIC};
+    float r = (yc - (t - {_ROUND_MAGIC})) + yl;
+{_poly("r", _EXP2_P, "e")}
+    float v = lb_ldexp_k(fma(e, r, 1.0f), as_int(t) - {_ROUND_MAGIC_BITS});
+    /* Special values in the order of C99 Annex F pow. */
+    v = ax == 0.0f ? (y < 0.0f ? INFINITY : 0.0f) : v;
+    v = ax == INFINITY ? (y < 0.0f ? 0.0f : INFINITY) : v;
+    v = ax == 1.0f ? 1.0f : v;
+    int y_int = rint(y) == y;
+    float hy = 0.5f * y;
+    int y_odd = y_int && rint(hy) != hy;
+    v = x < 0.0f && y_odd ? -v : v;
+    /* a negative zero base keeps its sign for odd integer exponents */
+    v = x == 0.0f && y_odd ? copysign(v, x) : v;
+    v = x < 0.0f && !y_int ? NAN : v;
+    v = isnan(x) || isnan(y) ? x + y : v;
+    return (y == 0.0f || x == 1.0f) ? 1.0f : v;
+}}
+""",
+    max_ulp=2.5,
+    domain="x > 0 with finite results (|y log2 x| < 128), x < 0 with integer y; C99 special "
+           "cases for zeros, infinities, nan, x = +-1 and y = 0",
+    reference="exp2(y log2 x) with log2 x and the product in double-float arithmetic (T. J. "
+              "Dekker, 'A floating-point technique for extending the available precision', "
+              "1971), ln through s = f / (2 + f) as in fdlibm e_log.c, 2^r by the Cephes exp2f "
+              "polynomial; special cases per C99 Annex F.",
+)
+
+FUNCTIONS: dict[str, MathFunction] = {
+    f.op: f
+    for f in (_EXP, _EXP2, _EXPM1, _LOG, _LOG2, _LOG1P, _SIN, _COS, _TAN, _TANH, _SIGMOID,
+              _ERF, _POW)
+}
+"""The float32 functions a kernel may call, keyed by IR operation name."""
+
+_BY_NAME: dict[str, MathFunction] = {**HELPERS, **{f.name: f for f in FUNCTIONS.values()}}
+
+
+def preamble(names: Iterable[str]) -> str:
+    """OpenCL C text defining the requested functions and everything they call.
+
+    Args:
+        names: operation names (keys of ``FUNCTIONS``, e.g. ``"tanh"``) or C names
+            (``"lb_tanh"``), in any order, duplicates allowed.
+
+    Returns:
+        The definitions, each exactly once, dependencies before their users, in a stable order
+        (so the same set of names always gives the same text and the same kernel cache key).
+        Empty string for no names.
+
+    Raises:
+        KeyError: for a name that is neither an operation nor a C name defined here.
+    """
+    emitted: list[str] = []
+    seen: set[str] = set()
+
+    def visit(fn: MathFunction) -> None:
+        if fn.name in seen:
+            return
+        seen.add(fn.name)
+        for dep in fn.deps:
+            visit(_BY_NAME[dep])
+        emitted.append(fn.source)
+
+    for key in sorted(set(names)):
+        fn = FUNCTIONS.get(key) or _BY_NAME.get(key)
+        if fn is None:
+            raise KeyError(f"no OpenCL math function named {key!r}")
+        visit(fn)
+    return "\n".join(emitted)
