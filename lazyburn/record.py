@@ -58,8 +58,19 @@ class Origin:
         return f"{self.code.co_filename}:{self.line}" if self.code is not None else "<unknown>"
 
 
+def _unsupported(device: str) -> frozenset:
+    """Open ``device`` (which fills ``UNSUPPORTED``) so that its dtype limits apply from the
+    first op recorded on it."""
+    from . import runtime
+
+    runtime.backend(device)
+    return UNSUPPORTED.get(device, frozenset())
+
+
 def node(op, inputs, attrs, shape, dtype, device, origin: Origin) -> Node:
     bad = UNSUPPORTED.get(device)
+    if bad is None:
+        bad = _unsupported(device)
     if bad and dtype in bad:
         raise DTypeError(f"{op}: device {device} does not support {dtype.name}", str(origin))
     return Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line)
@@ -80,6 +91,8 @@ _new_object = object.__new__
 def record(op, inputs, attrs, shape, dtype, device, origin: Origin):
     """``wrap(node(...))`` in one call: the path of every op the user gets a Tensor from."""
     bad = UNSUPPORTED.get(device)
+    if bad is None:
+        bad = _unsupported(device)
     if bad and dtype in bad:
         raise DTypeError(f"{op}: device {device} does not support {dtype.name}", str(origin))
     t = _new_object(Tensor)

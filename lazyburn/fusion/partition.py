@@ -261,7 +261,9 @@ class Partitioner:
                      and self._must_store(self._node_by_id(i), rg, groups, stored)}
             if not grown:
                 break
-            stored |= grown
+            # store the most downstream values first: once they are stored, what they inline
+            # may no longer need storing (a chain is written out once, at its end)
+            stored |= grown - self._upstream_of(grown, stored)
         for g in groups:  # anchors are written out when a tensor or another group reads them
             for a in g.anchors:
                 if id(a) in self.out_ids or readers[id(a)] - {id(g)}:
@@ -273,6 +275,20 @@ class Partitioner:
         home = {i: g for i, g in home.items() if i in stored}
         ordered = self._launch_order(all_groups, home, stored)
         return Partition(ordered, home, self.order)
+
+    def _upstream_of(self, ids: set, stored: set) -> set:
+        """Ids in ``ids`` that another member of ``ids`` computes inline."""
+        upstream, stack, seen = set(), [self._node_by_id(i) for i in ids], set()
+        while stack:
+            x = stack.pop()
+            for i in x.inputs:
+                if id(i) in seen or self.is_leaf(i) or id(i) in stored or self.is_anchor(i):
+                    continue
+                seen.add(id(i))
+                if id(i) in ids:
+                    upstream.add(id(i))
+                stack.append(i)
+        return upstream
 
     def _assign_homes(self, groups, group_of, stored, home) -> list:
         """Give each stored element-wise value a group (topological order); returns the new

@@ -31,7 +31,7 @@ def additive_attention_mask(mask, dtype="float32", device=None):
     weight exactly 0. Raises ShapeError unless ``mask`` is 2-D.
     """
     d = dt.dtype(dtype)
-    m = mask if isinstance(mask, Tensor) else tensor(np.asarray(mask), device=device)
+    m = mask if isinstance(mask, Tensor) else tensor(np.asarray(mask) != 0, device=device)
     if m.ndim != 2:
         raise ShapeError(f"additive_attention_mask: expected a (batch, seq) mask, got shape "
                          f"{m.shape}")
