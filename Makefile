@@ -4,12 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test bench opencl-runtime clean
+.PHONY: demo test bench opencl-runtime webgpu-runtime clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[opencl,models,autotune,test,reference]'
+	$(PY) -m pip install -q -e '.[opencl,webgpu,models,autotune,test,reference]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -28,10 +28,21 @@ opencl-runtime: $(STAMP)
 	  fi; }
 	@$(PY) -m lazyburn.runtime.opencl_devices --probe
 
+# A WebGPU adapter for CI: Mesa's lavapipe (Vulkan on the CPU) from Debian's
+# mesa-vulkan-drivers, installed when no adapter is found and apt-get can run as root.
+webgpu-runtime: $(STAMP)
+	@$(PY) -m lazyburn.runtime.webgpu --probe >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Mesa's Vulkan drivers (lavapipe)"; \
+	    (apt-get install -y -qq mesa-vulkan-drivers >/dev/null 2>&1 || \
+	     (apt-get update -qq && apt-get install -y -qq mesa-vulkan-drivers >/dev/null)); \
+	  else echo "no WebGPU adapter: the webgpu tests will be skipped"; fi; }
+	@$(PY) -m lazyburn.runtime.webgpu --probe || true
+
 demo: $(STAMP) opencl-runtime
 	$(VENV)/bin/lazyburn demo
 
-test: $(STAMP) opencl-runtime
+test: $(STAMP) opencl-runtime webgpu-runtime
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: $(STAMP) opencl-runtime
