@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
 from .common import INFIX, ExprPrinter, float_literal
+from .triton_helpers import HELPERS
 
 TL = {"bool": "tl.int1", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32",
       "int64": "tl.int64", "uint8": "tl.uint8", "float16": "tl.float16",
@@ -60,168 +61,6 @@ PORTABLE = {"expm1": "lb_expm1", "log1p": "lb_log1p", "tanh": "lb_tanh", "tan": 
             "round": "lb_rint", "pow": "lb_pow"}
 
 PERSISTENT_MAX = 16384  # longest row a persistent reduction holds in registers
-
-# Helper functions, emitted into a kernel's module only when used: name -> (deps, source).
-HELPERS = {
-    # NumPy's npy_floor_divide / npy_remainder for floats; `%` on floats is C's fmod
-    "lb_floordiv_float": ((), '''
-def lb_floordiv_float(a, b):
-    m = a % b
-    d = (a - m) / b
-    d = tl.where((m != 0) & ((b < 0) != (m < 0)), d - 1.0, d)
-    f = tl.floor(d)
-    f = tl.where(d - f > 0.5, f + 1.0, f)
-    q = a / b
-    f = tl.where(d == 0, tl.where(1.0 / q < 0, -0.0, 0.0), f)
-    return tl.where(b == 0, q, f)
-'''),
-    "lb_mod_float": ((), '''
-def lb_mod_float(a, b):
-    m = a % b
-    m = tl.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
-    return tl.where(m == 0, tl.where(1.0 / b < 0, -0.0, 0.0), m)
-'''),
-    # integer floor division and modulo; division by zero gives 0 (the reference's rule)
-    "lb_floordiv_int": ((), '''
-def lb_floordiv_int(a, b):
-    safe = tl.where(b == 0, 1, b)
-    q = a // safe
-    q = tl.where(((a % safe) != 0) & ((a < 0) != (safe < 0)), q - 1, q)
-    return tl.where(b == 0, 0, q)
-'''),
-    "lb_mod_int": ((), '''
-def lb_mod_int(a, b):
-    safe = tl.where(b == 0, 1, b)
-    m = a % safe
-    m = tl.where((m != 0) & ((m < 0) != (safe < 0)), m + safe, m)
-    return tl.where(b == 0, 0, m)
-'''),
-    # integer power by squaring over the exponent's bits; negative exponents as NumPy's
-    "lb_ipow": ((), '''
-def lb_ipow(a, b, BITS: tl.constexpr, SIGNED: tl.constexpr):
-    r = a * 0 + b * 0 + 1
-    base = a + b * 0
-    e = b
-    for _ in tl.static_range(BITS):
-        r = tl.where((e & 1) != 0, r * base, r)
-        base = base * base
-        e = e >> 1
-    if SIGNED:
-        special = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0))
-        r = tl.where(b < 0, special.to(r.dtype), r)
-    return r
-'''),
-    # NaN-propagating min/max, and the combine functions of reductions
-    "lb_maxnan": ((), '''
-def lb_maxnan(a, b):
-    return tl.where((a > b) | (a != a), a, b)
-'''),
-    "lb_minnan": ((), '''
-def lb_minnan(a, b):
-    return tl.where((a < b) | (a != a), a, b)
-'''),
-    "lb_add": ((), '''
-def lb_add(a, b):
-    return a + b
-'''),
-    "lb_mul": ((), '''
-def lb_mul(a, b):
-    return a * b
-'''),
-    "lb_max": ((), '''
-def lb_max(a, b):
-    return tl.maximum(a, b)
-'''),
-    "lb_min": ((), '''
-def lb_min(a, b):
-    return tl.minimum(a, b)
-'''),
-    # argmax/argmin: the extreme value, NaN counting as the extreme, ties to the lower index
-    "lb_argmax": ((), '''
-def lb_argmax(v1, i1, v2, i2):
-    n1 = v1 != v1
-    n2 = v2 != v2
-    same = (v1 == v2) | (n1 & n2)
-    take1 = (n1 & ~n2) | ((v1 > v2) & ~n2) | (same & (i1 < i2))
-    return tl.where(take1, v1, v2), tl.where(take1, i1, i2)
-'''),
-    "lb_argmin": ((), '''
-def lb_argmin(v1, i1, v2, i2):
-    n1 = v1 != v1
-    n2 = v2 != v2
-    same = (v1 == v2) | (n1 & n2)
-    take1 = (n1 & ~n2) | ((v1 < v2) & ~n2) | (same & (i1 < i2))
-    return tl.where(take1, v1, v2), tl.where(take1, i1, i2)
-'''),
-    "lb_argmax_int": ((), '''
-def lb_argmax_int(v1, i1, v2, i2):
-    take1 = (v1 > v2) | ((v1 == v2) & (i1 < i2))
-    return tl.where(take1, v1, v2), tl.where(take1, i1, i2)
-'''),
-    "lb_argmin_int": ((), '''
-def lb_argmin_int(v1, i1, v2, i2):
-    take1 = (v1 < v2) | ((v1 == v2) & (i1 < i2))
-    return tl.where(take1, v1, v2), tl.where(take1, i1, i2)
-'''),
-    # the counter-based uniform of lazyburn.runtime.numpy_backend.uniform_from_counter:
-    # PCG's output permutation as a hash (Jarzynski & Olano, JCGT 2020), on uint32
-    "lb_pcg": ((), '''
-def lb_pcg(x):
-    state = x * 747796405 + 2891336453
-    word = ((state >> ((state >> 28) + 4)) ^ state) * 277803737
-    return (word >> 22) ^ word
-'''),
-    "lb_uniform": (("lb_pcg",), '''
-def lb_uniform(seed, counter):
-    return (lb_pcg(lb_pcg(counter) ^ seed) >> 8).to(tl.float32) * 5.9604644775390625e-08
-'''),
-    # portable math for the interpreter (Kahan's accurate forms of expm1 and log1p)
-    "lb_expm1": ((), '''
-def lb_expm1(x):
-    u = tl.exp(x)
-    um1 = u - 1.0
-    r = tl.where(um1 == -1.0, -1.0, um1 * x / tl.log(u))
-    r = tl.where(u == 1.0, x, r)
-    return tl.where(u == float("inf"), u, r)
-'''),
-    "lb_log1p": ((), '''
-def lb_log1p(x):
-    u = 1.0 + x
-    r = tl.log(u) * (x / (u - 1.0))
-    r = tl.where(u == 1.0, x, r)
-    return tl.where(u == float("inf"), u, r)
-'''),
-    "lb_tanh": (("lb_expm1",), '''
-def lb_tanh(x):
-    ax = tl.abs(x)
-    e = lb_expm1(2.0 * ax)
-    t = tl.where(ax > 20.0, 1.0, e / (e + 2.0))
-    return tl.where(x < 0, -t, t)
-'''),
-    "lb_tan": ((), '''
-def lb_tan(x):
-    return tl.sin(x) / tl.cos(x)
-'''),
-    "lb_rint": ((), '''
-def lb_rint(x):
-    r = tl.floor(x)
-    d = x - r
-    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0
-    return tl.where((d > 0.5) | ((d == 0.5) & odd), r + 1.0, r)
-'''),
-    "lb_pow": ((), '''
-def lb_pow(a, b):
-    r = tl.exp2(b * tl.log2(tl.abs(a)))
-    finite_b = tl.abs(b) < float("inf")
-    b_int = tl.floor(b) == b
-    b_odd = b_int & finite_b & ((b - 2.0 * tl.floor(b * 0.5)) != 0)
-    r = tl.where((a < 0) & b_odd, -r, r)
-    r = tl.where((a < 0) & ~b_int & finite_b, float("nan"), r)
-    r = tl.where((a == -1) & ~finite_b & (b == b), 1.0, r)
-    return tl.where((b == 0) | (a == 1), 1.0, r)
-'''),
-}
-
 
 @dataclass
 class RenderedKernel:
@@ -318,13 +157,14 @@ class TritonPrinter(ExprPrinter):
             return f"tl.full([], {value}, {TL[dtype.name]})"
         return f"tl.full([], {float_literal(value, '', INF, NAN)}, {VALUE[dtype.name]})"
 
-    def mask_arg(self, masks: list) -> str | None:
-        """The ``mask=`` argument of a load or store from mask expressions (None: none)."""
+    def mask_arg(self, masks: list, computed: bool = False) -> str | None:
+        """The ``mask=`` argument of a load or store from mask expressions (None: none);
+        ``computed``: one of them is a value the kernel computed (a pad's or concat's)."""
         masks = [m for m in masks if m]
         if not masks:
             return None
         text = " & ".join(masks)
-        if self.target == "interpret" and len(masks) > 1:
+        if self.target == "interpret" and (len(masks) > 1 or computed):
             # the interpreter hands `scalar & block` masks to its loads as int32, which they
             # reject; tl.where gives a proper bool block
             text = f"tl.where({text}, True, False)"
@@ -333,7 +173,7 @@ class TritonPrinter(ExprPrinter):
     def load(self, e: Expr, index: str, mask: str | None):
         arg = self.spec.args[e.args[0]]
         idx, own = e.args[1], e.args[2]
-        m = self.mask_arg([mask, self.region_mask(idx, own)])
+        m = self.mask_arg([mask, self.region_mask(idx, own)], computed=own is not None)
         if m is not None and own is not None and not self.deps(own) <= self.deps(idx):
             index = f"tl.where({m}, {index}, 0)"  # a block of pointers, as the mask is
         opts = f", mask={m}, other=0" if m else ""
@@ -360,6 +200,8 @@ class TritonPrinter(ExprPrinter):
         if e.op in TL_MATH:
             if not e.dtype.is_float:
                 return args[0]  # floor/ceil of an integer
+            if e.op == "sqrt" and e.dtype.name != "float64":
+                return f"tl.sqrt_rn({args[0]})"  # tl.sqrt is approximate (and flushes denormals)
             return f"{TL_MATH[e.op]}({args[0]})"
         if e.op in LIBDEVICE and e.op != "pow":
             if not e.dtype.is_float:
@@ -840,8 +682,15 @@ def _matmul_params(spec: MatmulSpec, interpret: bool) -> dict:
         return max(16, min(block, next_pow2(dim)))
 
     half = spec.a is not None and spec.a.dtype.name in HALF
+    if not spec.acc_dtype.is_float:  # multiply-and-sum tiles live in registers: keep them small
+        bm, bn, bk, warps, stages = 32, 32, 8, 4, 1
+        return {"BLOCK_M": min(bm, max(16, next_pow2(spec.m))),
+                "BLOCK_N": min(bn, max(16, next_pow2(spec.n))), "BLOCK_K": bk, "GROUP_M": 8,
+                "num_warps": warps, "num_stages": stages}
     if interpret:
         bm, bn, bk, warps, stages = 64, 64, 64, 4, 1
+    elif spec.acc_dtype.name == "float64":
+        bm, bn, bk, warps, stages = 64, 64, 16, 4, 2
     elif half:
         bm, bn, bk, warps, stages = 128, 256, 64, 8, 3
     else:

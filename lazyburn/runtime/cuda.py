@@ -9,8 +9,9 @@ reads real source and ``LAZYBURN_DUMP`` shows exactly what ran), then replays th
 precomputed launch steps: after a kernel's first launch, the compiled Triton kernel is called
 directly, skipping the JIT's argument binding and cache lookup.
 
-A copy to another GPU (``t.to("cuda:1")``) runs on the destination's stream after an event
-recorded on the source's stream. A failed launch or allocation raises DeviceError /
+A copy to another GPU (``t.to("cuda:1")``) is ordered after the source device's stream and
+before later work on the destination's (PyTorch's cross-device copy between the two streams).
+A failed launch or allocation raises DeviceError /
 OutOfMemoryError naming the kernel's user line; the plan's temporaries are dropped and the next
 sync works (a device fault that corrupts the CUDA context is the exception: CUDA itself cannot
 recover from those).
@@ -36,18 +37,19 @@ kernel is tuned at its first launch (timings on the device; results cached on di
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import importlib.util
 import os
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
-from . import dump
 from .fused import FusedBackend, host_value
 
 allow_tf32 = False
@@ -258,10 +260,12 @@ class CudaBackend(FusedBackend):
     def upload(self, host: np.ndarray):
         torch = self.torch
         host = np.ascontiguousarray(host).reshape(-1)
-        if host.dtype.name == "bfloat16":
-            t = torch.from_numpy(host.view(np.int16)).view(torch.bfloat16)
-        else:
-            t = torch.from_numpy(host)
+        with warnings.catch_warnings():  # read-only arrays are fine: torch only reads them
+            warnings.simplefilter("ignore", UserWarning)
+            if host.dtype.name == "bfloat16":
+                t = torch.from_numpy(host.view(np.int16)).view(torch.bfloat16)
+            else:
+                t = torch.from_numpy(host)
         if self.interpret:
             return t.clone()
         try:
@@ -304,8 +308,7 @@ class CudaBackend(FusedBackend):
         return (RuntimeError,)
 
     def _on_device(self):
-        import contextlib
-
+        """A context making this device and its stream torch's current ones."""
         if self.interpret:
             return contextlib.nullcontext()
         stack = contextlib.ExitStack()
@@ -354,7 +357,10 @@ class CudaBackend(FusedBackend):
         return buffers
 
     def import_buffer(self, n):
-        """Node ``n``'s data (realized on another device) as a buffer of this device."""
+        """Node ``n``'s data (realized on another device) as a buffer of this device. Between
+        GPUs the copy is ordered on both devices' streams (PyTorch's cross-device copy places a
+        two-way barrier between the current streams of source and destination, which are
+        made the two backends' streams here)."""
         other = n.device
         if other.startswith("cuda:") and not self.interpret:
             from . import backend as backend_of
@@ -362,13 +368,8 @@ class CudaBackend(FusedBackend):
             src = backend_of(other)
             if not src.interpret:
                 torch = self.torch
-                event = torch.cuda.Event()
-                event.record(src.stream)
-                self.stream.wait_event(event)
-                with self._on_device():
-                    out = n.buffer.to(self.device, non_blocking=True)
-                n.buffer.record_stream(self.stream)
-                return out
+                with torch.cuda.stream(self.stream), torch.cuda.stream(src.stream):
+                    return n.buffer.to(self.device, non_blocking=True)
         return self.upload(host_value(n))
 
 
