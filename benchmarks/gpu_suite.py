@@ -376,13 +376,14 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("no GPU visible to PyTorch; use --dry-run", file=sys.stderr)
         return 2
+    from lazyburn import autotune
     from lazyburn.runtime import cuda
 
     cuda.cuda_graphs = args.cuda_graphs
     lb.set_default_device("cuda:0")
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
-          f"lazyburn {lb.__version__}, autotune level {lb.autotune.level()}")
+          f"lazyburn {lb.__version__}, autotune level {autotune.level()}")
     bandwidth, peak = measure_peaks(torch, args.quick)
     if args.bandwidth:
         bandwidth = args.bandwidth * 1e12

@@ -144,6 +144,10 @@ def test_binary_float_ops(dev):
                 lb.isnan(a), lb.isinf(a), lb.isfinite(a))
 
     check(dev, ops, a, b)
+    check(dev, lambda a: (lb.floor_divide(a, 0.7), lb.remainder(a, -1.3), a ** 2, a ** 3,
+                          lb.abs(a) ** 0.5, lb.minimum(a, 0.5), lb.maximum(-0.25, a),
+                          lb.pow(2.0, a),
+                          lb.tanh(a) + lb.expm1(a)), a)
     base = np.array([[2.0, -2.0, -2.0, 0.0, 0.0, 1.0, -1.0, 0.5, np.nan, 3.0]], np.float32)
     expo = np.array([[3.0, 3.0, 0.5, 2.0, -1.0, np.nan, np.inf, -2.0, 0.0, 1.5]], np.float32)
     check(dev, lambda a, b: lb.pow(a, b), base, expo)
@@ -166,6 +170,7 @@ def test_int_ops(dev, dtype):
         return out if dtype == "uint8" else out + (-a,)
 
     check(dev, ops, a, b, s, e)
+    check(dev, lambda a: (a ** 2, a ** 3, lb.floor_divide(a, 4), lb.remainder(a, 3)), a)
 
 
 def test_bool_and_casts(dev):
@@ -373,7 +378,8 @@ def _specs():
     w = lb.tensor(rand(rng, (300, 40)), device="numpy")
     i = lb.tensor(rng.integers(-3, 3, (16, 24)).astype(np.int8), device="numpy")
     graphs = [lb.tanh(lb.expm1(x)) + lb.log1p(lb.abs(x)) + lb.round(x) + lb.pow(x, x) +
-              lb.tan(x) + lb.floor_divide(x, 0.7) + lb.remainder(x, 1.3),
+              lb.tan(x) + lb.floor_divide(x, 0.7) + lb.remainder(x, 1.3) + lb.pow(x, 3.0) +
+              lb.minimum(0.5, x) + lb.sqrt(lb.abs(x)),
               lb.softmax(x, axis=-1), x.argmax(axis=0), lb.layer_norm(x, (300,)),
               lb.gelu(a @ b + 1.0), x @ w, i @ i.T,
               lb.default_rng(1).uniform((5, 7), device="numpy") + 1]

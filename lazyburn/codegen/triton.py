@@ -60,6 +60,9 @@ LIBDEVICE = {"expm1": "libdevice.expm1", "log1p": "libdevice.log1p", "tanh": "li
 PORTABLE = {"expm1": "lb_expm1", "log1p": "lb_log1p", "tanh": "lb_tanh", "tan": "lb_tan",
             "round": "lb_rint", "pow": "lb_pow"}
 
+# ops spelled as a call of a helper or of libdevice
+CALLS = frozenset(LIBDEVICE) | {"floordiv", "mod", "minimum", "maximum", "pow"}
+
 PERSISTENT_MAX = 16384  # longest row a persistent reduction holds in registers
 
 @dataclass
@@ -192,11 +195,13 @@ class TritonPrinter(ExprPrinter):
 
     def render(self, e: Expr, args: list) -> str:
         operands = [a for a in e.args if isinstance(a, Expr)]
-        if operands and all(a.is_const for a in operands) and not e.op.startswith("idx_") \
-                and e.op not in ("load", "wrap_clamp"):
-            # an op on constants only: Triton needs a tensor to call methods on
-            args = [self.typed_literal(a.value, a.dtype) if isinstance(a, Expr) else a
-                    for a in e.args]
+        if any(a.is_const for a in operands) and (e.op in CALLS or all(
+                a.is_const for a in operands) and not e.op.startswith("idx_")
+                and e.op not in ("load", "wrap_clamp")):
+            # a helper's or libdevice's argument, or an op on constants only: Triton needs
+            # tensors there, not Python numbers
+            args = [self.typed_literal(a.value, a.dtype) if isinstance(a, Expr) and a.is_const
+                    else x for a, x in zip(e.args, args)]
         if e.op in TL_MATH:
             if not e.dtype.is_float:
                 return args[0]  # floor/ceil of an integer
@@ -296,6 +301,9 @@ class TritonPrinter(ExprPrinter):
         return self.helper("lb_mod_float" if e.dtype.is_float else "lb_mod_int", a, b)
 
     def op_pow(self, e, a, b):
+        exponent = e.args[1]
+        if exponent.is_const and exponent.value in (1, 2):  # exact as a product
+            return a if exponent.value == 1 else f"({a} * {a})"
         if e.dtype.is_float:
             return self._math("pow", [a, b])
         return self.helper("lb_ipow", a, b, e.dtype.bits, e.dtype.kind == "i")

@@ -59,11 +59,11 @@ def lb_ipow(a, b, BITS: tl.constexpr, SIGNED: tl.constexpr):
     # NaN-propagating min/max, and the combine functions of reductions
     "lb_maxnan": ((), '''
 def lb_maxnan(a, b):
-    return tl.where((a > b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a > b, a, b))
 '''),
     "lb_minnan": ((), '''
 def lb_minnan(a, b):
-    return tl.where((a < b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a < b, a, b))
 '''),
     "lb_add": ((), '''
 def lb_add(a, b):
@@ -154,15 +154,18 @@ def lb_rint(x):
     odd = (r - 2.0 * tl.floor(r * 0.5)) != 0
     return tl.where((d > 0.5) | ((d == 0.5) & odd), r + 1.0, r)
 '''),
+    # pow from exp2/log2 with C's special cases; tl.where rather than `&` between masks, as one
+    # side may be a scalar (the interpreter cannot combine a scalar and a block mask)
     "lb_pow": ((), '''
 def lb_pow(a, b):
     r = tl.exp2(b * tl.log2(tl.abs(a)))
     finite_b = tl.abs(b) < float("inf")
     b_int = tl.floor(b) == b
-    b_odd = b_int & finite_b & ((b - 2.0 * tl.floor(b * 0.5)) != 0)
-    r = tl.where((a < 0) & b_odd, -r, r)
-    r = tl.where((a < 0) & ~b_int & finite_b, float("nan"), r)
-    r = tl.where((a == -1) & ~finite_b & (b == b), 1.0, r)
-    return tl.where((b == 0) | (a == 1), 1.0, r)
+    b_odd = tl.where(b_int, tl.where(finite_b, (b - 2.0 * tl.floor(b * 0.5)) != 0, False), False)
+    neg = a < 0
+    r = tl.where(tl.where(b_odd, neg, False), -r, r)
+    r = tl.where(tl.where(b_int, False, finite_b), tl.where(neg, float("nan"), r), r)
+    r = tl.where(tl.where(finite_b, False, b == b), tl.where(a == -1, 1.0, r), r)
+    return tl.where(b == 0, 1.0, tl.where(a == 1, 1.0, r))
 '''),
 }
