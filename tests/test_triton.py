@@ -453,3 +453,35 @@ def test_torch_interop_shares_memory(dev):
     assert y.shape == (5, 6)
     torch.testing.assert_close(y, torch.softmax(t, dim=-1) * 2)
     assert to_torch(x).data_ptr() == t.data_ptr()
+
+
+def test_first_launch_tuning_runs_checks_and_caches(dev, monkeypatch):
+    """The tuning path a GPU takes at autotune level >= 1, with the timer stubbed (the
+    interpreter's timings mean nothing)."""
+    import triton.testing
+
+    from lazyburn import autotune as at
+    from lazyburn.runtime import cuda_tuning
+
+    real = cuda_tuning.candidates
+
+    def with_alternative(spec, interpret=False):
+        base = real(spec, interpret)
+        if spec.kind != "elementwise":
+            return base
+        return base + [at.Candidate("BLOCK=64", {**base[0].params, "BLOCK": 64}, 1)]
+
+    monkeypatch.setattr(cuda_tuning, "candidates", with_alternative)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (fn(), 1.0)[1])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "interpreter")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
+    rng = np.random.default_rng(22)
+    x = rand(rng, (9, 31))
+    tunes, benchmarks = at.stats.tunes, at.stats.benchmarks
+    check(dev, lambda x: lb.cos(x) * 3 - 1, x)
+    assert at.stats.tunes == tunes + 1 and at.stats.benchmarks >= benchmarks + 2
+    hits = at.stats.hits
+    runtime.backend(dev).plans.clear()
+    runtime.backend(dev)._programs.clear()
+    check(dev, lambda x: lb.cos(x) * 3 - 1, x)  # compiled again: the tuning comes from cache
+    assert at.stats.hits == hits + 1
