@@ -126,6 +126,9 @@ def download(n: Node):
 def describe_devices() -> list[str]:
     """One line per device this machine offers, for ``lazyburn devices``."""
     lines = ["numpy     NumPy reference backend (node by node, unfused)"]
+    from .cuda import describe as describe_cuda
+
+    lines += describe_cuda()
     try:
         from .opencl_devices import describe
 

@@ -71,7 +71,8 @@ def available() -> bool:
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("triton") is None:
         return False
     if sys.platform.startswith("linux") and not (glob.glob("/dev/nvidia[0-9]*") or
-                                                 os.path.exists("/dev/kfd")):
+                                                 os.path.exists("/dev/kfd") or
+                                                 os.path.exists("/dev/dxg")):
         return False
     try:
         import torch
@@ -79,6 +80,23 @@ def available() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+
+
+def describe() -> list[str]:
+    """One line per GPU for ``lazyburn devices`` (or why there is none)."""
+    if importlib.util.find_spec("triton") is None:
+        return ["(cuda)    triton is not installed"]
+    if not available():
+        return ["(cuda)    no CUDA/ROCm GPU visible"]
+    import torch
+    import triton
+
+    lines = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        lines.append(f"cuda:{i}    {p.name}, {p.total_memory / 2**30:.0f} GiB (torch "
+                     f"{torch.__version__}, triton {triton.__version__})")
+    return lines
 
 
 def open_device(index: int) -> "CudaBackend":
