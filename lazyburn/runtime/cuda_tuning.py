@@ -48,17 +48,23 @@ def candidates(spec, interpret: bool = False) -> list[at.Candidate]:
             if block <= 4 * tr.next_pow2(spec.numel):
                 add({"BLOCK": block, "num_warps": warps}, priority)
     elif isinstance(spec, ReductionSpec):
-        size = spec.reduce_size
+        size, rows = max(spec.reduce_size, 1), tr.next_pow2(spec.rows)
+        if tr._outer_reduction(spec):  # row tiles over the contiguous axis
+            for x, r in ((32, 32), (64, 16), (128, 8), (64, 64), (128, 32), (32, 8)):
+                if x <= rows:
+                    add({"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4},
+                        1 if r >= 16 else 2)
         if size <= tr.PERSISTENT_MAX:
-            r = tr.next_pow2(max(size, 1))
-            for warps in (2, 4, 8, 16):
-                add({"looped": False, "RBLOCK": r, "num_warps": warps}, 1)
+            r = tr.next_pow2(size)
             for x in (1, 2, 4, 8, 16, 32, 64):
-                if x * r <= 16384 and x <= tr.next_pow2(spec.rows):
-                    add({"looped": False, "RBLOCK": r, "XBLOCK": x}, 2)
+                if x <= rows and x * r <= 16384:
+                    for warps in (2, 4, 8, 16):
+                        if x * r >= 32 * warps:  # at least one element per thread
+                            add({"XBLOCK": x, "RBLOCK": r, "looped": False,
+                                 "num_warps": warps}, 1 if x == default["XBLOCK"] else 2)
         for rblock, warps in ((1024, 4), (2048, 8), (4096, 8), (4096, 16)):
             if rblock < size:
-                add({"looped": True, "RBLOCK": rblock, "XBLOCK": 1, "num_warps": warps},
+                add({"XBLOCK": 1, "RBLOCK": rblock, "looped": True, "num_warps": warps},
                     1 if size > tr.PERSISTENT_MAX else 2)
     elif isinstance(spec, MatmulSpec):
         for j, (bm, bn, bk, stages, warps) in enumerate(MATMUL_TILES):
