@@ -79,6 +79,7 @@ class RenderedKernel:
 
 
 def next_pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for n <= 1)."""
     p = 1
     while p < n:
         p *= 2
@@ -86,6 +87,7 @@ def next_pow2(n: int) -> int:
 
 
 def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive ``b``."""
     return -(-a // b)
 
 
@@ -447,7 +449,7 @@ def _reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
         r = min(next_pow2(size), 1024)
         x = min(next_pow2(rows), max(1, 4096 // r))
         return {"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4}
-    if _outer_reduction(spec):
+    if outer_reduction(spec):
         # the reduced axis is strided and the rows are contiguous: wide row tiles coalesce
         r = min(next_pow2(size), 32)
         return {"XBLOCK": min(64, next_pow2(rows)), "RBLOCK": r, "looped": size > r,
@@ -462,7 +464,7 @@ def _reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
     return {"XBLOCK": 1, "RBLOCK": 2048, "looped": True, "num_warps": 8}
 
 
-def _outer_reduction(spec: ReductionSpec) -> bool:
+def outer_reduction(spec: ReductionSpec) -> bool:
     """True when the first load of the first stage steps by 1 along ``row`` but not along
     ``r`` (a reduction over a leading axis)."""
     if not spec.stages:

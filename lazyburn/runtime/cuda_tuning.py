@@ -49,7 +49,7 @@ def candidates(spec, interpret: bool = False) -> list[at.Candidate]:
                 add({"BLOCK": block, "num_warps": warps}, priority)
     elif isinstance(spec, ReductionSpec):
         size, rows = max(spec.reduce_size, 1), tr.next_pow2(spec.rows)
-        if tr._outer_reduction(spec):  # row tiles over the contiguous axis
+        if tr.outer_reduction(spec):  # row tiles over the contiguous axis
             for x, r in ((32, 32), (64, 16), (128, 8), (64, 64), (128, 32), (32, 8)):
                 if x <= rows:
                     add({"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4},
