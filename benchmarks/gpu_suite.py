@@ -22,7 +22,9 @@ several copies so that no run finds its inputs in cache). The roofline time of a
 and the peak by a large float16 ``torch.matmul`` (or given with ``--bandwidth`` and
 ``--peak-tflops``); "% roofline" is roofline time / measured time.
 
-lazyburn runs on its own stream (the device's stream); timings are taken on that stream.
+lazyburn runs on its own stream (the device's stream); timings are taken on that stream, with
+``lazyburn.runtime.cuda.synchronous = False`` (a sync queues the kernels and returns, as PyTorch
+ops do) unless ``--sync`` is given. The launch table shows both modes.
 ``LAZYBURN_AUTOTUNE`` applies as usual (level 1 by default: kernels are tuned at their first
 launch, during warm-up).
 """
@@ -274,8 +276,15 @@ def bench_launch(torch, n_iter: int) -> dict:
             times.append((t1 - t0) / n_iter * 1e6)
         return statistics.median(times)
 
+    from lazyburn.runtime import cuda
+
+    mode = cuda.synchronous
     out["lazyburn: record only (no sync)"] = timed(lambda: x + 1.0)
-    out["lazyburn: record + sync (cached plan)"] = timed(lambda: lb.sync(x + 1.0))
+    cuda.synchronous = False
+    out["lazyburn: record + sync, async"] = timed(lambda: lb.sync(x + 1.0))
+    cuda.synchronous = True
+    out["lazyburn: record + sync, waiting"] = timed(lambda: lb.sync(x + 1.0))
+    cuda.synchronous = mode
     b = backend("cuda:0")
     plan, _ = b.plans.lookup([(x + 1.0)._node])
     kernel = plan.kernels[0].compiled.kernel
@@ -286,6 +295,7 @@ def bench_launch(torch, n_iter: int) -> dict:
         out["triton JIT launch (same kernel)"] = timed(
             lambda: kernel.fn[grid](xt, outb, **kernel.options))
     out["torch eager x + 1"] = timed(lambda: xt + 1.0)
+    out["torch eager x + 1, synchronized"] = timed(lambda: (xt + 1.0, torch.cuda.synchronize()))
     return out
 
 
@@ -369,6 +379,8 @@ def main(argv=None) -> int:
     ap.add_argument("--launch-iters", type=int, default=2000)
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="set lazyburn.runtime.cuda.cuda_graphs")
+    ap.add_argument("--sync", action="store_true",
+                    help="time with every sync waiting for the device (the default mode)")
     args = ap.parse_args(argv)
     ws = workloads(args.quick)
     if args.dry_run:
@@ -385,10 +397,12 @@ def main(argv=None) -> int:
     from lazyburn.runtime import cuda
 
     cuda.cuda_graphs = args.cuda_graphs
+    cuda.synchronous = args.sync
     lb.set_default_device("cuda:0")
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
-          f"lazyburn {lb.__version__}, autotune level {autotune.level()}")
+          f"lazyburn {lb.__version__}, autotune level {autotune.level()}, "
+          f"{'waiting' if args.sync else 'async'} syncs")
     bandwidth, peak = measure_peaks(torch, args.quick)
     if args.bandwidth:
         bandwidth = args.bandwidth * 1e12

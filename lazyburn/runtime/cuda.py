@@ -19,9 +19,10 @@ recover from those).
 Module settings:
   ``allow_tf32`` (False): float32 matmuls may use TF32 tensor cores, like PyTorch's
   ``torch.backends.cuda.matmul.allow_tf32``. Read when a matmul kernel is compiled.
-  ``synchronous`` (False unless ``CUDA_LAUNCH_BLOCKING=1``): wait for the stream at the end
-  of every sync, so that a device fault is reported by the sync that caused it. Otherwise a
-  sync only enqueues work, as PyTorch does; downloads wait for it.
+  ``synchronous`` (True): a sync waits for the device's stream, as on every lazyburn device,
+  so a device fault is reported by the sync that caused it. False: a sync returns once its
+  kernels are queued, as PyTorch's ops do (the host runs ahead; downloads, copies and
+  ``to_torch`` still wait for the work they need), which hides launch overhead.
   ``cuda_graphs`` (False): from the third run of a plan on, capture it into a CUDA graph and
   replay that (inputs copied into the graph's buffers, outputs copied out): one launch instead
   of one per kernel, for launch-bound plans. See :class:`GraphReplay`.
@@ -54,7 +55,7 @@ from .fused import FusedBackend, host_value
 
 allow_tf32 = False
 cuda_graphs = False
-synchronous = os.environ.get("CUDA_LAUNCH_BLOCKING", "0") == "1"
+synchronous = True
 
 TORCH_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16",
                 "float32", "float64")
