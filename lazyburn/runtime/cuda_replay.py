@@ -56,7 +56,10 @@ class Program:
             values[p] = n.buffer if n.device == device else b.import_buffer(n)
         self.runs += 1
         if self.graph is not None:
-            return self.graph.replay(values)
+            out = self.graph.replay(values)
+            if cuda.synchronous:
+                b.finish()
+            return out
         torch = b.torch
         i = -1
         try:
