@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU runs of BENCHMARKS.md, in steps that each fit a 10-minute job:
+#   benchmarks/gpu_run.sh check     tests on cuda:0, then the GPU suite (autotune on)
+#   benchmarks/gpu_run.sh compare   GPU suite with autotune off, MiniLM, WGSL vs Triton
+# Wheels missing on the GPU machine come from .whl/, Vulkan's loader from .gl/ (Debian
+# packages), MiniLM's weights from .weights/minilm (see BENCHMARKS.md).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 LAZYBURN_CACHE_DIR=/tmp/lazyburn-cache
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+if ls .gl/*.deb >/dev/null 2>&1; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+git log -1 --format='commit %h %cd' 2>/dev/null || true
+case "${1:-check}" in
+  check)
+    timeout 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_triton.py \
+      tests/test_fusion_structure.py tests/test_fusion_random.py -k "cuda or triton" \
+      2>&1 | tail -15 | tee "$OUT/pytest.txt"
+    LAZYBURN_AUTOTUNE=1 timeout 330 python3 benchmarks/gpu_suite.py 2>&1 | tee "$OUT/suite_tuned.txt"
+    ;;
+  compare)
+    LAZYBURN_AUTOTUNE=0 timeout 150 python3 benchmarks/gpu_suite.py --no-compile 2>&1 \
+      | tee "$OUT/suite_default.txt"
+    LAZYBURN_AUTOTUNE=1 timeout 300 python3 benchmarks/minilm_gpu.py --weights .weights/minilm \
+      2>&1 | tee "$OUT/minilm.txt"
+    timeout 120 python3 benchmarks/wgsl_gpu.py 2>&1 | tee "$OUT/wgsl.txt"
+    ;;
+esac
