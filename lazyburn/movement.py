@@ -351,6 +351,10 @@ def getitem(x, key):
     n = tensor_node("getitem", x, origin)
     if not isinstance(key, tuple):
         key = (key,)
+    # NumPy's advanced indices (ints and arrays, when an array is present) by position in the
+    # key as written: an Ellipsis separates them even when it stands for no dimension
+    advanced = [i for i, k in enumerate(key)
+                if not (k is None or k is Ellipsis or isinstance(k, slice))]
     consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
     if sum(1 for k in key if k is Ellipsis) > 1:
         raise ShapeError("getitem: an index can only have a single ellipsis", origin)
@@ -366,9 +370,8 @@ def getitem(x, key):
     starts, steps, counts = [], [], []
     out_shape = []  # result dims: ints drop, None adds, the array index expands
     array_at, array_key = None, None
-    advanced = []  # positions in ``key`` of ints and the array (NumPy's advanced indices)
     dim = 0
-    for pos, k in enumerate(key):
+    for k in key:
         if k is None:
             out_shape.append(("new", 1))
             continue
@@ -395,13 +398,11 @@ def getitem(x, key):
             starts.append(i % size)
             steps.append(1)
             counts.append(1)
-            advanced.append(pos)
         elif isinstance(k, (Tensor, np.ndarray, list)):
             if array_at is not None:
                 raise ShapeError("getitem: integer-array indices on more than one axis are not "
                                  "supported", origin)
             array_at, array_key = dim, k
-            advanced.append(pos)
             starts.append(0)
             steps.append(1)
             counts.append(size)

@@ -740,17 +740,20 @@ def index_key(draw, shape):
     """A random index: ints, slices with any step, None, one Ellipsis and at most one integer
     array (a list, a NumPy array or a Tensor)."""
     key, dim = [], 0
-    array_used = False
+    array_used = after_ellipsis = False
     ellipsis_at = draw(st.none() | st.integers(0, len(shape)))
     while dim < len(shape):
         if ellipsis_at is not None and dim == ellipsis_at:
             key.append(Ellipsis)
             ellipsis_at = None
+            after_ellipsis = True  # what follows indexes the trailing dimensions
             dim += draw(st.integers(0, len(shape) - dim))
             continue
         size = shape[dim]
         kind = draw(st.sampled_from(["slice", "slice", "int", "none", "array", "stop"]))
         if kind == "stop":
+            if after_ellipsis:
+                continue
             break
         if kind == "none":
             key.append(None)
@@ -801,7 +804,8 @@ def test_getitem_mixed_int_and_array_positions_follow_numpy():
     host = np.arange(60).reshape(3, 4, 5)
     x = lb.tensor(host)
     for key in [(0, slice(None), [1, 2]), ([1, 2], slice(None), 0), (slice(None), [1, 0], 2),
-                (1, [0, 3]), (Ellipsis, [4, 0]), (None, 2, slice(None), [1, 1])]:
+                (1, [0, 3]), (Ellipsis, [4, 0]), (None, 2, slice(None), [1, 1]),
+                (slice(None), 0, Ellipsis, [0]), (0, 1, Ellipsis, [0, 2]), (0, [1], Ellipsis)]:
         np.testing.assert_array_equal(x[key].numpy(), host[_numpy_key(key)], err_msg=str(key))
 
 
