@@ -61,6 +61,7 @@ class Plan:
     n_nodes: int
     bytes_unfused: int
     last_use: dict = field(default_factory=dict)  # graph position -> last kernel reading it
+    leaf_pos: list = field(default_factory=list)  # positions of realized inputs
 
     @property
     def bytes_fused(self) -> int:
@@ -81,7 +82,8 @@ def build_plan(order, outputs, fuse: bool = True, max_args: int | None = None) -
         spec, arg_nodes, computed = lower(g, external_for(part, g))
         kernels.append(PlannedKernel(g.kind, g.label, spec, [pos[id(n)] for n in arg_nodes],
                                      _describe(g, computed, pos)))
-    plan = Plan(kernels, [pos[id(o)] for o in outputs], len(order), _unfused_bytes(order))
+    plan = Plan(kernels, [pos[id(o)] for o in outputs], len(order), _unfused_bytes(order),
+                leaf_pos=[p for p, n in enumerate(order) if n.buffer is not None])
     for k_index, k in enumerate(kernels):
         inputs = k.arg_pos[:k.n_inputs]
         for p in inputs:
@@ -150,10 +152,12 @@ class PlanCache:
         self.hits = 0
         self.misses = 0
 
-    def lookup(self, outputs, fuse=True, max_args=None):
+    def lookup(self, outputs, fuse=True, max_args=None, key=None, order=None):
         """``(plan, order)`` for the pending graph of ``outputs``, building the plan on a miss.
-        ``order`` is this recording's topological order, which the plan's positions index."""
-        key, order = structural_key(outputs)
+        ``order`` is this recording's topological order, which the plan's positions index;
+        ``key`` and ``order`` may be passed when the caller has computed them."""
+        if key is None:
+            key, order = structural_key(outputs)
         key = (key, fuse, max_args)
         plan = self._plans.get(key)
         if plan is None:

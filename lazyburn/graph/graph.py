@@ -183,16 +183,35 @@ def structural_key(outputs: Sequence[Node]):
     the same computation on fresh data have equal keys (the plan cache relies on this).
     ``order`` is the topological order the key was built from.
     """
-    order = topo_order(outputs)
-    pos = {id(n): i for i, n in enumerate(order)}
-    entries = []
-    for n in order:
-        if n.buffer is not None:
-            entries.append(("buffer", n.shape, n.dtype.name, n.device))
-        else:
-            entries.append((n.op, n.attrs, n.shape, n.dtype.name, n.device,
-                            tuple(pos[id(i)] for i in n.inputs)))
-    outs = tuple(pos[id(o)] for o in outputs)
+    # one iterative depth-first walk builds the order, the positions and the entries: this
+    # runs at every sync, so it is the cached-plan path's main host cost
+    pos: dict[int, int] = {}
+    order: list[Node] = []
+    entries: list[tuple] = []
+    for root in outputs:
+        if id(root) in pos:
+            continue
+        stack = [root]
+        while stack:
+            n = stack[-1]
+            if id(n) in pos:
+                stack.pop()
+                continue
+            ins = n.inputs
+            for i in ins:
+                if id(i) not in pos:
+                    stack.append(i)
+                    break
+            else:
+                stack.pop()
+                pos[id(n)] = len(order)
+                order.append(n)
+                if n.buffer is not None:
+                    entries.append(("buffer", n.shape, n.dtype.name, n.device))
+                else:
+                    entries.append((n.op, n.attrs, n.shape, n.dtype.name, n.device,
+                                    tuple([pos[id(i)] for i in ins])))
+    outs = tuple([pos[id(o)] for o in outputs])
     return (tuple(entries), outs), order
 
 

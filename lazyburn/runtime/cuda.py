@@ -362,8 +362,8 @@ class CudaBackend(FusedBackend):
         return TritonKernel(self, fn, r, origin, path, label)
 
     # running -----------------------------------------------------------------------------------
-    def run(self, outputs) -> list:
-        plan, order = self.plans.lookup(outputs, fuse=self.fuse, max_args=self.max_args)
+    def run(self, outputs, key=None, order=None) -> list:
+        plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
         entry = self._programs.get(id(plan))
         if entry is None or entry[0] is not plan:
             self.compile(plan, order)

@@ -43,10 +43,10 @@ class FusedBackend:
             if source is not None:
                 dump.write(k, source, k.compiled.suffix, k.compiled.comment)
 
-    def run(self, outputs) -> list:
-        plan, order = self.plans.lookup(outputs, fuse=self.fuse, max_args=self.max_args)
+    def run(self, outputs, key=None, order=None) -> list:
+        plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
         self.compile(plan, order)
-        values = {p: self._as_local(n) for p, n in enumerate(order) if n.buffer is not None}
+        values = {p: self._as_local(order[p]) for p in plan.leaf_pos}
         out_set = set(plan.output_pos)
         k = None
         try:

@@ -227,8 +227,10 @@ class NumpyBackend:
     def download(self, n: Node) -> np.ndarray:
         return n.buffer
 
-    def run(self, outputs: Sequence[Node]) -> list:
-        order = topo_order(outputs)
+    def run(self, outputs: Sequence[Node], key=None, order=None) -> list:
+        """Compute ``outputs`` node by node (``order``: their pending graph in topological
+        order, recomputed when not given; ``key`` is unused: nothing is planned)."""
+        order = order if order is not None else topo_order(outputs)
         keep = {id(o) for o in outputs}
         last_use = {}  # an intermediate is dropped after its last reader has run
         for j, n in enumerate(order):

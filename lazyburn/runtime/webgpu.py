@@ -193,20 +193,20 @@ class WebGPUBackend(FusedBackend):
         self.compiles = 0
         super().__init__()
 
-    def run(self, outputs) -> list:
+    def run(self, outputs, key=None, order=None) -> list:
         """Run the plan of ``outputs``. Where the partitioner cannot fit a graph in
         ``max_args`` buffers per kernel, the graph is planned again for the adapter's own limit
         and, failing that, run unfused (one kernel per op), with a warning the first time."""
-        key = structural_key(outputs)[0] if self._fallbacks else None
+        if key is None:
+            key, order = structural_key(outputs)
         mode = self._fallbacks.get(key)
         if mode is None:
             try:
-                return super().run(outputs)
+                return super().run(outputs, key, order)
             except FusionIllegal as e:
                 if not self.fuse:
                     raise
                 reason = str(e)
-            key = structural_key(outputs)[0]
             mode = "wider" if self.adapter_buffers > self.max_args else "unfused"
             if mode == "wider":
                 try:
