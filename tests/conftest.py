@@ -9,6 +9,13 @@ import tempfile
 os.environ.setdefault("LAZYBURN_AUTOTUNE", "0")
 os.environ.setdefault("LAZYBURN_CACHE_DIR", tempfile.mkdtemp(prefix="lazyburn-test-cache-"))
 
+# Triton's LLVM must be loaded before Mesa's (the software WebGPU adapter): loaded the other way
+# round, a later "import triton" crashes the process.
+try:
+    import triton  # noqa: F401, E402
+except ImportError:
+    pass
+
 import pytest  # noqa: E402
 
 import lazyburn as lb  # noqa: E402
