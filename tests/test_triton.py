@@ -261,19 +261,36 @@ def test_softmax_and_layer_norm(dev):
     check(dev, lambda h: lb.softmax(h, axis=-1), h)
 
 
-@pytest.mark.parametrize("params", [
+# launch parameters the interpreter tests force; test_tilings_compile_for_sm90 compiles the
+# GPU spelling of the same kernels with each of them
+REDUCTION_TILINGS = [
     {"XBLOCK": 2, "RBLOCK": 64, "looped": False},
     {"XBLOCK": 2, "RBLOCK": 16, "looped": True},
     {"XBLOCK": 1, "RBLOCK": 32, "looped": True},
-])
-def test_reduction_tilings(dev, params):
+]
+
+
+def reduction_tiling_graph(x):
+    return (x.sum(axis=1), x.argmax(axis=1), x.min(axis=1), lb.softmax(x, axis=-1),
+            (x > 1).any(axis=1), (x < 2).all(axis=1), (x > 0).argmax(axis=1))
+
+
+def reduction_tiling_inputs(params):
     rng = np.random.default_rng(11)
     rows = 5 + params["RBLOCK"] // 16  # a shape of its own: plans are cached
     x = rand(rng, (rows, 50))
     x[0, 7] = np.nan
+    return (x,)
+
+
+def launch_id(params) -> str:
+    return ",".join(f"{k}={v}" for k, v in params.items())
+
+
+@pytest.mark.parametrize("params", REDUCTION_TILINGS, ids=launch_id)
+def test_reduction_tilings(dev, params):
     with launch_params("reduction", **params):
-        check(dev, lambda x: (x.sum(axis=1), x.argmax(axis=1), x.min(axis=1),
-                              lb.softmax(x, axis=-1), (x > 1).any(axis=1)), x, rtol=1e-4)
+        check(dev, reduction_tiling_graph, *reduction_tiling_inputs(params), rtol=1e-4)
 
 
 # matmul ---------------------------------------------------------------------------------------
@@ -301,17 +318,26 @@ def test_matmul_prologue_and_ints(dev):
     check(dev, lambda a, b: a @ b + 1, ia, ib)
 
 
-@pytest.mark.parametrize("params", [
+MATMUL_VARIANTS = [
     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2},
     {"library": True},
-])
-def test_matmul_launch_variants(dev, params):
+]
+
+
+def matmul_variant_graph(a, b, c):
+    return lb.tanh(a @ b) + c, (a * 0.5) @ b
+
+
+def matmul_variant_inputs(params):
     rng = np.random.default_rng(15)
-    m = 33 if "library" in params else 35
-    a, b, c = rand(rng, (2, m, 40)), rand(rng, (40, 50)), rand(rng, (50,))
+    m = 33 if "library" in params else 35  # a shape of its own: plans are cached
+    return rand(rng, (2, m, 40)), rand(rng, (40, 50)), rand(rng, (50,))
+
+
+@pytest.mark.parametrize("params", MATMUL_VARIANTS, ids=launch_id)
+def test_matmul_launch_variants(dev, params):
     with launch_params("matmul", **params):
-        check(dev, lambda a, b, c: (lb.tanh(a @ b) + c, (a * 0.5) @ b), a, b, c, rtol=1e-4,
-              atol=1e-4)
+        check(dev, matmul_variant_graph, *matmul_variant_inputs(params), rtol=1e-4, atol=1e-4)
 
 
 # runtime --------------------------------------------------------------------------------------
@@ -403,9 +429,15 @@ def test_candidates_are_valid():
         assert candidates(spec, interpret=True)[0].params == tr.default_params(spec, True)
 
 
-def test_compiles_for_sm90():
-    """The CUDA spelling (libdevice, tl.dot, NaN-aware reductions...) passes Triton's compiler
-    down to a cubin for sm_90 (no GPU needed)."""
+POINTER = {"bool": "*i1", "int8": "*i8", "int16": "*i16", "int32": "*i32", "int64": "*i64",
+           "uint8": "*u8", "float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32",
+           "float64": "*fp64"}
+
+
+def compile_for_sm90(spec, name: str, params: dict) -> None:
+    """Compile the CUDA spelling of ``spec`` with launch ``params`` to a cubin for sm_90 (no
+    GPU needed; Triton's interpreter checks much less than its compiler: loop-carried types,
+    for one). Skips the test when this Triton cannot target NVIDIA GPUs."""
     try:
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
@@ -414,24 +446,51 @@ def test_compiles_for_sm90():
         pytest.skip("this Triton build has no NVIDIA backend")
     from lazyburn.runtime.cuda import load_kernel
 
-    ptr = {"bool": "*i1", "int8": "*i8", "int16": "*i16", "int32": "*i32", "int64": "*i64",
-           "uint8": "*u8", "float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32",
-           "float64": "*fp64"}
+    r = tr.render(spec, name, params, target="cuda")
+    fn, _ = load_kernel(r.source, name, interpret=False)
+    sig = {a.name: POINTER[a.dtype.name] for a in spec.args}
+    try:
+        triton.compile(ASTSource(fn, sig), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": r.num_warps, "num_stages": r.num_stages})
+    except Exception as e:  # pragma: no cover - the message is the point
+        if "ptxas" in str(e) and "not found" in str(e):
+            pytest.skip(f"no ptxas: {e}")
+        raise AssertionError(f"kernel {name} ({spec.kind}, {params}) failed to compile:\n"
+                             f"{r.source}") from e
+
+
+def test_compiles_for_sm90():
+    """The CUDA spelling (libdevice, tl.dot, NaN-aware reductions...) passes Triton's compiler
+    down to a cubin for sm_90."""
     specs = _specs()
     specs.append(specs[1])  # softmax again, looped
     for j, spec in enumerate(specs):
         params = {"looped": True, "RBLOCK": 128} if j == len(specs) - 1 else {}
-        r = tr.render(spec, f"k{j}", params, target="cuda")
-        fn, _ = load_kernel(r.source, f"k{j}", interpret=False)
-        sig = {a.name: ptr[a.dtype.name] for a in spec.args}
-        try:
-            triton.compile(ASTSource(fn, sig), target=GPUTarget("cuda", 90, 32),
-                           options={"num_warps": r.num_warps, "num_stages": r.num_stages})
-        except Exception as e:  # pragma: no cover - the message is the point
-            if "ptxas" in str(e) and "not found" in str(e):
-                pytest.skip(f"no ptxas: {e}")
-            raise AssertionError(f"kernel {j} ({spec.kind}) failed to compile:\n{r.source}") \
-                from e
+        compile_for_sm90(spec, f"k{j}", params)
+
+
+@pytest.mark.parametrize("kind,params", [("reduction", p) for p in REDUCTION_TILINGS] +
+                         [("matmul", p) for p in MATMUL_VARIANTS],
+                         ids=lambda v: launch_id(v) if isinstance(v, dict) else v)
+def test_tilings_compile_for_sm90(kind, params):
+    """Every launch variant the interpreter tests force also compiles for the GPU."""
+    from lazyburn.fusion.library import split_matmul
+
+    if kind == "reduction":
+        graph, inputs = reduction_tiling_graph, reduction_tiling_inputs(params)
+    else:
+        graph, inputs = matmul_variant_graph, matmul_variant_inputs(params)
+    outs = graph(*[lb.tensor(a, device="numpy") for a in inputs])
+    kernels = lb.explain(*outs).kernels
+    assert {k.spec.kind for k in kernels} >= {kind}
+    for j, k in enumerate(kernels):
+        if k.spec.kind != kind:
+            compile_for_sm90(k.spec, f"k{j}", {})
+        elif params.get("library"):  # the element-wise parts around torch.matmul
+            for part_name, part in split_matmul(k.spec).kernels.items():
+                compile_for_sm90(part, f"k{j}_{part_name}", {})
+        else:
+            compile_for_sm90(k.spec, f"k{j}", params)
 
 
 def test_tf32_is_opt_in():

@@ -520,7 +520,12 @@ def _work_type(stage: Stage) -> str:
 
 
 def _number(value, work: str) -> str:
-    if work in ("tl.int1", "tl.int8") and isinstance(value, bool):
+    """``value`` spelled as a constant of Triton type ``work``."""
+    if work == "tl.int1":
+        # a Python bool: an int (0) would promote a bool block to int32 in tl.where, and a
+        # looped accumulator must keep its type across iterations
+        return "True" if value else "False"
+    if work == "tl.int8" and isinstance(value, bool):
         return str(int(value))
     if isinstance(value, float):
         return float_literal(value, "", INF, NAN)

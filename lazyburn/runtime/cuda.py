@@ -427,7 +427,7 @@ class TritonKernel:
         except Exception as e:
             if _is_compile_error(e):
                 raise KernelCompileError(f"Triton kernel {self.rendered.name} failed to compile: "
-                                         f"{_first_line(e)}", self.origin,
+                                         f"{_compile_message(e)}", self.origin,
                                          kernel_file=str(self.path)) from None
             if type(e).__name__ == "OutOfResources":  # shared memory, registers, threads
                 raise DeviceError(f"{backend.device_string}: Triton kernel "
@@ -448,6 +448,15 @@ def _is_compile_error(e: Exception) -> bool:
     from triton.runtime.errors import InterpreterError
 
     return isinstance(e, InterpreterError)  # what the GPU compiler would reject
+
+
+def _compile_message(e: BaseException) -> str:
+    """Where Triton's compiler stopped and why: its first line (``at LINE:COL:``) and its last
+    (the reason), without the source excerpt between them (the kernel file has it)."""
+    lines = [line for line in str(e).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    return lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1].strip()}"
 
 
 def _first_line(e: BaseException) -> str:
