@@ -1,0 +1,365 @@
+"""The Triton spelling of kernel IR expressions, shared by the renderers of every kernel kind
+(:mod:`.triton` for element-wise kernels and the entry points, :mod:`.triton_reduction`,
+:mod:`.triton_matmul`): type tables, :class:`TritonPrinter`, and small helpers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..fusion.kernel_ir import KernelSpec
+from ..fusion.symbolic import Expr, topo_exprs
+from .common import INFIX, ExprPrinter, float_literal
+from .triton_helpers import HELPERS
+
+TL = {"bool": "tl.int1", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32",
+      "int64": "tl.int64", "uint8": "tl.uint8", "float16": "tl.float16",
+      "bfloat16": "tl.bfloat16", "float32": "tl.float32", "float64": "tl.float64"}
+# the type a value has inside a kernel: half types compute in float32
+VALUE = dict(TL, float16="tl.float32", bfloat16="tl.float32")
+HALF = ("float16", "bfloat16")
+INT_LIMITS = {"int8": (-2 ** 7, 2 ** 7 - 1), "int16": (-2 ** 15, 2 ** 15 - 1),
+              "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1),
+              "uint8": (0, 255)}
+INF, NEG_INF, NAN = 'float("inf")', 'float("-inf")', 'float("nan")'
+
+# unary math with a tl builtin on every target
+TL_MATH = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2",
+           "sqrt": "tl.sqrt", "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos",
+           "erf": "tl.erf", "floor": "tl.floor", "ceil": "tl.ceil"}
+# math that tl lacks: libdevice on a GPU, a helper below under the interpreter
+LIBDEVICE = {"expm1": "libdevice.expm1", "log1p": "libdevice.log1p", "tanh": "libdevice.tanh",
+             "tan": "libdevice.tan", "round": "libdevice.rint", "pow": "libdevice.pow"}
+PORTABLE = {"expm1": "lb_expm1", "log1p": "lb_log1p", "tanh": "lb_tanh", "tan": "lb_tan",
+            "round": "lb_rint", "pow": "lb_pow"}
+
+# ops spelled as a call of a helper or of libdevice
+CALLS = frozenset(LIBDEVICE) | {"floordiv", "mod", "minimum", "maximum", "pow"}
+
+
+@dataclass
+class RenderedKernel:
+    """Triton ``source`` (a whole module) defining the ``@triton.jit`` function ``name``, the
+    ``grid`` to launch it on (programs along axes 0..2), and its compile options."""
+
+    name: str
+    source: str
+    grid: tuple
+    num_warps: int = 4
+    num_stages: int = 1
+    params: dict | None = None
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for n <= 1)."""
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive ``b``."""
+    return -(-a // b)
+
+
+class TritonPrinter(ExprPrinter):
+    """Spells expressions as Triton Python. Loads are masked by the region's masks of the loop
+    variables their index depends on (``var_masks``), so a value that depends only on ``row``
+    keeps the shape [XBLOCK, 1] and a constant index loads a scalar."""
+
+    spell = dict(INFIX, idx_and="({0} & {1})", idx_div="({0} // {1})", idx_mod="({0} % {1})",
+                 idx_min="tl.minimum({0}, {1})", idx_max="tl.maximum({0}, {1})",
+                 bitwise_not="(~{0})")
+
+    def __init__(self, spec: KernelSpec, target: str = "cuda"):
+        super().__init__(spec)
+        if target not in ("cuda", "interpret"):
+            raise ValueError(f"unknown Triton target {target!r}")
+        self.target = target
+        self.helpers: set[str] = set()
+        self.uses_libdevice = False
+        self.var_masks: dict[str, str | None] = {}
+        self.raw_loads: set[int] = set()  # loads kept in their storage type (dot operands)
+        self._deps: dict[int, frozenset] = {}
+
+    # dependence on loop variables ----------------------------------------------------------
+    def deps(self, e: Expr) -> frozenset:
+        """Names of the loop variables ``e`` depends on."""
+        got = self._deps.get(e.id)
+        if got is not None:
+            return got
+        for x in topo_exprs([e]):
+            if x.id in self._deps:
+                continue
+            if x.op == "var":
+                d = frozenset((x.args[0],))
+            else:
+                d = frozenset().union(*[self._deps[a.id] for a in x.args
+                                        if isinstance(a, Expr)])
+            self._deps[x.id] = d
+        return self._deps[e.id]
+
+    def region_mask(self, *exprs) -> str | None:
+        """The mask of the lanes where every variable ``exprs`` depend on is in range."""
+        names = set()
+        for e in exprs:
+            if e is not None:
+                names |= self.deps(e)
+        masks = [self.var_masks[v] for v in sorted(names) if self.var_masks.get(v)]
+        return " & ".join(dict.fromkeys(masks)) or None
+
+    # spelling --------------------------------------------------------------------------------
+    def assign(self, name, e, rhs):
+        return f"{name} = {rhs}"
+
+    def literal(self, value, dtype):
+        if dtype.is_bool:
+            return "True" if value else "False"
+        if dtype.is_int:
+            small = -2 ** 31 <= value < 2 ** 31
+            if small and (dtype.name == "int32" or dtype is self.spec.index_dtype):
+                return str(value)  # a weak Python int takes the other operand's type
+            return f"tl.full([], {value}, {TL[dtype.name]})"
+        text = float_literal(value, "", INF, NAN)
+        if dtype.name == "float64":  # a bare Python float would be rounded to float32 first
+            return f"tl.full([], {text}, tl.float64)"
+        return text
+
+    def typed_literal(self, value, dtype) -> str:
+        """A constant as a scalar tensor of its value type (for ops on constants only)."""
+        if dtype.is_bool:
+            return f"tl.full([], {1 if value else 0}, tl.int1)"
+        if dtype.is_int:
+            return f"tl.full([], {value}, {TL[dtype.name]})"
+        return f"tl.full([], {float_literal(value, '', INF, NAN)}, {VALUE[dtype.name]})"
+
+    def mask_arg(self, masks: list, computed: bool = False) -> str | None:
+        """The ``mask=`` argument of a load or store from mask expressions (None: none);
+        ``computed``: one of them is a value the kernel computed (a pad's or concat's)."""
+        masks = [m for m in masks if m]
+        if not masks:
+            return None
+        text = " & ".join(masks)
+        if self.target == "interpret" and (len(masks) > 1 or computed):
+            # the interpreter hands `scalar & block` masks to its loads as int32, which they
+            # reject; tl.where gives a proper bool block
+            text = f"tl.where({text}, True, False)"
+        return text
+
+    def load(self, e: Expr, index: str, mask: str | None):
+        arg = self.spec.args[e.args[0]]
+        idx, own = e.args[1], e.args[2]
+        m = self.mask_arg([mask, self.region_mask(idx, own)], computed=own is not None)
+        if m is not None and own is not None and not self.deps(own) <= self.deps(idx):
+            index = f"tl.where({m}, {index}, 0)"  # a block of pointers, as the mask is
+        opts = f", mask={m}, other=0" if m else ""
+        text = f"tl.load({arg.name} + {index}{opts})"
+        if arg.dtype.name in HALF and e.id not in self.raw_loads:
+            text += ".to(tl.float32)"
+        return text
+
+    def store(self, arg_index: int, index: str, value: Expr, value_text: str,
+              mask: str | None) -> str:
+        a = self.spec.args[arg_index]
+        if not value.is_const and VALUE[value.dtype.name] != TL[a.dtype.name]:
+            value_text = f"{value_text}.to({TL[a.dtype.name]})"
+        opts = f", mask={mask}" if mask else ""
+        return f"tl.store({a.name} + {index}, {value_text}{opts})"
+
+    def render(self, e: Expr, args: list) -> str:
+        operands = [a for a in e.args if isinstance(a, Expr)]
+        if any(a.is_const for a in operands) and (e.op in CALLS or all(
+                a.is_const for a in operands) and not e.op.startswith("idx_")
+                and e.op not in ("load", "wrap_clamp")):
+            # a helper's or libdevice's argument, or an op on constants only: Triton needs
+            # tensors there, not Python numbers
+            args = [self.typed_literal(a.value, a.dtype) if isinstance(a, Expr) and a.is_const
+                    else x for a, x in zip(e.args, args)]
+        if e.op in TL_MATH:
+            if not e.dtype.is_float:
+                return args[0]  # floor/ceil of an integer
+            if e.op == "sqrt" and e.dtype.name != "float64":
+                return f"tl.sqrt_rn({args[0]})"  # tl.sqrt is approximate (and flushes denormals)
+            return f"{TL_MATH[e.op]}({args[0]})"
+        if e.op in LIBDEVICE and e.op != "pow":
+            if not e.dtype.is_float:
+                return args[0]
+            return self._math(e.op, args)
+        return super().render(e, args)
+
+    def _math(self, op, args) -> str:
+        if self.target == "cuda":
+            self.uses_libdevice = True
+            return f"{LIBDEVICE[op]}({', '.join(args)})"
+        return self.helper(PORTABLE[op], *args)
+
+    def helper(self, name: str, *args) -> str:
+        """A call of helper ``name`` (emitted into the module)."""
+        self.helpers.add(name)
+        return f"{name}({', '.join(str(a) for a in args)})"
+
+    def use(self, name: str) -> str:
+        """Helper ``name`` itself, as a reduction's combine function."""
+        self.helpers.add(name)
+        return name
+
+    # value ops needing more than a format string -------------------------------------------
+    def _truth(self, e: Expr, text: str) -> str:
+        return text if e.dtype.is_bool else f"({text} != 0)"
+
+    def op_logical_not(self, e, x):
+        return f"({x} == 0)"
+
+    def op_logical_and(self, e, a, b):
+        return f"({self._truth(e.args[0], a)} & {self._truth(e.args[1], b)})"
+
+    def op_logical_or(self, e, a, b):
+        return f"({self._truth(e.args[0], a)} | {self._truth(e.args[1], b)})"
+
+    def op_logical_xor(self, e, a, b):
+        return f"({self._truth(e.args[0], a)} ^ {self._truth(e.args[1], b)})"
+
+    def op_where(self, e, c, a, b):
+        return f"tl.where({self._truth(e.args[0], c)}, {a}, {b})"
+
+    def op_isnan(self, e, x):
+        return f"({x} != {x})" if e.args[0].dtype.is_float else "False"
+
+    def op_isinf(self, e, x):
+        return f"(tl.abs({x}) == {INF})" if e.args[0].dtype.is_float else "False"
+
+    def op_isfinite(self, e, x):
+        return f"(tl.abs({x}) < {INF})" if e.args[0].dtype.is_float else "True"
+
+    def op_cast(self, e, x):
+        src = e.args[0]
+        if src.is_const:
+            return self.literal(src.value, e.dtype)
+        if e.dtype.is_bool:
+            return f"({x} != 0)"
+        if VALUE[src.dtype.name] == VALUE[e.dtype.name]:
+            return x
+        return f"{x}.to({VALUE[e.dtype.name]})"
+
+    def op_sigmoid(self, e, x):
+        return f"(1.0 / (1.0 + tl.exp(-{x})))"
+
+    def op_abs(self, e, x):
+        return x if e.dtype.is_bool or e.dtype.name == "uint8" else f"tl.abs({x})"
+
+    def op_sign(self, e, x):
+        if e.dtype.is_float:
+            return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, {x}))"
+        t = VALUE[e.dtype.name]
+        return f"(({x} > 0).to({t}) - ({x} < 0).to({t}))"
+
+    def op_minimum(self, e, a, b):
+        if e.dtype.is_float:
+            return self.helper("lb_minnan", a, b)
+        if e.dtype.is_bool:
+            return f"({a} & {b})"
+        return f"tl.minimum({a}, {b})"
+
+    def op_maximum(self, e, a, b):
+        if e.dtype.is_float:
+            return self.helper("lb_maxnan", a, b)
+        if e.dtype.is_bool:
+            return f"({a} | {b})"
+        return f"tl.maximum({a}, {b})"
+
+    def op_floordiv(self, e, a, b):
+        return self.helper("lb_floordiv_float" if e.dtype.is_float else "lb_floordiv_int", a, b)
+
+    def op_mod(self, e, a, b):
+        return self.helper("lb_mod_float" if e.dtype.is_float else "lb_mod_int", a, b)
+
+    def op_pow(self, e, a, b):
+        exponent = e.args[1]
+        if exponent.is_const and exponent.value in (1, 2):  # exact as a product
+            return a if exponent.value == 1 else f"({a} * {a})"
+        if e.dtype.is_float:
+            return self._math("pow", [a, b])
+        return self.helper("lb_ipow", a, b, e.dtype.bits, e.dtype.kind == "i")
+
+    def _shift(self, e, a, b, op):
+        over = f"(({b} < 0) | ({b} >= {e.dtype.bits}))"
+        fill = "0" if op == "<<" or e.dtype.name == "uint8" else f"tl.where({a} < 0, -1, 0)"
+        return f"tl.where({over}, {fill}, {a} {op} tl.where({over}, 0, {b}))"
+
+    def op_left_shift(self, e, a, b):
+        return self._shift(e, a, b, "<<")
+
+    def op_right_shift(self, e, a, b):
+        return self._shift(e, a, b, ">>")
+
+    def op_wrap_clamp(self, e, x, n):
+        return f"tl.minimum(tl.maximum(tl.where({x} < 0, {x} + {n}, {x}), 0), {n} - 1)"
+
+    def op_random_uniform(self, e, seed, offset, index):
+        from ..runtime.numpy_backend import seed32
+
+        counter = f"({index}.to(tl.uint32) + {offset % 2 ** 32})"
+        if e.args[2].is_const:
+            counter = f"tl.full([], {(e.args[2].value + offset) % 2 ** 32}, tl.uint32)"
+        text = self.helper("lb_uniform", f"tl.full([], {seed32(seed)}, tl.uint32)", counter)
+        return text if e.dtype.name in ("float32",) + HALF else f"{text}.to({VALUE[e.dtype.name]})"
+
+    def op_reduced(self, e, stage):
+        return f"stage{stage}"
+
+    def op_acc(self, e):
+        return "acc"
+
+    # the module ------------------------------------------------------------------------------
+    def module(self, kernel_lines: list[str]) -> str:
+        needed, stack = [], sorted(self.helpers)
+        while stack:
+            h = stack.pop()
+            if h not in needed:
+                needed.append(h)
+                stack.extend(HELPERS[h][0])
+        parts = ["import triton", "import triton.language as tl"]
+        if self.uses_libdevice:
+            parts.append("from triton.language.extra import libdevice")
+        text = "\n".join(parts) + "\n"
+        for h in sorted(needed):
+            text += "\n\n@triton.jit" + HELPERS[h][1]
+        return text + "\n\n" + "\n".join(kernel_lines) + "\n"
+
+
+def indent(lines, n: int = 4) -> list[str]:
+    """``lines`` indented by ``n`` spaces (a loop's or the kernel's body)."""
+    return [" " * n + line for line in lines]
+
+
+def loop_vars(spec: KernelSpec) -> dict[str, Expr]:
+    """The loop variables ``spec``'s expressions use, by name (``i``, ``row``, ``r``, ``m``...)."""
+    return {e.args[0]: e for e in spec.exprs() if e.op == "var"}
+
+
+def expr_ids(spec: KernelSpec, op: str) -> dict:
+    """Expression ids of every ``op`` expression (``reduced``: by stage number)."""
+    out = {}
+    for e in topo_exprs(spec.roots()):
+        if e.op == op:
+            out[e.args[0] if op == "reduced" else 0] = e.id
+    return out
+
+
+def program_id(p: TritonPrinter, axis: int = 0) -> str:
+    """``tl.program_id(axis)`` in the spec's index type."""
+    pid = f"tl.program_id({axis})"
+    return f"{pid}.to(tl.int64)" if p.spec.index_dtype.name == "int64" else pid
+
+
+def number_text(value, work: str) -> str:
+    """``value`` spelled as a constant of Triton type ``work``."""
+    if work == "tl.int1":
+        # a Python bool: an int (0) would promote a bool block to int32 in tl.where, and a
+        # looped accumulator must keep its type across iterations
+        return "True" if value else "False"
+    if work == "tl.int8" and isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float):
+        return float_literal(value, "", INF, NAN)
+    return str(int(value))

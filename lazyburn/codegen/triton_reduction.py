@@ -1,0 +1,246 @@
+"""Rendering reduction specs to Triton (see :mod:`.triton` for the scheme): a [XBLOCK, RBLOCK]
+tile per program, persistent or looped, and the reduction launch parameters."""
+from __future__ import annotations
+
+from ..fusion.kernel_ir import ReductionSpec, Stage
+from ..fusion.symbolic import Expr, topo_exprs
+from .triton_printer import (INT_LIMITS, VALUE, TritonPrinter, cdiv, expr_ids, indent, loop_vars,
+                             next_pow2, number_text, program_id)
+
+PERSISTENT_MAX = 16384  # longest row a persistent reduction holds in registers
+
+
+def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
+    """The heuristic ``XBLOCK``, ``RBLOCK``, ``looped`` and ``num_warps`` of ``spec``."""
+    rows, size = spec.rows, max(spec.reduce_size, 1)
+    if interpret:
+        r = min(next_pow2(size), 1024)
+        x = min(next_pow2(rows), max(1, 4096 // r))
+        return {"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4}
+    if outer_reduction(spec):
+        # the reduced axis is strided and the rows are contiguous: wide row tiles coalesce
+        r = min(next_pow2(size), 32)
+        return {"XBLOCK": min(64, next_pow2(rows)), "RBLOCK": r, "looped": size > r,
+                "num_warps": 4}
+    if size <= PERSISTENT_MAX:
+        r = next_pow2(size)
+        x = min(next_pow2(rows), max(1, 1024 // r))
+        while x > 1 and cdiv(rows, x) < 256:  # keep enough programs to fill the device
+            x //= 2
+        warps = min(16, max(2, x * r // 512))
+        return {"XBLOCK": x, "RBLOCK": r, "looped": False, "num_warps": next_pow2(warps)}
+    return {"XBLOCK": 1, "RBLOCK": 2048, "looped": True, "num_warps": 8}
+
+
+def outer_reduction(spec: ReductionSpec) -> bool:
+    """True when the first load of the first stage steps by 1 along ``row`` but not along
+    ``r`` (a reduction over a leading axis)."""
+    if not spec.stages:
+        return False
+    for e in topo_exprs([spec.stages[0].value]):
+        if e.op == "load":
+            coef = _coefficients(e.args[1])
+            return coef is not None and coef.get("row") == 1 and coef.get("r") != 1
+    return False
+
+
+def _coefficients(e: Expr):
+    """``{var: coefficient}`` when index ``e`` is affine in the loop variables, else None."""
+    if e.op == "const":
+        return {}
+    if e.op == "var":
+        return {e.args[0]: 1}
+    if e.op == "idx_add":
+        a, b = _coefficients(e.args[0]), _coefficients(e.args[1])
+        if a is None or b is None:
+            return None
+        return {k: a.get(k, 0) + b.get(k, 0) for k in set(a) | set(b)}
+    if e.op == "idx_mul" and e.args[1].is_const:
+        a = _coefficients(e.args[0])
+        return None if a is None else {k: v * e.args[1].value for k, v in a.items()}
+    return None
+
+
+def _identity(stage: Stage) -> object:
+    t = stage.acc_dtype
+    if stage.op == "sum":
+        return 0
+    if stage.op == "prod":
+        return 1
+    if stage.op in ("any", "all"):
+        return stage.op == "all"
+    lowest = stage.op in ("max", "argmax")
+    if t.is_float:
+        return float("-inf") if lowest else float("inf")
+    if t.is_bool:
+        return not lowest
+    lo, hi = INT_LIMITS[t.name]
+    return lo if lowest else hi
+
+
+def _work_type(stage: Stage) -> str:
+    """The Triton type a stage's lanes are accumulated in."""
+    if stage.op in ("any", "all"):
+        return "tl.int1"
+    if stage.op in ("argmax", "argmin") and stage.acc_dtype.is_bool:
+        return "tl.int8"  # compared as 0/1
+    return VALUE[stage.acc_dtype.name]
+
+
+def _identity_text(stage: Stage) -> str:
+    return number_text(_identity(stage), _work_type(stage))
+
+
+def _lanes(p: TritonPrinter, stage: Stage, v: str, shape: str, mask: str | None) -> str:
+    """The stage's value as a full [XBLOCK, RBLOCK] tensor of its accumulation type, masked
+    lanes holding the identity."""
+    src, work = stage.value, _work_type(stage)
+    if src.is_const:
+        value = bool(src.value) if stage.op in ("any", "all") else src.value
+        x = f"tl.full({shape}, {number_text(value, work)}, {work})"
+    else:
+        if stage.op in ("any", "all"):
+            x = p._truth(src, v)
+        elif VALUE[src.dtype.name] != work:
+            x = f"{v}.to({work})"
+        else:
+            x = v
+        x = f"tl.broadcast_to({x}, {shape})"
+    if mask:
+        x = f"tl.where({mask}, {x}, {_identity_text(stage)})"
+    return x
+
+
+def _reduce_lanes(p: TritonPrinter, stage: Stage, x: str, idx: str | None) -> str:
+    """[XBLOCK, RBLOCK] lanes ``x`` (and their indices ``idx`` for arg reductions) reduced
+    along axis 1, keeping the axis."""
+    op, acc = stage.op, stage.acc_dtype
+    if op in ("argmax", "argmin"):
+        fn = p.use(f"lb_{op}" + ("" if acc.is_float else "_int"))
+        return f"tl.reduce(({x}, {idx}), 1, {fn}, keep_dims=True)[1]"
+    if op in ("any", "all") or acc.is_bool:  # bool lanes: max is any, min is all
+        fn = p.use("lb_max" if op in ("any", "max") else "lb_min")
+        return f"(tl.reduce({x}.to(tl.int8), 1, {fn}, keep_dims=True) != 0)"
+    if op in ("max", "min"):
+        fn = ("lb_maxnan" if op == "max" else "lb_minnan") if acc.is_float else \
+            ("lb_max" if op == "max" else "lb_min")
+    else:
+        fn = {"sum": "lb_add", "prod": "lb_mul"}[op]
+    return f"tl.reduce({x}, 1, {p.use(fn)}, keep_dims=True)"
+
+
+def _combine_lanes(p: TritonPrinter, stage: Stage, k: int, x: str, idx: str) -> list[str]:
+    """Accumulate lanes ``x`` into ``acc{k}`` (looped reductions)."""
+    op, acc = stage.op, stage.acc_dtype
+    a = f"acc{k}"
+    if op == "sum":
+        return [f"{a} = {a} + {x}"]
+    if op == "prod":
+        return [f"{a} = {a} * {x}"]
+    if op == "any" or (op == "max" and acc.is_bool):
+        return [f"{a} = {a} | {x}"]
+    if op == "all" or (op == "min" and acc.is_bool):
+        return [f"{a} = {a} & {x}"]
+    if op in ("max", "min"):
+        if acc.is_float:
+            return [f"{a} = {p.helper('lb_maxnan' if op == 'max' else 'lb_minnan', a, x)}"]
+        return [f"{a} = tl.{'maximum' if op == 'max' else 'minimum'}({a}, {x})"]
+    fn = f"lb_{op}" + ("" if acc.is_float else "_int")
+    return [f"{a}, arg{k} = {p.helper(fn, a, f'arg{k}', x, idx)}"]
+
+
+def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
+    X, R = int(params["XBLOCK"]), int(params["RBLOCK"])
+    looped = bool(params["looped"]) and spec.reduce_size > R
+    if not looped:
+        R = max(R, next_pow2(max(spec.reduce_size, 1)))
+    rows, size = spec.rows, spec.reduce_size
+    xmask = None if rows % X == 0 else "xmask"
+    rmask = None if size % R == 0 and (looped or size == R) else "rmask"
+    p.var_masks = {"row": xmask, "r": rmask}
+    v = loop_vars(spec)
+    reduced = expr_ids(spec, "reduced")
+    bound = {v["row"].id: "row"} if "row" in v else {}
+    r_id = v["r"].id if "r" in v else None
+    shape = f"[{X}, {R}]"
+    it = VALUE[spec.index_dtype.name]
+    body = [f"row = {program_id(p)} * {X} + tl.arange(0, {X})[:, None]"]
+    if xmask:
+        body.append(f"xmask = row < {rows}")
+    r_lines = [f"r = {'r0 + ' if looped else ''}tl.arange(0, {R})[None, :]"]
+    if rmask:
+        r_lines.append(f"rmask = r < {size}")
+    idx = f"tl.broadcast_to(r, {shape})"
+    if not looped:
+        body += r_lines
+        names = dict(bound)
+        if r_id is not None:
+            names[r_id] = "r"
+        for k, stage in enumerate(spec.stages):
+            lines, names = p.emit([stage.value], names)
+            body += lines
+            x = _lanes(p, stage, names[stage.value.id], shape, rmask)
+            result = _reduce_lanes(p, stage, x, idx)
+            body.append(f"stage{k} = {_stage_cast(stage, result)}")
+            names[reduced.get(k, -1 - k)] = f"stage{k}"
+        body += _reduction_outputs(p, spec, names, None, shape)
+    else:
+        for k, stage in enumerate(spec.stages):
+            body.append(f"acc{k} = tl.full({shape}, {_identity_text(stage)}, "
+                        f"{_work_type(stage)})")
+            if stage.op in ("argmax", "argmin"):
+                body.append(f"arg{k} = tl.full({shape}, {size}, {it})")
+            names = dict(bound)
+            if r_id is not None:
+                names[r_id] = "r"
+            lines, names = p.emit([stage.value], names)
+            x = _lanes(p, stage, names[stage.value.id], shape, rmask)
+            loop = r_lines + lines + _combine_lanes(p, stage, k, x, idx)
+            body += [f"for r0 in range(0, {size}, {R}):"] + indent(loop)
+            result = _reduce_lanes(p, stage, f"acc{k}", f"arg{k}")
+            body.append(f"stage{k} = {_stage_cast(stage, result)}")
+            bound[reduced.get(k, -1 - k)] = f"stage{k}"
+        body += _reduction_outputs(p, spec, bound, (r_id, r_lines, size, R), shape)
+    grid = (cdiv(rows, X),)
+    return body, grid, int(params["num_warps"]), 1
+
+
+def _stage_cast(stage: Stage, result: str) -> str:
+    """A reduced value (or index) converted to the stage's result type."""
+    out_t = VALUE[stage.dtype.name]
+    if stage.op in ("argmax", "argmin"):
+        return f"{result}.to({out_t})"
+    return result if _work_type(stage) == out_t else f"{result}.to({out_t})"
+
+
+def _reduction_outputs(p: TritonPrinter, spec: ReductionSpec, names: dict, loop,
+                       shape: str) -> list[str]:
+    body = []
+    row_outs = [o for o in spec.outputs if o.index is None]
+    full_outs = [o for o in spec.outputs if o.index is not None]
+    if row_outs:
+        lines, nm = p.emit([o.value for o in row_outs], names)
+        body += lines
+        mask = p.var_masks.get("row")
+        body += [p.store(o.arg, "row", o.value, nm[o.value.id], mask) for o in row_outs]
+        names = nm
+    if full_outs:
+        roots = [o.value for o in full_outs] + [o.index for o in full_outs]
+        scope = dict(names)
+        if loop is not None:
+            r_id, r_lines, size, R = loop
+            if r_id is not None:
+                scope[r_id] = "r"
+        lines, nm = p.emit(roots, scope)
+        stores = []
+        for o in full_outs:
+            index = nm[o.index.id]
+            if not {"row", "r"} <= p.deps(o.index):  # a block of pointers, as the value is
+                index = f"tl.broadcast_to({index}, {shape})"
+            mask = p.mask_arg([p.var_masks.get("row"), p.var_masks.get("r")])
+            stores.append(p.store(o.arg, index, o.value, nm[o.value.id], mask))
+        if loop is None:
+            body += lines + stores
+        else:
+            body += [f"for r0 in range(0, {size}, {R}):"] + indent(r_lines + lines + stores)
+    return body
