@@ -273,7 +273,9 @@ def test_pow_negative_base_integer_exponent(device, rng, seed):
     )
 
 
-@pytest.mark.parametrize("x,y,expected", POW_SPECIALS, ids=[f"pow({x},{y})" for x, y, _ in POW_SPECIALS])
+@pytest.mark.parametrize(
+    "x,y,expected", POW_SPECIALS, ids=[f"pow({x},{y})" for x, y, _ in POW_SPECIALS]
+)
 def test_pow_special_values(device, x, y, expected):
     got = device.apply("pow", np.array([x]), np.array([y]))[0]
     _assert_special(got, expected, FUNCTIONS["pow"].max_ulp)

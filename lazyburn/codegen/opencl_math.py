@@ -11,14 +11,16 @@ extra-precise step (Cody–Waite for exp and the trigonometric functions, expone
 for the logarithms), evaluate a minimax polynomial with Horner's rule in ``fma``, rebuild the
 result by exponent arithmetic, then patch the IEEE special values with selects. The polynomial
 coefficients are Stephen L. Moshier's single-precision Cephes ones (``expf.c``, ``exp2f.c``,
-``logf.c``, ``log2f.c``, ``sinf.c``, ``tanf.c``, ``tanhf.c``); see https://www.netlib.org/cephes/
-and each function's ``reference``. ``erf`` uses N. Juffa's published minimax fits.
+``logf.c``, ``log2f.c``, ``sinf.c``, ``tanf.c``); see https://www.netlib.org/cephes/ and each
+function's ``reference``. ``erf`` uses N. Juffa's published minimax fits; ``pow`` carries its
+logarithm in double-float arithmetic.
 
 Error bounds (``MathFunction.max_ulp``) are measured, in units in the last place of the float32
 result, against the float64 NumPy/SciPy value on the stated domain; the tests assert them. They
 hold on a device with IEEE ``fma`` and correctly rounded float division (PoCL on x86 has both);
 an OpenCL device that implements float division at the 2.5 ulp the specification allows adds up
-to that much for ``tan``, ``tanh``, ``sigmoid``, ``erf`` and ``log1p``.
+to that much for ``tan``, ``tanh``, ``sigmoid``, ``log1p`` and ``pow``, and one without
+hardware fma (``CL_FP_FMA`` unset) computes the same results slowly in software.
 
 Only float32 lives here: for float64 the renderer keeps the OpenCL built-ins.
 
@@ -95,9 +97,6 @@ _COS_P = ("2.443315711809948E-5", "-1.388731625493765E-3", "4.166664568298827E-2
 # Cephes tanf on |r| <= pi/4: tan r = r + r^3 T(r^2).
 _TAN_P = ("9.38540185543E-3", "3.11992232697E-3", "2.44301354525E-2", "5.34112807005E-2",
           "1.33387994085E-1", "3.33331568548E-1")
-# Cephes tanhf on |x| < 0.625: tanh x = x + x^3 P(x^2).
-_TANH_P = ("-5.70498872745E-3", "2.06390887954E-2", "-5.37397155531E-2",
-           "1.33314422036E-1", "-3.33332819422E-1")
 # N. Juffa's erff: erf x = x + x P(x^2) for |x| <= 0.927734375, and above,
 # erf |x| = 1 - exp(-|x| + |x| Q(|x|)), both minimax fits to float precision.
 _ERF_SMALL = ("-5.96761703e-4", "4.99119423e-3", "-2.67681349e-2", "1.12819925e-1",
