@@ -9,9 +9,12 @@ pointers; the grid and the compile options (``num_warps``, ``num_stages``) come 
   when ``BLOCK`` does not divide the element count.
 * Reduction: a [XBLOCK, RBLOCK] tile per program (XBLOCK rows, RBLOCK reduced elements).
   *Persistent* when the row fits one tile (``RBLOCK`` = the next power of two of the reduced
-  size): every input is loaded once and all stages (softmax's max and sum, layer_norm's mean
-  and variance) run on registers; *looped* otherwise: each stage walks the row in chunks of
-  RBLOCK, accumulating per lane, and reduces the lanes at the end (Inductor's scheme).
+  size): every input is loaded once, all loads that need no stage result before the first
+  reduction, and all stages (softmax's max and sum, layer_norm's mean and variance) run on
+  registers; *looped* otherwise: each stage walks the row in chunks of RBLOCK, accumulating
+  per lane, and reduces the lanes at the end (Inductor's scheme). Loads carry Inductor's L2
+  eviction hints: ``evict_last`` for data every row reads (weights) and for row data a later
+  walk reads again, ``evict_first`` for row data read for the last time.
 * Matmul: a tiled ``tl.dot`` kernel with the GROUP_M program swizzle of Triton's matrix
   multiplication tutorial (better L2 reuse); the prologue expression is evaluated on each
   loaded [BLOCK_M, BLOCK_K] / [BLOCK_K, BLOCK_N] tile (``m``, ``k``, ``n`` are ``rm[:, None]``,

@@ -80,6 +80,7 @@ class TritonPrinter(ExprPrinter):
         self.uses_libdevice = False
         self.var_masks: dict[str, str | None] = {}
         self.raw_loads: set[int] = set()  # loads kept in their storage type (dot operands)
+        self.eviction: dict[int, str] = {}  # load id -> L2 eviction policy hint
         self._deps: dict[int, frozenset] = {}
 
     # dependence on loop variables ----------------------------------------------------------
@@ -153,6 +154,8 @@ class TritonPrinter(ExprPrinter):
         if m is not None and own is not None and not self.deps(own) <= self.deps(idx):
             index = f"tl.where({m}, {index}, 0)"  # a block of pointers, as the mask is
         opts = f", mask={m}, other=0" if m else ""
+        if e.id in self.eviction:
+            opts += f', eviction_policy="{self.eviction[e.id]}"'
         text = f"tl.load({arg.name} + {index}{opts})"
         if arg.dtype.name in HALF and e.id not in self.raw_loads:
             text += ".to(tl.float32)"

@@ -171,11 +171,20 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
     if rmask:
         r_lines.append(f"rmask = r < {size}")
     idx = f"tl.broadcast_to(r, {shape})"
+    after_stages = _after_stages(spec)
+    loads = [e for e in topo_exprs(spec.roots()) if e.op == "load"]
+    eviction = _eviction_per_pass(p, spec, looped)
     if not looped:
         body += r_lines
         names = dict(bound)
         if r_id is not None:
             names[r_id] = "r"
+        # every load that needs no stage result is issued before the first reduction, so its
+        # latency overlaps the first load's and the reductions (a load placed after a
+        # reduction waits for the reduction's barriers: layer_norm's weight and bias)
+        p.eviction = eviction[-1]
+        lines, names = p.emit([e for e in loads if e.id not in after_stages], names)
+        body += lines
         for k, stage in enumerate(spec.stages):
             lines, names = p.emit([stage.value], names)
             body += lines
@@ -185,7 +194,13 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
             names[reduced.get(k, -1 - k)] = f"stage{k}"
         body += _reduction_outputs(p, spec, names, None, shape)
     else:
+        # loads of per-row values that need no stage result, once before the loops
+        p.eviction = {}
+        lines, bound = p.emit([e for e in loads if e.id not in after_stages and
+                               "r" not in p.deps(e)], bound)
+        body += lines
         for k, stage in enumerate(spec.stages):
+            p.eviction = eviction[k]
             body.append(f"acc{k} = tl.full({shape}, {_identity_text(stage)}, "
                         f"{_work_type(stage)})")
             if stage.op in ("argmax", "argmin"):
@@ -200,9 +215,50 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
             result = _reduce_lanes(p, stage, f"acc{k}", f"arg{k}")
             body.append(f"stage{k} = {_stage_cast(stage, result)}")
             bound[reduced.get(k, -1 - k)] = f"stage{k}"
+        p.eviction = eviction[-1]
         body += _reduction_outputs(p, spec, bound, (r_id, r_lines, size, R), shape)
+    p.eviction = {}
     grid = (cdiv(rows, X),)
     return body, grid, int(params["num_warps"]), 1
+
+
+def _after_stages(spec: ReductionSpec) -> set[int]:
+    """Ids of the expressions that read a stage's result (directly or through others)."""
+    ids: set[int] = set()
+    for e in topo_exprs(spec.roots()):
+        if e.op == "reduced" or any(isinstance(a, Expr) and a.id in ids for a in e.args):
+            ids.add(e.id)
+    return ids
+
+
+def _eviction_per_pass(p: TritonPrinter, spec: ReductionSpec, looped: bool) -> list[dict]:
+    """L2 eviction hints of the loads of each walk over ``r`` (looped: one walk per stage, then
+    the outputs; persistent: one walk), as Inductor gives them: data every row reads (weights,
+    biases) ``evict_last``, so the stream of rows does not push it out of L2; a row's own data
+    ``evict_first`` where it is read for the last time, ``evict_last`` in a looped walk that a
+    later walk reads it again after. Loads that depend on the row but not on ``r`` get none.
+
+    Returns one ``{load id: policy}`` per walk, the last one for the outputs."""
+    walks = [[s.value] for s in spec.stages] if looped else []
+    walks.append(list(spec.roots()))
+    last_walk: dict[int, int] = {}
+    per_walk = []
+    for j, roots in enumerate(walks):
+        loads = [e for e in topo_exprs(roots) if e.op == "load"]
+        per_walk.append(loads)
+        for e in loads:
+            last_walk[e.id] = j
+    out = []
+    for j, loads in enumerate(per_walk):
+        hints = {}
+        for e in loads:
+            deps = p.deps(e)
+            if "row" not in deps:
+                hints[e.id] = "evict_last"
+            elif "r" in deps:
+                hints[e.id] = "evict_first" if last_walk[e.id] == j else "evict_last"
+        out.append(hints)
+    return out
 
 
 def _stage_cast(stage: Stage, result: str) -> str:
