@@ -70,18 +70,21 @@ class Bench:
             names = "ab"[: fn.arity]
             params = ", ".join(f"__global const float *{v}s" for v in names)
             loads = " ".join(f"float {v} = {v}s[i];" for v in names)
-            ours = f"{fn.name}({', '.join(names)})"
-            for kind, expr in (("lazyburn", ours), ("builtin", BUILTIN.get(op, f"{op}(a)"))):
+            expressions = {
+                "lazyburn": f"{fn.name}({', '.join(names)})",
+                "opencl-builtin": BUILTIN.get(op, f"{op}(a)"),
+            }
+            for impl, expr in expressions.items():
                 kernels.append(
-                    f"__kernel void {kind}_{op}({params}, __global float *out)\n"
+                    f"__kernel void {_kernel_name(op, impl)}({params}, __global float *out)\n"
                     f"{{ size_t i = get_global_id(0); {loads} out[i] = {expr}; }}"
                 )
         source = preamble(FUNCTIONS) + "\n" + "\n".join(kernels)
         program = cl.Program(self.context, source).build()
         self.kernels = {
-            (op, impl): cl.Kernel(program, f"{'lazyburn' if impl == 'lazyburn' else 'builtin'}_{op}")
+            (op, impl): cl.Kernel(program, _kernel_name(op, impl))
             for op in FUNCTIONS
-            for impl in IMPLEMENTATIONS[:2]
+            for impl in ("lazyburn", "opencl-builtin")
         }
 
     def runner(self, op: str, impl: str):
@@ -97,6 +100,10 @@ class Bench:
             queue.finish()
 
         return run
+
+
+def _kernel_name(op: str, impl: str) -> str:
+    return f"{impl.replace('-', '_')}_{op}"
 
 
 def _sample(rng, lo: float, hi: float) -> np.ndarray:
