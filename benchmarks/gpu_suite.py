@@ -269,6 +269,9 @@ def describe_kernels(inputs, w: Workload) -> str:
     plan, _ = backend("cuda:0").plans.lookup([y._node])
     parts = []
     for k in plan.kernels:
+        timings = getattr(k.compiled, "timings", None)
+        if timings:
+            w.results.setdefault("timings", []).append((k.label, timings))
         kernel = getattr(k.compiled, "kernel", None)
         if kernel is None:
             parts.append(f"{k.label} (not compiled)")
@@ -362,6 +365,22 @@ def print_table(ws, bandwidth, peak, compile_too) -> None:
         print(f"excluded: elements left out of the check as within {THRESHOLD_ULPS} float32 "
               f"ulps (of their error bound) of a where threshold, where rounding decides the "
               f"branch")
+
+
+def print_tuning(ws, limit: int = 12) -> None:
+    """Each tuned kernel's candidates with their median times, fastest first (from the
+    autotune cache entry the choice was made or read from)."""
+    rows = [(w.name, label, t) for w in ws for label, t in w.results.get("timings", [])]
+    if not rows:
+        return
+    print("\nautotuning (median ms per candidate, fastest first; failed: dropped):")
+    for name, label, timings in rows:
+        print(f"  {name} {label}:")
+        ranked = sorted(timings.items(), key=lambda kv: (kv[1] is None, kv[1] or 0.0))
+        for cand, sec in ranked[:limit]:
+            print(f"    {'failed' if sec is None else f'{sec * 1e3:.4f}':>8}  {cand}")
+        if len(ranked) > limit:
+            print(f"    ... {len(ranked) - limit} more")
 
 
 def _ms(v) -> str:
@@ -458,6 +477,7 @@ def main(argv=None) -> int:
     print("\nlazyburn kernels:")
     for w in ws:
         print(f"  {w.name}: {w.results.get('kernels', '-')}")
+    print_tuning(ws)
     print("\nhost time per iteration, one-op graph (x + 1, 1024 elements):")
     for name, us in bench_launch(torch, args.launch_iters // (4 if args.quick else 1)).items():
         print(f"  {name:40s} {us:7.1f} us")

@@ -302,11 +302,15 @@ def test_matmul_f32_ragged_with_epilogue(dev):
         ["matmul"]
 
 
-def test_matmul_f16_batched_gelu(dev):
+@pytest.mark.parametrize("params", [{}, {"library": True}], ids=["triton", "library"])
+def test_matmul_f16_batched_gelu(dev, params):
     rng = np.random.default_rng(13)
-    a, b, bias = rand(rng, (2, 40, 48), "float16"), rand(rng, (48, 56), "float16"), \
+    m = 41 if params else 40  # a shape of its own: plans are cached
+    a, b, bias = rand(rng, (2, m, 48), "float16"), rand(rng, (48, 56), "float16"), \
         rand(rng, (56,), "float16")
-    check(dev, lambda a, b, c: lb.gelu(a @ b + c), a, b, bias, rtol=2e-2, atol=2e-2)
+    with launch_params("matmul", **params):
+        check(dev, lambda a, b, c: (lb.gelu(a @ b + c), lb.exp(a * 0.1) @ b), a, b, bias,
+              rtol=2e-2, atol=2e-2)
 
 
 def test_matmul_prologue_and_ints(dev):
@@ -320,6 +324,9 @@ def test_matmul_prologue_and_ints(dev):
 
 MATMUL_VARIANTS = [
     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2},
+    {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "EPILOGUE_SUBTILES": 4},
+    {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "PROGRAMS": 3,
+     "EPILOGUE_SUBTILES": 2},
     {"library": True},
 ]
 
@@ -330,7 +337,7 @@ def matmul_variant_graph(a, b, c):
 
 def matmul_variant_inputs(params):
     rng = np.random.default_rng(15)
-    m = 33 if "library" in params else 35  # a shape of its own: plans are cached
+    m = 31 + MATMUL_VARIANTS.index(params)  # a shape of its own: plans are cached
     return rand(rng, (2, m, 40)), rand(rng, (40, 50)), rand(rng, (50,))
 
 
@@ -419,14 +426,19 @@ def test_candidates_are_valid():
     from lazyburn import autotune as at
     from lazyburn.runtime.cuda_tuning import candidates
 
+    persistent = 0
     for spec in _specs():
-        cands = candidates(spec)
+        cands = candidates(spec, sm_count=1)
         assert at.admitted(cands, 2)[0].name == "default"
         assert len({c.name for c in cands}) == len(cands)
         for c in cands:
             if not c.params.get("library"):
                 tr.render(spec, "k", dict(c.params))
+        if spec.kind == "matmul" and spec.acc_dtype.is_float:
+            assert any(c.params.get("library") and c.priority <= 1 for c in cands)
+            persistent += sum(bool(c.params.get("PROGRAMS")) for c in cands)
         assert candidates(spec, interpret=True)[0].params == tr.default_params(spec, True)
+    assert persistent
 
 
 POINTER = {"bool": "*i1", "int8": "*i8", "int16": "*i16", "int32": "*i32", "int64": "*i64",
@@ -501,6 +513,24 @@ def test_tf32_is_opt_in():
     assert 'input_precision="tf32"' in tr.render(k.spec, "k", {"allow_tf32": True}).source
 
 
+def test_half_matmul_accumulates_in_float32():
+    """float16 operands go to tl.dot as they are, the accumulator is float32, and the epilogue
+    (bias, gelu) runs on float32 values in slices of the tile, rounded to float16 only at the
+    store."""
+    rng = np.random.default_rng(23)
+    a = lb.tensor(rand(rng, (256, 64), "float16"), device="numpy")
+    b = lb.tensor(rand(rng, (64, 512), "float16"), device="numpy")
+    c = lb.tensor(rand(rng, (512,), "float16"), device="numpy")
+    (k,) = lb.explain(lb.gelu(a @ b + c)).kernels
+    r = tr.render(k.spec, "k", {"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8})
+    assert r.params["EPILOGUE_SUBTILES"] == 4
+    src = r.source
+    assert "acc = tl.full((128, 256), 0, tl.float32)" in src
+    assert "acc = tl.dot(a_tile, b_tile, acc)" in src and "a_tile = tl.broadcast_to(t" in src
+    assert src.count("tl.erf(") == 4 and src.count(".to(tl.float16)") == 4
+    assert src.count("tl.store(") == 4
+
+
 def test_torch_interop_shares_memory(dev):
     from lazyburn.runtime.cuda import from_torch, to_torch
 
@@ -524,8 +554,8 @@ def test_first_launch_tuning_runs_checks_and_caches(dev, monkeypatch):
 
     real = cuda_tuning.candidates
 
-    def with_alternative(spec, interpret=False):
-        base = real(spec, interpret)
+    def with_alternative(spec, interpret=False, sm_count=None):
+        base = real(spec, interpret, sm_count)
         if spec.kind != "elementwise":
             return base
         return base + [at.Candidate("BLOCK=64", {**base[0].params, "BLOCK": 64}, 1)]

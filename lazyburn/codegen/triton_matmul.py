@@ -9,8 +9,9 @@ from .triton_printer import (HALF, TL, VALUE, TritonPrinter, cdiv, expr_ids, ind
 
 
 def matmul_params(spec: MatmulSpec, interpret: bool) -> dict:
-    """The heuristic tiles (``BLOCK_M/N/K``, ``GROUP_M``), ``num_warps`` and ``num_stages`` of
-    ``spec``."""
+    """The heuristic tiles (``BLOCK_M/N/K``, ``GROUP_M``), ``num_warps``, ``num_stages`` and
+    ``EPILOGUE_SUBTILES`` of ``spec``. ``render`` also takes ``PROGRAMS`` (a persistent
+    kernel of that many programs; 0 or absent: one program per tile)."""
     def fit(block, dim):
         return max(16, min(block, next_pow2(dim)))
 
@@ -19,7 +20,7 @@ def matmul_params(spec: MatmulSpec, interpret: bool) -> dict:
         bm, bn, bk, warps, stages = 32, 32, 8, 4, 1
         return {"BLOCK_M": min(bm, max(16, next_pow2(spec.m))),
                 "BLOCK_N": min(bn, max(16, next_pow2(spec.n))), "BLOCK_K": bk, "GROUP_M": 8,
-                "num_warps": warps, "num_stages": stages}
+                "num_warps": warps, "num_stages": stages, "EPILOGUE_SUBTILES": 1}
     if interpret:
         bm, bn, bk, warps, stages = 64, 64, 64, 4, 1
     elif spec.acc_dtype.name == "float64":
@@ -32,40 +33,87 @@ def matmul_params(spec: MatmulSpec, interpret: bool) -> dict:
     if bm * bn < 128 * 128:
         warps = 4
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps,
-            "num_stages": stages}
+            "num_stages": stages, "EPILOGUE_SUBTILES": epilogue_subtiles(bm, bn, warps)}
+
+
+def epilogue_subtiles(block_m: int, block_n: int, num_warps: int) -> int:
+    """How many column slices the epilogue of a [block_m, block_n] float accumulator runs on:
+    at most 32 accumulator elements per thread at a time once a thread holds more than 64.
+    Compiled for sm_90, gelu(A @ B + bias) in float16 spills registers (255 registers and a
+    stack) with 128 or more accumulator elements per thread in one piece (128x256 tiles on 8
+    warps, 128x128 on 4) and does not in 32-element slices (about 175 registers); 64
+    elements per thread fit whole (128x128 on 8 warps: 113 registers)."""
+    per_thread = block_m * block_n // (32 * num_warps)
+    if per_thread <= 64:
+        return 1
+    return min(4, per_thread // 32)
 
 
 def render_matmul(p: TritonPrinter, spec: MatmulSpec, params):
+    BM, BN = int(params["BLOCK_M"]), int(params["BLOCK_N"])
+    M, N = spec.m, spec.n
+    tiles = cdiv(M, BM) * cdiv(N, BN) * spec.batch
+    ragged = {"m": M % BM != 0, "n": N % BN != 0, "k": spec.k % int(params["BLOCK_K"]) != 0}
+    programs = int(params.get("PROGRAMS") or 0)
+    if programs <= 0 or programs >= tiles:
+        body = ["tile = tl.program_id(0)"]
+        body += _tile_position(spec, params, "tile", "")
+        body += _main_loop(p, spec, params, ragged)
+        body += _epilogue(p, spec, params, ragged, "")
+        return body, (tiles,), int(params["num_warps"]), int(params["num_stages"])
+    # persistent: PROGRAMS programs walk the tiles (Triton's persistent matmul tutorial); the
+    # flattened loop lets the pipeliner load the next tile's operands during this epilogue.
+    # The epilogue finds its tile from a counter of its own, as the tutorial does: a value
+    # used both before the K loop and after it is what the flattening pipeliner mishandles
+    loop = _tile_position(spec, params, "tile", "")
+    loop += _main_loop(p, spec, params, ragged)
+    loop += [f"tile_c += {programs}"]
+    loop += _tile_position(spec, params, "tile_c", "_c")
+    loop += _epilogue(p, spec, params, ragged, "_c")
+    body = [f"tile_c = tl.program_id(0) - {programs}",
+            f"for tile in tl.range(tl.program_id(0), {tiles}, {programs}, flatten=True):"]
+    body += indent(loop)
+    return body, (programs,), int(params["num_warps"]), int(params["num_stages"])
+
+
+def _tile_position(spec: MatmulSpec, params, tile: str, suffix: str) -> list[str]:
+    """Lines finding the batch ``pid_b``, the rows ``rm`` and the columns ``rn`` of tile number
+    ``tile`` (names get ``suffix``), with the program swizzle of Triton's matmul tutorial:
+    GROUP_M rows of tiles run together and share their B columns in L2."""
+    BM, BN, G = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["GROUP_M"])
+    tiles_m, tiles_n = cdiv(spec.m, BM), cdiv(spec.n, BN)
+    cast = ".to(tl.int64)" if spec.index_dtype.name == "int64" else ""
+    t = f"t_in{suffix}"
+    if spec.batch > 1:
+        lines = [f"pid_b{suffix} = ({tile} // {tiles_m * tiles_n}){cast}",
+                 f"{t} = {tile} % {tiles_m * tiles_n}"]
+    else:
+        lines = [f"pid_b{suffix} = 0", f"{t} = {tile}"]
+    group_m = f"group_m{suffix}"
+    lines += [f"first_m{suffix} = ({t} // {G * tiles_n}) * {G}",
+              f"{group_m} = tl.minimum({tiles_m} - first_m{suffix}, {G})",
+              f"pid_m{suffix} = first_m{suffix} + ({t} % {group_m})",
+              f"pid_n{suffix} = ({t} % {G * tiles_n}) // {group_m}",
+              f"rm{suffix} = pid_m{suffix}{cast} * {BM} + tl.arange(0, {BM})",
+              f"rn{suffix} = pid_n{suffix}{cast} * {BN} + tl.arange(0, {BN})"]
+    return lines
+
+
+def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict) -> list[str]:
+    """Lines accumulating the tile's product into ``acc``: the prologue expressions on each
+    loaded [BLOCK_M, BLOCK_K] and [BLOCK_K, BLOCK_N] tile, then ``tl.dot`` (float32
+    accumulation for float16/bfloat16 operands: ``acc`` is float32 and tl.dot accumulates in
+    its type)."""
     BM, BN, BK = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["BLOCK_K"])
-    G = int(params["GROUP_M"])
     M, N, K = spec.m, spec.n, spec.k
     v = loop_vars(spec)
-    tiles_m, tiles_n = cdiv(M, BM), cdiv(N, BN)
-    tiles = tiles_m * tiles_n
-    cast = ".to(tl.int64)" if spec.index_dtype.name == "int64" else ""
-    body = ["pid = tl.program_id(0)"]
-    if spec.batch > 1:
-        body += [f"pid_b = (pid // {tiles}){cast}", f"pid = pid % {tiles}"]
-    else:
-        body.append("pid_b = 0")
-    # the program swizzle of Triton's matmul tutorial: GROUP_M rows of tiles reuse B in L2
-    body += [f"group = pid // {G * tiles_n}",
-             f"first_m = group * {G}",
-             f"group_m = tl.minimum({tiles_m} - first_m, {G})",
-             "pid_m = first_m + (pid % group_m)",
-             f"pid_n = (pid % {G * tiles_n}) // group_m",
-             f"rm = pid_m{cast} * {BM} + tl.arange(0, {BM})",
-             f"rn = pid_n{cast} * {BN} + tl.arange(0, {BN})",
-             "a_m = rm[:, None]", "b_n = rn[None, :]"]
-    ragged = {"m": M % BM != 0, "n": N % BN != 0, "k": K % BK != 0}
+    body = ["a_m = rm[:, None]", "b_n = rn[None, :]"]
     if ragged["m"]:
         body.append(f"a_mmask = a_m < {M}")
     if ragged["n"]:
         body.append(f"b_nmask = b_n < {N}")
     dot = spec.acc_dtype.is_float  # else: integers multiply and sum tiles
-    acc_t = VALUE[spec.acc_dtype.name]
-    if not dot and (spec.acc_dtype.is_bool or spec.acc_dtype.bits < 32):
-        acc_t = "tl.int32"  # wraps like the narrow type once cast back
+    acc_t = _acc_type(spec)
     body.append(f"acc = tl.full(({BM}, {BN}), 0, {acc_t})")
     base = {v["b"].id: "pid_b"} if "b" in v else {}
     loop = [f"rk = k0 + tl.arange(0, {BK})", "a_k = rk[None, :]", "b_k = rk[:, None]"]
@@ -106,24 +154,62 @@ def render_matmul(p: TritonPrinter, spec: MatmulSpec, params):
     body += [f"for k0 in range(0, {K}, {BK}):"] + indent(loop)
     if acc_t != VALUE[spec.acc_dtype.name]:
         body.append(f"acc = acc.to({VALUE[spec.acc_dtype.name]})")
-    # the epilogue, on the accumulator tile
-    body += ["m = rm[:, None]", "n = rn[None, :]"]
-    p.var_masks = {}
-    if ragged["m"]:
-        body.append(f"m_mask = m < {M}")
-        p.var_masks["m"] = "m_mask"
-    if ragged["n"]:
-        body.append(f"n_mask = n < {N}")
-        p.var_masks["n"] = "n_mask"
-    scope = dict(base)
-    scope.update({v[var].id: var for var in ("m", "n") if var in v})
+    return body
+
+
+def _acc_type(spec: MatmulSpec) -> str:
+    acc_t = VALUE[spec.acc_dtype.name]
+    if not spec.acc_dtype.is_float and (spec.acc_dtype.is_bool or spec.acc_dtype.bits < 32):
+        acc_t = "tl.int32"  # wraps like the narrow type once cast back
+    return acc_t
+
+
+def _epilogue(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, suffix: str
+              ) -> list[str]:
+    """Lines computing the outputs from ``acc`` and storing them, on EPILOGUE_SUBTILES column
+    slices of the tile one after the other (Triton's persistent matmul tutorial splits its
+    epilogue the same way): the whole [BLOCK_M, BLOCK_N] float32 tile and every temporary
+    of a long epilogue (gelu's erf) do not fit in registers together. Slicing is free: a
+    thread holds columns of both halves, so ``tl.split`` moves no data."""
+    BM, BN = int(params["BLOCK_M"]), int(params["BLOCK_N"])
+    M, N = spec.m, spec.n
+    parts = ["acc"]
+    width = BN
+    body = []
+    while len(parts) < int(params.get("EPILOGUE_SUBTILES") or 1) and width >= 32:
+        width //= 2
+        halves = []
+        for part in parts:
+            body.append(f"{part}0, {part}1 = tl.split(tl.permute(tl.reshape({part}, "
+                        f"({BM}, 2, {width})), (0, 2, 1)))")
+            halves += [f"{part}0", f"{part}1"]
+        parts = halves
+    v = loop_vars(spec)
     acc_ids = expr_ids(spec, "acc")
-    if acc_ids:
-        scope[acc_ids[0]] = "acc"
-    lines, names = p.emit([o.value for o in spec.outputs], scope)
-    body += lines
-    body.append(f"flat = (pid_b * {M} + m) * {N} + n")
-    mask = " & ".join(p.var_masks[x] for x in ("m", "n") if x in p.var_masks) or None
-    for o in spec.outputs:
-        body.append(p.store(o.arg, "flat", o.value, names[o.value.id], mask))
-    return body, (tiles * spec.batch,), int(params["num_warps"]), int(params["num_stages"])
+    cast = ".to(tl.int64)" if spec.index_dtype.name == "int64" else ""
+    body.append(f"m = rm{suffix}[:, None]")
+    for j, part in enumerate(parts):
+        offset = f" + {j * width}" if j else ""
+        if len(parts) == 1:
+            body.append(f"n = rn{suffix}[None, :]")
+        else:
+            body.append(f"n = (pid_n{suffix}{cast} * {BN}{offset} + "
+                        f"tl.arange(0, {width}))[None, :]")
+        p.var_masks = {}
+        if ragged["m"]:
+            body.append(f"m_mask = m < {M}")
+            p.var_masks["m"] = "m_mask"
+        if ragged["n"]:
+            body.append(f"n_mask = n < {N}")
+            p.var_masks["n"] = "n_mask"
+        scope = {v["b"].id: f"pid_b{suffix}"} if "b" in v else {}
+        scope.update({v[var].id: var for var in ("m", "n") if var in v})
+        if acc_ids:
+            scope[acc_ids[0]] = part
+        lines, names = p.emit([o.value for o in spec.outputs], scope)
+        body += lines
+        body.append(f"flat = (pid_b{suffix} * {M} + m) * {N} + n")
+        mask = " & ".join(p.var_masks[x] for x in ("m", "n") if x in p.var_masks) or None
+        for o in spec.outputs:
+            body.append(p.store(o.arg, "flat", o.value, names[o.value.id], mask))
+    return body

@@ -2,16 +2,21 @@
 matmul group's prologue and epilogue as Triton element-wise kernels, as Inductor does.
 
 Operands that are plain strided loads of one buffer go to the library as ``as_strided`` views
-(no copy); other operands are computed by a prologue kernel first. float16/bfloat16 operands
-are multiplied in their own type (the library accumulates in float32) and the product is
-widened to the accumulation type for the epilogue.
+(no copy); other operands are computed by a prologue kernel first, which stores them in the
+operand type. float16/bfloat16 operands are multiplied in their own type (the library
+accumulates in float32 and rounds the product to the operand type); the epilogue kernel reads
+that product and widens it itself, so the library candidate costs the library call and one
+element-wise pass.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
-from ..fusion.library import split_matmul
 from ..codegen import triton as tr
+from ..fusion.library import split_matmul
+
+HALF = ("float16", "bfloat16")
 
 
 class LibraryMatmul:
@@ -24,8 +29,16 @@ class LibraryMatmul:
         self.origin = origin
         self.allow_tf32 = bool(params.get("allow_tf32"))
         self.parts = split_matmul(spec)
+        # the product's type as the library returns it: the operands' for 16-bit operands
+        self.prod_dtype = spec.a.dtype if spec.a.dtype.name in HALF else spec.acc_dtype
         self.kernels = {}
         for part_name, part in self.parts.kernels.items():
+            if part_name == "epilogue":
+                part = _with_arg_dtype(part, len(self.parts.inputs["epilogue"]),
+                                       self.prod_dtype)
+            else:  # a prologue stores the operand in the type the library multiplies
+                operand = spec.a if part_name == "a" else spec.b
+                part = _with_arg_dtype(part, len(part.args) - 1, operand.dtype)
             self.kernels[part_name] = backend.build_kernel(
                 part, f"{name}_{part_name}", tr.default_params(part, backend.interpret), origin)
         self.source = "\n".join(f"# {part_name}: library matmul part\n{k.source}"
@@ -38,8 +51,7 @@ class LibraryMatmul:
         b = self._operand(backend, args, "b", (spec.k, spec.n))
         with _tf32(torch, self.allow_tf32):
             prod = torch.matmul(a, b)
-        acc_t = backend.dtypes[spec.acc_dtype.name]
-        prod = prod.reshape(-1).to(acc_t)
+        prod = prod.reshape(-1).to(backend.dtypes[self.prod_dtype.name])  # a no-op normally
         n_in = len(spec.inputs)
         epi_args = [args[i] for i in parts.inputs["epilogue"]] + [prod] + list(args[n_in:])
         self.kernels["epilogue"](backend, epi_args)
@@ -53,11 +65,20 @@ class LibraryMatmul:
             arg, strides, offset = direct
             view = args[arg].as_strided(shape, strides, offset)
             return view if view.dtype == operand_t else view.to(operand_t)
-        part = parts.kernels[which]
-        out = part.args[-1]
-        buf = backend.empty(out.size, out.dtype, self.origin)
+        out = parts.kernels[which].args[-1]
+        operand = spec.a if which == "a" else spec.b
+        buf = backend.empty(out.size, operand.dtype, self.origin)
         self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf])
-        return buf.reshape(shape).to(operand_t)
+        return buf.reshape(shape)
+
+
+def _with_arg_dtype(spec, index: int, dtype):
+    """``spec`` with argument ``index`` of element type ``dtype``. Kernels convert between a
+    buffer's type and the value's type at the load or store, so the expressions stay as
+    they are."""
+    args = list(spec.args)
+    args[index] = dataclasses.replace(args[index], dtype=dtype)
+    return dataclasses.replace(spec, args=args)
 
 
 @contextlib.contextmanager

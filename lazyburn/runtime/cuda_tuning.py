@@ -5,30 +5,60 @@ Candidates (``lazyburn.autotune.Candidate``), the heuristic default first:
   element-wise: ``BLOCK`` and ``num_warps``;
   reduction: persistent tiles with other warp counts and row blocks, looped tiles of 1024 to
   4096 lanes;
-  matmul: the tile configurations of Triton's matmul tutorial (``BLOCK_M/N/K``, ``GROUP_M``,
-  ``num_warps``, ``num_stages``), and the library candidate: ``torch.matmul`` (cuBLAS, hipBLAS)
-  with the prologue and the epilogue as element-wise kernels.
+  matmul: the tile configurations of Triton's matmul tutorials for H100 (``BLOCK_M/N/K``,
+  ``num_warps``, ``num_stages``; the epilogue sliced to fit registers), the library candidate
+  (``torch.matmul``: cuBLAS, hipBLAS, with the prologue and the epilogue as element-wise
+  kernels) at the same priority, and, at level 2, persistent kernels of one or two programs
+  per SM.
 
 At autotune level 0, and always under the interpreter, the default is used and nothing is
 timed. Otherwise the first launch of a kernel runs :func:`lazyburn.autotune.tune` on the
 launch's real inputs: each candidate writes fresh outputs, is checked against the default's
-(``torch.allclose`` at a tolerance set by dtype) and timed with ``triton.testing.do_bench``.
+(``torch.allclose`` at a tolerance set by dtype) and timed with ``triton.testing.do_bench``
+(``lazyburn.autotune.REPEATS`` medians of do_bench medians, L2 flushed before each run). The
+median times of the candidates are kept on the kernel (``TunedKernel.timings``).
 """
 from __future__ import annotations
 
 from .. import autotune as at
 from ..codegen import triton as tr
+from ..codegen.triton_matmul import epilogue_subtiles
 from ..fusion.kernel_ir import ElementwiseSpec, MatmulSpec, ReductionSpec
 
-# Triton's matmul tutorial configurations for CUDA: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps)
-MATMUL_TILES = [(128, 256, 64, 3, 8), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4),
-                (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (128, 32, 32, 4, 4),
-                (64, 32, 32, 5, 2), (32, 64, 32, 5, 2), (128, 128, 64, 3, 8),
-                (256, 128, 64, 3, 8)]
+# Matmul tiles: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps, priority), the
+# configurations of Triton's matmul tutorial for H100 first. A program's shared memory is
+# num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 bytes for 16-bit operands; at 96 KB or less
+# (and few enough registers) two programs share an SM and one's epilogue overlaps the other's
+# main loop, which matters for a long epilogue (gelu's erf).
+MATMUL_TILES = [
+    (128, 256, 64, 3, 8, 1),  # 144 KB: one program per SM
+    (128, 128, 64, 3, 8, 1),  # 96 KB, 113 registers: two per SM
+    (128, 128, 64, 4, 8, 1),
+    (128, 128, 64, 3, 4, 1),  # 96 KB: two per SM
+    (128, 128, 64, 4, 4, 1),
+    (256, 128, 64, 3, 8, 1),
+    (64, 256, 32, 4, 4, 1),  # 80 KB: two per SM
+    (128, 128, 128, 3, 8, 2), (128, 256, 128, 2, 8, 2), (128, 256, 64, 4, 8, 2),
+    (256, 128, 64, 4, 8, 2), (128, 128, 32, 4, 4, 2), (128, 64, 64, 4, 4, 2),
+    (64, 128, 64, 4, 4, 2), (128, 64, 32, 4, 4, 2), (64, 128, 32, 4, 4, 2),
+    (128, 32, 32, 4, 4, 2), (64, 32, 32, 5, 2, 2), (32, 64, 32, 5, 2, 2),
+]
+# persistent variants (Triton's persistent matmul tutorial), level 2 only: (tile index in
+# MATMUL_TILES, programs per SM). Compiled for sm_90 their flattened loop pipelines fewer
+# operand loads asynchronously and needs more registers (168 instead of 113 for 128x128 on 8
+# warps: one program per SM), so they are a fallback to measure, not a first choice.
+PERSISTENT_TILES = [(0, 1), (1, 1)]
+# do_bench's warm-up and measuring time per timing, in ms: a matmul candidate is slow to
+# time and a few of them decide a lot, so they get more repetitions (each timing is a median)
+BENCH_MS = {"matmul": (5, 25)}
+DEFAULT_BENCH_MS = (2, 10)
 
 
-def candidates(spec, interpret: bool = False) -> list[at.Candidate]:
-    """The launch configurations to try for ``spec``, the heuristic default first."""
+def candidates(spec, interpret: bool = False, sm_count: int | None = None
+               ) -> list[at.Candidate]:
+    """The launch configurations to try for ``spec``, the heuristic default first.
+    ``sm_count``: the GPU's multiprocessors, for persistent matmul candidates (none without
+    it)."""
     default = tr.default_params(spec, interpret)
     out = [at.Candidate("default", default, 0)]
     if interpret:
@@ -66,14 +96,28 @@ def candidates(spec, interpret: bool = False) -> list[at.Candidate]:
             if rblock < size:
                 add({"XBLOCK": 1, "RBLOCK": rblock, "looped": True, "num_warps": warps},
                     1 if size > tr.PERSISTENT_MAX else 2)
-    elif isinstance(spec, MatmulSpec):
-        for j, (bm, bn, bk, stages, warps) in enumerate(MATMUL_TILES):
-            fit = {"BLOCK_M": max(16, min(bm, tr.next_pow2(spec.m))),
-                   "BLOCK_N": max(16, min(bn, tr.next_pow2(spec.n))),
-                   "BLOCK_K": max(16, min(bk, tr.next_pow2(spec.k)))}
-            add({**fit, "num_stages": stages, "num_warps": warps}, 1 if j < 4 else 2)
-        if spec.acc_dtype.is_float and spec.acc_dtype.name != "float64":
+    elif isinstance(spec, MatmulSpec) and spec.acc_dtype.is_float:
+        # (integer matmuls multiply and sum tiles in registers: their small default tile is
+        # the only sensible one)
+        def fit(block, dim):
+            return max(16, min(block, tr.next_pow2(dim)))
+
+        tiles = []
+        for bm, bn, bk, stages, warps, priority in MATMUL_TILES:
+            bm, bn = fit(bm, spec.m), fit(bn, spec.n)
+            tile = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": fit(bk, spec.k),
+                    "num_stages": stages, "num_warps": warps,
+                    "EPILOGUE_SUBTILES": epilogue_subtiles(bm, bn, warps)}
+            tiles.append(tile)
+            add(tile, priority)
+        if spec.acc_dtype.name != "float64":
             out.append(at.Candidate("library", {**default, "library": True}, 1))
+        if sm_count:
+            for j, per_sm in PERSISTENT_TILES:
+                t = tiles[j]
+                count = tr.cdiv(spec.m, t["BLOCK_M"]) * tr.cdiv(spec.n, t["BLOCK_N"])
+                if count * spec.batch > sm_count * per_sm:
+                    add({**t, "PROGRAMS": sm_count * per_sm}, 2)
     return out
 
 
@@ -104,7 +148,11 @@ class TunedKernel:
         self.spec = k.spec
         self.name = name
         self.origin = origin
-        self.candidates = candidates(k.spec, backend.interpret)
+        sm_count = None
+        if not backend.interpret:
+            sm_count = backend.torch.cuda.get_device_properties(backend.index).multi_processor_count
+        self.candidates = candidates(k.spec, backend.interpret, sm_count)
+        self.timings: dict[str, float | None] = {}  # seconds per candidate, once tuned
         self.kernel = None
         if len(at.admitted(self.candidates, at.level())) == 1:
             self.kernel = self._build(self.candidates[0])
@@ -145,10 +193,13 @@ class TunedKernel:
             b.finish()
             return outs
 
+        warmup, rep = BENCH_MS.get(spec.kind, DEFAULT_BENCH_MS)
+
         def time(c):
             outs = [b.empty(a.size, a.dtype, self.origin) for a in out_args]
             k = kernel_of(c)
-            ms = do_bench(lambda: k(b, inputs + outs), warmup=2, rep=10, return_mode="median")
+            ms = do_bench(lambda: k(b, inputs + outs), warmup=warmup, rep=rep,
+                          return_mode="median")
             return ms * 1e-3
 
         def check(expected, actual):
@@ -168,6 +219,10 @@ class TunedKernel:
                          spec.structural_hash(), shape=_shape(spec))
         with b._on_device():
             best = at.tune(key, self.candidates, run=run, time=time, check=check)
+        entry = at.default_cache().entry(
+            key.for_candidates(at.admitted(self.candidates, at.level())))
+        if entry is not None:
+            self.timings = dict(entry.timings)
         return kernel_of(best)
 
 
