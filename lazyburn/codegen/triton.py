@@ -18,8 +18,11 @@ pointers; the grid and the compile options (``num_warps``, ``num_stages``) come 
 * Matmul: a tiled ``tl.dot`` kernel with the GROUP_M program swizzle of Triton's matrix
   multiplication tutorial (better L2 reuse); the prologue expression is evaluated on each
   loaded [BLOCK_M, BLOCK_K] / [BLOCK_K, BLOCK_N] tile (``m``, ``k``, ``n`` are ``rm[:, None]``,
-  ``rk[None, :]``...), the epilogue on the [BLOCK_M, BLOCK_N] accumulator before the store.
-  float16/bfloat16 operands feed the tensor cores with float32 accumulation; float32 operands
+  ``rk[None, :]``...), the epilogue on the [BLOCK_M, BLOCK_N] accumulator before the store,
+  in ``EPILOGUE_SUBTILES`` column slices so that a long epilogue fits in registers. With
+  ``PROGRAMS``, a persistent kernel: that many programs walk the tiles (Triton's persistent
+  matmul tutorial). float16/bfloat16 operands feed the tensor cores with float32
+  accumulation, and the epilogue computes in float32; float32 operands
   use ``input_precision="tf32"`` only when ``allow_tf32`` is set (``"ieee"`` otherwise, as
   PyTorch's default). Integer matmuls multiply and sum tiles in their accumulation type.
 
