@@ -133,7 +133,7 @@ class OpenCLBackend(FusedBackend):
             return LibraryMatmul(self, k, params, origin)
         r = cl_codegen.render(k.spec, name, params)
         prg = self._program(r.source, k, origin, r.options)
-        return CompiledKernel(self.cl.Kernel(prg, r.name), r, origin)
+        return CompiledKernel(prg, r, origin)
 
     @property
     def fingerprint(self) -> str:
@@ -157,14 +157,18 @@ class CompiledKernel:
 
     suffix, comment = ".cl", "//"
 
-    def __init__(self, kernel, rendered, origin):
-        self.kernel = kernel
+    def __init__(self, program, rendered, origin):
+        import pyopencl as cl
+
+        self.launches = [(cl.Kernel(program, kname), g, loc)
+                         for kname, g, loc in rendered.all_launches()]
         self.rendered = rendered
         self.source = rendered.source
         self.origin = origin
 
     def __call__(self, backend, args) -> None:
-        self.kernel(backend.queue, self.rendered.global_size, self.rendered.local_size, *args)
+        for kernel, global_size, local_size in self.launches:
+            kernel(backend.queue, global_size, local_size, *args)
 
 
 class LibraryMatmul:
@@ -181,7 +185,7 @@ class LibraryMatmul:
         for name, part in self.parts.kernels.items():
             r = cl_codegen.render(part, f"{name}_{id(self)}", {})
             prg = backend._program(r.source, k, origin)
-            self.kernels[name] = CompiledKernel(backend.cl.Kernel(prg, r.name), r, origin)
+            self.kernels[name] = CompiledKernel(prg, r, origin)
 
     suffix, comment = ".cl", "//"
 

@@ -18,10 +18,8 @@ def default_params(backend, k) -> dict:
     spec = k.spec
     cpu = backend.is_cpu
     if k.kind == "elementwise":
-        if cpu:
-            per_item = 16 if spec.numel >= 16 * 1024 else 1
-            return {"local": min(1024, backend.max_local), "per_item": per_item}
-        return {"local": min(256, backend.max_local), "per_item": 1}
+        # one element per work-item: CPU runtimes vectorize the work-group loop over it
+        return {"local": min(1024 if cpu else 256, backend.max_local), "per_item": 1}
     if k.kind == "reduction":
         many_rows = spec.rows >= 4 * backend.compute_units
         if spec.reduce_size <= 32 or (cpu and many_rows):
@@ -40,10 +38,10 @@ def candidates(backend, k) -> list[Candidate]:
     out = [Candidate("default", default, 0)]
     spec = k.spec
     if k.kind == "elementwise":
-        for local, per_item in ((None, 1), (64, 1), (256, 1), (1024, 1), (256, 4), (1024, 16)):
-            out.append(Candidate(f"local={local},per_item={per_item}",
-                                 {"local": local, "per_item": per_item}, 1))
-        for local, per_item in ((4096, 1), (64, 4), (1024, 4), (256, 16), (1024, 64)):
+        for local in (64, 256, 1024, 4096):
+            if local <= backend.max_local:
+                out.append(Candidate(f"local={local}", {"local": local, "per_item": 1}, 1))
+        for local, per_item in ((256, 4), (1024, 16)):
             out.append(Candidate(f"local={local},per_item={per_item}",
                                  {"local": local, "per_item": per_item}, 2))
     elif k.kind == "reduction":
