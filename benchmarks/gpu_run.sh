@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU runs of BENCHMARKS.md, in steps that each fit a 10-minute job:
 #   benchmarks/gpu_run.sh check     tests on cuda:0, then the GPU suite (autotune on)
-#   benchmarks/gpu_run.sh compare   GPU suite with autotune off, MiniLM, WGSL vs Triton
+#   benchmarks/gpu_run.sh compare   GPU suite with autotune off, WGSL vs Triton
+#   benchmarks/gpu_run.sh minilm    MiniLM-L6 vs PyTorch eager and torch.compile
 # Wheels missing on the GPU machine come from .whl/, Vulkan's loader from .gl/ (Debian
 # packages), MiniLM's weights from .weights/minilm (see BENCHMARKS.md).
 set -u
@@ -31,8 +32,10 @@ case "${1:-check}" in
   compare)
     LAZYBURN_AUTOTUNE=0 timeout 150 python3 benchmarks/gpu_suite.py --no-compile 2>&1 \
       | tee "$OUT/suite_default.txt"
-    LAZYBURN_AUTOTUNE=1 timeout 300 python3 benchmarks/minilm_gpu.py --weights .weights/minilm \
+    timeout 200 python3 benchmarks/wgsl_gpu.py 2>&1 | tee "$OUT/wgsl.txt"
+    ;;
+  minilm)
+    LAZYBURN_AUTOTUNE=1 timeout 540 python3 benchmarks/minilm_gpu.py --weights .weights/minilm \
       2>&1 | tee "$OUT/minilm.txt"
-    timeout 120 python3 benchmarks/wgsl_gpu.py 2>&1 | tee "$OUT/wgsl.txt"
     ;;
 esac
