@@ -1,8 +1,9 @@
 """The CUDA device (ROCm too): Triton kernels on PyTorch's GPU runtime.
 
 Buffers are flat ``torch`` tensors of the node's dtype (bool as ``torch.bool``) from PyTorch's
-caching allocator; each device has one ``torch.cuda.Stream``, the device's stream, on which
-every upload, kernel and download of that device is ordered. A sync finds (or builds) the plan
+caching allocator; each device's stream is its default CUDA stream, on which every upload,
+kernel and download of that device is ordered (so work is ordered with PyTorch code on the
+same device without events). A sync finds (or builds) the plan
 for the pending graph, compiles its kernels once (each kernel module is written to the kernel
 cache, ``$LAZYBURN_CACHE_DIR/kernels/``, by content hash, and imported from there, so Triton
 reads real source and ``LAZYBURN_DUMP`` shows exactly what ran), then replays the plan through
@@ -249,7 +250,10 @@ class CudaBackend(FusedBackend):
         else:
             self.max_alloc = torch.cuda.get_device_properties(index).total_memory
             self.device = torch.device("cuda", index)
-            self.stream = torch.cuda.Stream(self.device)  # the device's stream
+            # the device's stream is its default stream, the one PyTorch uses unless told
+            # otherwise: lazyburn's work is then ordered with the user's torch code for free,
+            # and a launch needs no stream context (a context costs more than the launch)
+            self.stream = torch.cuda.default_stream(self.device)
             self.stream_handle = self.stream.cuda_stream
         self._programs: dict[int, tuple] = {}  # id(plan) -> (plan, Program)
         self.compiles = 0
@@ -327,9 +331,14 @@ class CudaBackend(FusedBackend):
         return (RuntimeError,)
 
     def _on_device(self):
-        """A context making this device and its stream torch's current ones."""
+        """A context making this device and its stream torch's current ones (nothing to do,
+        and nothing entered, when they already are)."""
         if self.interpret:
-            return contextlib.nullcontext()
+            return _NO_CONTEXT
+        torch = self.torch
+        if torch.cuda.current_device() == self.index and \
+                torch.cuda.current_stream(self.index).cuda_stream == self.stream_handle:
+            return _NO_CONTEXT
         stack = contextlib.ExitStack()
         stack.enter_context(self.torch.cuda.device(self.index))
         stack.enter_context(self.torch.cuda.stream(self.stream))
@@ -436,6 +445,9 @@ class TritonKernel:
             raise
         if not backend.interpret and compiled is not None and hasattr(compiled, "__getitem__"):
             self.fast = compiled[self.grid]
+
+
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 def _is_compile_error(e: Exception) -> bool:
