@@ -11,6 +11,13 @@ device's queue (WebGPU) or stream (CUDA), so the time is launch plus execution. 
 the median and the spread (min-max) of the repeats, the bandwidth that median implies for the
 bytes each workload must move, and the largest difference from NumPy.
 
+A second table breaks a WebGPU sync down, from extra runs made after the timed ones with the
+device's profile on (medians per sync, ms): the host's phases (allocating buffers, encoding the
+passes, submitting, waiting for the queue), the kernels' time on the device from timestamp
+queries where the adapter has ``timestamp-query`` (and the bandwidth that implies), what an
+empty sync's wait costs, and the launch parameters each kernel runs with (the autotuner's
+choice, or the default).
+
     python benchmarks/wgsl_gpu.py                 # full sizes (needs a GPU's buffer limits)
     python benchmarks/wgsl_gpu.py --scale 0.05    # smaller sizes, e.g. on a software adapter
     python benchmarks/wgsl_gpu.py --devices webgpu:0 --repeats 50
@@ -91,7 +98,66 @@ def lazyburn_rows(device, data, refs, warmup, repeats) -> list[tuple]:
         plan = lb.explain(run())
         times = time_it(run, lambda t: lb.graph.sync(t), warmup, repeats)
         rows.append((name, device, f"{plan.kernel_count} kernel(s)", times, err))
+        if device.startswith("webgpu"):
+            BREAKDOWNS.append((name, device, statistics.median(times),
+                               webgpu_breakdown(device, run, repeats)))
     return rows
+
+
+BREAKDOWNS: list[tuple] = []  # (workload, device, median s, webgpu_breakdown's dict)
+
+
+def webgpu_breakdown(device: str, run, repeats: int) -> dict:
+    """Profiled syncs of ``run`` on WebGPU ``device``: median seconds per phase, the empty
+    sync's wait, and each kernel's launch (parameters, workgroups, workgroup size)."""
+    b = lb.runtime.backend(device)
+    profile = b.profile()
+    try:
+        for _ in range(repeats):
+            lb.graph.sync(run())
+    finally:
+        b.stop_profile()
+    phases = {p: profile.median(p) for p in profile.PHASES + ("device", "kernels")}
+    empty = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        b.finish()
+        empty.append(time.perf_counter() - t0)
+    phases["empty sync"] = statistics.median(empty)
+    out = run()
+    plan, _ = b.plans.lookup([out._node], b.fuse, b.max_args)
+    launches = []
+    for k in plan.kernels:
+        c = k.compiled
+        if hasattr(c, "rendered"):
+            params = ",".join(f"{n}={v}" for n, v in sorted(c.params.items())) or "default"
+            launches.append(f"{k.label}: {params}; grid {'x'.join(map(str, c.rendered.workgroups))}"
+                            f" of {c.rendered.workgroup_size}")
+        else:
+            launches.append(f"{k.label}: {type(c).__name__}")
+    lb.graph.sync(out)
+    return {"phases": phases, "launches": launches, "reused": b.pool.reused}
+
+
+def print_breakdowns(moved: dict) -> None:
+    if not BREAKDOWNS:
+        return
+    names = ("alloc", "encode", "submit", "wait", "device", "kernels", "empty sync")
+    print()
+    print("WebGPU sync breakdown (median ms per sync; device = first kernel start to last "
+          "kernel end, from timestamp queries; '-' = not measured)")
+    print(f"{'workload':<9} {'device':<10} {'sync':>8} " +
+          " ".join(f"{n:>10}" for n in names) + f" {'GB/s dev':>9}")
+    for name, device, median, info in BREAKDOWNS:
+        ph = info["phases"]
+        cells = " ".join(f"{ph[n] * 1e3:>10.3f}" if ph.get(n) is not None else f"{'-':>10}"
+                         for n in names)
+        dev = ph.get("kernels")
+        bw = f"{moved[name] / dev / 1e9:>9.1f}" if dev else f"{'-':>9}"
+        print(f"{name:<9} {device:<10} {median * 1e3:>8.3f} {cells} {bw}")
+        for line in info["launches"]:
+            print(f"  {line}")
+    print(f"buffers served from the pool so far: {BREAKDOWNS[-1][3]['reused']}")
 
 
 def torch_rows(torch, data, refs, warmup, repeats) -> list[tuple]:
@@ -174,6 +240,7 @@ def main(argv=None) -> int:
         spread = f"{min(times) * 1e3:.3f}-{max(times) * 1e3:.3f}"
         print(f"{name:<9} {device:<20} {plan:<12} {med * 1e3:>10.3f} {spread:>17} "
               f"{moved[name] / med / 1e9:>8.1f} {err:>10.2e}")
+    print_breakdowns(moved)
     return 0
 
 

@@ -13,6 +13,17 @@ and synchronizes), submits it once and waits for the queue, so device faults sur
 sync that caused them. Buffers are storage buffers holding the host's bytes, padded to a
 multiple of 4; 8- and 16-bit elements are packed in them (see ``codegen/wgsl.py``).
 
+Memory. Buffers come from a pool (``BufferPool``), as PyTorch's caching allocator does for
+CUDA: a buffer whose last reference goes returns to the pool and the next allocation of that
+size takes it back. Creating a buffer is a driver allocation of fresh memory, which WebGPU then
+clears before its first use, and a large one costs milliseconds on a GPU: a loop making a 256
+MiB result per step paid that at every step. Reuse needs no fence: the queue orders every use
+of a buffer, the earlier readers before the next writer.
+
+Profiling. ``profile()`` returns a ``SyncProfile`` that times the host's phases of each sync
+(allocation, encoding, submission, waiting) and, where the adapter has ``timestamp-query``,
+each kernel on the device; ``benchmarks/wgsl_gpu.py`` prints it.
+
 Limits. The device is requested with the adapter's own limits for buffer sizes, workgroup size,
 workgroup memory and grid size, which the renderer respects. Storage buffers per kernel
 (``max_args``) default to WebGPU's guaranteed 8, so a plan made here runs on every adapter; the
@@ -31,6 +42,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -45,6 +57,8 @@ from . import dump
 from .fused import FusedBackend
 
 DEFAULT_STORAGE_BUFFERS = 8  # WebGPU's default limit, which every adapter offers
+POOL_BYTES = 2 << 30  # freed buffers the pool keeps for reuse; beyond this they are destroyed
+MAX_TIMED_PASSES = 256  # kernels of one sync that a profile times on the device
 ADAPTER_ORDER = ("DiscreteGPU", "IntegratedGPU", "VirtualGPU", "CPU")
 BACKEND_ORDER = ("Vulkan", "Metal", "D3D12", "OpenGL")
 LIMITS_TAKEN = ("max-buffer-size", "max-storage-buffer-binding-size",
@@ -168,8 +182,10 @@ class WebGPUBackend(FusedBackend):
         required = {name: limits[name] for name in LIMITS_TAKEN}
         required["max-storage-buffers-per-shader-stage"] = adapter_buffers
         features = ["shader-f16"] if use_f16 and "shader-f16" in adapter.features else []
-        self.device = adapter.request_device_sync(required_features=features,
+        timing = ["timestamp-query"] if "timestamp-query" in adapter.features else []
+        self.device = adapter.request_device_sync(required_features=features + timing,
                                                   required_limits=required)
+        self.has_timestamps = bool(timing)
         self.queue = self.device.queue  # the device's stream
         self.max_args = buffers
         self.adapter_buffers = adapter_buffers
@@ -188,8 +204,9 @@ class WebGPUBackend(FusedBackend):
                        wgpu.BufferUsage.COPY_DST)
         self._pipelines: dict[str, tuple] = {}
         self._encoder = None
-        self._released: list = []  # buffers that recorded, unsubmitted commands still use
+        self.pool = BufferPool(POOL_BYTES)
         self._sentinel = self.device.create_buffer(size=4, usage=self._usage)
+        self._profile: SyncProfile | None = None
         self.compiles = 0
         super().__init__()
 
@@ -235,19 +252,35 @@ class WebGPUBackend(FusedBackend):
                 setattr(self, name, value)
 
     # memory ------------------------------------------------------------------------------------
-    def _alloc(self, nbytes: int, origin=None):
+    def _alloc(self, nbytes: int, origin=None) -> "DeviceBuffer":
         size = max(4, -(-nbytes // 4) * 4)
         if size > self.max_binding:
             raise OutOfMemoryError(
                 f"{self.device_string}: cannot allocate {nbytes / 2**20:.1f} MiB (the adapter "
                 f"binds at most {self.max_binding / 2**20:.1f} MiB per buffer)", origin)
-        try:
-            return self.device.create_buffer(size=size, usage=self._usage)
-        except self.wgpu.GPUError as e:
-            raise OutOfMemoryError(f"{self.device_string}: out of memory allocating {nbytes} "
-                                   f"bytes: {e}", origin) from None
+        t0 = time.perf_counter()
+        gpu = self.pool.take(size)
+        if gpu is None:
+            gpu = self._create(size, nbytes, origin)
+        if self._profile is not None:
+            self._profile.add("alloc", time.perf_counter() - t0)
+        return DeviceBuffer(gpu, self.pool)
 
-    def upload(self, host: np.ndarray):
+    def _create(self, size: int, nbytes: int, origin):
+        for attempt in (0, 1):
+            try:
+                return self.device.create_buffer(size=size, usage=self._usage)
+            except self.wgpu.GPUError as e:
+                if attempt == 0 and self.pool.cached:
+                    # what the pool holds may be what is missing; recorded commands may use
+                    # it, so they go first (the device frees a buffer once they are done)
+                    self.flush()
+                    self.pool.clear()
+                    continue
+                raise OutOfMemoryError(f"{self.device_string}: out of memory allocating "
+                                       f"{nbytes} bytes: {e}", origin) from None
+
+    def upload(self, host: np.ndarray) -> "DeviceBuffer":
         data = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
         size = max(4, -(-data.nbytes // 4) * 4)
         if size > self.max_binding:
@@ -256,7 +289,15 @@ class WebGPUBackend(FusedBackend):
                                    f"{self.max_binding / 2**20:.1f} MiB per buffer)")
         if size != data.nbytes:
             data = np.concatenate([data, np.zeros(size - data.nbytes, np.uint8)])
-        return self.device.create_buffer_with_data(data=data, usage=self._usage)
+        gpu = self.pool.take(size)
+        if gpu is None:
+            return DeviceBuffer(self.device.create_buffer_with_data(data=data, usage=self._usage),
+                                self.pool)
+        # a write goes ahead of the commands not yet submitted, which may still read what
+        # this buffer held before: submit those first
+        self.flush()
+        self.queue.write_buffer(gpu, 0, data)
+        return DeviceBuffer(gpu, self.pool)
 
     def download(self, n) -> np.ndarray:
         dtype = np.dtype(n.dtype.np)
@@ -264,15 +305,13 @@ class WebGPUBackend(FusedBackend):
         if nbytes == 0:
             return np.empty(n.shape, dtype=dtype)
         self.flush()
-        raw = self.queue.read_buffer(n.buffer, 0, -(-nbytes // 4) * 4)
+        raw = self.queue.read_buffer(n.buffer.gpu, 0, -(-nbytes // 4) * 4)
         host = np.frombuffer(raw, dtype=np.uint8, count=nbytes)
         return host.view(dtype).reshape(n.shape).copy()
 
     def release(self, buf) -> None:
-        if self._encoder is not None:
-            self._released.append(buf)
-        else:
-            buf.destroy()
+        """Nothing to do: dropping the last reference returns the buffer to the pool, and the
+        queue orders its next use after the commands already recorded."""
 
     # compiling ---------------------------------------------------------------------------------
     def launch_params(self, k) -> dict:
@@ -306,7 +345,7 @@ class WebGPUBackend(FusedBackend):
         except wgsl.UnsupportedKernel as e:
             raise DeviceError(f"{self.device_string}: {k.label} kernel: {e}", origin) from None
         pipeline, layout = self._pipeline(r, k, origin)
-        return CompiledKernel(pipeline, layout, r, origin)
+        return CompiledKernel(pipeline, layout, r, origin, params)
 
     def _pipeline(self, r, kernel, origin) -> tuple:
         key = hashlib.sha256((r.name + "\0" + r.source + repr(r.read_only)).encode()).hexdigest()
@@ -343,48 +382,179 @@ class WebGPUBackend(FusedBackend):
             self._encoder = self.device.create_command_encoder()
         return self._encoder
 
+    def begin_pass(self):
+        """A compute pass in this sync's encoder, timed on the device when profiling."""
+        p = self._profile
+        if p is None or not p.on_device or p.passes >= MAX_TIMED_PASSES:
+            return self.encoder().begin_compute_pass()
+        first = 2 * p.passes
+        p.passes += 1
+        return self.encoder().begin_compute_pass(timestamp_writes={
+            "query_set": p.queries, "beginning_of_pass_write_index": first,
+            "end_of_pass_write_index": first + 1})
+
     def flush(self) -> None:
         """Submit the recorded kernels without waiting."""
         if self._encoder is not None:
             encoder, self._encoder = self._encoder, None
+            p = self._profile
+            if p is not None and p.passes:
+                encoder.resolve_query_set(p.queries, 0, 2 * p.passes, p.resolved, 0)
+            t0 = time.perf_counter()
             self.queue.submit([encoder.finish()])
+            if p is not None:
+                p.add("submit", time.perf_counter() - t0)
 
     def finish(self) -> None:
         self.flush()
+        t0 = time.perf_counter()
         # Reading a buffer back waits for every earlier submission on the queue (it is what
         # the portable API offers; wgpu's on_submitted_work_done is not usable in every release)
         self.queue.read_buffer(self._sentinel)
-        for buf in self._released:
-            buf.destroy()
-        self._released.clear()
+        p = self._profile
+        if p is not None:
+            p.add("wait", time.perf_counter() - t0)
+            p.end_sync()
+
+    def profile(self) -> "SyncProfile":
+        """Start timing the phases of every sync (see ``SyncProfile``); ``stop_profile`` ends
+        it. Device times need the adapter's ``timestamp-query``."""
+        self._profile = SyncProfile(self)
+        return self._profile
+
+    def stop_profile(self) -> None:
+        self._profile = None
 
     def device_errors(self) -> tuple:
         return (self.wgpu.GPUError,)
 
 
 class CompiledKernel:
-    """A compute pipeline with its dispatch size; ``source`` is what the dump shows."""
+    """A compute pipeline with its dispatch size and the launch ``params`` it was rendered
+    with; ``source`` is what the dump shows."""
 
     suffix, comment = ".wgsl", "//"
 
-    def __init__(self, pipeline, layout, rendered, origin):
+    def __init__(self, pipeline, layout, rendered, origin, params=None):
         self.pipeline = pipeline
         self.layout = layout
         self.rendered = rendered
         self.source = rendered.source
         self.origin = origin
+        self.params = dict(params or {})
 
     def __call__(self, backend, args) -> None:
         if 0 in self.rendered.workgroups:
             return
+        t0 = time.perf_counter()
         group = backend.device.create_bind_group(layout=self.layout, entries=[
-            {"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+            {"binding": i, "resource": {"buffer": b.gpu, "offset": 0, "size": b.gpu.size}}
             for i, b in enumerate(args)])
-        compute = backend.encoder().begin_compute_pass()
+        compute = backend.begin_pass()
         compute.set_pipeline(self.pipeline)
         compute.set_bind_group(0, group)
         compute.dispatch_workgroups(*self.rendered.workgroups)
         compute.end()
+        if backend._profile is not None:
+            backend._profile.add("encode", time.perf_counter() - t0)
+
+
+class BufferPool:
+    """Freed storage buffers kept for reuse, by size in bytes, up to ``limit`` bytes in all
+    (beyond it a freed buffer is dropped: the device frees it once the commands using it are
+    done). ``take`` and ``give`` are single list operations, safe when a buffer's last
+    reference goes in a garbage collection at any point."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.cached = 0
+        self.free: dict[int, list] = {}
+        self.reused = 0  # allocations served from the pool (tests and profiles read it)
+
+    def take(self, size: int):
+        """A cached GPU buffer of ``size`` bytes, or None."""
+        try:
+            gpu = self.free.get(size, []).pop()
+        except IndexError:
+            return None
+        self.cached -= size
+        self.reused += 1
+        return gpu
+
+    def give(self, gpu) -> None:
+        if self.cached + gpu.size > self.limit:
+            return
+        self.cached += gpu.size
+        self.free.setdefault(gpu.size, []).append(gpu)
+
+    def clear(self) -> None:
+        """Destroy every cached buffer (after a failed allocation, once the commands recorded
+        so far are submitted)."""
+        free, self.free, self.cached = self.free, {}, 0
+        for buffers in free.values():
+            for gpu in buffers:
+                gpu.destroy()
+
+
+class DeviceBuffer:
+    """A tensor's storage on a WebGPU device: ``gpu``, a ``GPUBuffer`` of a multiple of 4
+    bytes, which returns to its pool when this object goes."""
+
+    __slots__ = ("gpu", "pool")
+
+    def __init__(self, gpu, pool: BufferPool):
+        self.gpu = gpu
+        self.pool = pool
+
+    def __del__(self):
+        try:
+            self.pool.give(self.gpu)
+        except Exception:  # interpreter shutdown: the device may already be gone
+            pass
+
+
+class SyncProfile:
+    """Where the time of each sync goes, in seconds per sync: the host's ``alloc`` (buffers,
+    from the pool or new), ``encode`` (bind groups and passes), ``submit`` and ``wait`` (for
+    the queue), and, where the adapter has ``timestamp-query``, ``device`` (the kernels'
+    passes on the device, from the first pass's start to the last one's end) and
+    ``kernels`` (the sum of the passes' own times). Only the first ``MAX_TIMED_PASSES`` kernels
+    of a sync are timed on the device. Reading the timestamps back adds to the sync it
+    profiles, so time the benchmark's runs without a profile."""
+
+    PHASES = ("alloc", "encode", "submit", "wait")
+
+    def __init__(self, backend: WebGPUBackend):
+        self.backend = backend
+        self.on_device = backend.has_timestamps
+        self.syncs: list[dict] = []
+        self._current: dict = {}
+        self.passes = 0
+        if self.on_device:
+            wgpu = backend.wgpu
+            self.queries = backend.device.create_query_set(type=wgpu.QueryType.timestamp,
+                                                           count=2 * MAX_TIMED_PASSES)
+            self.resolved = backend.device.create_buffer(
+                size=16 * MAX_TIMED_PASSES,
+                usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+
+    def add(self, phase: str, seconds: float) -> None:
+        self._current[phase] = self._current.get(phase, 0.0) + seconds
+
+    def end_sync(self) -> None:
+        record, self._current = self._current, {}
+        if self.passes:
+            raw = self.backend.queue.read_buffer(self.resolved, 0, 16 * self.passes)
+            ns = np.frombuffer(raw, dtype=np.uint64).astype(np.int64).reshape(-1, 2)
+            record["device"] = (ns[:, 1].max() - ns[:, 0].min()) * 1e-9
+            record["kernels"] = float((ns[:, 1] - ns[:, 0]).sum()) * 1e-9
+            self.passes = 0
+        self.syncs.append(record)
+
+    def median(self, phase: str) -> float | None:
+        """The median over the recorded syncs of ``phase``'s seconds (None if never timed)."""
+        values = sorted(s[phase] for s in self.syncs if phase in s)
+        return values[len(values) // 2] if values else None
 
 
 def _kernel_cache_dir() -> Path:

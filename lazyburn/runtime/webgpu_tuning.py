@@ -78,8 +78,9 @@ def worth_tuning(k) -> bool:
 class TunedKernel:
     """A kernel whose launch configuration is chosen at its first launch (when the buffers
     exist): each candidate is compiled, run into scratch outputs, checked against the default's
-    output and timed (launch and queue wait); the winner then replaces this object in the
-    plan."""
+    output and timed, then the winner replaces this object in the plan. The time is the
+    kernel's on the device (timestamp queries) where the adapter has ``timestamp-query``, else
+    the host's from launch to the end of the queue wait."""
 
     source = None
 
@@ -87,36 +88,40 @@ class TunedKernel:
         self.backend, self.k, self.name, self.origin = backend, k, name, origin
 
     def __call__(self, backend, args) -> None:
+        from .webgpu import SyncProfile
+
         k = self.k
         n_in = k.n_inputs
         built = {}
+        probe = SyncProfile(backend)
 
         def build(c):
             if c.name not in built:
                 built[c.name] = backend.build(k, self.name, c.params, self.origin)
             return built[c.name]
 
-        def launch(c):
-            outs = [backend._alloc(a.size * a.dtype.itemsize, self.origin)
+        def scratch():
+            return [backend._alloc(a.size * a.dtype.itemsize, self.origin)
                     for a in k.spec.args[n_in:]]
-            build(c)(backend, list(args[:n_in]) + outs)
-            return outs
 
         def run(c):
-            outs = launch(c)
+            outs = scratch()
+            build(c)(backend, list(args[:n_in]) + outs)
             backend.finish()
             return [_read(backend, b, a) for b, a in zip(outs, k.spec.args[n_in:])]
 
         def timed(c):
-            build(c)
+            kernel, outs = build(c), scratch()
             backend.finish()
-            t0 = time.perf_counter()
-            outs = launch(c)
-            backend.finish()
-            elapsed = time.perf_counter() - t0
-            for b in outs:
-                b.destroy()
-            return elapsed
+            outer, backend._profile = backend._profile, probe
+            try:
+                t0 = time.perf_counter()
+                kernel(backend, list(args[:n_in]) + outs)
+                backend.finish()
+                elapsed = time.perf_counter() - t0
+            finally:
+                backend._profile = outer
+            return probe.syncs[-1].get("kernels", elapsed)
 
         key = autotune.TuneKey("webgpu", backend.fingerprint, k.spec.signature(),
                                k.spec.problem_shape())
@@ -128,7 +133,7 @@ class TunedKernel:
 
 def _read(backend, buf, karg) -> np.ndarray:
     nbytes = karg.size * karg.dtype.itemsize
-    raw = backend.queue.read_buffer(buf, 0, max(4, -(-nbytes // 4) * 4))
+    raw = backend.queue.read_buffer(buf.gpu, 0, max(4, -(-nbytes // 4) * 4))
     return np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(karg.dtype.np)
 
 
