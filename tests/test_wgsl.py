@@ -356,6 +356,38 @@ def test_buffers_beyond_the_binding_limit_raise_out_of_memory():
     assert y.is_pending
 
 
+def test_freed_buffers_are_reused_and_results_stay_right(monkeypatch, rng):
+    b = _extra_device(monkeypatch, "webgpu:93")
+    x = rng.standard_normal((64, 300), dtype=np.float32)
+    tx = lb.tensor(x, device="webgpu:93")
+    want = lb.softmax(lb.tensor(x, device="numpy") * 2.0 + 1.0, axis=-1).numpy()
+    for _ in range(4):  # each step frees the last step's result and temporaries
+        got = lb.softmax(tx * 2.0 + 1.0, axis=-1).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert b.pool.reused > 0
+    monkeypatch.setattr(b.pool, "limit", 0)  # a full pool drops what is freed
+    got = lb.softmax(tx * 2.0 + 1.0, axis=-1).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_profile_times_the_phases_of_each_sync(monkeypatch, rng):
+    b = _extra_device(monkeypatch, "webgpu:94")
+    tx = lb.tensor(rng.standard_normal(5000, dtype=np.float32), device="webgpu:94")
+    profile = b.profile()
+    try:
+        for _ in range(3):
+            lb.graph.sync(lb.exp(tx) + tx.sum())
+    finally:
+        b.stop_profile()
+    assert len(profile.syncs) == 3
+    assert all(profile.median(phase) >= 0 for phase in profile.PHASES)
+    if b.has_timestamps:
+        assert profile.median("kernels") > 0
+        assert profile.median("device") >= profile.median("kernels") / 2
+    lb.graph.sync(lb.exp(tx))
+    assert len(profile.syncs) == 3
+
+
 def test_large_kernels_autotune_once_and_keep_their_values(monkeypatch, tmp_path, rng):
     from lazyburn import autotune
 

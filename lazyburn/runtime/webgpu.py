@@ -546,7 +546,7 @@ class SyncProfile:
         if self.passes:
             raw = self.backend.queue.read_buffer(self.resolved, 0, 16 * self.passes)
             ns = np.frombuffer(raw, dtype=np.uint64).astype(np.int64).reshape(-1, 2)
-            record["device"] = (ns[:, 1].max() - ns[:, 0].min()) * 1e-9
+            record["device"] = float(ns[:, 1].max() - ns[:, 0].min()) * 1e-9
             record["kernels"] = float((ns[:, 1] - ns[:, 0]).sum()) * 1e-9
             self.passes = 0
         self.syncs.append(record)
