@@ -80,3 +80,4 @@ def sync(*tensors) -> None:
 
 from .runtime.dump import dump  # noqa: E402
 from .fusion.explain import explain  # noqa: E402
+from .replay import jit  # noqa: E402

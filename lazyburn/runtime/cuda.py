@@ -372,15 +372,23 @@ class CudaBackend(FusedBackend):
 
     # running -----------------------------------------------------------------------------------
     def run(self, outputs, key=None, order=None) -> list:
+        plan, order = self.prepare(outputs, key, order)
+        return self.execute(plan, order, None)
+
+    def prepare(self, outputs, key=None, order=None):
         plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
         entry = self._programs.get(id(plan))
         if entry is None or entry[0] is not plan:
             self.compile(plan, order)
             from .cuda_replay import Program
 
-            entry = (plan, Program(self, plan, order))
-            self._programs[id(plan)] = entry
-        buffers = entry[1].run(order)
+            self._programs[id(plan)] = (plan, Program(self, plan, order))
+        return plan, order
+
+    def execute(self, plan, order, values) -> list:
+        """Replay ``plan``; ``values`` (graph position -> buffer) gives its realized inputs,
+        None takes them from ``order``'s nodes."""
+        buffers = self._programs[id(plan)][1].run(order, values)
         self.dump(plan)  # after the run: kernels tuned at their first launch are final
         return buffers
 

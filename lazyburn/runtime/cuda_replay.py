@@ -44,16 +44,21 @@ class Program:
         self.runs = 0
         self.graph: GraphReplay | None = None
 
-    def run(self, order) -> list:
-        """Compute the plan's outputs for this recording (``order``); returns their buffers."""
+    def run(self, order, leaves: dict | None = None) -> list:
+        """Compute the plan's outputs for this recording (``order``), or with the buffers
+        ``leaves`` (graph position -> buffer) as its realized inputs; returns their buffers."""
         from . import cuda
 
         b = self.backend
         values = [None] * self.n
         device = b.device_string
-        for p in self.leaves:
-            n = order[p]
-            values[p] = n.buffer if n.device == device else b.import_buffer(n)
+        if leaves is not None:
+            for p in self.leaves:
+                values[p] = leaves[p]
+        else:
+            for p in self.leaves:
+                n = order[p]
+                values[p] = n.buffer if n.device == device else b.import_buffer(n)
         self.runs += 1
         if self.graph is not None:
             out = self.graph.replay(values)

@@ -44,9 +44,19 @@ class FusedBackend:
                 dump.write(k, source, k.compiled.suffix, k.compiled.comment)
 
     def run(self, outputs, key=None, order=None) -> list:
+        plan, order = self.prepare(outputs, key, order)
+        return self.execute(plan, order, {p: self._as_local(order[p]) for p in plan.leaf_pos})
+
+    def prepare(self, outputs, key=None, order=None):
+        """``(plan, order)`` for the pending graph of ``outputs``, compiled."""
         plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
         self.compile(plan, order)
-        values = {p: self._as_local(order[p]) for p in plan.leaf_pos}
+        return plan, order
+
+    def execute(self, plan, order, values: dict) -> list:
+        """Run a compiled ``plan`` with ``values`` (graph position -> buffer) for its realized
+        inputs; returns the output buffers. ``order`` is needed only by cross-device copies."""
+        values = dict(values)
         out_set = set(plan.output_pos)
         k = None
         try:
