@@ -71,12 +71,18 @@ def numpy_reference(x, y, xs):
     return ref_chain, e / e.sum(-1, keepdims=True)
 
 
+WARMUP_SECONDS = 0.5  # a GPU idle before the run needs this long to raise its clocks
+
+
 def time_it(run, sync, warmup: int, repeats: int) -> list[float]:
-    """Seconds per run after ``warmup`` runs; ``sync`` waits for the device."""
+    """Seconds per run after ``warmup`` runs and at least ``WARMUP_SECONDS`` of them; ``sync``
+    waits for the device."""
     out = None
-    for _ in range(warmup):
+    start, done = time.perf_counter(), 0
+    while done < warmup or time.perf_counter() - start < WARMUP_SECONDS:
         out = run()
         sync(out)
+        done += 1
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()

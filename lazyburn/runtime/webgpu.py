@@ -20,6 +20,10 @@ clears before its first use, and a large one costs milliseconds on a GPU: a loop
 MiB result per step paid that at every step. Reuse needs no fence: the queue orders every use
 of a buffer, the earlier readers before the next writer.
 
+Waiting. A sync waits with wgpu-native's blocking device poll where wgpu offers it, else (or
+with ``LAZYBURN_WEBGPU_WAIT=readback``) by reading a small buffer back, the portable way, which
+costs a copy submission and a round trip through wgpu's polling thread.
+
 Profiling. ``profile()`` returns a ``SyncProfile`` that times the host's phases of each sync
 (allocation, encoding, submission, waiting) and, where the adapter has ``timestamp-query``,
 each kernel on the device; ``benchmarks/wgsl_gpu.py`` prints it.
@@ -44,6 +48,7 @@ import hashlib
 import os
 import time
 import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -408,9 +413,15 @@ class WebGPUBackend(FusedBackend):
     def finish(self) -> None:
         self.flush()
         t0 = time.perf_counter()
-        # Reading a buffer back waits for every earlier submission on the queue (it is what
-        # the portable API offers; wgpu's on_submitted_work_done is not usable in every release)
-        self.queue.read_buffer(self._sentinel)
+        wait = getattr(self.device, "_poll_wait", None)
+        if wait is not None and os.environ.get("LAZYBURN_WEBGPU_WAIT") != "readback":
+            # wgpu-native's blocking device poll, on this thread: it returns when the queue
+            # is idle, with no copy submission and no hand-off between threads
+            wait()
+        else:
+            # Reading a buffer back waits for every earlier submission on the queue (wgpu's
+            # on_submitted_work_done is not usable in every release)
+            self.queue.read_buffer(self._sentinel)
         p = self._profile
         if p is not None:
             p.add("wait", time.perf_counter() - t0)
@@ -498,19 +509,15 @@ class BufferPool:
 
 class DeviceBuffer:
     """A tensor's storage on a WebGPU device: ``gpu``, a ``GPUBuffer`` of a multiple of 4
-    bytes, which returns to its pool when this object goes."""
+    bytes, which returns to its pool when this object goes. (A ``weakref.finalize`` rather
+    than ``__del__``: the finalizer's registry holds the ``GPUBuffer``, so a garbage
+    collection that frees this object in a reference cycle cannot also release the buffer.)"""
 
-    __slots__ = ("gpu", "pool")
+    __slots__ = ("gpu", "__weakref__")
 
     def __init__(self, gpu, pool: BufferPool):
         self.gpu = gpu
-        self.pool = pool
-
-    def __del__(self):
-        try:
-            self.pool.give(self.gpu)
-        except Exception:  # interpreter shutdown: the device may already be gone
-            pass
+        weakref.finalize(self, pool.give, gpu).atexit = False
 
 
 class SyncProfile:
