@@ -38,4 +38,9 @@ case "${1:-check}" in
     LAZYBURN_AUTOTUNE=1 timeout 540 python3 benchmarks/minilm_gpu.py --weights .weights/minilm \
       2>&1 | tee "$OUT/minilm.txt"
     ;;
+  graphs)
+    LAZYBURN_AUTOTUNE=1 timeout 330 python3 benchmarks/minilm_gpu.py --weights .weights/minilm \
+      --cuda-graphs --no-compile 2>&1 | tee "$OUT/minilm_graphs.txt"
+    timeout 200 python3 benchmarks/wgsl_gpu.py 2>&1 | tee "$OUT/wgsl.txt"
+    ;;
 esac

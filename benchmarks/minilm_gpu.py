@@ -25,6 +25,8 @@ def main(argv=None) -> int:
     ap.add_argument("--weights", default=None)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="replay cached plans through CUDA graphs (lazyburn.runtime.cuda)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -35,11 +37,18 @@ def main(argv=None) -> int:
     import lazyburn as lb
     from lazyburn.models import minilm
 
+    if args.cuda_graphs:
+        import lazyburn.runtime.cuda as lb_cuda
+
+        lb_cuda.cuda_graphs = True
+
     folder = args.weights or str(minilm.default_path())
     configs = [(32, 128, "float16"), (32, 128, "float32"), (1, 128, "float32"),
                (1, 128, "float16")]
     if args.quick:
         configs = configs[:1]
+    if args.cuda_graphs:
+        configs = [(1, 128, "float32"), (1, 128, "float16"), (32, 128, "float16")]
     rows = []
     for batch, seq, dtype in configs:
         tdt = getattr(torch, dtype)

@@ -304,4 +304,5 @@ def test_long_chains_split_into_kernels_of_bounded_depth(device, rng):
         want = want * np.float32(1.001) + np.float32(0.01)
     plan = lb.explain(y)
     assert 300 // MAX_DEPTH <= plan.kernel_count <= 300 // MAX_DEPTH + 2
-    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
+    # 300 roundings (fused multiply-adds on a GPU) drift a few ulps per op from NumPy's
+    np.testing.assert_allclose(y.numpy(), want, rtol=2e-4)
