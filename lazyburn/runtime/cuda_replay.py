@@ -115,9 +115,10 @@ class GraphReplay:
     """A plan captured into a CUDA graph (``torch.cuda.CUDAGraph``).
 
     The graph reads its own copies of the plan's input buffers and writes its own outputs, so a
-    replay copies the fresh inputs in, launches the graph, and returns copies of the outputs
-    (the next replay overwrites the graph's). That is two copies per input and output against
-    one launch per kernel: worth it for many small kernels, not for a few large ones.
+    replay copies in the inputs that are new buffers since the last replay (the arguments; a
+    model's weights stay the same buffers and are copied once, at capture), launches the graph,
+    and returns copies of the outputs (the next replay overwrites the graph's): worth it for
+    many small kernels, not for a few large ones.
     """
 
     def __init__(self, program: Program, values: list, order):
@@ -125,22 +126,34 @@ class GraphReplay:
         torch = b.torch
         self.program = program
         self.inputs = {p: values[p].clone() for p in program.leaves}
+        self.last = {p: values[p] for p in program.leaves}  # what each input held last
         staged = [None] * program.n
         for p, buf in self.inputs.items():
             staged[p] = buf
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.device(b.index):
-            b.stream.synchronize()
-            with torch.cuda.graph(self.graph, stream=b.stream):
+        # CUDA captures only on a side stream; the kernels launch on the backend's stream
+        # handle, so it points at the side stream while capturing
+        side = torch.cuda.Stream(b.device)
+        side.wait_stream(b.stream)
+        saved = b.stream, b.stream_handle
+        b.stream, b.stream_handle = side, side.cuda_stream
+        try:
+            with torch.cuda.device(b.index), torch.cuda.graph(self.graph, stream=side):
                 for step in program.steps:
                     step(staged, order)
+        finally:
+            b.stream, b.stream_handle = saved
+        b.stream.wait_stream(side)
         self.outputs = [staged[p] for p in program.output_pos]
 
     def replay(self, values: list) -> list:
         b = self.program.backend
         with b._on_device():
             for p, buf in self.inputs.items():
-                buf.copy_(values[p])
+                v = values[p]
+                if v is not self.last[p]:  # weights stay the same buffers: copied once
+                    buf.copy_(v)
+                    self.last[p] = v
             self.graph.replay()
             return [o.clone() for o in self.outputs]
 
