@@ -5,16 +5,25 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
 
 * element-wise: ``local`` (work-group size, None = the runtime's choice) and ``per_item``
   (elements per work-item, grid-strided so neighbouring work-items touch neighbouring elements,
-  which is what lets a CPU runtime vectorize the work-group loop);
+  which is what lets a CPU runtime vectorize the work-group loop); or ``rows`` (each work-item
+  loops over ``rows`` consecutive elements, ``vector_width`` lanes at a time: on a CPU the
+  index arithmetic of strided views then runs once per row, not once per element);
 * reduction: ``strategy`` -- ``tree`` (one work-group of ``local`` work-items per row, partial
   results combined in local memory) or ``sequential`` (one work-item per row: short rows, or
   many rows on a CPU, where the compiler vectorizes the row loop once ``reassociate`` lets it
-  reorder the float accumulation);
+  reorder the float accumulation), with ``vector_width`` asking the compiler for that many lanes
+  in the row loop (its cost model otherwise sizes the vectors by the widest type in the loop,
+  such as an int64 mask);
 * matmul: ``tile`` (square tiles of A and B staged through local memory).
 
 Storage: bool as uchar, float16 through ``vload_half``/``vstore_half_rte`` (no cl_khr_fp16
 needed), bfloat16 as ushort with round-to-nearest-even on store; half types compute in float.
 Float32 transcendentals use the vectorizable implementations of ``opencl_math`` where one exists.
+
+A float max or min over a row accumulates an integer *key* of each value (the float's bits,
+negative values with their magnitude bits flipped, so that integer order is float order, and
+NaN mapped past every number): LLVM vectorizes an integer max/min reduction, but a float one
+only when it may assume no NaNs. NaN still wins, as in NumPy.
 """
 from __future__ import annotations
 
@@ -47,6 +56,13 @@ static inline float lb_uniform(uint seed, uint counter) {
     return (float)(lb_pcg(lb_pcg(counter) ^ seed) >> 8) * 5.9604644775390625e-08f;
 }
 """
+
+# order-preserving integer keys of floats for max/min row loops (see the module doc)
+FLOAT_KEYS = {
+    "float": ("int", "as_int", "as_float", "0x7fffffff", "0x7f800000"),
+    "double": ("long", "as_long", "as_double", "0x7fffffffffffffffL", "0x7ff0000000000000L"),
+}
+
 
 # float helpers following NumPy's npy_divmod (floor division and remainder of floats)
 FLOAT_DIVMOD = r"""
@@ -117,6 +133,7 @@ class OpenCLPrinter(ExprPrinter):
         super().__init__(spec)
         self.index_type = VALUE[spec.index_dtype.name]
         self.fast_math = fast_math
+        self.rows = None  # element-wise in rows: i = o * rows + j (see _render_elementwise_rows)
         self.math_used: set[str] = set()
         self.helpers_used: set[tuple] = set()
 
@@ -175,6 +192,29 @@ class OpenCLPrinter(ExprPrinter):
         if e.op in UNARY_BUILTIN:
             return self._math(e.op, args[0], e)
         return super().render(e, args)
+
+    def row_split(self, e: Expr) -> str | None:
+        """``i / d`` or ``i % d`` (``e``) through the row ``o`` and the position ``j`` in it,
+        where ``i = o * rows + j`` and ``0 <= j < rows``: exact when ``d`` divides ``rows`` or
+        ``rows`` divides ``d``; None otherwise (and outside row mode)."""
+        x, d = e.args
+        if self.rows is None or x.op != "var" or x.args[0] != "i" or d.op != "const":
+            return None
+        c, d = self.rows, d.value
+        div = e.op == "idx_div"
+        if c % d == 0:
+            if d == c:
+                return "o" if div else "j"
+            return f"(o * {c // d} + j / {d})" if div else f"(j % {d})"
+        if d % c == 0:
+            return f"(o / {d // c})" if div else f"((o % {d // c}) * {c} + j)"
+        return None
+
+    def op_idx_div(self, e, a, b):
+        return self.row_split(e) or f"({a} / {b})"
+
+    def op_idx_mod(self, e, a, b):
+        return self.row_split(e) or f"({a} % {b})"
 
     def op_cast(self, e, x):
         src = e.args[0].dtype
@@ -270,11 +310,28 @@ class OpenCLPrinter(ExprPrinter):
                  any(e.dtype.name == "float64" for e in self.spec.exprs()) else "",
                  HELPERS]
         for kind, t in sorted(self.helpers_used):
+            if kind in ("max", "min", "unkey"):
+                parts.append(_key_helper(kind, t))
+                continue
             parts.append((FLOAT_DIVMOD if kind == "float" else INT_HELPERS).replace("{T}", t)
                          .replace("{{", "{").replace("}}", "}"))
         if self.math_used:
             parts.append(opencl_math.preamble(sorted(self.math_used)))
         return "\n".join(p for p in parts if p)
+
+
+def _key_helper(kind: str, t: str) -> str:
+    """``lb_key_max_<t>``/``lb_key_min_<t>`` (NaN maps to the key that wins) or, for kind
+    ``unkey``, ``lb_unkey_<t>``."""
+    key_t, as_key, as_t, mag, inf = FLOAT_KEYS[t]
+    if kind == "unkey":
+        return (f"static inline {t} lb_unkey_{t}({key_t} k) {{\n"
+                f"    return {as_t}(k < 0 ? k ^ {mag} : k);\n}}")
+    big = "INT" if key_t == "int" else "LONG"
+    nan_key = f"{big}_MAX" if kind == "max" else f"{big}_MIN"
+    return (f"static inline {key_t} lb_key_{kind}_{t}({t} x) {{\n"
+            f"    const {key_t} b = {as_key}(x);\n"
+            f"    return (b & {mag}) > {inf} ? {nan_key} : (b < 0 ? b ^ {mag} : b);\n}}")
 
 
 def _signature(p: OpenCLPrinter, name: str, attrs: str = "") -> str:
@@ -302,10 +359,16 @@ def render(spec: KernelSpec, name: str, params: dict | None = None) -> RenderedK
         r = _render_matmul(spec, name, params, fast)
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
+    options = []
     if params.get("reassociate"):
         # lets the compiler reorder float sums and vectorize a row loop; NaN and inf handling
         # is kept (no finite-math assumption)
-        r.options = ("-cl-unsafe-math-optimizations",)
+        options.append("-cl-unsafe-math-optimizations")
+    if params.get("vector_width"):
+        # the requested width is applied once; the compiler's later passes then warn that the
+        # already vectorized loop was "not vectorized"
+        options.append("-w")
+    r.options = tuple(options)
     return r
 
 
@@ -314,6 +377,9 @@ def _finish(p: OpenCLPrinter, body: list[str]) -> str:
 
 
 def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKernel:
+    rows = int(params.get("rows") or 0)
+    if rows > 1 and spec.numel % rows == 0 and spec.numel > rows:
+        return _render_elementwise_rows(spec, name, rows, params.get("vector_width"), fast)
     p = OpenCLPrinter(spec, fast)
     per_item = max(1, int(params.get("per_item", 1)))
     local = params.get("local")
@@ -350,6 +416,26 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKe
     global_size = items if not local else -(-items // local) * local
     return RenderedKernel(name, _finish(p, body), (max(global_size, 1),),
                           (local,) if local else None)
+
+
+def _render_elementwise_rows(spec: ElementwiseSpec, name, rows, width, fast) -> RenderedKernel:
+    """Work-item ``o`` runs a loop over ``j`` in [0, rows) for element ``i = o * rows + j``; the
+    printer spells ``i / d`` and ``i % d`` through ``o`` and ``j`` where ``d`` divides ``rows``
+    or ``rows`` divides ``d`` (see ``OpenCLPrinter.row_split``), so that the index arithmetic of
+    a strided view is computed once per row and the loop body is contiguous loads and stores
+    that the compiler vectorizes (``width`` lanes when given)."""
+    p = OpenCLPrinter(spec, fast)
+    p.rows = rows
+    it = p.index_type
+    i = spec_var(spec, "i")
+    lines, names = p.emit([o.value for o in spec.outputs], {i.id: "i"})
+    stores = [p.store(o.arg, "i", names[o.value.id]) for o in spec.outputs]
+    body = [_signature(p, name) + " {", f"    const {it} o = ({it})get_global_id(0);"]
+    if width:
+        body.append(f"    #pragma clang loop vectorize_width({int(width)})")
+    body += [f"    for ({it} j = 0; j < {rows}; ++j) {{", f"        const {it} i = o * {rows} + j;"]
+    body += _indent(lines + stores, 8) + ["    }", "}"]
+    return RenderedKernel(name, _finish(p, body), (spec.numel // rows,), None)
 
 
 def spec_var(spec: KernelSpec, name: str) -> Expr:
@@ -426,22 +512,35 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
     else:  # exactly one work-item per row: no bounds check to stop vectorization
         body += [f"    const {it} row = ({it})get_global_id(0);", "    const int lid = 0;"]
     start, step = ("lid", local) if tree else ("0", 1)
+    width = params.get("vector_width")
+    row_loop = (f"    #pragma clang loop vectorize_width({int(width)})\n" if width else "") + \
+        f"    for ({it} r = {start}; r < {spec.reduce_size}; r += {step}) {{"
     for k, stage in enumerate(spec.stages):
         acc_t = VALUE[stage.acc_dtype.name]
         arg = stage.op in ("argmax", "argmin")
-        body.append(f"    {acc_t} acc{k} = {_identity(stage, p)};")
+        keyed = stage.op in ("max", "min") and acc_t in FLOAT_KEYS
+        if keyed:
+            p.helpers_used.update({(stage.op, acc_t), ("unkey", acc_t)})
+            key_t, key = FLOAT_KEYS[acc_t][0], f"lb_key_{stage.op}_{acc_t}"
+            body.append(f"    {key_t} key{k} = {key}({_identity(stage, p)});")
+        else:
+            body.append(f"    {acc_t} acc{k} = {_identity(stage, p)};")
         if arg:
             body.append(f"    {it} arg{k} = 0;")
         lines, names = p.emit([stage.value], {**bound, r.id: "r"})
         v = names[stage.value.id]
-        body.append(f"    for ({it} r = {start}; r < {spec.reduce_size}; r += {step}) {{")
+        body.append(row_loop)
         body += _indent(lines, 8)
+        cast = f"(({acc_t}){v})" if stage.acc_dtype is not stage.value.dtype else v
         if arg:
             body.append("        " + _arg_combine(stage, f"acc{k}", f"arg{k}", v, "r", False))
+        elif keyed:
+            body.append(f"        key{k} = {stage.op}(key{k}, {key}({cast}));")
         else:
-            cast = f"(({acc_t}){v})" if stage.acc_dtype is not stage.value.dtype else v
             body.append("        " + _combine(stage, f"acc{k}", cast))
         body.append("    }")
+        if keyed:
+            body.append(f"    {acc_t} acc{k} = lb_unkey_{acc_t}(key{k});")
         if tree:
             body += _tree_combine(stage, k, local, acc_t, it)
         out_t = VALUE[stage.dtype.name]
@@ -458,7 +557,7 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
     if full_outs:
         roots = [o.value for o in full_outs] + [o.index for o in full_outs]
         lines, names = p.emit(roots, {**bound, r.id: "r"})
-        body.append(f"    for ({it} r = {start}; r < {spec.reduce_size}; r += {step}) {{")
+        body.append(row_loop)
         body += _indent(lines + [p.store(o.arg, names[o.index.id], names[o.value.id])
                                  for o in full_outs], 8)
         body.append("    }")
