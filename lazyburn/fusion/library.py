@@ -4,6 +4,12 @@ As Inductor does: when a vendor library multiplies faster than a generated kerne
 matmul's prologue (the expressions of A and B) and epilogue run as element-wise kernels and the
 library does the product. An operand whose expression is a plain affine load of one buffer needs
 no kernel at all: the library reads the buffer through strides (``direct``).
+
+A prologue kernel may store its operand transposed (``transposed``): when the operand's loads
+step through memory along the operand's rows, storing it row-major would turn the kernel into
+a transposing gather, while BLAS reads a transposed matrix at no cost. An epilogue that only
+stores the product (``product_is_output``) needs no kernel either: the library writes the
+output buffer itself.
 """
 from __future__ import annotations
 
@@ -19,11 +25,16 @@ class MatmulParts:
     ``epilogue``; ``inputs[name]``: indices of the matmul spec's arguments each kernel takes
     first (the epilogue then takes the product buffer, then the matmul's outputs);
     ``direct[name]``: ``(arg index, (batch, row, col) element strides, offset)`` for an operand
-    read straight from a buffer, else None."""
+    read straight from a buffer, else None; ``transposed[name]``: True when the prologue
+    kernel of operand ``name`` stores it as (batch, cols, rows) instead of (batch, rows, cols);
+    ``product_is_output``: the epilogue stores the product unchanged into the only output, in
+    the accumulator's type (so the library may write the output directly)."""
 
     kernels: dict
     inputs: dict
     direct: dict
+    transposed: dict = None
+    product_is_output: bool = False
 
 
 def affine(e: Expr):
@@ -98,12 +109,48 @@ def _loads(roots) -> list[int]:
     return sorted({e.args[0] for e in topo_exprs(roots) if e.op == "load"})
 
 
-def split_matmul(spec: MatmulSpec) -> MatmulParts:
-    """The element-wise kernels that surround a library matmul for ``spec``."""
-    kernels, inputs, direct = {}, {}, {}
+def _coefficient(e: Expr, var: str):
+    """How far index ``e`` moves when loop variable ``var`` grows by one: an integer when ``e``
+    is affine in ``var`` (whatever it does with other variables), else None."""
+    if e.op == "var":
+        return 1 if e.args[0] == var else 0
+    if e.op == "const":
+        return 0
+    if e.op == "idx_add":
+        a, b = _coefficient(e.args[0], var), _coefficient(e.args[1], var)
+        return None if a is None or b is None else a + b
+    if e.op == "idx_mul" and e.args[1].op == "const":
+        a = _coefficient(e.args[0], var)
+        return None if a is None else a * e.args[1].value
+    uses = any(x.op == "var" and x.args[0] == var for x in topo_exprs([e]))
+    return None if uses else 0
+
+
+def _rows_contiguous(e: Expr, rows: str, cols: str, args) -> bool:
+    """True when the largest buffer that operand expression ``e`` reads, read along the
+    operand's rows or columns, is read with unit stride along ``rows``: the operand is then
+    best stored transposed. ``args``: the matmul spec's arguments (for their sizes)."""
+    loads = [x for x in topo_exprs([e]) if x.op == "load"]
+    for x in sorted(loads, key=lambda x: -args[x.args[0]].size):
+        along_rows, along_cols = _coefficient(x.args[1], rows), _coefficient(x.args[1], cols)
+        if along_rows == 1 and along_cols != 1:
+            return True
+        if along_cols == 1 or (along_rows and along_cols):
+            return False
+    return False
+
+
+def split_matmul(spec: MatmulSpec, follow_source: bool = False) -> MatmulParts:
+    """The element-wise kernels that surround a library matmul for ``spec``.
+
+    ``follow_source``: a prologue kernel may store its operand transposed when that keeps its
+    reads contiguous (see ``MatmulParts.transposed``); the caller must then hand the library
+    the transposed view."""
+    kernels, inputs, direct, transposed = {}, {}, {}, {}
     for name, expr, rows, cols in (("a", spec.a, "m", "k"), ("b", spec.b, "k", "n")):
         d = _direct(expr, rows, cols)
         direct[name] = d
+        transposed[name] = False
         if d is not None:
             continue
         r_size = spec.m if name == "a" else spec.k
@@ -111,17 +158,23 @@ def split_matmul(spec: MatmulSpec) -> MatmulParts:
         numel = spec.batch * r_size * c_size
         b = ExprBuilder(spec.index_dtype)
         i = b.var("i", numel)
-        env = {"b": b.div(i, r_size * c_size), rows: b.mod(b.div(i, c_size), r_size),
-               cols: b.mod(i, c_size)}
+        if follow_source and _rows_contiguous(expr, rows, cols, spec.args):
+            transposed[name] = True
+            env = {"b": b.div(i, r_size * c_size), cols: b.mod(b.div(i, r_size), c_size),
+                   rows: b.mod(i, r_size)}
+        else:
+            env = {"b": b.div(i, r_size * c_size), rows: b.mod(b.div(i, c_size), r_size),
+                   cols: b.mod(i, c_size)}
         used = _loads([expr])
         arg_map = {a: j for j, a in enumerate(used)}
         (value,) = _rewrite([expr], b, env, arg_map, None)
         args = [KernelArg(f"in{j}", spec.args[a].dtype, spec.args[a].size)
                 for j, a in enumerate(used)]
         args.append(KernelArg(f"out{len(args)}", spec.acc_dtype, numel, is_output=True))
+        shape = (spec.batch, c_size, r_size) if transposed[name] else \
+            (spec.batch, r_size, c_size)
         kernels[name] = ElementwiseSpec("elementwise", args, [Output(len(args) - 1, value)],
-                                        spec.index_dtype, shape=(spec.batch, r_size, c_size),
-                                        numel=numel)
+                                        spec.index_dtype, shape=shape, numel=numel)
         inputs[name] = used
     numel = spec.batch * spec.m * spec.n
     b = ExprBuilder(spec.index_dtype)
@@ -145,4 +198,8 @@ def split_matmul(spec: MatmulSpec) -> MatmulParts:
     kernels["epilogue"] = ElementwiseSpec("elementwise", args, outputs, spec.index_dtype,
                                           shape=(spec.batch, spec.m, spec.n), numel=numel)
     inputs["epilogue"] = used
-    return MatmulParts(kernels, inputs, direct)
+    out_args = [a for a in spec.args if a.is_output]
+    product_is_output = (len(spec.outputs) == 1 and spec.outputs[0].value.op == "acc" and
+                         spec.outputs[0].index is None and len(out_args) == 1 and
+                         out_args[0].dtype == spec.acc_dtype and out_args[0].size == numel)
+    return MatmulParts(kernels, inputs, direct, transposed, product_is_output)

@@ -4,10 +4,13 @@ One context and one in-order command queue per device; the queue is the device's
 Buffers are ``pyopencl.Buffer`` objects holding C-contiguous data. A sync finds (or builds) the
 plan for the pending graph, compiles its kernels once (programs are cached in memory by source
 hash and on disk by PyOpenCL), allocates each kernel's outputs, enqueues the kernels in plan
-order and waits for the queue, so device faults surface at the sync that caused them.
+order and waits for the queue, so device faults surface at the sync that caused them. The
+temporaries a sync releases go to a ``BufferPool`` for the next allocations of their size.
 
 Matmul groups on a CPU device may run as a library matmul instead (NumPy's BLAS on mapped host
-buffers), with the prologue and the epilogue as element-wise kernels; the autotuner chooses.
+buffers, ``LibraryMatmul``), with the prologue and the epilogue as element-wise kernels; the
+autotuner chooses. BLAS then runs single-threaded on blocks spread over our own threads
+(``HostBlas``), so that no BLAS thread spins on the cores the OpenCL runtime needs next.
 """
 from __future__ import annotations
 
@@ -66,7 +69,9 @@ class OpenCLBackend(FusedBackend):
         self.max_alloc = device.max_mem_alloc_size
         self.max_local = device.max_work_group_size
         self.compute_units = device.max_compute_units
+        self.vector_width = device.preferred_vector_width_float
         self._programs: dict[str, object] = {}
+        self.pool = BufferPool(min(POOL_FRACTION * device.global_mem_size, POOL_MAX_BYTES))
         self.compiles = 0
         super().__init__()
 
@@ -77,8 +82,16 @@ class OpenCLBackend(FusedBackend):
             raise OutOfMemoryError(
                 f"{self.device_string}: cannot allocate {nbytes / 2**20:.1f} MiB (the device's "
                 f"largest buffer is {self.max_alloc / 2**20:.1f} MiB)", origin)
+        nbytes = max(nbytes, 1)
+        buf = self.pool.take(nbytes)
+        if buf is not None:
+            return buf
         try:
-            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+        except cl.MemoryError:
+            self.pool.clear()
+        try:
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
         except cl.MemoryError as e:
             raise OutOfMemoryError(f"{self.device_string}: out of memory allocating "
                                    f"{nbytes} bytes: {e}", origin) from None
@@ -143,13 +156,57 @@ class OpenCLBackend(FusedBackend):
         return device_fingerprint(d.name, d.driver_version, d.platform.version)
 
     def release(self, buf) -> None:
-        buf.release()
+        """Give a temporary back: kept for the next allocation of its size (see BufferPool)."""
+        self.pool.give(buf)
 
     def finish(self) -> None:
         self.queue.finish()
 
     def device_errors(self) -> tuple:
         return (self.cl.Error,)
+
+
+POOL_FRACTION = 0.25  # of the device's memory that released temporaries may hold ...
+POOL_MAX_BYTES = 2 << 30  # ... and at most this much
+
+
+class BufferPool:
+    """Released temporaries by size, handed out again by ``take``: a model runs the same plan
+    batch after batch, so its temporaries recur with the same sizes. On a CPU device a fresh
+    buffer is fresh host memory, and the kernel or BLAS call that first writes it pays the
+    page faults (measured: the 4096x1536 GELU epilogue of MiniLM 1.5x slower). Holds at most
+    ``max_bytes``; buffers past that are released."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self.held = 0
+        self.reused = 0  # allocations served from the pool (tests read it)
+        self._free: dict[int, list] = {}
+
+    def take(self, nbytes: int):
+        """A free buffer of exactly ``nbytes`` bytes, or None."""
+        bufs = self._free.get(nbytes)
+        if not bufs:
+            return None
+        self.held -= nbytes
+        self.reused += 1
+        return bufs.pop()
+
+    def give(self, buf) -> None:
+        nbytes = buf.size
+        if self.held + nbytes > self.max_bytes:
+            buf.release()
+            return
+        self._free.setdefault(nbytes, []).append(buf)
+        self.held += nbytes
+
+    def clear(self) -> None:
+        """Release every held buffer (before an allocation that found the device full)."""
+        for bufs in self._free.values():
+            for buf in bufs:
+                buf.release()
+        self._free.clear()
+        self.held = 0
 
 
 class CompiledKernel:
@@ -173,18 +230,25 @@ class CompiledKernel:
 
 class LibraryMatmul:
     """A matmul group run as NumPy's BLAS matmul on mapped host buffers (CPU devices only),
-    with the prologue and epilogue as element-wise OpenCL kernels around it."""
+    with the prologue and epilogue as element-wise OpenCL kernels around it.
+
+    BLAS reads its operands and writes the product through mappings of the device's buffers
+    (on a CPU device the buffer's own memory: no copy). An epilogue that only stores the
+    product costs nothing: BLAS writes the output buffer itself."""
 
     def __init__(self, backend, k, params, origin):
         from ..fusion.library import split_matmul
+        from .opencl_tuning import elementwise_params
 
         self.origin = origin
         self.spec = k.spec
-        self.parts = split_matmul(k.spec)
+        self.parts = split_matmul(k.spec, follow_source=True)
         self.kernels = {}
         for name, part in self.parts.kernels.items():
-            r = cl_codegen.render(part, f"{name}_{id(self)}", {})
-            prg = backend._program(r.source, k, origin)
+            if name == "epilogue" and self.parts.product_is_output:
+                continue
+            r = cl_codegen.render(part, f"{name}_{id(self)}", elementwise_params(backend, part))
+            prg = backend._program(r.source, k, origin, r.options)
             self.kernels[name] = CompiledKernel(prg, r, origin)
 
     suffix, comment = ".cl", "//"
@@ -197,19 +261,35 @@ class LibraryMatmul:
             if name in self.kernels:
                 texts.append(f"// ---- {name} (element-wise; the library matmul runs before "
                              f"the epilogue)\n" + self.kernels[name].source)
-        return "// library matmul: NumPy BLAS on host copies of the operands\n" + "\n".join(texts)
+        into = "the output" if self.parts.product_is_output else "a product buffer"
+        return f"// library matmul: NumPy BLAS on mapped buffers, writing {into}\n" + \
+            "\n".join(texts)
 
     def __call__(self, backend, args) -> None:
         spec, parts = self.spec, self.parts
         acc = np.dtype(spec.acc_dtype.np)
-        a = self._operand(backend, args, "a", (spec.m, spec.k)).astype(acc, copy=False)
-        b = self._operand(backend, args, "b", (spec.k, spec.n)).astype(acc, copy=False)
-        prod_buf = backend.upload(_blas_matmul(a, b))
         n_in = sum(1 for x in spec.args if not x.is_output)
-        epi_args = [args[i] for i in parts.inputs["epilogue"]] + [prod_buf] + list(args[n_in:])
-        self.kernels["epilogue"](backend, epi_args)
+        numel = spec.batch * spec.m * spec.n
+        scratch = []
+        with _Mappings(backend) as maps:
+            a = self._operand(backend, args, "a", (spec.m, spec.k), maps, scratch)
+            b = self._operand(backend, args, "b", (spec.k, spec.n), maps, scratch)
+            if parts.product_is_output:
+                prod_buf = args[n_in]
+            else:
+                prod_buf = backend._alloc(numel * acc.itemsize, self.origin)
+                scratch.append(prod_buf)
+            out = maps.write(prod_buf, numel, acc)
+            _blas_matmul(a.astype(acc, copy=False), b.astype(acc, copy=False),
+                         out.reshape(spec.batch, spec.m, spec.n))
+        if not parts.product_is_output:
+            epi_args = [args[i] for i in parts.inputs["epilogue"]] + [prod_buf] + \
+                list(args[n_in:])
+            self.kernels["epilogue"](backend, epi_args)
+        for buf in scratch:  # the in-order queue runs the epilogue before any reuse
+            backend.release(buf)
 
-    def _operand(self, backend, args, which, matrix):
+    def _operand(self, backend, args, which, matrix, maps, scratch):
         """Operand ``which`` as a (batch, rows, cols) host array: a strided view of its buffer
         when the operand is a plain affine load, else the prologue kernel's result."""
         spec, parts = self.spec, self.parts
@@ -217,44 +297,147 @@ class LibraryMatmul:
         direct = parts.direct[which]
         if direct is not None:
             arg, strides, offset = direct
-            host = _read(backend, args[arg], spec.args[arg])
+            karg = spec.args[arg]
+            host = maps.read(args[arg], karg.size, karg.dtype.np)
             isz = host.itemsize
             return np.lib.stride_tricks.as_strided(host[offset:], shape,
                                                    tuple(s * isz for s in strides))
         part = parts.kernels[which]
         out = part.args[-1]
         buf = backend._alloc(out.size * out.dtype.itemsize, self.origin)
+        scratch.append(buf)
         self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf])
-        return _read(backend, buf, out).reshape(shape)
+        host = maps.read(buf, out.size, out.dtype.np)
+        if parts.transposed[which]:
+            return host.reshape(spec.batch, matrix[1], matrix[0]).transpose(0, 2, 1)
+        return host.reshape(shape)
 
 
-def _blas_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(batch, m, k) @ (batch, k, n) through BLAS: NumPy only calls BLAS for matrices with a
-    unit stride, so strided views are flattened to one 2-D product where the batch allows
-    (one matrix, or a shared B) and copied to contiguous memory otherwise."""
-    batch, m, _ = a.shape
+def _blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = a @ b`` for (batch, m, k) @ (batch, k, n) through BLAS. NumPy calls BLAS only
+    for matrices with a unit stride along their rows or columns, so other operands are copied
+    first; a shared B (or one matrix) makes one 2-D product of all rows."""
+    batch, m, k = a.shape
     n = b.shape[-1]
     if batch == 1 or b.strides[0] == 0:
-        a2 = a.reshape(batch * m, a.shape[-1]) if a.flags.c_contiguous or batch == 1 else \
-            np.ascontiguousarray(a).reshape(batch * m, a.shape[-1])
-        return np.ascontiguousarray(np.matmul(a2, _unit_stride(b[0]))).reshape(batch, m, n)
-    return np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
+        a2 = a[0] if batch == 1 else a.reshape(batch * m, k)  # copies when it must
+        HOST_BLAS.matmul(_blasable(a2), _blasable(b[0]), out.reshape(batch * m, n),
+                         shared_b=True)
+        return
+    HOST_BLAS.matmul(_blasable(a), _blasable(b), out, shared_b=False)
 
 
-def _unit_stride(x: np.ndarray) -> np.ndarray:
-    return x if x.strides[-1] == x.itemsize or x.strides[0] == x.itemsize else \
-        np.ascontiguousarray(x)
+class HostBlas:
+    """NumPy's BLAS for library matmuls, single-threaded on blocks of rows (or of the batch)
+    spread over a pool of Python threads.
+
+    OpenBLAS's own worker threads spin for a while (about 0.1 s) after each call, and on a CPU
+    device the OpenCL runtime runs the next kernels on the same cores: measured on MiniLM
+    (2 cores), the softmax and GELU kernels between the matmuls ran 1.5-3x slower. Pool threads
+    sleep when idle, and one BLAS call per block costs no more than BLAS's own threading.
+    The thread count is limited through ``threadpoolctl`` (and restored after each product);
+    without it NumPy's BLAS runs as it is configured."""
+
+    MIN_BLOCK_FLOPS = 1 << 21  # smaller blocks are not worth a thread hand-off
+
+    def __init__(self):
+        self._init = False
+        self.controller = None
+        self.threads = 1
+        self.pool = None
+
+    def _start(self) -> None:
+        self._init = True
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            return
+        blas = ThreadpoolController().select(user_api="blas")
+        if not blas.lib_controllers:
+            return
+        self.controller = blas
+        self.threads = max(lib.num_threads for lib in blas.lib_controllers)
+        if self.threads > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(self.threads - 1, "lazyburn-blas")
+
+    def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray, shared_b: bool) -> None:
+        """``out[...] = a @ b``; ``a`` and ``out`` are split along their first dimension, and so
+        is ``b`` unless ``shared_b`` (2-D operands: rows; 3-D: the batch)."""
+        if not self._init:
+            self._start()
+        flops = 2 * a.size * b.shape[-1]
+        blocks = min(self.threads, a.shape[0], max(1, flops // self.MIN_BLOCK_FLOPS))
+        if self.controller is None or blocks <= 1:
+            np.matmul(a, b, out=out)
+            return
+        with self.controller.limit(limits=1):
+            step = -(-a.shape[0] // blocks)
+            futures = [self.pool.submit(np.matmul, a[i:i + step],
+                                        b if shared_b else b[i:i + step], out=out[i:i + step])
+                       for i in range(step, a.shape[0], step)]
+            np.matmul(a[:step], b if shared_b else b[:step], out=out[:step])
+            for f in futures:
+                f.result()
 
 
-def _read(backend, buf, karg) -> np.ndarray:
-    """A host array with the buffer's elements: on a CPU device a mapping of the buffer itself
-    (no copy; released when the array is garbage), elsewhere a copy."""
-    cl = backend.cl
-    dtype = np.dtype(np.uint8) if karg.dtype.np == np.bool_ else karg.dtype.np
-    if backend.is_cpu:
-        host, _ = cl.enqueue_map_buffer(backend.queue, buf, cl.map_flags.READ, 0, (karg.size,),
-                                        dtype, is_blocking=True)
-    else:
-        host = np.empty(karg.size, dtype=dtype)
-        cl.enqueue_copy(backend.queue, host, buf)
-    return host.view(np.bool_) if karg.dtype.np == np.bool_ else host
+HOST_BLAS = HostBlas()
+
+
+def _blasable(x: np.ndarray) -> np.ndarray:
+    """``x`` itself when its matrices (last two dimensions) have the strides NumPy hands to
+    BLAS (one unit stride, the other at least the matrix's extent), else a C-contiguous copy."""
+    isz = x.itemsize
+    rs, cs = x.strides[-2:]
+    rows, cols = x.shape[-2:]
+    if (cs == isz and rs % isz == 0 and rs >= cols * isz) or \
+            (rs == isz and cs % isz == 0 and cs >= rows * isz):
+        return x
+    return np.ascontiguousarray(x)
+
+
+class _Mappings:
+    """Host views of device buffers for the duration of a ``with`` block, unmapped at its end.
+    On a CPU device a mapping is the buffer's own memory; elsewhere a read is a copy and a write
+    is uploaded at the end."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.maps = []
+        self.uploads = []
+
+    def read(self, buf, size: int, dtype) -> np.ndarray:
+        return self._map(buf, size, dtype, write=False)
+
+    def write(self, buf, size: int, dtype) -> np.ndarray:
+        return self._map(buf, size, dtype, write=True)
+
+    def _map(self, buf, size, dtype, write):
+        backend = self.backend
+        cl = backend.cl
+        dtype = np.dtype(dtype)
+        store = np.dtype(np.uint8) if dtype == np.bool_ else dtype
+        if backend.is_cpu:
+            flags = cl.map_flags.WRITE_INVALIDATE_REGION if write else cl.map_flags.READ
+            host, _ = cl.enqueue_map_buffer(backend.queue, buf, flags, 0, (size,), store,
+                                            is_blocking=True)
+            self.maps.append(host)
+        else:
+            host = np.empty(size, dtype=store)
+            if write:
+                self.uploads.append((buf, host))
+            else:
+                cl.enqueue_copy(backend.queue, host, buf)
+        return host.view(np.bool_) if dtype == np.bool_ else host
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        queue = self.backend.queue
+        for host in self.maps:
+            host.base.release(queue)
+        for buf, host in self.uploads:
+            self.backend.cl.enqueue_copy(queue, buf, host)
+        return False

@@ -1,0 +1,150 @@
+"""The CPU launch paths of the OpenCL device: the library matmul (BLAS on mapped buffers, with
+prologue kernels that may store their operand transposed and an epilogue that may be skipped),
+max/min row loops over integer keys (NaN still wins), element-wise kernels in rows, and the
+buffer pool. Values against NumPy; each test checks that its path was taken."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.special
+
+import lazyburn as lb
+from fused_devices import FUSED_DEVICES
+
+DEVICE = "opencl:0"
+pytestmark = pytest.mark.skipif(DEVICE not in FUSED_DEVICES, reason="no OpenCL device")
+
+
+@pytest.fixture
+def backend():
+    b = lb.runtime.backend(DEVICE)
+    if not b.is_cpu:
+        pytest.skip("the library matmul and the row launches are for CPU devices")
+    return b
+
+
+@pytest.fixture
+def rng(request):
+    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
+
+
+def run(fn, *arrays):
+    """``fn`` on ``arrays`` on the OpenCL device: (result, the compiled kernels of its plan)."""
+    backend = lb.runtime.backend(DEVICE)
+    inputs = [lb.tensor(a, device=DEVICE) for a in arrays]
+    for t in inputs:
+        t.numpy()  # uploaded before the plan under test
+    backend.plans.clear()
+    got = fn(*inputs).numpy()
+    (plan,) = backend.plans._plans.values()
+    return got, [k.compiled for k in plan.kernels if k.compiled is not None]
+
+
+def library(compiled):
+    from lazyburn.runtime.opencl import LibraryMatmul
+
+    found = [c for c in compiled if isinstance(c, LibraryMatmul)]
+    assert found, "expected a library matmul"
+    return found[0]
+
+
+def test_library_matmul_writes_the_output_itself(backend, rng):
+    a = rng.standard_normal((256, 96), dtype=np.float32)
+    w = rng.standard_normal((80, 96), dtype=np.float32)
+    got, compiled = run(lambda x, y: x @ y.mT, a, w)
+    lib = library(compiled)
+    assert lib.parts.product_is_output and "epilogue" not in lib.kernels
+    np.testing.assert_allclose(got, a.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_library_matmul_with_transposed_prologue_and_epilogue(backend, rng):
+    # (x + bias) read with unit stride along K of B: the prologue stores B transposed
+    q = rng.standard_normal((4, 64, 6, 16), dtype=np.float32)
+    k = rng.standard_normal((4, 64, 6, 16), dtype=np.float32)
+    bq = rng.standard_normal(16, dtype=np.float32)
+    bk = rng.standard_normal(16, dtype=np.float32)
+
+    def scores(q, k, bq, bk):
+        qh = (q + bq).permute(0, 2, 1, 3)
+        kh = (k + bk).permute(0, 2, 1, 3)
+        return lb.gelu(qh @ kh.mT)
+    got, compiled = run(scores, q, k, bq, bk)
+    lib = library(compiled)
+    assert lib.parts.transposed == {"a": False, "b": True}
+    assert not lib.parts.product_is_output and "epilogue" in lib.kernels
+    qh = (q + bq).astype(np.float64).transpose(0, 2, 1, 3)
+    kh = (k + bk).astype(np.float64).transpose(0, 2, 1, 3)
+    s = qh @ kh.swapaxes(-1, -2)
+    want = 0.5 * s * (1 + scipy.special.erf(s / np.sqrt(2)))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_library_matmul_with_a_shared_b(backend, rng):
+    x = rng.standard_normal((3, 100, 64), dtype=np.float32)
+    w = rng.standard_normal((64, 72), dtype=np.float32)
+    b = rng.standard_normal(72, dtype=np.float32)
+    got, compiled = run(lambda x, w, b: (x @ w + b).tanh(), x, w, b)
+    library(compiled)
+    want = np.tanh(x.astype(np.float64) @ w + b)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_buffer_pool_reuses_released_temporaries(backend, rng):
+    x = rng.standard_normal((256, 96), dtype=np.float32)
+    w = rng.standard_normal((96, 128), dtype=np.float32) / 8
+
+    def graph(x, w):  # the product is a temporary of the softmax kernel
+        return lb.softmax(x @ w, axis=-1)
+    run(graph, x, w)
+    reused = backend.pool.reused
+    got, compiled = run(graph, x, w)
+    assert len(compiled) == 2 and backend.pool.reused > reused
+    assert backend.pool.held <= backend.pool.max_bytes
+    s = x.astype(np.float64) @ w
+    e = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_min_rows_keep_nan_inf_and_signed_zero(backend, op):
+    rows = np.zeros((64, 40), dtype=np.float32)
+    rows[:, :] = np.linspace(-3, 3, 40, dtype=np.float32)
+    rows[1, 7] = np.nan
+    rows[2, 0] = -np.nan  # a NaN with the sign bit set
+    rows[3, :] = np.inf
+    rows[4, :] = -np.inf
+    rows[5, :] = -0.0
+    rows[6, 5] = np.inf
+    rows[7, 9] = -np.inf
+    rows[8, :] = np.nan
+    got, compiled = run(lambda t: getattr(t, op)(-1), rows)
+    assert "lb_key_" + op in compiled[0].source
+    want = getattr(rows.astype(np.float64), op)(-1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~np.isnan(want)], want[~np.isnan(want)])
+
+
+def test_softmax_rows_with_int64_mask_and_nan(backend, rng):
+    x = rng.standard_normal((4, 3, 50, 50), dtype=np.float32)
+    x[0, 0, 5, 7] = np.nan
+    mask = (rng.random((4, 50)) > 0.2).astype(np.int64)
+
+    def masked_softmax(x, m):
+        bias = lb.where(m.astype("bool"), 0.0, -3.0e38).reshape(4, 1, 1, 50)
+        return lb.softmax(x * 0.25 + bias, axis=-1)
+    got, _ = run(masked_softmax, x, mask)
+    s = x.astype(np.float64) * 0.25 + np.where(mask.astype(bool), 0.0, -3.0e38)[:, None, None]
+    e = np.exp(s - s.max(-1, keepdims=True))
+    want = e / e.sum(-1, keepdims=True)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_elementwise_rows_of_a_permuted_view(backend, rng):
+    x = rng.standard_normal((8, 64, 6, 32), dtype=np.float32)
+    b = rng.standard_normal(32, dtype=np.float32)
+    got, compiled = run(lambda x, b: ((x + b).permute(0, 2, 1, 3) * 2.0).exp(), x, b)
+    assert "for (int j = 0; j < 32;" in compiled[0].source
+    want = np.exp((x.astype(np.float64) + b).transpose(0, 2, 1, 3) * 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
