@@ -148,3 +148,12 @@ def test_elementwise_rows_of_a_permuted_view(backend, rng):
     assert "for (int j = 0; j < 32;" in compiled[0].source
     want = np.exp((x.astype(np.float64) + b).transpose(0, 2, 1, 3) * 2)
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_elementwise_rows_only_where_they_simplify_indexing(backend, rng):
+    x = rng.standard_normal((512, 256), dtype=np.float32)
+    _, compiled = run(lambda t: (t * 2.0).exp(), x)  # contiguous: nothing to take out
+    assert "for (int j" not in compiled[0].source
+    got, compiled = run(lambda t: t.mT * 2.0, x)  # transposing: the row loop would gather
+    assert "for (int j" not in compiled[0].source
+    np.testing.assert_array_equal(got, x.T * 2)

@@ -438,6 +438,51 @@ def _render_elementwise_rows(spec: ElementwiseSpec, name, rows, width, fast) -> 
     return RenderedKernel(name, _finish(p, body), (spec.numel // rows,), None)
 
 
+def rows_simplify(spec: ElementwiseSpec, rows: int) -> bool:
+    """Whether the row launch with ``rows`` elements per row takes index arithmetic out of the
+    loop over a row -- some ``i / d`` or ``i % d`` with ``d`` dividing ``rows`` or ``rows``
+    dividing ``d`` (a broadcast or a strided view) -- and leaves every load contiguous (or
+    constant) along the row. Plain contiguous kernels gain nothing from rows, and a transposing
+    load gathers in the row loop as it would across work-items."""
+    simplified = False
+    for e in spec.exprs():
+        if e.op in ("idx_div", "idx_mod") and e.args[0].op == "var" and \
+                e.args[1].op == "const":
+            d = e.args[1].value
+            simplified |= rows % d == 0 or d % rows == 0
+        if e.op == "load" and _row_step(e.args[1], rows) not in (0, 1):
+            return False
+    return simplified
+
+
+def _row_step(e: Expr, rows: int) -> int | None:
+    """How far index ``e`` moves from one element of a row to the next (i = o * rows + j, j
+    growing), within the runs where it moves evenly (``(i % 384) // 32`` is constant in runs
+    of 32); None when unknown."""
+    if e.op == "var":
+        return 1
+    if e.op == "const":
+        return 0
+    x = e.args[0]
+    if e.op in ("idx_div", "idx_mod") and e.args[1].op == "const":
+        d = e.args[1].value
+        step = _row_step(x, rows)
+        if x.op == "var" and rows % d and d % rows:
+            return None  # i / d or i % d stays per element
+        if step == 0 or (step == 1 and e.op == "idx_div" and d > 1):
+            return 0
+        return step if step == 1 else None
+    if e.op == "idx_add":
+        a, b = _row_step(e.args[0], rows), _row_step(e.args[1], rows)
+        return None if a is None or b is None else a + b
+    if e.op == "idx_mul" and e.args[1].op == "const":
+        a = _row_step(x, rows)
+        return None if a is None else a * e.args[1].value
+    if all(_row_step(a, rows) == 0 for a in e.args if isinstance(a, Expr)):
+        return 0
+    return None
+
+
 def spec_var(spec: KernelSpec, name: str) -> Expr:
     for e in spec.exprs():
         if e.op == "var" and e.args[0] == name:
