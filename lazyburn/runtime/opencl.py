@@ -280,6 +280,7 @@ class LibraryMatmul:
                 prod_buf = backend._alloc(numel * acc.itemsize, self.origin)
                 scratch.append(prod_buf)
             out = maps.write(prod_buf, numel, acc)
+            maps.ready()
             _blas_matmul(a.astype(acc, copy=False), b.astype(acc, copy=False),
                          out.reshape(spec.batch, spec.m, spec.n))
         if not parts.product_is_output:
@@ -398,14 +399,22 @@ def _blasable(x: np.ndarray) -> np.ndarray:
 
 
 class _Mappings:
-    """Host views of device buffers for the duration of a ``with`` block, unmapped at its end.
-    On a CPU device a mapping is the buffer's own memory; elsewhere a read is a copy and a write
-    is uploaded at the end."""
+    """Host views of device buffers for the duration of a ``with`` block, unmapped at its end;
+    ``ready()`` before using them. On a CPU device a mapping is the buffer's own memory;
+    elsewhere a read is a copy and a write is uploaded at the end."""
 
     def __init__(self, backend):
         self.backend = backend
         self.maps = []
         self.uploads = []
+        self.last = None  # the event of the latest mapping
+
+    def ready(self) -> None:
+        """Wait until every mapping is usable: maps are enqueued without blocking, and on the
+        in-order queue the latest one completes after all the others (one wait, not one per
+        operand)."""
+        if self.last is not None:
+            self.last.wait()
 
     def read(self, buf, size: int, dtype) -> np.ndarray:
         return self._map(buf, size, dtype, write=False)
@@ -420,8 +429,8 @@ class _Mappings:
         store = np.dtype(np.uint8) if dtype == np.bool_ else dtype
         if backend.is_cpu:
             flags = cl.map_flags.WRITE_INVALIDATE_REGION if write else cl.map_flags.READ
-            host, _ = cl.enqueue_map_buffer(backend.queue, buf, flags, 0, (size,), store,
-                                            is_blocking=True)
+            host, self.last = cl.enqueue_map_buffer(backend.queue, buf, flags, 0, (size,),
+                                                    store, is_blocking=False)
             self.maps.append(host)
         else:
             host = np.empty(size, dtype=store)
