@@ -24,7 +24,6 @@ from .functional import (clip, dropout, embedding, gelu, layer_norm, linear, log
 from .graph.dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, int32,
                            int64, uint8)
 from .graph.dtypes import dtype as dtype
-from .graph.dtypes import promote as result_type_of
 from .graph.graph import Graph
 from .linalg import matmul
 from .movement import (broadcast_to, concat, expand_dims, flatten, flip, index_select,
@@ -33,8 +32,11 @@ from .movement import (broadcast_to, concat, expand_dims, flatten, flip, index_s
 from .random import Generator, default_rng, manual_seed
 from .reduction import (all, any, argmax, argmin, logsumexp, max, mean, min, prod, std, sum,
                         var)
-from .runtime import set_default_device
+from .fusion.explain import explain
 from .lazytensor import Tensor
+from .replay import jit
+from .runtime import set_default_device
+from .runtime.dump import dump
 
 globals().update(_EW)
 bool = bool_  # noqa: A001 - the array API spells it ``bool``
@@ -77,7 +79,3 @@ def sync(*tensors) -> None:
     """Same as ``lazyburn.graph.sync``."""
     graph.sync(*tensors)
 
-
-from .runtime.dump import dump  # noqa: E402
-from .fusion.explain import explain  # noqa: E402
-from .replay import jit  # noqa: E402
