@@ -105,3 +105,74 @@ def kernel_origin(k) -> str | None:
         if info.origin:
             return info.origin
     return None
+
+
+class FirstLaunchTuner:
+    """A planned kernel whose launch configuration is chosen at its first launch, when its
+    buffers exist: each candidate is compiled, run into scratch outputs, checked against the
+    default's output and timed; the winner (``lazyburn.autotune.tune``, cached on disk) then
+    replaces this object in the plan.
+
+    A backend subclasses it with ``backend_kind``, ``candidates()`` and ``read(buf, karg)`` (a
+    buffer's elements as a NumPy array), and may override ``launch_time`` (default: host time
+    from launch to the end of the device's queue)."""
+
+    backend_kind = "?"
+    source = None  # nothing to dump until the winner is known
+
+    def __init__(self, backend, k, name, origin):
+        self.backend, self.k, self.name, self.origin = backend, k, name, origin
+
+    def candidates(self) -> list:
+        raise NotImplementedError
+
+    def read(self, buf, karg) -> np.ndarray:
+        raise NotImplementedError
+
+    def launch_time(self, kernel, args) -> float:
+        import time
+
+        b = self.backend
+        b.finish()
+        t0 = time.perf_counter()
+        kernel(b, args)
+        b.finish()
+        return time.perf_counter() - t0
+
+    def __call__(self, backend, args) -> None:
+        from .. import autotune
+
+        k = self.k
+        n_in = k.n_inputs
+        built = {}
+
+        def build(c):
+            if c.name not in built:
+                built[c.name] = backend.build(k, self.name, c.params, self.origin)
+            return built[c.name]
+
+        def scratch():
+            return [backend._alloc(a.size * a.dtype.itemsize, self.origin)
+                    for a in k.spec.args[n_in:]]
+
+        def run(c):
+            outs = scratch()
+            build(c)(backend, list(args[:n_in]) + outs)
+            backend.finish()
+            return [self.read(b, a) for b, a in zip(outs, k.spec.args[n_in:])]
+
+        def timed(c):
+            return self.launch_time(build(c), list(args[:n_in]) + scratch())
+
+        key = autotune.TuneKey(self.backend_kind, backend.fingerprint, k.spec.signature(),
+                               k.spec.problem_shape())
+        winner = autotune.tune(key, self.candidates(), run, timed, outputs_close)
+        best = build(winner)
+        k.compiled = best
+        best(backend, args)
+
+
+def outputs_close(expected, actual) -> bool:
+    """A candidate's outputs match the default's (float tolerance of a reordered reduction)."""
+    return all(np.allclose(e.astype(np.float64), a.astype(np.float64), rtol=1e-4, atol=1e-5,
+                           equal_nan=True) for e, a in zip(expected, actual))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import autotune
 from ..autotune import Candidate
 from ..codegen import opencl as cl_codegen
+from .fused import FirstLaunchTuner
 
 LIBRARY_MATMUL_MIN_FLOPS = 2 * 64 ** 3  # below this a generated kernel wins on any device
 
@@ -119,52 +120,16 @@ def worth_tuning(k) -> bool:
     return autotune.level() > 0 and work >= MIN_TUNED_ELEMENTS
 
 
-class TunedKernel:
-    """A kernel whose launch configuration is chosen at its first launch (when the buffers
-    exist): each candidate is compiled, run into scratch outputs, checked against the default's
-    output and timed with queue profiling; the winner then replaces this object in the plan."""
+class TunedKernel(FirstLaunchTuner):
+    """An OpenCL kernel tuned at its first launch (see ``FirstLaunchTuner``)."""
 
-    def __init__(self, backend, k, name, origin):
-        self.backend, self.k, self.name, self.origin = backend, k, name, origin
+    backend_kind = "opencl"
 
-    def __call__(self, backend, args) -> None:
-        k = self.k
-        n_in = k.n_inputs
-        compiled = {}
+    def candidates(self) -> list:
+        return candidates(self.backend, self.k)
 
-        def build(c):
-            if c.name not in compiled:
-                compiled[c.name] = backend.build(k, self.name, c.params, self.origin)
-            return compiled[c.name]
-
-        def scratch():
-            return [backend._alloc(a.size * a.dtype.itemsize, self.origin)
-                    for a in k.spec.args[n_in:]]
-
-        def run(c):
-            outs = scratch()
-            build(c)(backend, list(args[:n_in]) + outs)
-            backend.finish()
-            return [_read(backend, b, a) for b, a in zip(outs, k.spec.args[n_in:])]
-
-        def time(c):
-            kern, outs = build(c), scratch()
-            backend.finish()
-            t0 = _now()
-            kern(backend, list(args[:n_in]) + outs)
-            backend.finish()
-            return _now() - t0
-
-        key = autotune.TuneKey("opencl", backend.fingerprint, k.spec.signature(),
-                               k.spec.problem_shape())
-        winner = autotune.tune(key, candidates(backend, k), run, time, _close)
-        best = build(winner)
-        k.compiled = best
-        best(backend, args)
-
-    @property
-    def source(self):
-        return None
+    def read(self, buf, karg):
+        return _read(self.backend, buf, karg)
 
 
 def _read(backend, buf, karg):
@@ -174,19 +139,6 @@ def _read(backend, buf, karg):
     view = host.view(np.uint8) if host.dtype == np.bool_ else host
     backend.cl.enqueue_copy(backend.queue, view, buf)
     return host
-
-
-def _close(expected, actual) -> bool:
-    import numpy as np
-
-    return all(np.allclose(e.astype(np.float64), a.astype(np.float64), rtol=1e-4, atol=1e-5,
-                           equal_nan=True) for e, a in zip(expected, actual))
-
-
-def _now() -> float:
-    import time
-
-    return time.perf_counter()
 
 
 def _pow2_at_least(n: int) -> int:

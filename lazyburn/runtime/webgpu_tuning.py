@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import autotune
 from ..autotune import Candidate
+from .fused import FirstLaunchTuner
 
 SEQUENTIAL_MIN_ROWS = 4096  # enough invocations to fill a GPU with one row each
 MIN_TUNED_ELEMENTS = 1 << 16  # smaller kernels run their default: tuning them is not worth it
@@ -75,60 +76,36 @@ def worth_tuning(k) -> bool:
     return autotune.level() > 0 and work >= MIN_TUNED_ELEMENTS
 
 
-class TunedKernel:
+class TunedKernel(FirstLaunchTuner):
     """A kernel whose launch configuration is chosen at its first launch (when the buffers
     exist): each candidate is compiled, run into scratch outputs, checked against the default's
     output and timed, then the winner replaces this object in the plan. The time is the
     kernel's on the device (timestamp queries) where the adapter has ``timestamp-query``, else
     the host's from launch to the end of the queue wait."""
 
-    source = None
+    backend_kind = "webgpu"
 
-    def __init__(self, backend, k, name, origin):
-        self.backend, self.k, self.name, self.origin = backend, k, name, origin
+    def candidates(self) -> list:
+        return candidates(self.backend, self.k)
 
-    def __call__(self, backend, args) -> None:
+    def read(self, buf, karg) -> np.ndarray:
+        return _read(self.backend, buf, karg)
+
+    def launch_time(self, kernel, args) -> float:
         from .webgpu import SyncProfile
 
-        k = self.k
-        n_in = k.n_inputs
-        built = {}
+        backend = self.backend
         probe = SyncProfile(backend)
-
-        def build(c):
-            if c.name not in built:
-                built[c.name] = backend.build(k, self.name, c.params, self.origin)
-            return built[c.name]
-
-        def scratch():
-            return [backend._alloc(a.size * a.dtype.itemsize, self.origin)
-                    for a in k.spec.args[n_in:]]
-
-        def run(c):
-            outs = scratch()
-            build(c)(backend, list(args[:n_in]) + outs)
+        backend.finish()
+        outer, backend._profile = backend._profile, probe
+        try:
+            t0 = time.perf_counter()
+            kernel(backend, args)
             backend.finish()
-            return [_read(backend, b, a) for b, a in zip(outs, k.spec.args[n_in:])]
-
-        def timed(c):
-            kernel, outs = build(c), scratch()
-            backend.finish()
-            outer, backend._profile = backend._profile, probe
-            try:
-                t0 = time.perf_counter()
-                kernel(backend, list(args[:n_in]) + outs)
-                backend.finish()
-                elapsed = time.perf_counter() - t0
-            finally:
-                backend._profile = outer
-            return probe.syncs[-1].get("kernels", elapsed)
-
-        key = autotune.TuneKey("webgpu", backend.fingerprint, k.spec.signature(),
-                               k.spec.problem_shape())
-        winner = autotune.tune(key, candidates(backend, k), run, timed, _close)
-        best = build(winner)
-        k.compiled = best
-        best(backend, args)
+            elapsed = time.perf_counter() - t0
+        finally:
+            backend._profile = outer
+        return probe.syncs[-1].get("kernels", elapsed)
 
 
 def _read(backend, buf, karg) -> np.ndarray:
@@ -136,7 +113,3 @@ def _read(backend, buf, karg) -> np.ndarray:
     raw = backend.queue.read_buffer(buf.gpu, 0, max(4, -(-nbytes // 4) * 4))
     return np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(karg.dtype.np)
 
-
-def _close(expected, actual) -> bool:
-    return all(np.allclose(e.astype(np.float64), a.astype(np.float64), rtol=1e-4, atol=1e-5,
-                           equal_nan=True) for e, a in zip(expected, actual))
