@@ -15,7 +15,7 @@ from . import functional as F
 from . import linalg, movement, reduction, runtime
 from .errors import ShapeError
 from .graph.graph import realize
-from .record import Origin, record, set_tensor_class, tensor_node
+from .record import Origin, record, set_tensor_class
 
 
 class Tensor:

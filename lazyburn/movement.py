@@ -13,7 +13,8 @@ from .errors import DTypeError, ShapeError
 from .graph import dtypes as dt
 from .graph.node import Node
 from .graph.shapes import infer_reshape, normalize_axes, normalize_axis, prod
-from .record import Origin, broadcast_to, cast, node, record, same_device, tensor_node, wrap
+from . import record as rec
+from .record import Origin, cast, node, record, same_device, tensor_node, wrap
 
 
 def _reshape_node(n: Node, shape: tuple, origin) -> Node:
@@ -98,8 +99,6 @@ def broadcast_to(x, shape, origin=None):
     for d in shape:
         if d < 0:
             raise ShapeError(f"broadcast_to: negative dimension in {shape}", origin)
-    from . import record as rec
-
     return wrap(rec.broadcast_to(n, shape, origin))
 
 
@@ -243,8 +242,6 @@ def repeat(x, repeats: int, axis=None):
         axis = 0
     a = normalize_axis("repeat", axis, n.shape, origin)
     inner = _reshape_node(n, n.shape[:a + 1] + (1,) + n.shape[a + 1:], origin)
-    from . import record as rec
-
     big = rec.broadcast_to(inner, n.shape[:a + 1] + (int(repeats),) + n.shape[a + 1:], origin)
     out = n.shape[:a] + (n.shape[a] * int(repeats),) + n.shape[a + 1:]
     return wrap(_reshape_node(big, out, origin))
@@ -262,8 +259,6 @@ def tile(x, reps):
     shape = (1,) * (nd - len(n.shape)) + n.shape
     inter = tuple(v for d in shape for v in (1, d))
     big = tuple(v for r, d in zip(reps, shape) for v in (r, d))
-    from . import record as rec
-
     m = rec.broadcast_to(_reshape_node(n, inter, origin), big, origin)
     return wrap(_reshape_node(m, tuple(r * d for r, d in zip(reps, shape)), origin))
 
@@ -331,8 +326,6 @@ def take_along_axis(x, indices, axis=-1):
         raise ShapeError(f"take_along_axis: indices of shape {idx.shape} need the rank of x "
                          f"{n.shape}", origin)
     from .graph.shapes import broadcast_shapes
-    from . import record as rec
-
     outer = broadcast_shapes("take_along_axis", n.shape[:a] + (1,) + n.shape[a + 1:],
                              idx.shape[:a] + (1,) + idx.shape[a + 1:], origin=origin)
     xs = outer[:a] + (n.shape[a],) + outer[a + 1:]

@@ -15,7 +15,7 @@ import os
 from typing import Sequence
 
 from ..errors import DeviceError
-from ..graph.graph import structural_key
+from ..graph.graph import structural_key, topo_order
 from ..graph.node import Node
 
 KINDS = {
@@ -107,14 +107,17 @@ def realize(outputs: Sequence[Node]) -> None:
     for n in outputs:
         by_device.setdefault(n.device, []).append(n)
     for device, nodes in by_device.items():
-        key, order = structural_key(nodes)
+        b = backend(device)
+        # only planning backends need the structural key; the reference needs the order
+        walk = structural_key if hasattr(b, "plans") else (lambda ns: (None, topo_order(ns)))
+        key, order = walk(nodes)
         # a copy from another device needs its source realized first
         sources = [n.inputs[0] for n in order
                    if n.op == "copy" and n.inputs[0].device != device and n.inputs[0].pending]
         if sources:
             realize(sources)
-            key, order = structural_key(nodes)
-        buffers = backend(device).run(nodes, key, order)
+            key, order = walk(nodes)
+        buffers = b.run(nodes, key, order)
         for n, buf in zip(nodes, buffers):
             n.realize_to(buf)
 

@@ -107,6 +107,20 @@ def kernel_origin(k) -> str | None:
     return None
 
 
+MIN_TUNED_ELEMENTS = 1 << 16  # smaller kernels run their default: tuning them is not worth it
+
+
+def worth_tuning(k) -> bool:
+    """Whether planned kernel ``k`` is tuned at its first launch: autotuning is on and the
+    kernel is big enough for a launch configuration to matter."""
+    from .. import autotune
+
+    spec = k.spec
+    work = spec.numel if k.kind == "elementwise" else (
+        spec.rows * spec.reduce_size if k.kind == "reduction" else spec.batch * spec.m * spec.n)
+    return autotune.level() > 0 and work >= MIN_TUNED_ELEMENTS
+
+
 class FirstLaunchTuner:
     """A planned kernel whose launch configuration is chosen at its first launch, when its
     buffers exist: each candidate is compiled, run into scratch outputs, checked against the

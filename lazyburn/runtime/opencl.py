@@ -134,7 +134,8 @@ class OpenCLBackend(FusedBackend):
 
     def compile_kernel(self, k, name: str, origin):
         """The heuristic default's kernel, or one that autotunes at its first launch."""
-        from .opencl_tuning import TunedKernel, default_params, worth_tuning
+        from .fused import worth_tuning
+        from .opencl_tuning import TunedKernel, default_params
 
         if worth_tuning(k):
             return TunedKernel(self, k, name, origin)

@@ -2,7 +2,6 @@
 candidates the autotuner may try."""
 from __future__ import annotations
 
-from .. import autotune
 from ..autotune import Candidate
 from ..codegen import opencl as cl_codegen
 from .fused import FirstLaunchTuner
@@ -108,16 +107,6 @@ def candidates(backend, k) -> list[Candidate]:
         if backend.is_cpu:
             out.append(Candidate("library", {"tile": 16, "library": True}, 1))
     return out
-
-
-MIN_TUNED_ELEMENTS = 1 << 16  # smaller kernels run their default: tuning them is not worth it
-
-
-def worth_tuning(k) -> bool:
-    spec = k.spec
-    work = spec.numel if k.kind == "elementwise" else (
-        spec.rows * spec.reduce_size if k.kind == "reduction" else spec.batch * spec.m * spec.n)
-    return autotune.level() > 0 and work >= MIN_TUNED_ELEMENTS
 
 
 class TunedKernel(FirstLaunchTuner):

@@ -327,7 +327,8 @@ class WebGPUBackend(FusedBackend):
 
     def compile_kernel(self, k, name: str, origin):
         """The heuristic default's kernel, or one that autotunes at its first launch."""
-        from .webgpu_tuning import TunedKernel, worth_tuning
+        from .fused import worth_tuning
+        from .webgpu_tuning import TunedKernel
 
         if worth_tuning(k):
             return TunedKernel(self, k, name, origin)

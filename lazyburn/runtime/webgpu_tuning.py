@@ -7,12 +7,10 @@ import time
 
 import numpy as np
 
-from .. import autotune
 from ..autotune import Candidate
 from .fused import FirstLaunchTuner
 
 SEQUENTIAL_MIN_ROWS = 4096  # enough invocations to fill a GPU with one row each
-MIN_TUNED_ELEMENTS = 1 << 16  # smaller kernels run their default: tuning them is not worth it
 
 
 def default_params(backend, k) -> dict:
@@ -67,13 +65,6 @@ def candidates(backend, k) -> list[Candidate]:
             seen.add(key)
             unique.append(c)
     return unique
-
-
-def worth_tuning(k) -> bool:
-    spec = k.spec
-    work = spec.numel if k.kind == "elementwise" else (
-        spec.rows * spec.reduce_size if k.kind == "reduction" else spec.batch * spec.m * spec.n)
-    return autotune.level() > 0 and work >= MIN_TUNED_ELEMENTS
 
 
 class TunedKernel(FirstLaunchTuner):
