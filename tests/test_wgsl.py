@@ -263,7 +263,45 @@ def test_reductions_without_the_register_cache(monkeypatch, rng):
     spec = lb.explain(lb.softmax(lb.tensor(x, device="webgpu:95"), -1)).kernels[0].spec
     cached = webgpu.wgsl.render(spec, "k", {"strategy": "tree"}, b.target).source
     plain = webgpu.wgsl.render(spec, "k", {"strategy": "tree", "cache": False}, b.target).source
-    assert cached.count("in0[") == 1 and plain.count("in0[") == 3
+    # 300 elements over 256 invocations: two unrolled blocks, the second one guarded
+    assert cached.count("in0[") == 2 and plain.count("in0[") == 3
+    assert "for (var r" not in cached and "var c0_1: f32;" in cached
+    assert cached.count("if (r < 300i)") == 3
+    # the store pass divides the exponentials kept by the sum pass
+    assert cached.count("exp(") == 2 and plain.count("exp(") == 2
+
+
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("workgroup", [4, 64, 1024])
+def test_tree_reductions_with_and_without_subgroups(monkeypatch, subgroups, workgroup, rng):
+    b = _extra_device(monkeypatch, "webgpu:91", use_subgroups=subgroups)
+    if subgroups and not b.target.subgroups:
+        pytest.skip("the adapter has no subgroup operations")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
+    monkeypatch.setattr(b, "launch_params", lambda k: {**tuning.default_params(b, k),
+                                                        "strategy": "tree",
+                                                        "workgroup": workgroup})
+    dev = "webgpu:91"
+    x = rng.standard_normal((9, 1000), dtype=np.float32)  # rows not a multiple of any size
+    x[2, 17] = x[5, 999] = np.nan
+    x[6] = -np.inf
+    for fn in (lambda t: t.max(axis=1), lambda t: t.min(axis=1), lambda t: t.sum(axis=1),
+               lambda t: lb.argmax(t, axis=1), lambda t: lb.softmax(t * 0.5, axis=-1),
+               lambda t: lb.layer_norm(t, (1000,))):
+        compare(fn, dev, x, rtol=1e-4)
+    i = rng.integers(-2**31, 2**31 - 1, (5, 333), dtype=np.int32)
+    for fn in (lambda t: t.max(axis=1), lambda t: t.min(axis=1),
+               lambda t: t.sum(axis=1, dtype="int32"), lambda t: t.sum(axis=1),
+               lambda t: t.astype("int8").sum(axis=1, dtype="int8")):
+        compare(fn, dev, i)
+    flags = rng.random((6, 200)) > 0.995
+    flags[0] = False
+    compare(lambda t: lb.any(t, axis=1) ^ lb.all(~t, axis=1), dev, flags)
+    spec = lb.explain(lb.tensor(x, device=dev).sum(axis=1)).kernels[0].spec
+    source = webgpu.wgsl.render(spec, "k", {"strategy": "tree", "workgroup": 256},
+                                b.target).source
+    assert ("subgroupAdd(acc0)" in source) == subgroups
+    assert ("workgroupBarrier();" in source)
 
 
 @pytest.mark.parametrize("m,k,n,batch", [(1, 1, 1, ()), (33, 17, 70, ()), (64, 128, 96, (3,)),

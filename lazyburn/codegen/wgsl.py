@@ -31,10 +31,11 @@ linear workgroup id; invocations past the end do nothing. Launch parameters:
 * element-wise: ``workgroup`` (invocations per workgroup) and ``per_item`` (elements per
   invocation, grid-strided so that neighbouring invocations touch neighbouring elements);
 * reduction: ``strategy`` -- ``tree`` (one workgroup per row, partial results combined in
-  workgroup memory) or ``sequential`` (one invocation per row: short rows, and rows whose
-  elements are far apart while neighbouring rows are adjacent) -- ``workgroup``, and
-  ``cache`` (default on: a multi-pass kernel keeps the elements it reads again in registers
-  when each invocation's share of the row is small -- a persistent reduction);
+  workgroup memory, within each subgroup first where ``Target.subgroups``) or ``sequential``
+  (one invocation per row: short rows, and rows whose elements are far apart while
+  neighbouring rows are adjacent) -- ``workgroup``, and ``cache`` (default on: a multi-pass
+  kernel keeps what later passes need of the row in registers, its passes unrolled, when each
+  invocation's share of the row is small -- a persistent reduction);
 * matmul: ``tile`` (a ``tile`` x ``tile`` workgroup) and ``micro`` (each invocation computes
   ``micro`` x ``micro`` outputs, so a workgroup covers ``tile * micro`` squared), with tiles of A
   and B staged through workgroup memory.
@@ -79,11 +80,13 @@ class UnsupportedKernel(ValueError):
 
 @dataclass(frozen=True)
 class Target:
-    """What the device allows: ``native_f16`` (the ``shader-f16`` feature), the largest
-    workgroup (``max_workgroup_size`` invocations), bytes of workgroup memory, and workgroups
-    per grid dimension."""
+    """What the device allows: ``native_f16`` (the ``shader-f16`` feature), ``subgroups``
+    (the ``subgroup`` feature: reductions combine within subgroups before workgroup memory),
+    the largest workgroup (``max_workgroup_size`` invocations), bytes of workgroup memory, and
+    workgroups per grid dimension."""
 
     native_f16: bool = False
+    subgroups: bool = False
     max_workgroup_size: int = 256
     workgroup_storage: int = 16384
     max_groups_per_dim: int = 65535
@@ -134,6 +137,14 @@ class WGSLPrinter(ExprPrinter):
         self.index_casts = {e.args[0].id for e in spec.exprs()
                             if e.op == "wrap_clamp" and e.args[0].op == "cast"
                             and e.args[0].args[0].dtype.name == "int64"}
+
+    def emit(self, roots, bound: dict) -> tuple[list[str], dict]:
+        """``ExprPrinter.emit``, computing nothing that only expressions already ``bound`` need
+        (a value kept in registers stands for the loads and arithmetic it came from)."""
+        needed = _reachable(roots, set(bound))
+        unused = {e.id: "" for e in topo_exprs(roots) if e.id not in needed}
+        lines, names = super().emit(roots, {**unused, **bound})
+        return lines, {i: n for i, n in names.items() if i not in unused}
 
     def call(self, function: str, *args) -> str:
         if function.startswith("lb_"):
@@ -436,9 +447,11 @@ def _linear_group(dims: tuple) -> str:
     return f"(wid.x + {x}u * (wid.y + {y}u * wid.z))"
 
 
-def _entry(name: str, size: int) -> str:
+def _entry(name: str, size: int, subgroups: bool = False) -> str:
+    extra = ", @builtin(subgroup_invocation_id) sid: u32, @builtin(subgroup_size) sg_size: u32" \
+        if subgroups else ""
     return (f"@compute @workgroup_size({size})\nfn {name}(@builtin(workgroup_id) wid: vec3<u32>, "
-            f"@builtin(local_invocation_index) lid_u: u32) {{")
+            f"@builtin(local_invocation_index) lid_u: u32{extra}) {{")
 
 
 def _indent(lines, n) -> list[str]:
@@ -557,21 +570,75 @@ def _arg_combine(stage: Stage, p: WGSLPrinter, acc, idx, v, vi, tie_break: bool)
 CACHE_VALUES = 32  # values one invocation may keep in registers from one pass to the next
 
 
-def _reread_loads(spec: ReductionSpec, r: Expr) -> list[Expr]:
-    """Loads of the first pass over the row that later passes read again at the same ``r``."""
-    later = [s.value for s in spec.stages[1:]] + \
-        [x for o in spec.outputs if o.index is not None for x in (o.value, o.index)]
-    again = {e.id for e in topo_exprs(later)}
-    return [e for e in topo_exprs([spec.stages[0].value])
-            if e.op == "load" and e.id in again and any(x is r for x in topo_exprs([e]))]
+def _reachable(roots, stop) -> dict:
+    """The expressions under ``roots`` by id, looking below none of those in ``stop`` (which
+    are included when reached)."""
+    found, todo = {}, list(roots)
+    while todo:
+        e = todo.pop()
+        if e.id in found:
+            continue
+        found[e.id] = e
+        if e.id not in stop:
+            todo += [a for a in e.args if isinstance(a, Expr)]
+    return found
+
+
+def _varying(roots, var: Expr) -> set[int]:
+    """Ids of the expressions under ``roots`` whose value changes with ``var``."""
+    out: set[int] = set()
+    for e in topo_exprs(roots):
+        if e.id == var.id or any(isinstance(a, Expr) and a.id in out for a in e.args):
+            out.add(e.id)
+    return out
+
+
+def _register_cache(passes: list[list[Expr]], varying: set[int], per_item: int):
+    """What each pass over the row keeps in registers for the passes after it, or None when
+    that is more than ``CACHE_VALUES`` values per invocation at some point.
+
+    A pass keeps the highest expressions of the later passes that vary along the row, come
+    from memory (index arithmetic is cheaper to redo than to hold) and that it computes or
+    already holds. In a softmax, the max pass keeps ``x * scale``; the sum pass then keeps
+    ``exp(x * scale - max)``, so the store pass only divides: the row is read once and
+    exponentiated once."""
+    memory: set[int] = set()
+    for e in topo_exprs([e for roots in passes for e in roots]):
+        if e.op == "load" or any(isinstance(a, Expr) and a.id in memory for a in e.args):
+            memory.add(e.id)
+    held: list[Expr] = []
+    plan = []
+    for k, roots in enumerate(passes):
+        held_ids = {e.id for e in held}
+        available = set(_reachable(roots, held_ids)) | held_ids
+        later = [e for rest in passes[k + 1:] for e in rest]
+        keep, seen, todo = {}, set(), list(later)
+        while todo:
+            e = todo.pop()
+            if e.id in seen or e.id not in varying:
+                continue
+            seen.add(e.id)
+            if e.id in available and e.id in memory:
+                keep[e.id] = e
+            else:
+                todo += [a for a in e.args if isinstance(a, Expr)]
+        if len(keep) * per_item > CACHE_VALUES:
+            return None
+        held = [e for e in topo_exprs(later) if e.id in keep]
+        plan.append(held)
+    return plan
 
 
 def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKernel:
     """One kernel for all stages: a pass over the row per stage, combined across the workgroup
     (tree) or within one invocation (sequential), then a pass storing the full outputs. When
-    the passes read the same elements again and each invocation's share of a row is small,
-    the first pass keeps them in registers (``cache``, on by default): a persistent reduction,
-    reading the row from memory once."""
+    later passes need values an earlier pass computed and each invocation's share of a row is
+    small, those values stay in registers from one pass to the next (``cache``, on by
+    default; see ``_register_cache``): a persistent reduction, reading the row from memory
+    once. Its passes are unrolled (one block per element of the invocation's share, scalar
+    variables for the kept values) so that nothing is indexed dynamically and the kept values
+    cannot spill to local memory. What does not vary along the row (``row * n``, the results of
+    earlier stages) is computed once per pass, outside the loop."""
     p = WGSLPrinter(spec, target)
     strategy = params.get("strategy") or ("sequential" if spec.reduce_size <= 32 else "tree")
     size = int(params.get("workgroup") or min(256, _pow2_at_least(spec.reduce_size)))
@@ -585,11 +652,15 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
             size //= 2
     if not tree and strategy == "tree":
         size = 1
+    subgroup_ops = [_subgroup_op(s) if tree and target.subgroups else None for s in spec.stages]
     shared: list[str] = []
     if tree:
         dims = grid(spec.rows, target.max_groups_per_dim)
-        body = [_entry(name, size), f"    let row = i32({_linear_group(dims)});",
+        body = [_entry(name, size, any(subgroup_ops)),
+                f"    let row = i32({_linear_group(dims)});",
                 f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = i32(lid_u);"]
+        if any(subgroup_ops):
+            body.append(f"    let subgroups = ({size}u + sg_size - 1u) / sg_size;")
         start, step = "lid", size
     else:
         dims = grid(-(-spec.rows // size), target.max_groups_per_dim)
@@ -598,45 +669,68 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
         start, step = "0i", 1
     row_outs = [o for o in spec.outputs if o.index is None]
     full_outs = [o for o in spec.outputs if o.index is not None]
+    passes = [[s.value] for s in spec.stages]
+    if full_outs:
+        passes.append([o.value for o in full_outs] + [o.index for o in full_outs])
     per_item = -(-spec.reduce_size // step)
-    cached = _reread_loads(spec, r) if params.get("cache", True) else []
-    if len(cached) * per_item > CACHE_VALUES:
-        cached = []
-    cache_names = {e.id: f"c{n}[j]" for n, e in enumerate(cached)}
-    body += [f"    var c{n}: array<{value_type(e.dtype)}, {per_item}>;"
-             for n, e in enumerate(cached)]
-
-    def loop(lines: list[str]) -> list[str]:
-        if not cached:
-            return [f"    for (var r = {start}; r < {spec.reduce_size}i; r = r + {step}i) {{"] + \
-                _indent(lines, 8) + ["    }"]
-        return [f"    for (var j = 0i; j < {per_item}i; j = j + 1i) {{",
-                f"        let r = {start} + j * {step}i;",
-                f"        if (r < {spec.reduce_size}i) {{"] + _indent(lines, 12) + \
-            ["        }", "    }"]
-
+    varying = _varying([e for roots in passes for e in roots], r)
+    plan = _register_cache(passes, varying, per_item) if params.get("cache", True) else None
+    if plan is not None and not any(plan):
+        plan = None
+    cache: dict[int, str] = {}  # expression id -> the name of its registers, with _j appended
     bound = {row.id: "row"}
+
+    def render_pass(k: int, finish) -> list[str]:
+        """Pass ``k`` over the row; ``finish(names)`` gives the lines using its values."""
+        roots = passes[k]
+        held = {e.id: f"{cache[e.id]}_{{j}}" for e in (plan[k - 1] if plan and k else [])}
+        # what does not vary along the row, once
+        invariant = [e for e in _reachable(roots, set(bound) | set(held)).values()
+                     if e.id not in varying and e.id not in bound
+                     and e.op not in ("const", "var")]
+        lines, names = p.emit(invariant, bound)
+        bound.update({e.id: names[e.id] for e in invariant})
+        out = _indent(lines, 4)
+        if plan is None:
+            lines, names = p.emit(roots, {**bound, r.id: "r"})
+            return out + [f"    for (var r = {start}; r < {spec.reduce_size}i; "
+                          f"r = r + {step}i) {{"] + _indent(lines + finish(names), 8) + ["    }"]
+        new = [e for e in plan[k] if e.id not in cache]
+        for e in new:
+            cache[e.id] = f"c{len(cache)}"
+            out.append("    " + " ".join(f"var {cache[e.id]}_{j}: {value_type(e.dtype)};"
+                                         for j in range(per_item)))
+        for j in range(per_item):
+            lines, names = p.emit(roots, {**bound, r.id: "r",
+                                          **{i: n.format(j=j) for i, n in held.items()}})
+            lines += finish(names) + [f"{cache[e.id]}_{j} = {names[e.id]};" for e in new]
+            offset = f"{j * step}i" if start == "0i" else \
+                (f"{start} + {j * step}i" if j else start)
+            if (j + 1) * step > spec.reduce_size:  # the row ends within this block
+                lines = [f"if (r < {spec.reduce_size}i) {{"] + _indent(lines, 4) + ["}"]
+            out += ["    {", f"        let r = {offset};"] + _indent(lines, 8) + ["    }"]
+        return out
+
     for k, stage in enumerate(spec.stages):
         acc_t = value_type(stage.acc_dtype)
         arg = stage.op in ("argmax", "argmin")
         body.append(f"    var acc{k}: {acc_t} = {_identity(stage, p)};")
         if arg:
             body.append(f"    var arg{k}: i32 = 0i;")
-        lines, names = p.emit([stage.value], {**bound, r.id: "r", **(cache_names if k else {})})
-        if k == 0:
-            lines += [f"c{n}[j] = {names[e.id]};" for n, e in enumerate(cached)]
-        v = names[stage.value.id]
-        if arg:
-            lines.append(_arg_combine(stage, p, f"acc{k}", f"arg{k}", v, "r", False))
-        else:
-            lines.append(_combine(stage, p, f"acc{k}",
-                                  p.convert(v, stage.value.dtype, stage.acc_dtype)))
-        body += loop(lines)
+
+        def combine(names, k=k, stage=stage, arg=arg):
+            v = names[stage.value.id]
+            if arg:
+                return [_arg_combine(stage, p, f"acc{k}", f"arg{k}", v, "r", False)]
+            return [_combine(stage, p, f"acc{k}",
+                             p.convert(v, stage.value.dtype, stage.acc_dtype))]
+        body += render_pass(k, combine)
         if tree:
             shared.append(f"var<workgroup> red{k}: array<{acc_t}, {size}>;")
             if arg:
                 shared.append(f"var<workgroup> ridx{k}: array<i32, {size}>;")
-            body += _tree_combine(stage, p, k, size)
+            body += _subgroup_combine(stage, p, k, subgroup_ops[k]) if subgroup_ops[k] else \
+                _tree_combine(stage, p, k, size)
         value = p.convert(f"arg{k}", spec.index_dtype, stage.dtype) if arg else \
             p.convert(f"acc{k}", stage.acc_dtype, stage.dtype)
         body.append(f"    let stage{k}: {value_type(stage.dtype)} = {value};")
@@ -647,15 +741,15 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
         body += _indent(lines + [p.store(o.arg, "row", names[o.value.id]) for o in row_outs], 8)
         body.append("    }")
     if full_outs:
-        roots = [o.value for o in full_outs] + [o.index for o in full_outs]
-        lines, names = p.emit(roots, {**bound, r.id: "r", **cache_names})
-        body += loop(lines + [p.store(o.arg, names[o.index.id], names[o.value.id])
-                              for o in full_outs])
+        body += render_pass(len(spec.stages), lambda names: [
+            p.store(o.arg, names[o.index.id], names[o.value.id]) for o in full_outs])
     body.append("}")
     return RenderedKernel(name, p.module(shared, body), dims, size, _read_only(spec))
 
 
 def _tree_combine(stage: Stage, p: WGSLPrinter, k: int, size: int) -> list[str]:
+    """``acc{k}`` combined across the workgroup in log2(size) rounds through workgroup
+    memory (a barrier each)."""
     arg = stage.op in ("argmax", "argmin")
     lines = [f"    red{k}[lid] = acc{k};"]
     if arg:
@@ -677,6 +771,48 @@ def _tree_combine(stage: Stage, p: WGSLPrinter, k: int, size: int) -> list[str]:
     if arg:
         lines.append(f"    arg{k} = ridx{k}[0];")
     return lines
+
+
+def _subgroup_op(stage: Stage) -> str | None:
+    """The WGSL subgroup built-in combining ``stage`` across a subgroup, or None where the tree
+    stays (products, arg-reductions with their tie-breaking, emulated int64)."""
+    t = stage.acc_dtype
+    if t.name == "int64":
+        return None
+    if t.is_bool:
+        return {"any": "subgroupAny", "max": "subgroupAny", "all": "subgroupAll",
+                "min": "subgroupAll"}.get(stage.op)
+    return {"sum": "subgroupAdd", "max": "subgroupMax", "min": "subgroupMin"}.get(stage.op)
+
+
+def _subgroup_combine(stage: Stage, p: WGSLPrinter, k: int, op: str) -> list[str]:
+    """``acc{k}`` combined across the workgroup with subgroup operations: within each
+    subgroup, then one value per subgroup through workgroup memory (one barrier), which every
+    subgroup combines again, so each invocation ends with the result without a second barrier.
+
+    The subgroup size is known only when the kernel runs (32 on NVIDIA, 4 to 128 elsewhere),
+    so nothing here assumes it, except that subgroups are consecutive runs of
+    ``local_invocation_index`` (the layout of every driver for a one-dimensional workgroup;
+    WGSL does not promise it). The float max and min of a subgroup are NaN when any of its
+    values is (the built-ins leave NaN to the driver), as NumPy's are; other values may be
+    summed in another order than the tree's."""
+    t = stage.acc_dtype
+    acc = f"acc{k}"
+    across = f"{op}({acc})"
+    if stage.op == "sum":
+        across = WRAP.get(t.name, "{0}").format(across)
+    if t.is_float and stage.op in ("max", "min"):
+        across = f"select({across}, {p.literal(math.nan, t)}, " \
+                 f"subgroupAny({p.call('lb_isnan', acc)}))"
+    return [f"    {acc} = {across};",
+            f"    if (sid == 0u) {{ red{k}[lid_u / sg_size] = {acc}; }}",
+            "    workgroupBarrier();",
+            f"    {acc} = {_identity(stage, p)};",
+            "    for (var s = sid; s < subgroups; s = s + sg_size) {",
+            f"        let v = red{k}[s];",
+            "        " + _combine(stage, p, acc, "v"),
+            "    }",
+            f"    {acc} = {across};"]
 
 
 # matmul ----------------------------------------------------------------------------------------

@@ -152,7 +152,7 @@ def describe() -> list[str]:
     lines = []
     for i, a in enumerate(found):
         info, lim = a.info, a.limits
-        f16 = ", shader-f16" if "shader-f16" in a.features else ""
+        f16 = "".join(f", {f}" for f in ("shader-f16", "subgroup") if f in a.features)
         lines.append(
             f"webgpu:{i}  {info.get('device') or info.get('description')}  "
             f"({info.get('adapter_type')}, {info.get('backend_type')}; storage buffers "
@@ -168,12 +168,13 @@ def describe() -> list[str]:
 class WebGPUBackend(FusedBackend):
     """A lazyburn device over one WebGPU adapter. ``storage_buffers`` overrides the number of
     storage buffers per kernel; ``use_f16=False`` stores float16 packed even where the adapter
-    has ``shader-f16`` (tests use both)."""
+    has ``shader-f16``, and ``use_subgroups=False`` renders reductions without subgroup
+    operations where the adapter has ``subgroup`` (tests use both)."""
 
     name = "webgpu"
 
     def __init__(self, adapter, index: int, storage_buffers: int | None = None,
-                 use_f16: bool = True):
+                 use_f16: bool = True, use_subgroups: bool = True):
         import wgpu
 
         self.wgpu = wgpu
@@ -187,9 +188,10 @@ class WebGPUBackend(FusedBackend):
         required = {name: limits[name] for name in LIMITS_TAKEN}
         required["max-storage-buffers-per-shader-stage"] = adapter_buffers
         features = ["shader-f16"] if use_f16 and "shader-f16" in adapter.features else []
+        subgroups = ["subgroup"] if use_subgroups and "subgroup" in adapter.features else []
         timing = ["timestamp-query"] if "timestamp-query" in adapter.features else []
-        self.device = adapter.request_device_sync(required_features=features + timing,
-                                                  required_limits=required)
+        self.device = adapter.request_device_sync(
+            required_features=features + subgroups + timing, required_limits=required)
         self.has_timestamps = bool(timing)
         self.queue = self.device.queue  # the device's stream
         self.max_args = buffers
@@ -199,7 +201,7 @@ class WebGPUBackend(FusedBackend):
                                limits["max-buffer-size"])
         self.max_alloc = self.max_binding  # the name the shared device tests look for
         self.target = wgsl.Target(
-            native_f16=bool(features),
+            native_f16=bool(features), subgroups=bool(subgroups),
             max_workgroup_size=min(limits["max-compute-invocations-per-workgroup"],
                                    limits["max-compute-workgroup-size-x"]),
             workgroup_storage=limits["max-compute-workgroup-storage-size"],
