@@ -134,7 +134,9 @@ def default_graph() -> Graph:
 def sync(*tensors) -> None:
     """Realize every pending tensor still referenced, in every graph (or just ``tensors``)."""
     if tensors:
-        realize([t._node for t in tensors if t._node.buffer is None])
+        outputs = [t._node for t in tensors if t._node.buffer is None]
+        if outputs:
+            realize(outputs)
         return
     for g in list(dict.fromkeys(_stack + list(_exited))):
         g.sync()
@@ -184,35 +186,42 @@ def structural_key(outputs: Sequence[Node]):
     ``order`` is the topological order the key was built from.
     """
     # one iterative depth-first walk builds the order, the positions and the entries: this
-    # runs at every sync, so it is the cached-plan path's main host cost
-    pos: dict[int, int] = {}
+    # runs at every sync, so it is the cached-plan path's main host cost. Nodes are their own
+    # dict keys (hashed by identity, cheaper than ``id()``), and a child without inputs (a
+    # realized buffer, a constant) is placed as soon as it is met rather than pushed.
+    pos: dict[Node, int] = {}
     order: list[Node] = []
     entries: list[tuple] = []
     for root in outputs:
-        if id(root) in pos:
+        if root in pos:
             continue
         stack = [root]
         while stack:
             n = stack[-1]
-            if id(n) in pos:
-                stack.pop()
-                continue
             ins = n.inputs
             for i in ins:
-                if id(i) not in pos:
-                    stack.append(i)
-                    break
+                if i not in pos:
+                    if i.inputs:  # its inputs come first
+                        stack.append(i)
+                        break
+                    pos[i] = len(order)
+                    order.append(i)
+                    entries.append(_entry(i, ()))
             else:
                 stack.pop()
-                pos[id(n)] = len(order)
-                order.append(n)
-                if n.buffer is not None:
-                    entries.append(("buffer", n.shape, n.dtype.name, n.device))
-                else:
-                    entries.append((n.op, n.attrs, n.shape, n.dtype.name, n.device,
-                                    tuple([pos[id(i)] for i in ins])))
-    outs = tuple([pos[id(o)] for o in outputs])
+                if n not in pos:  # (a node reached twice is on the stack twice)
+                    pos[n] = len(order)
+                    order.append(n)
+                    entries.append(_entry(n, tuple([pos[i] for i in ins])))
+    outs = tuple([pos[o] for o in outputs])
     return (tuple(entries), outs), order
+
+
+def _entry(n: Node, inputs: tuple) -> tuple:
+    """Node ``n``'s part of the structural key; ``inputs`` are its inputs' positions."""
+    if n.buffer is not None:
+        return ("buffer", n.shape, n.dtype.name, n.device)
+    return (n.op, n.attrs, n.shape, n.dtype.name, n.device, inputs)
 
 
 def to_networkx(outputs: Sequence[Node]):
