@@ -103,23 +103,34 @@ def realize(outputs: Sequence[Node]) -> None:
     Cross-device ``copy`` nodes make their source device's graph run first. On error nothing is
     changed: outputs stay pending and the exception names the op's user line.
     """
-    by_device: dict[str, list[Node]] = {}
-    for n in outputs:
-        by_device.setdefault(n.device, []).append(n)
-    for device, nodes in by_device.items():
+    devices = dict.fromkeys([n.device for n in outputs])
+    if len(devices) == 1:  # the usual case: one device, the outputs as they are
+        _realize_on(outputs[0].device, outputs)
+        return
+    for device in devices:
+        _realize_on(device, [n for n in outputs if n.device == device])
+
+
+def _realize_on(device: str, nodes: Sequence[Node]) -> None:
+    b = _backends.get(device)
+    if b is None:
         b = backend(device)
-        # only planning backends need the structural key; the reference needs the order
-        walk = structural_key if hasattr(b, "plans") else (lambda ns: (None, topo_order(ns)))
+    # only planning backends need the structural key; the reference needs the order
+    walk = structural_key if hasattr(b, "plans") else _order_only
+    key, order = walk(nodes)
+    # a copy from another device needs its source realized first
+    sources = [n.inputs[0] for n in order
+               if n.op == "copy" and n.inputs[0].device != device and n.inputs[0].pending]
+    if sources:
+        realize(sources)
         key, order = walk(nodes)
-        # a copy from another device needs its source realized first
-        sources = [n.inputs[0] for n in order
-                   if n.op == "copy" and n.inputs[0].device != device and n.inputs[0].pending]
-        if sources:
-            realize(sources)
-            key, order = walk(nodes)
-        buffers = b.run(nodes, key, order)
-        for n, buf in zip(nodes, buffers):
-            n.realize_to(buf)
+    buffers = b.run(nodes, key, order)
+    for n, buf in zip(nodes, buffers):
+        n.realize_to(buf)
+
+
+def _order_only(nodes: Sequence[Node]):
+    return None, topo_order(nodes)
 
 
 def download(n: Node):
