@@ -247,6 +247,7 @@ class CudaBackend(FusedBackend):
             self.device = torch.device("cpu")
             self.stream = None
             self.stream_handle = None
+            self._current = None
         else:
             self.max_alloc = torch.cuda.get_device_properties(index).total_memory
             self.device = torch.device("cuda", index)
@@ -255,7 +256,14 @@ class CudaBackend(FusedBackend):
             # and a launch needs no stream context (a context costs more than the launch)
             self.stream = torch.cuda.default_stream(self.device)
             self.stream_handle = self.stream.cuda_stream
-        self._programs: dict[int, tuple] = {}  # id(plan) -> (plan, Program)
+            # (current device, raw handle of its current stream), asked before every run:
+            # the raw handle as Triton's own launcher asks for it, a plain int, without
+            # building a torch Stream object
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+                (lambda i: torch.cuda.current_stream(i).cuda_stream)
+            current_device = torch.cuda.current_device
+            self._current = lambda: (current_device(), raw(index))
+        self._programs: dict[int, object] = {}  # id(plan) -> Program (which holds the plan)
         self.compiles = 0
         super().__init__()
 
@@ -330,14 +338,15 @@ class CudaBackend(FusedBackend):
     def device_errors(self) -> tuple:
         return (RuntimeError,)
 
+    def is_current(self) -> bool:
+        """Whether this device and its stream are torch's current ones (always, interpreting):
+        then kernels may launch and buffers be allocated without entering ``_on_device()``."""
+        return self._current is None or self._current() == (self.index, self.stream_handle)
+
     def _on_device(self):
         """A context making this device and its stream torch's current ones (nothing to do,
         and nothing entered, when they already are)."""
-        if self.interpret:
-            return _NO_CONTEXT
-        torch = self.torch
-        if torch.cuda.current_device() == self.index and \
-                torch.cuda.current_stream(self.index).cuda_stream == self.stream_handle:
+        if self.is_current():
             return _NO_CONTEXT
         stack = contextlib.ExitStack()
         stack.enter_context(self.torch.cuda.device(self.index))
@@ -372,25 +381,29 @@ class CudaBackend(FusedBackend):
 
     # running -----------------------------------------------------------------------------------
     def run(self, outputs, key=None, order=None) -> list:
-        plan, order = self.prepare(outputs, key, order)
-        return self.execute(plan, order, None)
+        plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
+        return self.program(plan, order).run(order, None)
 
     def prepare(self, outputs, key=None, order=None):
         plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
-        entry = self._programs.get(id(plan))
-        if entry is None or entry[0] is not plan:
+        self.program(plan, order)
+        return plan, order
+
+    def program(self, plan, order):
+        """The launch steps of ``plan`` (compiled and built at its first run, ``order`` being
+        that run's recording)."""
+        program = self._programs.get(id(plan))
+        if program is None or program.plan is not plan:
             self.compile(plan, order)
             from .cuda_replay import Program
 
-            self._programs[id(plan)] = (plan, Program(self, plan, order))
-        return plan, order
+            program = self._programs[id(plan)] = Program(self, plan, order)
+        return program
 
     def execute(self, plan, order, values) -> list:
         """Replay ``plan``; ``values`` (graph position -> buffer) gives its realized inputs,
         None takes them from ``order``'s nodes."""
-        buffers = self._programs[id(plan)][1].run(order, values)
-        self.dump(plan)  # after the run: kernels tuned at their first launch are final
-        return buffers
+        return self._programs[id(plan)].run(order, values)
 
     def import_buffer(self, n):
         """Node ``n``'s data (realized on another device) as a buffer of this device. Between
@@ -453,6 +466,15 @@ class TritonKernel:
             raise
         if not backend.interpret and compiled is not None and hasattr(compiled, "__getitem__"):
             self.fast = compiled[self.grid]
+
+
+def direct_launch(kernel):
+    """The compiled Triton launcher behind ``kernel`` (a TritonKernel, or a TunedKernel that has
+    chosen one), called as ``launch(*buffers, stream=handle)``, once its first launch has
+    compiled it; None before that, for a library kernel and for an empty grid (nothing to
+    launch)."""
+    k = getattr(kernel, "kernel", kernel)
+    return k.fast if isinstance(k, TritonKernel) and not k.empty else None
 
 
 _NO_CONTEXT = contextlib.nullcontext()

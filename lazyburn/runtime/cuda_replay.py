@@ -8,7 +8,10 @@ that die after it. Running the plan again on fresh data is a walk over those clo
 """
 from __future__ import annotations
 
+import os
+
 from ..errors import DeviceError, LazyburnError, OutOfMemoryError
+from . import cuda, dump
 from .fused import kernel_origin
 
 CAPTURE_AFTER_RUNS = 2  # runs of a plan before it is captured (the first ones compile)
@@ -19,6 +22,7 @@ class Program:
 
     def __init__(self, backend, plan, order):
         self.backend = backend
+        self.plan = plan
         self.n = len(order)
         self.output_pos = list(plan.output_pos)
         self.steps, self.origins, self.labels = [], [], []
@@ -43,19 +47,21 @@ class Program:
         self.leaves = sorted(p for p in read if order[p].buffer is not None)
         self.runs = 0
         self.graph: GraphReplay | None = None
+        # LAZYBURN_DUMP is read once per plan, here, not at every run; a ``dump()`` block is
+        # looked for at every run (a list's truth value)
+        self.dump_env = bool(os.environ.get("LAZYBURN_DUMP"))
 
     def run(self, order, leaves: dict | None = None) -> list:
         """Compute the plan's outputs for this recording (``order``), or with the buffers
-        ``leaves`` (graph position -> buffer) as its realized inputs; returns their buffers."""
-        from . import cuda
-
+        ``leaves`` (graph position -> buffer) as its realized inputs; returns their buffers.
+        The plan's kernels are written to the dump directory after the run, when dumping."""
         b = self.backend
         values = [None] * self.n
-        device = b.device_string
         if leaves is not None:
             for p in self.leaves:
                 values[p] = leaves[p]
         else:
+            device = b.device_string
             for p in self.leaves:
                 n = order[p]
                 values[p] = n.buffer if n.device == device else b.import_buffer(n)
@@ -64,23 +70,34 @@ class Program:
             out = self.graph.replay(values)
             if cuda.synchronous:
                 b.finish()
-            return out
-        torch = b.torch
+        else:
+            out = self._launch(values, order)
+        if self.dump_env or dump._stack:
+            b.dump(self.plan)  # after the run: kernels tuned at their first launch are final
+        return out
+
+    def _launch(self, values: list, order) -> list:
+        b = self.backend
         i = -1
         try:
-            with b._on_device():
+            if b.is_current():  # the usual case, without entering a context
                 for i, step in enumerate(self.steps):
                     step(values, order)
-                if cuda.synchronous:
-                    b.finish()
+            else:
+                with b._on_device():
+                    for i, step in enumerate(self.steps):
+                        step(values, order)
+            if cuda.synchronous:
+                b.finish()
         except LazyburnError:
             raise
-        except torch.cuda.OutOfMemoryError as e:
-            raise OutOfMemoryError(f"{device}: out of memory in kernel {self.labels[i]}: "
-                                   f"{_first_line(e)}", self.origins[i]) from None
+        except b.torch.cuda.OutOfMemoryError as e:
+            raise OutOfMemoryError(f"{b.device_string}: out of memory in kernel "
+                                   f"{self.labels[i]}: {_first_line(e)}", self.origins[i]) \
+                from None
         except RuntimeError as e:
             where = f" in kernel {self.labels[i]}" if i >= 0 else ""
-            raise DeviceError(f"{device}: launch failed{where}: {_first_line(e)}",
+            raise DeviceError(f"{b.device_string}: launch failed{where}: {_first_line(e)}",
                               self.origins[i] if i >= 0 else None) from None
         if cuda.cuda_graphs and self.capturable and not b.interpret and \
                 self.runs >= CAPTURE_AFTER_RUNS:
@@ -89,16 +106,24 @@ class Program:
 
 
 def _kernel_step(backend, kernel, in_pos, outs, drop):
+    """One kernel's launch: its output buffers allocated, then, once the kernel has launched
+    through ``kernel`` (which compiles or tunes it), its compiled launcher called directly."""
     empty = backend.torch.empty
     device = backend.device
+    launch = None
 
     def step(values, order):
+        nonlocal launch
         args = [values[p] for p in in_pos]
         for p, numel, dtype in outs:
             buf = empty(numel, dtype=dtype, device=device)
             values[p] = buf
             args.append(buf)
-        kernel(backend, args)
+        if launch is not None:
+            launch(*args, stream=backend.stream_handle)
+        else:
+            kernel(backend, args)
+            launch = cuda.direct_launch(kernel)
         backend.kernels_launched += 1
         for p in drop:  # temporaries die after their last reader
             values[p] = None
