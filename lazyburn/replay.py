@@ -40,15 +40,15 @@ class _Replay:
         self.calls = 0
 
     def __call__(self, buffers):
-        values = dict(self.leaves)
+        values = self.leaves.copy()
         for p, buf in zip(self.arg_pos, buffers):
             if p is not None:
                 values[p] = buf
         out = self.backend.execute(self.plan, self.order, values)
         self.calls += 1
-        tensors = tuple(wrap(Node("buffer", (), (), shape, dtype, device, code, line, buf))
-                        for (shape, dtype, device, code, line), buf in zip(self.outputs, out))
-        return tensors[0] if self.single else tensors
+        tensors = [wrap(Node("buffer", (), (), shape, dtype, device, code, line, buf))
+                   for (shape, dtype, device, code, line), buf in zip(self.outputs, out)]
+        return tensors[0] if self.single else tuple(tensors)
 
 
 def jit(fn=None, *, device=None):
@@ -70,8 +70,13 @@ def jit(fn=None, *, device=None):
     @functools.wraps(fn)
     def wrapper(*args):
         dev = _device_of(args, device)
-        arrays = [_as_host_or_tensor(a) for a in args]
-        sig = (dev,) + tuple(_signature(a) for a in arrays)
+        sig = [dev]
+        arrays = []
+        for a in args:
+            part, value = _argument(a)
+            sig.append(part)
+            arrays.append(value)
+        sig = tuple(sig)
         entry = cache.get(sig)
         if entry is not None:
             wrapper.replays += 1
@@ -108,30 +113,31 @@ def jit(fn=None, *, device=None):
 
 def _device_of(args, device) -> str:
     if device is not None:
-        return runtime.canonical(device)
+        return _canonical(device)
     for a in args:
         if isinstance(a, Tensor):
-            return a.device
+            return a._node.device
     return runtime.default_device()
 
 
-def _as_host_or_tensor(a):
+# the device given to ``jit``, canonical (asked at every call; the answer never changes)
+_canonical = functools.lru_cache(maxsize=None)(runtime.canonical)
+
+
+def _argument(a):
+    """``(signature part, value)`` of one argument: a Tensor (computed first when pending) or
+    a host array."""
     if isinstance(a, Tensor):
-        if a.is_pending:
+        n = a._node
+        if n.buffer is None:
             from .graph import sync
 
             sync(a)
-        return a
+        return ("tensor", n.shape, n.dtype.name, n.device), a
     arr = np.asarray(a)
     if arr.dtype == object:
         raise TypeError(f"jit: arguments must be Tensors or arrays, got {type(a).__name__}")
-    return arr
-
-
-def _signature(a):
-    if isinstance(a, Tensor):
-        return ("tensor", a.shape, a.dtype.name, a.device)
-    return ("array", a.shape, a.dtype.str)
+    return ("array", arr.shape, arr.dtype.str), arr
 
 
 def _buffers(backend, arrays, dev) -> list:
