@@ -285,16 +285,26 @@ def describe_kernels(inputs, w: Workload) -> str:
 
 
 def bench_launch(torch, n_iter: int) -> dict:
-    """Host microseconds per iteration of ``y = x + 1`` (a cached one-kernel plan), for
-    lazyburn end to end, lazyburn's launch alone, a plain Triton JIT launch, and torch."""
-    from lazyburn.runtime import backend
+    """Host microseconds per iteration of ``y = x + 1`` (a cached one-kernel plan, 1024
+    float32 elements): recording alone; recording and a sync, not waiting (the mode of the
+    workloads above) and waiting for the device; ``lazyburn.jit`` replaying the plan of a
+    one-op function (no recording, no structural key); lazyburn's kernel object alone; the
+    compiled Triton launcher a cached plan's step calls; Triton's JIT launch of the same kernel;
+    torch eager."""
+    from lazyburn.runtime import backend, cuda
     from lazyburn.runtime.cuda import from_torch
 
     out = {}
     xt = torch.randn(1024, device="cuda")
     x = from_torch(xt)
+
+    @lb.jit
+    def add_one(a):
+        return a + 1.0
+
     for _ in range(10):
         lb.sync(x + 1.0)
+        add_one(x)
     torch.cuda.synchronize()
 
     def timed(fn):
@@ -309,21 +319,25 @@ def bench_launch(torch, n_iter: int) -> dict:
             times.append((t1 - t0) / n_iter * 1e6)
         return statistics.median(times)
 
-    from lazyburn.runtime import cuda
-
     mode = cuda.synchronous
-    out["lazyburn: record only (no sync)"] = timed(lambda: x + 1.0)
-    cuda.synchronous = False
-    out["lazyburn: record + sync, async"] = timed(lambda: lb.sync(x + 1.0))
-    cuda.synchronous = True
-    out["lazyburn: record + sync, waiting"] = timed(lambda: lb.sync(x + 1.0))
-    cuda.synchronous = mode
+    try:
+        out["lazyburn: record only (no sync)"] = timed(lambda: x + 1.0)
+        cuda.synchronous = False
+        out["lazyburn: record + sync, async"] = timed(lambda: lb.sync(x + 1.0))
+        out["lazyburn: lb.jit replay, async"] = timed(lambda: add_one(x))
+        cuda.synchronous = True
+        out["lazyburn: record + sync, waiting"] = timed(lambda: lb.sync(x + 1.0))
+        out["lazyburn: lb.jit replay, waiting"] = timed(lambda: add_one(x))
+    finally:
+        cuda.synchronous = mode
     b = backend("cuda:0")
     plan, _ = b.plans.lookup([(x + 1.0)._node])
-    kernel = plan.kernels[0].compiled.kernel
+    kernel = plan.kernels[0].compiled.kernel  # the TritonKernel the plan launches
     outb = torch.empty_like(xt)
     with torch.cuda.stream(b.stream):
-        out["lazyburn: launch only"] = timed(lambda: kernel(b, [xt, outb]))
+        out["lazyburn: kernel object launch"] = timed(lambda: kernel(b, [xt, outb]))
+        launch, handle = kernel.fast, b.stream_handle
+        out["compiled launcher (a step's call)"] = timed(lambda: launch(xt, outb, stream=handle))
         grid = kernel.grid
         out["triton JIT launch (same kernel)"] = timed(
             lambda: kernel.fn[grid](xt, outb, **kernel.options))
