@@ -271,6 +271,36 @@ def test_reductions_without_the_register_cache(monkeypatch, rng):
     assert cached.count("exp(") == 2 and plain.count("exp(") == 2
 
 
+@pytest.mark.parametrize("per_item", [1, 2, 4, 8])
+def test_elementwise_elements_per_invocation(monkeypatch, per_item, rng):
+    b = _extra_device(monkeypatch, "webgpu:90")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
+    monkeypatch.setattr(b, "launch_params", lambda k: {"workgroup": 64, "per_item": per_item})
+    x = rng.standard_normal((37, 29), dtype=np.float32)  # no multiple of any block
+    y = rng.standard_normal((29,), dtype=np.float32)
+    compare(lambda t, u: lb.tanh(t * 1.5 + u).T.astype("float16") + t.T[::-1], "webgpu:90",
+            x, y, rtol=1e-2)
+    compare(lambda t: (t * 7.0).astype("int8"), "webgpu:90", x)  # packed stores
+    spec = lb.explain(lb.tensor(x, device="webgpu:90").exp()).kernels[0].spec
+    r = webgpu.wgsl.render(spec, "k", {"workgroup": 64, "per_item": per_item}, b.target)
+    assert r.workgroups == (-(-37 * 29 // (64 * per_item)), 1, 1)
+    assert r.source.count("exp(") == per_item and "for (" not in r.source
+    assert r.source.count(f"< {37 * 29}i) {{") == per_item  # only the stores are guarded
+
+
+def test_launch_defaults_and_candidates(rng):
+    b = lb.runtime.backend(DEV)
+    big = lb.explain(lb.ones((1 << 22,), device=DEV) * 2.0).kernels[0]
+    assert tuning.default_params(b, big) == {"workgroup": 256, "per_item": 4}
+    params = [c.params for c in tuning.candidates(b, big) if c.priority <= 1]
+    assert {(p["workgroup"], p["per_item"]) for p in params} >= \
+        {(w, n) for w in (64, 128, 256) for n in (1, 2, 4, 8)}
+    rows = lb.explain(lb.ones((64, 4096), device=DEV).sum(axis=1)).kernels[0]
+    sizes = {c.params.get("workgroup") for c in tuning.candidates(b, rows)
+             if c.params.get("strategy") == "tree"}
+    assert sizes >= {s for s in (128, 256, 512, 1024) if s <= b.target.max_workgroup_size}
+
+
 @pytest.mark.parametrize("subgroups", [True, False])
 @pytest.mark.parametrize("workgroup", [4, 64, 1024])
 def test_tree_reductions_with_and_without_subgroups(monkeypatch, subgroups, workgroup, rng):

@@ -29,7 +29,8 @@ Dispatch. A device allows at most ``Target.max_groups_per_dim`` workgroups per g
 linear workgroup id; invocations past the end do nothing. Launch parameters:
 
 * element-wise: ``workgroup`` (invocations per workgroup) and ``per_item`` (elements per
-  invocation, grid-strided so that neighbouring invocations touch neighbouring elements);
+  invocation, unrolled and strided by the workgroup, so that neighbouring invocations touch
+  neighbouring elements and an invocation's loads are in flight together);
 * reduction: ``strategy`` -- ``tree`` (one workgroup per row, partial results combined in
   workgroup memory, within each subgroup first where ``Target.subgroups``) or ``sequential``
   (one invocation per row: short rows, and rows whose elements are far apart while
@@ -488,24 +489,35 @@ def _read_only(spec) -> list:
 
 # element-wise ----------------------------------------------------------------------------------
 def _render_elementwise(spec: ElementwiseSpec, name, params, target) -> RenderedKernel:
+    """A workgroup covers ``workgroup * per_item`` consecutive elements, invocation ``lid``
+    those at ``lid``, ``lid + workgroup``, ...: each load instruction of a workgroup reads
+    neighbouring elements. The elements of one invocation are unrolled and computed before
+    any is stored, so their loads are in flight together (a store could alias a later load as
+    far as the driver's compiler knows, so loads after it would wait). Elements past the end
+    are computed too (reads out of range are safe in WebGPU) and not stored."""
     p = WGSLPrinter(spec, target)
     size = _pow2_at_most(min(int(params.get("workgroup") or 256), target.max_workgroup_size))
     per_item = max(1, int(params.get("per_item") or 1))
-    items = -(-spec.numel // per_item)
-    dims = grid(-(-items // size), target.max_groups_per_dim)
+    block = size * per_item
+    groups = -(-spec.numel // block)
+    dims = grid(groups, target.max_groups_per_dim)
     i = find_var(spec, "i")
-    lines, names = p.emit([o.value for o in spec.outputs], {i.id: "i"})
-    stores = [p.store(o.arg, "i", names[o.value.id]) for o in spec.outputs]
-    body = [_entry(name, size),
-            f"    let t = i32({_linear_group(dims)} * {size}u + lid_u);",
-            f"    if (t >= {items}i) {{ return; }}"]
-    if per_item == 1:
-        body += ["    let i = t;"] + _indent(lines + stores, 4)
-    else:
-        body += [f"    for (var j = 0i; j < {per_item}i; j = j + 1i) {{",
-                 f"        let i = t + j * {items}i;",
-                 f"        if (i < {spec.numel}i) {{"]
-        body += _indent(lines + stores, 12) + ["        }", "    }"]
+    body = [_entry(name, size), f"    let g = {_linear_group(dims)};"]
+    if dims[0] * dims[1] * dims[2] != groups:
+        body.append(f"    if (g >= {groups}u) {{ return; }}")
+    body.append(f"    let i0 = i32(g * {block}u + lid_u);")
+    body += [f"    let i{j} = i0 + {j * size}i;" for j in range(1, per_item)]
+    stores = []
+    for j in range(per_item):
+        lines, names = p.emit([o.value for o in spec.outputs], {i.id: f"i{j}"})
+        body += _indent(lines, 4)
+        stores.append([p.store(o.arg, f"i{j}", names[o.value.id]) for o in spec.outputs])
+    ragged = spec.numel % block != 0
+    for j, lines in enumerate(stores):
+        if ragged:
+            body += [f"    if (i{j} < {spec.numel}i) {{"] + _indent(lines, 8) + ["    }"]
+        else:
+            body += _indent(lines, 4)
     body.append("}")
     return RenderedKernel(name, p.module([], body), dims, size, _read_only(spec))
 

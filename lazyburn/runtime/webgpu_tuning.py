@@ -11,13 +11,17 @@ from ..autotune import Candidate
 from .fused import FirstLaunchTuner
 
 SEQUENTIAL_MIN_ROWS = 4096  # enough invocations to fill a GPU with one row each
+# element-wise kernels this large take 4 elements per invocation: a memory-bound kernel needs
+# several loads in flight per invocation to reach a GPU's bandwidth, and there are still a
+# million invocations to fill it
+UNROLL_MIN_ELEMENTS = 1 << 22
 
 
 def default_params(backend, k) -> dict:
     """The heuristic default for planned kernel ``k`` on ``backend``."""
     spec = k.spec
     if k.kind == "elementwise":
-        return {"workgroup": 256, "per_item": 1}
+        return {"workgroup": 256, "per_item": 4 if spec.numel >= UNROLL_MIN_ELEMENTS else 1}
     if k.kind == "reduction":
         inner_kept = bool(spec.shape) and len(spec.shape) - 1 not in spec.axes
         if spec.reduce_size <= 32 or (inner_kept and spec.rows >= SEQUENTIAL_MIN_ROWS):
@@ -38,14 +42,13 @@ def candidates(backend, k) -> list[Candidate]:
     largest = backend.target.max_workgroup_size
     spec = k.spec
     if k.kind == "elementwise":
-        for size in (64, 128, 256):
-            for per_item in (1, 4):
-                out.append(Candidate(f"workgroup={size},per_item={per_item}",
-                                     {"workgroup": size, "per_item": per_item}, 1))
-        for size in (512, 1024):
-            if size <= largest:
-                out.append(Candidate(f"workgroup={size},per_item=2",
-                                     {"workgroup": size, "per_item": 2}, 2))
+        for size in (64, 128, 256, 512, 1024):
+            for per_item in (1, 2, 4, 8):
+                # a workgroup's block beyond the whole kernel only adds idle invocations
+                if size <= largest and size * per_item <= max(spec.numel, 256):
+                    out.append(Candidate(f"workgroup={size},per_item={per_item}",
+                                         {"workgroup": size, "per_item": per_item},
+                                         1 if size <= 256 else 2))
     elif k.kind == "reduction":
         for size in (32, 64, 128, 256, 512, 1024):
             if size <= largest and size <= 4 * (1 << (spec.reduce_size - 1).bit_length()):
