@@ -1,13 +1,21 @@
-"""Recording and sync overhead on the NumPy backend.
+"""Recording and sync overhead on the NumPy backend, and lazyburn's host path around a launch.
 
 Run:  python -m pytest benchmarks/test_bench_recording.py --benchmark-only -p no:cacheprovider
 
 ``us_per_op`` in each benchmark's extra info is the mean time per recorded op. Nothing here is
-computed except in the sync benchmark: the recorded graphs are dropped unrealized.
+computed except in the sync benchmarks: the recorded graphs are dropped unrealized.
+
+The ``cuda_host_path`` benchmarks are NOT GPU timings. They run ``cuda:0`` under Triton's
+interpreter (torch CPU tensors, only on a machine without a GPU) with the compiled kernel's
+launch replaced by a no-op, so they time everything lazyburn does around the launch of a cached
+one-op plan: recording, the structural key, the plan-cache lookup, the output allocation (a CPU
+``torch.empty``), the launch step and the sync's bookkeeping. ``benchmarks/gpu_suite.py`` times
+the real thing on a GPU.
 """
 from __future__ import annotations
 
 import gc
+import itertools
 
 import numpy as np
 import pytest
@@ -71,3 +79,55 @@ def test_sync_one_op_graph(benchmark, x):
     y = x + 1
     lb.graph.sync(y)
     np.testing.assert_allclose(y.numpy(), x.numpy() + 1)
+
+
+@pytest.fixture
+def cuda_host_path(monkeypatch):
+    """``(x, launches)``: a tensor on ``cuda:0`` under Triton's interpreter whose ``x + 1.0``
+    plan is compiled, checked, then cached with its launch a no-op; ``launches`` counts calls
+    of the no-op. Syncs do not wait (``lazyburn.runtime.cuda.synchronous = False``)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from lazyburn import runtime
+    from lazyburn.runtime import cuda
+
+    if cuda.available():
+        pytest.skip("a GPU is visible: benchmarks/gpu_suite.py times the real launch")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
+    monkeypatch.setattr(cuda, "synchronous", False)
+    b = runtime.backend("cuda:0")
+    x = lb.tensor(np.linspace(-1, 1, 1000, dtype=np.float32), device="cuda:0")
+    y = x + 1.0
+    lb.graph.sync(y)  # compiled and run for real, through the interpreter
+    np.testing.assert_allclose(y.numpy(), x.numpy() + 1)
+    plan, _ = b.plans.lookup([(x + 1.0)._node])
+    launches = itertools.count()
+    monkeypatch.setattr(plan.kernels[0].compiled.kernel, "fast",
+                        lambda *buffers, stream=None: next(launches))
+    yield x, launches
+    # the plan's steps now hold the no-op: later syncs must build them again
+    b._programs.clear()
+    b.plans.clear()
+
+
+def test_cached_plan_sync_cuda_host_path(benchmark, cuda_host_path):
+    """Host time of ``lb.graph.sync(x + 1.0)``, recording included, with the plan cached and
+    the launch a no-op (see the module doc: not a GPU timing)."""
+    x, launches = cuda_host_path
+    benchmark(lambda: lb.graph.sync(x + 1.0))
+    assert next(launches) > 0
+
+
+def test_jit_replay_cuda_host_path(benchmark, cuda_host_path):
+    """Host time of a ``lazyburn.jit`` replay of ``a + 1.0`` (no recording), with the launch a
+    no-op (see the module doc: not a GPU timing)."""
+    x, launches = cuda_host_path
+
+    @lb.jit
+    def add_one(a):
+        return a + 1.0
+
+    add_one(x)
+    benchmark(lambda: add_one(x))
+    assert add_one.replays > 0 and next(launches) > 0
