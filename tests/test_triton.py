@@ -327,6 +327,10 @@ MATMUL_VARIANTS = [
     {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "EPILOGUE_SUBTILES": 4},
     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "PROGRAMS": 3,
      "EPILOGUE_SUBTILES": 2},
+    # A (batch, m, 40) float32 loads through a tensor descriptor; B's rows (200 bytes) and
+    # the scaled A cannot
+    {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "PROGRAMS": 3, "EPILOGUE_SUBTILES": 2,
+     "TMA": True},
     {"library": True},
 ]
 
@@ -345,6 +349,36 @@ def matmul_variant_inputs(params):
 def test_matmul_launch_variants(dev, params):
     with launch_params("matmul", **params):
         check(dev, matmul_variant_graph, *matmul_variant_inputs(params), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("programs", [0, 3])
+def test_matmul_tensor_descriptors(dev, programs):
+    """Operands stored row-major, transposed, batched or shared by the batch load through
+    tensor descriptors (zero-filled past ragged edges); the others through pointers."""
+    rng = np.random.default_rng(16 + programs)
+    m = 40 if programs else 48  # a shape of its own: plans are cached
+    a = rand(rng, (2, 72, m), "float16")  # used transposed: (2, m, 72)
+    b = rand(rng, (72, 40), "float16")  # shared by the batch
+    bt = rand(rng, (2, 40, 72), "float16")  # used transposed: (2, 72, 40)
+    bias = rand(rng, (40,), "float16")
+
+    def graph(a, b, bt, c):
+        at = a.permute(0, 2, 1)
+        return lb.gelu(at @ b + c), at @ bt.permute(0, 2, 1)
+
+    params = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "PROGRAMS": programs, "TMA": True}
+    with launch_params("matmul", **params):
+        check(dev, graph, a, b, bt, bias, rtol=2e-2, atol=2e-2)
+    outs = graph(*[lb.tensor(x, device="numpy") for x in (a, b, bt, bias)])
+    for k in lb.explain(*outs).kernels:
+        assert set(tr.tma_operands(k.spec)) == {"a", "b"}
+        source = tr.render(k.spec, "k", params).source
+        assert source.count("tl.make_tensor_descriptor(") == 2
+        assert "a_tile = tl.trans(tl.reshape(a_desc.load([pid_b, k0, pid_m * 32])" in source
+    # rows of 20 float16 (40 bytes) break the copy engine's 16-byte stride rule
+    spec = lb.explain(lb.tensor(rand(rng, (8, 20), "float16"), device="numpy") @
+                      lb.tensor(rand(rng, (20, 16), "float16"), device="numpy")).kernels[0].spec
+    assert set(tr.tma_operands(spec)) == {"b"}
 
 
 # runtime --------------------------------------------------------------------------------------
@@ -428,7 +462,7 @@ def test_candidates_are_valid():
 
     persistent = 0
     for spec in _specs():
-        cands = candidates(spec, sm_count=1)
+        cands = candidates(spec, sm_count=1, tma=True)
         assert at.admitted(cands, 2)[0].name == "default"
         assert len({c.name for c in cands}) == len(cands)
         for c in cands:

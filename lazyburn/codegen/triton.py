@@ -21,7 +21,9 @@ pointers; the grid and the compile options (``num_warps``, ``num_stages``) come 
   ``rk[None, :]``...), the epilogue on the [BLOCK_M, BLOCK_N] accumulator before the store,
   in ``EPILOGUE_SUBTILES`` column slices so that a long epilogue fits in registers. With
   ``PROGRAMS``, a persistent kernel: that many programs walk the tiles (Triton's persistent
-  matmul tutorial). float16/bfloat16 operands feed the tensor cores with float32
+  matmul tutorial). With ``TMA``, operands that are plain row-major (or transposed) matrices
+  load through tensor descriptors (``tl.make_tensor_descriptor``: Hopper's tensor memory
+  accelerator copies each tile, zero-filling past the edges) instead of pointer blocks. float16/bfloat16 operands feed the tensor cores with float32
   accumulation, and the epilogue computes in float32; float32 operands
   use ``input_precision="tf32"`` only when ``allow_tf32`` is set (``"ieee"`` otherwise, as
   PyTorch's default). Integer matmuls multiply and sum tiles in their accumulation type.
@@ -43,13 +45,13 @@ from ``tl`` builtins (Kahan's expm1/log1p forms), so CPU tests run the same kern
 from __future__ import annotations
 
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec
-from .triton_matmul import matmul_params, render_matmul
+from .triton_matmul import matmul_params, render_matmul, tma_operands
 from .triton_printer import (TL_MATH, RenderedKernel, TritonPrinter, cdiv, indent, loop_vars,
                              next_pow2, program_id)
 from .triton_reduction import PERSISTENT_MAX, outer_reduction, reduction_params, render_reduction
 
 __all__ = ["PERSISTENT_MAX", "TL_MATH", "RenderedKernel", "TritonPrinter", "cdiv",
-           "default_params", "next_pow2", "outer_reduction", "render"]
+           "default_params", "next_pow2", "outer_reduction", "render", "tma_operands"]
 
 
 def render(spec: KernelSpec, name: str, params: dict | None = None,

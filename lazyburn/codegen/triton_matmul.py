@@ -49,16 +49,121 @@ def epilogue_subtiles(block_m: int, block_n: int, num_warps: int) -> int:
     return min(4, per_thread // 32)
 
 
+def tma_operands(spec: MatmulSpec) -> dict[str, tuple]:
+    """The operands a tensor descriptor can load (Hopper's tensor memory accelerator, TMA):
+    ``"a"``/``"b"`` -> ``(shape, strides, transposed)`` of the descriptor over the operand's
+    buffer. An operand qualifies when its prologue is a plain unmasked load whose index is
+    the row-major offset of its [batch,] rows x columns matrix, or of the transposed matrix
+    (then the loaded tile is transposed), with every stride but the last a multiple of 16
+    bytes (the copy engine's rule); a batch stride of 0 (one matrix shared by the batch)
+    gives a 2-D descriptor. Out-of-bounds tile elements load as zeros, so ragged tiles need
+    no masks."""
+    out = {}
+    if spec.index_dtype.name != "int32" or not spec.acc_dtype.is_float:
+        return out
+    for which, rows, cols in (("a", "m", "k"), ("b", "k", "n")):
+        e = getattr(spec, which)
+        if e is None or e.op != "load" or e.args[2] is not None or \
+                e.dtype.name not in ("float16", "bfloat16", "float32"):
+            continue
+        coef = _affine(e.args[1])
+        if coef is None or coef.pop("", 0) != 0 or set(coef) - {"b", rows, cols}:
+            continue
+        extent = {"m": spec.m, "n": spec.n, "k": spec.k}
+        size = extent[rows] * extent[cols]
+        batch = coef.pop("b", 0) if spec.batch > 1 else 0
+        coef.pop("b", None)
+        if batch not in (0, size):
+            continue
+
+        def row_major(outer, inner):  # a variable of extent 1 may have left the index
+            return (coef.get(inner, 0) == 1 or extent[inner] == 1) and \
+                (coef.get(outer, 0) == extent[inner] or extent[outer] == 1)
+
+        if row_major(rows, cols):
+            transposed = False
+        elif row_major(cols, rows):
+            transposed = True
+        else:
+            continue
+        outer, inner = (cols, rows) if transposed else (rows, cols)
+        shape, strides = [extent[outer], extent[inner]], [extent[inner], 1]
+        if batch:
+            shape, strides = [spec.batch] + shape, [size] + strides
+        if any(st * e.dtype.itemsize % 16 for st in strides[:-1]):
+            continue
+        out[which] = (shape, strides, transposed)
+    return out
+
+
+def _affine(e) -> dict | None:
+    """An index expression as ``{variable name: coefficient, "": constant}``, or None when
+    it is not a sum of variables times constants."""
+    if e.op == "const":
+        return {"": e.value}
+    if e.op == "var":
+        return {e.args[0]: 1, "": 0}
+    if e.op == "idx_add":
+        x, y = _affine(e.args[0]), _affine(e.args[1])
+        if x is None or y is None:
+            return None
+        for name, c in y.items():
+            x[name] = x.get(name, 0) + c
+        return x
+    if e.op == "idx_mul" and e.args[1].op == "const":
+        x = _affine(e.args[0])
+        return None if x is None else {name: c * e.args[1].value for name, c in x.items()}
+    return None
+
+
+def _descriptors(p: TritonPrinter, spec: MatmulSpec, params, tma: dict) -> list[str]:
+    """Lines creating the tensor descriptors of the ``tma`` operands (before any tile)."""
+    BM, BN, BK = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["BLOCK_K"])
+    block = {"m": BM, "n": BN, "k": BK}
+    lines = []
+    for which, (shape, strides, transposed) in tma.items():
+        dims = ("m", "k") if which == "a" else ("k", "n")
+        if transposed:
+            dims = dims[::-1]
+        box = [block[d] for d in dims]
+        if len(shape) == 3:
+            box = [1] + box
+        arg = p.spec.args[getattr(spec, which).args[0]].name
+        lines.append(f"{which}_desc = tl.make_tensor_descriptor({arg}, shape={shape}, "
+                     f"strides={strides}, block_shape={box})")
+    return lines
+
+
+def _descriptor_tile(spec: MatmulSpec, params, which: str, layout: tuple) -> str:
+    """The expression loading this K step's tile of operand ``which`` through its
+    descriptor, as a [BLOCK_M, BLOCK_K] or [BLOCK_K, BLOCK_N] tile."""
+    shape, _, transposed = layout
+    BM, BN, BK = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["BLOCK_K"])
+    start = {"m": f"pid_m * {BM}", "n": f"pid_n * {BN}", "k": "k0"}
+    block = {"m": BM, "n": BN, "k": BK}
+    dims = ("m", "k") if which == "a" else ("k", "n")
+    stored = dims[::-1] if transposed else dims
+    coords = [start[d] for d in stored]
+    if len(shape) == 3:
+        coords = ["pid_b"] + coords
+    tile = f"{which}_desc.load([{', '.join(coords)}])"
+    if len(shape) == 3:
+        tile = f"tl.reshape({tile}, ({block[stored[0]]}, {block[stored[1]]}))"
+    return f"tl.trans({tile})" if transposed else tile
+
+
 def render_matmul(p: TritonPrinter, spec: MatmulSpec, params):
     BM, BN = int(params["BLOCK_M"]), int(params["BLOCK_N"])
     M, N = spec.m, spec.n
     tiles = cdiv(M, BM) * cdiv(N, BN) * spec.batch
     ragged = {"m": M % BM != 0, "n": N % BN != 0, "k": spec.k % int(params["BLOCK_K"]) != 0}
     programs = int(params.get("PROGRAMS") or 0)
+    tma = tma_operands(spec) if params.get("TMA") else {}
+    head = _descriptors(p, spec, params, tma)
     if programs <= 0 or programs >= tiles:
-        body = ["tile = tl.program_id(0)"]
+        body = head + ["tile = tl.program_id(0)"]
         body += _tile_position(spec, params, "tile", "")
-        body += _main_loop(p, spec, params, ragged)
+        body += _main_loop(p, spec, params, ragged, tma)
         body += _epilogue(p, spec, params, ragged, "")
         return body, (tiles,), int(params["num_warps"]), int(params["num_stages"])
     # persistent: PROGRAMS programs walk the tiles (Triton's persistent matmul tutorial); the
@@ -66,11 +171,11 @@ def render_matmul(p: TritonPrinter, spec: MatmulSpec, params):
     # The epilogue finds its tile from a counter of its own, as the tutorial does: a value
     # used both before the K loop and after it is what the flattening pipeliner mishandles
     loop = _tile_position(spec, params, "tile", "")
-    loop += _main_loop(p, spec, params, ragged)
+    loop += _main_loop(p, spec, params, ragged, tma)
     loop += [f"tile_c += {programs}"]
     loop += _tile_position(spec, params, "tile_c", "_c")
     loop += _epilogue(p, spec, params, ragged, "_c")
-    body = [f"tile_c = tl.program_id(0) - {programs}",
+    body = head + [f"tile_c = tl.program_id(0) - {programs}",
             f"for tile in tl.range(tl.program_id(0), {tiles}, {programs}, flatten=True):"]
     body += indent(loop)
     return body, (programs,), int(params["num_warps"]), int(params["num_stages"])
@@ -99,11 +204,12 @@ def _tile_position(spec: MatmulSpec, params, tile: str, suffix: str) -> list[str
     return lines
 
 
-def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict) -> list[str]:
+def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, tma: dict
+               ) -> list[str]:
     """Lines accumulating the tile's product into ``acc``: the prologue expressions on each
-    loaded [BLOCK_M, BLOCK_K] and [BLOCK_K, BLOCK_N] tile, then ``tl.dot`` (float32
-    accumulation for float16/bfloat16 operands: ``acc`` is float32 and tl.dot accumulates in
-    its type)."""
+    loaded [BLOCK_M, BLOCK_K] and [BLOCK_K, BLOCK_N] tile (or the descriptor loads of the
+    ``tma`` operands), then ``tl.dot`` (float32 accumulation for float16/bfloat16 operands:
+    ``acc`` is float32 and tl.dot accumulates in its type)."""
     BM, BN, BK = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["BLOCK_K"])
     M, N, K = spec.m, spec.n, spec.k
     v = loop_vars(spec)
@@ -121,6 +227,9 @@ def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict) -> list
         loop += [f"a_kmask = a_k < {K}", f"b_kmask = b_k < {K}"]
     for which, expr, names_of, shape in (("a", spec.a, {"m": "a_m", "k": "a_k"}, (BM, BK)),
                                          ("b", spec.b, {"k": "b_k", "n": "b_n"}, (BK, BN))):
+        if which in tma:
+            loop.append(f"{which}_tile = {_descriptor_tile(spec, params, which, tma[which])}")
+            continue
         p.var_masks = {var: f"{which}_{var}mask" for var in names_of if ragged[var]}
         scope = dict(base)
         scope.update({v[var].id: name for var, name in names_of.items() if var in v})
