@@ -695,7 +695,7 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
     def render_pass(k: int, finish) -> list[str]:
         """Pass ``k`` over the row; ``finish(names)`` gives the lines using its values."""
         roots = passes[k]
-        held = {e.id: f"{cache[e.id]}_{{j}}" for e in (plan[k - 1] if plan and k else [])}
+        held = {e.id: cache[e.id] for e in (plan[k - 1] if plan and k else [])}
         # what does not vary along the row, once
         invariant = [e for e in _reachable(roots, set(bound) | set(held)).values()
                      if e.id not in varying and e.id not in bound
@@ -714,7 +714,7 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
                                          for j in range(per_item)))
         for j in range(per_item):
             lines, names = p.emit(roots, {**bound, r.id: "r",
-                                          **{i: n.format(j=j) for i, n in held.items()}})
+                                          **{i: f"{n}_{j}" for i, n in held.items()}})
             lines += finish(names) + [f"{cache[e.id]}_{j} = {names[e.id]};" for e in new]
             offset = f"{j * step}i" if start == "0i" else \
                 (f"{start} + {j * step}i" if j else start)
