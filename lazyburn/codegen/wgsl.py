@@ -26,7 +26,7 @@ arguments, poor for huge ones (|x| > 1e5 for the trigonometric functions).
 
 Dispatch. A device allows at most ``Target.max_groups_per_dim`` workgroups per grid dimension
 (65535 by default), so the workgroup count is spread over x, y and z and the kernel rebuilds the
-linear workgroup id; invocations past the end do nothing. Launch parameters:
+linear workgroup id; invocations past the end store nothing. Launch parameters:
 
 * element-wise: ``workgroup`` (invocations per workgroup) and ``per_item`` (elements per
   invocation, unrolled and strided by the workgroup, so that neighbouring invocations touch
@@ -40,6 +40,9 @@ linear workgroup id; invocations past the end do nothing. Launch parameters:
 * matmul: ``tile`` (a ``tile`` x ``tile`` workgroup) and ``micro`` (each invocation computes
   ``micro`` x ``micro`` outputs, so a workgroup covers ``tile * micro`` squared), with tiles of A
   and B staged through workgroup memory.
+
+(Over 800 lines: the three kernel kinds share ``WGSLPrinter`` and its hooks. The reduction
+renderer, the largest part, is the one to move to a module of its own.)
 """
 from __future__ import annotations
 

@@ -35,6 +35,10 @@ partitioner splits a group that needs more by storing an intermediate.
 ``LAZYBURN_WEBGPU_BUFFERS`` raises it (a number, or ``max`` for the adapter's limit). A graph
 the partitioner cannot fit is planned for the adapter's own limit instead, or else run unfused.
 
+Features. ``shader-f16`` (native float16 storage) and ``subgroup`` (reductions combine within
+subgroups before workgroup memory; no WGSL ``enable`` directive, which wgpu's Naga does not
+parse yet) are requested where the adapter has them.
+
 Dtypes. float64 has no WGSL type: it is in ``unsupported_dtypes`` and raises DTypeError when
 recorded. int64 (lazyburn's default integer, the result of ``argmax``, integer sums, ``arange``
 and host index arrays) is emulated exactly as two 32-bit words, at a few times the cost of
