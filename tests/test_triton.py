@@ -588,8 +588,8 @@ def test_first_launch_tuning_runs_checks_and_caches(dev, monkeypatch):
 
     real = cuda_tuning.candidates
 
-    def with_alternative(spec, interpret=False, sm_count=None):
-        base = real(spec, interpret, sm_count)
+    def with_alternative(spec, interpret=False, sm_count=None, tma=False):
+        base = real(spec, interpret, sm_count, tma)
         if spec.kind != "elementwise":
             return base
         return base + [at.Candidate("BLOCK=64", {**base[0].params, "BLOCK": 64}, 1)]
