@@ -41,20 +41,18 @@ linear workgroup id; invocations past the end store nothing. Launch parameters:
   ``micro`` x ``micro`` outputs, so a workgroup covers ``tile * micro`` squared), with tiles of A
   and B staged through workgroup memory.
 
-(Over 800 lines: the three kernel kinds share ``WGSLPrinter`` and its hooks. The reduction
-renderer, the largest part, is the one to move to a module of its own.)
+Reductions render in :mod:`.wgsl_reduction` over the same printer.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
+from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec
 from ..fusion.symbolic import Expr, topo_exprs
 from . import wgsl_functions
-from .common import INFIX, ExprPrinter, acc_expr_id, find_var, float_literal, reduced_expr_id
+from .common import INFIX, ExprPrinter, acc_expr_id, find_var, float_literal
 
 VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "int32": "i32",
          "int64": "vec2<u32>", "float16": "f32", "bfloat16": "f32", "float32": "f32"}
@@ -145,7 +143,7 @@ class WGSLPrinter(ExprPrinter):
     def emit(self, roots, bound: dict) -> tuple[list[str], dict]:
         """``ExprPrinter.emit``, computing nothing that only expressions already ``bound`` need
         (a value kept in registers stands for the loads and arithmetic it came from)."""
-        needed = _reachable(roots, set(bound))
+        needed = reachable(roots, set(bound))
         unused = {e.id: "" for e in topo_exprs(roots) if e.id not in needed}
         lines, names = super().emit(roots, {**unused, **bound})
         return lines, {i: n for i, n in names.items() if i not in unused}
@@ -429,163 +427,7 @@ class WGSLPrinter(ExprPrinter):
         return "\n".join(p for p in parts if p) + "\n"
 
 
-# grids -----------------------------------------------------------------------------------------
-def grid(groups: int, max_dim: int) -> tuple:
-    """``groups`` workgroups as an (x, y, z) dispatch within ``max_dim`` per dimension."""
-    if groups <= 0:
-        return (0, 1, 1)
-    x = min(groups, max_dim)
-    y = min(-(-groups // x), max_dim)
-    z = -(-groups // (x * y))
-    if z > max_dim:
-        raise UnsupportedKernel(f"{groups} workgroups exceed the device's grid")
-    return (x, y, z)
-
-
-def _linear_group(dims: tuple) -> str:
-    x, y, z = dims
-    if y == 1 and z == 1:
-        return "wid.x"
-    if z == 1:
-        return f"(wid.x + {x}u * wid.y)"
-    return f"(wid.x + {x}u * (wid.y + {y}u * wid.z))"
-
-
-def _entry(name: str, size: int, subgroups: bool = False) -> str:
-    extra = ", @builtin(subgroup_invocation_id) sid: u32, @builtin(subgroup_size) sg_size: u32" \
-        if subgroups else ""
-    return (f"@compute @workgroup_size({size})\nfn {name}(@builtin(workgroup_id) wid: vec3<u32>, "
-            f"@builtin(local_invocation_index) lid_u: u32{extra}) {{")
-
-
-def _indent(lines, n) -> list[str]:
-    pad = " " * n
-    return [pad + line for line in lines]
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def _pow2_at_most(n: int) -> int:
-    return 1 << (max(1, n).bit_length() - 1)
-
-
-def render(spec: KernelSpec, name: str, params: dict | None = None,
-           target: Target | None = None) -> RenderedKernel:
-    """WGSL for ``spec`` as entry point ``name`` with launch ``params`` (see the module doc) on
-    a device allowing ``target``. Raises UnsupportedKernel for what WGSL cannot express."""
-    params = dict(params or {})
-    target = target or Target()
-    if isinstance(spec, ElementwiseSpec):
-        return _render_elementwise(spec, name, params, target)
-    if isinstance(spec, ReductionSpec):
-        return _render_reduction(spec, name, params, target)
-    if isinstance(spec, MatmulSpec):
-        return _render_matmul(spec, name, params, target)
-    raise TypeError(f"cannot render {type(spec).__name__}")
-
-
-def _read_only(spec) -> list:
-    return [not a.is_output for a in spec.args]
-
-
-# element-wise ----------------------------------------------------------------------------------
-def _render_elementwise(spec: ElementwiseSpec, name, params, target) -> RenderedKernel:
-    """A workgroup covers ``workgroup * per_item`` consecutive elements, invocation ``lid``
-    those at ``lid``, ``lid + workgroup``, ...: each load instruction of a workgroup reads
-    neighbouring elements. The elements of one invocation are unrolled and computed before
-    any is stored, so their loads are in flight together (a store could alias a later load as
-    far as the driver's compiler knows, so loads after it would wait). Elements past the end
-    are computed too (reads out of range are safe in WebGPU) and not stored."""
-    p = WGSLPrinter(spec, target)
-    size = _pow2_at_most(min(int(params.get("workgroup") or 256), target.max_workgroup_size))
-    per_item = max(1, int(params.get("per_item") or 1))
-    block = size * per_item
-    groups = -(-spec.numel // block)
-    dims = grid(groups, target.max_groups_per_dim)
-    i = find_var(spec, "i")
-    body = [_entry(name, size), f"    let g = {_linear_group(dims)};"]
-    if dims[0] * dims[1] * dims[2] != groups:
-        body.append(f"    if (g >= {groups}u) {{ return; }}")
-    body.append(f"    let i0 = i32(g * {block}u + lid_u);")
-    body += [f"    let i{j} = i0 + {j * size}i;" for j in range(1, per_item)]
-    stores = []
-    for j in range(per_item):
-        lines, names = p.emit([o.value for o in spec.outputs], {i.id: f"i{j}"})
-        body += _indent(lines, 4)
-        stores.append([p.store(o.arg, f"i{j}", names[o.value.id]) for o in spec.outputs])
-    ragged = spec.numel % block != 0
-    for j, lines in enumerate(stores):
-        if ragged:
-            body += [f"    if (i{j} < {spec.numel}i) {{"] + _indent(lines, 8) + ["    }"]
-        else:
-            body += _indent(lines, 4)
-    body.append("}")
-    return RenderedKernel(name, p.module([], body), dims, size, _read_only(spec))
-
-
-# reductions ------------------------------------------------------------------------------------
-def _identity(stage: Stage, p: WGSLPrinter) -> str:
-    t = stage.acc_dtype
-    op = stage.op
-    if op == "sum":
-        return p.literal(0, t)
-    if op == "prod":
-        return p.literal(1, t)
-    if op in ("any", "all"):
-        return "false" if op == "any" else "true"
-    lowest = op in ("max", "argmax")
-    if t.is_float:
-        return p.literal(-math.inf if lowest else math.inf, t)
-    if t.is_bool:
-        return "false" if lowest else "true"
-    lo, hi = INT_LIMITS[t.name]
-    return p.literal(lo if lowest else hi, t)
-
-
-def _combine(stage: Stage, p: WGSLPrinter, acc: str, v: str) -> str:
-    op, t = stage.op, stage.acc_dtype
-    if op == "sum":
-        return f"{acc} = {p.add(acc, v, t)};"
-    if op == "prod":
-        return f"{acc} = {p.mul(acc, v, t)};"
-    if op == "any":
-        return f"{acc} = {acc} || {v};"
-    if op == "all":
-        return f"{acc} = {acc} && {v};"
-    if op in ("max", "min"):
-        if t.is_bool:
-            return f"{acc} = {acc} {'||' if op == 'max' else '&&'} {v};"
-        better = p.less(acc, v, t) if op == "max" else p.less(v, acc, t)
-        if t.is_float:
-            better = f"{better} || {p.call('lb_isnan', v)}"
-        return f"if ({better}) {{ {acc} = {v}; }}"
-    raise ValueError(op)
-
-
-def _arg_combine(stage: Stage, p: WGSLPrinter, acc, idx, v, vi, tie_break: bool) -> str:
-    """Keep the first (lowest index) extreme, NaN counting as the extreme (NumPy's argmax and
-    argmin). Within one invocation indices only grow, so strictly better suffices; when partial
-    results meet in the tree, equal values keep the lower index. (Bool inputs reach argmax
-    cast to int8.)"""
-    t = stage.acc_dtype
-    strictly = p.less(acc, v, t) if stage.op == "argmax" else p.less(v, acc, t)
-    if t.is_float:
-        nv, na = p.call("lb_isnan", v), p.call("lb_isnan", acc)
-        better = f"({nv} && !{na}) || (!{na} && {strictly})"
-        same = f"({v} == {acc} || ({nv} && {na}))"
-    else:
-        better, same = strictly, p.equal(v, acc, t)
-    if tie_break:
-        better = f"{better} || ({same} && {vi} < {idx})"
-    return f"if ({better}) {{ {acc} = {v}; {idx} = {vi}; }}"
-
-
-CACHE_VALUES = 32  # values one invocation may keep in registers from one pass to the next
-
-
-def _reachable(roots, stop) -> dict:
+def reachable(roots, stop) -> dict:
     """The expressions under ``roots`` by id, looking below none of those in ``stop`` (which
     are included when reached)."""
     found, todo = {}, list(roots)
@@ -599,235 +441,102 @@ def _reachable(roots, stop) -> dict:
     return found
 
 
-def _varying(roots, var: Expr) -> set[int]:
-    """Ids of the expressions under ``roots`` whose value changes with ``var``."""
-    out: set[int] = set()
-    for e in topo_exprs(roots):
-        if e.id == var.id or any(isinstance(a, Expr) and a.id in out for a in e.args):
-            out.add(e.id)
-    return out
+# grids -----------------------------------------------------------------------------------------
+def grid(groups: int, max_dim: int) -> tuple:
+    """``groups`` workgroups as an (x, y, z) dispatch within ``max_dim`` per dimension."""
+    if groups <= 0:
+        return (0, 1, 1)
+    x = min(groups, max_dim)
+    y = min(-(-groups // x), max_dim)
+    z = -(-groups // (x * y))
+    if z > max_dim:
+        raise UnsupportedKernel(f"{groups} workgroups exceed the device's grid")
+    return (x, y, z)
 
 
-def _register_cache(passes: list[list[Expr]], varying: set[int], per_item: int):
-    """What each pass over the row keeps in registers for the passes after it, or None when
-    that is more than ``CACHE_VALUES`` values per invocation at some point.
-
-    A pass keeps the highest expressions of the later passes that vary along the row, come
-    from memory (index arithmetic is cheaper to redo than to hold) and that it computes or
-    already holds. In a softmax, the max pass keeps ``x * scale``; the sum pass then keeps
-    ``exp(x * scale - max)``, so the store pass only divides: the row is read once and
-    exponentiated once."""
-    memory: set[int] = set()
-    for e in topo_exprs([e for roots in passes for e in roots]):
-        if e.op == "load" or any(isinstance(a, Expr) and a.id in memory for a in e.args):
-            memory.add(e.id)
-    held: list[Expr] = []
-    plan = []
-    for k, roots in enumerate(passes):
-        held_ids = {e.id for e in held}
-        available = set(_reachable(roots, held_ids)) | held_ids
-        later = [e for rest in passes[k + 1:] for e in rest]
-        keep, seen, todo = {}, set(), list(later)
-        while todo:
-            e = todo.pop()
-            if e.id in seen or e.id not in varying:
-                continue
-            seen.add(e.id)
-            if e.id in available and e.id in memory:
-                keep[e.id] = e
-            else:
-                todo += [a for a in e.args if isinstance(a, Expr)]
-        if len(keep) * per_item > CACHE_VALUES:
-            return None
-        held = [e for e in topo_exprs(later) if e.id in keep]
-        plan.append(held)
-    return plan
+def linear_group(dims: tuple) -> str:
+    x, y, z = dims
+    if y == 1 and z == 1:
+        return "wid.x"
+    if z == 1:
+        return f"(wid.x + {x}u * wid.y)"
+    return f"(wid.x + {x}u * (wid.y + {y}u * wid.z))"
 
 
-def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKernel:
-    """One kernel for all stages: a pass over the row per stage, combined across the workgroup
-    (tree) or within one invocation (sequential), then a pass storing the full outputs. When
-    later passes need values an earlier pass computed and each invocation's share of a row is
-    small, those values stay in registers from one pass to the next (``cache``, on by
-    default; see ``_register_cache``): a persistent reduction, reading the row from memory
-    once. Its passes are unrolled (one block per element of the invocation's share, scalar
-    variables for the kept values) so that nothing is indexed dynamically and the kept values
-    cannot spill to local memory. What does not vary along the row (``row * n``, the results of
-    earlier stages) is computed once per pass, outside the loop."""
+def entry_point(name: str, size: int, subgroups: bool = False) -> str:
+    extra = ", @builtin(subgroup_invocation_id) sid: u32, @builtin(subgroup_size) sg_size: u32" \
+        if subgroups else ""
+    return (f"@compute @workgroup_size({size})\nfn {name}(@builtin(workgroup_id) wid: vec3<u32>, "
+            f"@builtin(local_invocation_index) lid_u: u32{extra}) {{")
+
+
+def indent(lines, n) -> list[str]:
+    pad = " " * n
+    return [pad + line for line in lines]
+
+
+def pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def pow2_at_most(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def render(spec: KernelSpec, name: str, params: dict | None = None,
+           target: Target | None = None) -> RenderedKernel:
+    """WGSL for ``spec`` as entry point ``name`` with launch ``params`` (see the module doc) on
+    a device allowing ``target``. Raises UnsupportedKernel for what WGSL cannot express."""
+    params = dict(params or {})
+    target = target or Target()
+    if isinstance(spec, ElementwiseSpec):
+        return _render_elementwise(spec, name, params, target)
+    if isinstance(spec, ReductionSpec):
+        from .wgsl_reduction import render_reduction  # it builds on this module
+
+        return render_reduction(spec, name, params, target)
+    if isinstance(spec, MatmulSpec):
+        return _render_matmul(spec, name, params, target)
+    raise TypeError(f"cannot render {type(spec).__name__}")
+
+
+def read_only(spec) -> list:
+    return [not a.is_output for a in spec.args]
+
+
+# element-wise ----------------------------------------------------------------------------------
+def _render_elementwise(spec: ElementwiseSpec, name, params, target) -> RenderedKernel:
+    """A workgroup covers ``workgroup * per_item`` consecutive elements, invocation ``lid``
+    those at ``lid``, ``lid + workgroup``, ...: each load instruction of a workgroup reads
+    neighbouring elements. The elements of one invocation are unrolled and computed before
+    any is stored, so their loads are in flight together (a store could alias a later load as
+    far as the driver's compiler knows, so loads after it would wait). Elements past the end
+    are computed too (reads out of range are safe in WebGPU) and not stored."""
     p = WGSLPrinter(spec, target)
-    strategy = params.get("strategy") or ("sequential" if spec.reduce_size <= 32 else "tree")
-    size = int(params.get("workgroup") or min(256, _pow2_at_least(spec.reduce_size)))
-    size = _pow2_at_most(min(size, target.max_workgroup_size))
-    row, r = find_var(spec, "row"), find_var(spec, "r")
-    tree = strategy == "tree" and size > 1
-    if tree:
-        per_lane = sum((8 if s.acc_dtype.name == "int64" else 4) +
-                       (4 if s.op in ("argmax", "argmin") else 0) for s in spec.stages)
-        while size > 1 and size * per_lane > target.workgroup_storage:
-            size //= 2
-    if not tree and strategy == "tree":
-        size = 1
-    subgroup_ops = [_subgroup_op(s) if tree and target.subgroups else None for s in spec.stages]
-    shared: list[str] = []
-    if tree:
-        dims = grid(spec.rows, target.max_groups_per_dim)
-        body = [_entry(name, size, any(subgroup_ops)),
-                f"    let row = i32({_linear_group(dims)});",
-                f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = i32(lid_u);"]
-        if any(subgroup_ops):
-            body.append(f"    let subgroups = ({size}u + sg_size - 1u) / sg_size;")
-        start, step = "lid", size
-    else:
-        dims = grid(-(-spec.rows // size), target.max_groups_per_dim)
-        body = [_entry(name, size), f"    let row = i32({_linear_group(dims)} * {size}u + lid_u);",
-                f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = 0i;"]
-        start, step = "0i", 1
-    row_outs = [o for o in spec.outputs if o.index is None]
-    full_outs = [o for o in spec.outputs if o.index is not None]
-    passes = [[s.value] for s in spec.stages]
-    if full_outs:
-        passes.append([o.value for o in full_outs] + [o.index for o in full_outs])
-    per_item = -(-spec.reduce_size // step)
-    varying = _varying([e for roots in passes for e in roots], r)
-    plan = _register_cache(passes, varying, per_item) if params.get("cache", True) else None
-    if plan is not None and not any(plan):
-        plan = None
-    cache: dict[int, str] = {}  # expression id -> the name of its registers, with _j appended
-    bound = {row.id: "row"}
-
-    def render_pass(k: int, finish) -> list[str]:
-        """Pass ``k`` over the row; ``finish(names)`` gives the lines using its values."""
-        roots = passes[k]
-        held = {e.id: cache[e.id] for e in (plan[k - 1] if plan and k else [])}
-        # what does not vary along the row, once
-        invariant = [e for e in _reachable(roots, set(bound) | set(held)).values()
-                     if e.id not in varying and e.id not in bound
-                     and e.op not in ("const", "var")]
-        lines, names = p.emit(invariant, bound)
-        bound.update({e.id: names[e.id] for e in invariant})
-        out = _indent(lines, 4)
-        if plan is None:
-            lines, names = p.emit(roots, {**bound, r.id: "r"})
-            return out + [f"    for (var r = {start}; r < {spec.reduce_size}i; "
-                          f"r = r + {step}i) {{"] + _indent(lines + finish(names), 8) + ["    }"]
-        new = [e for e in plan[k] if e.id not in cache]
-        for e in new:
-            cache[e.id] = f"c{len(cache)}"
-            out.append("    " + " ".join(f"var {cache[e.id]}_{j}: {value_type(e.dtype)};"
-                                         for j in range(per_item)))
-        for j in range(per_item):
-            lines, names = p.emit(roots, {**bound, r.id: "r",
-                                          **{i: f"{n}_{j}" for i, n in held.items()}})
-            lines += finish(names) + [f"{cache[e.id]}_{j} = {names[e.id]};" for e in new]
-            offset = f"{j * step}i" if start == "0i" else \
-                (f"{start} + {j * step}i" if j else start)
-            if (j + 1) * step > spec.reduce_size:  # the row ends within this block
-                lines = [f"if (r < {spec.reduce_size}i) {{"] + _indent(lines, 4) + ["}"]
-            out += ["    {", f"        let r = {offset};"] + _indent(lines, 8) + ["    }"]
-        return out
-
-    for k, stage in enumerate(spec.stages):
-        acc_t = value_type(stage.acc_dtype)
-        arg = stage.op in ("argmax", "argmin")
-        body.append(f"    var acc{k}: {acc_t} = {_identity(stage, p)};")
-        if arg:
-            body.append(f"    var arg{k}: i32 = 0i;")
-
-        def combine(names, k=k, stage=stage, arg=arg):
-            v = names[stage.value.id]
-            if arg:
-                return [_arg_combine(stage, p, f"acc{k}", f"arg{k}", v, "r", False)]
-            return [_combine(stage, p, f"acc{k}",
-                             p.convert(v, stage.value.dtype, stage.acc_dtype))]
-        body += render_pass(k, combine)
-        if tree:
-            shared.append(f"var<workgroup> red{k}: array<{acc_t}, {size}>;")
-            if arg:
-                shared.append(f"var<workgroup> ridx{k}: array<i32, {size}>;")
-            body += _subgroup_combine(stage, p, k, subgroup_ops[k]) if subgroup_ops[k] else \
-                _tree_combine(stage, p, k, size)
-        value = p.convert(f"arg{k}", spec.index_dtype, stage.dtype) if arg else \
-            p.convert(f"acc{k}", stage.acc_dtype, stage.dtype)
-        body.append(f"    let stage{k}: {value_type(stage.dtype)} = {value};")
-        bound[reduced_expr_id(spec, k)] = f"stage{k}"
-    if row_outs:
-        lines, names = p.emit([o.value for o in row_outs], bound)
-        body.append("    if (lid == 0i) {")
-        body += _indent(lines + [p.store(o.arg, "row", names[o.value.id]) for o in row_outs], 8)
-        body.append("    }")
-    if full_outs:
-        body += render_pass(len(spec.stages), lambda names: [
-            p.store(o.arg, names[o.index.id], names[o.value.id]) for o in full_outs])
+    size = pow2_at_most(min(int(params.get("workgroup") or 256), target.max_workgroup_size))
+    per_item = max(1, int(params.get("per_item") or 1))
+    block = size * per_item
+    groups = -(-spec.numel // block)
+    dims = grid(groups, target.max_groups_per_dim)
+    i = find_var(spec, "i")
+    body = [entry_point(name, size), f"    let g = {linear_group(dims)};"]
+    if dims[0] * dims[1] * dims[2] != groups:
+        body.append(f"    if (g >= {groups}u) {{ return; }}")
+    body.append(f"    let i0 = i32(g * {block}u + lid_u);")
+    body += [f"    let i{j} = i0 + {j * size}i;" for j in range(1, per_item)]
+    stores = []
+    for j in range(per_item):
+        lines, names = p.emit([o.value for o in spec.outputs], {i.id: f"i{j}"})
+        body += indent(lines, 4)
+        stores.append([p.store(o.arg, f"i{j}", names[o.value.id]) for o in spec.outputs])
+    ragged = spec.numel % block != 0
+    for j, lines in enumerate(stores):
+        if ragged:
+            body += [f"    if (i{j} < {spec.numel}i) {{"] + indent(lines, 8) + ["    }"]
+        else:
+            body += indent(lines, 4)
     body.append("}")
-    return RenderedKernel(name, p.module(shared, body), dims, size, _read_only(spec))
-
-
-def _tree_combine(stage: Stage, p: WGSLPrinter, k: int, size: int) -> list[str]:
-    """``acc{k}`` combined across the workgroup in log2(size) rounds through workgroup
-    memory (a barrier each)."""
-    arg = stage.op in ("argmax", "argmin")
-    lines = [f"    red{k}[lid] = acc{k};"]
-    if arg:
-        lines.append(f"    ridx{k}[lid] = arg{k};")
-    lines += ["    workgroupBarrier();",
-              f"    for (var s = {size // 2}i; s > 0i; s = s >> 1u) {{",
-              "        if (lid < s) {",
-              f"            var a = red{k}[lid];",
-              f"            let v = red{k}[lid + s];"]
-    if arg:
-        lines += [f"            var ai = ridx{k}[lid];",
-                  f"            let vi = ridx{k}[lid + s];",
-                  "            " + _arg_combine(stage, p, "a", "ai", "v", "vi", True),
-                  f"            red{k}[lid] = a;", f"            ridx{k}[lid] = ai;"]
-    else:
-        lines += ["            " + _combine(stage, p, "a", "v"), f"            red{k}[lid] = a;"]
-    lines += ["        }", "        workgroupBarrier();", "    }",
-              f"    acc{k} = red{k}[0];"]
-    if arg:
-        lines.append(f"    arg{k} = ridx{k}[0];")
-    return lines
-
-
-def _subgroup_op(stage: Stage) -> str | None:
-    """The WGSL subgroup built-in combining ``stage`` across a subgroup, or None where the tree
-    stays (products, arg-reductions with their tie-breaking, emulated int64)."""
-    t = stage.acc_dtype
-    if t.name == "int64":
-        return None
-    if t.is_bool:
-        return {"any": "subgroupAny", "max": "subgroupAny", "all": "subgroupAll",
-                "min": "subgroupAll"}.get(stage.op)
-    return {"sum": "subgroupAdd", "max": "subgroupMax", "min": "subgroupMin"}.get(stage.op)
-
-
-def _subgroup_combine(stage: Stage, p: WGSLPrinter, k: int, op: str) -> list[str]:
-    """``acc{k}`` combined across the workgroup with subgroup operations: within each
-    subgroup, then one value per subgroup through workgroup memory (one barrier), which every
-    subgroup combines again, so each invocation ends with the result without a second barrier.
-
-    The subgroup size is known only when the kernel runs (32 on NVIDIA, 4 to 128 elsewhere),
-    so nothing here assumes it, except that subgroups are consecutive runs of
-    ``local_invocation_index`` (the layout of every driver for a one-dimensional workgroup;
-    WGSL does not promise it). The float max and min of a subgroup are NaN when any of its
-    values is (the built-ins leave NaN to the driver), as NumPy's are; other values may be
-    summed in another order than the tree's."""
-    t = stage.acc_dtype
-    acc = f"acc{k}"
-    across = f"{op}({acc})"
-    if stage.op == "sum":
-        across = WRAP.get(t.name, "{0}").format(across)
-    if t.is_float and stage.op in ("max", "min"):
-        across = f"select({across}, {p.literal(math.nan, t)}, " \
-                 f"subgroupAny({p.call('lb_isnan', acc)}))"
-    return [f"    {acc} = {across};",
-            f"    if (sid == 0u) {{ red{k}[lid_u / sg_size] = {acc}; }}",
-            "    workgroupBarrier();",
-            f"    {acc} = {_identity(stage, p)};",
-            "    for (var s = sid; s < subgroups; s = s + sg_size) {",
-            f"        let v = red{k}[s];",
-            "        " + _combine(stage, p, acc, "v"),
-            "    }",
-            f"    {acc} = {across};"]
+    return RenderedKernel(name, p.module([], body), dims, size, read_only(spec))
 
 
 # matmul ----------------------------------------------------------------------------------------
@@ -853,8 +562,8 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
     zero = p.literal(0, spec.acc_dtype)
     shared = [f"var<workgroup> As: array<{acc_t}, {tile * block}>;",
               f"var<workgroup> Bs: array<{acc_t}, {tile * block}>;"]
-    body = [_entry(name, threads),
-            f"    let g = {_linear_group(dims)};",
+    body = [entry_point(name, threads),
+            f"    let g = {linear_group(dims)};",
             f"    if (g >= {tiles_m * tiles_n * spec.batch}u) {{ return; }}",
             f"    let n0 = i32(g % {tiles_n}u) * {block}i;",
             f"    let m0 = i32((g / {tiles_n}u) % {tiles_m}u) * {block}i;",
@@ -873,7 +582,7 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
              "            let k = k0 + kk;",
              f"            var v: {acc_t} = {zero};",
              f"            if (m < {M}i && k < {K}i) {{"]
-    body += _indent(a_lines + [f"v = {p.convert(a_names[spec.a.id], spec.a.dtype, spec.acc_dtype)};"], 16)
+    body += indent(a_lines + [f"v = {p.convert(a_names[spec.a.id], spec.a.dtype, spec.acc_dtype)};"], 16)
     body += ["            }", f"            As[kk * {block}i + mm] = v;", "        }",
              f"        for (var l = 0i; l < {micro}i; l = l + 1i) {{",
              f"            let e = lid + l * {threads}i;",
@@ -883,7 +592,7 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
              "            let k = k0 + kk;",
              f"            var v: {acc_t} = {zero};",
              f"            if (k < {K}i && n < {N}i) {{"]
-    body += _indent(b_lines + [f"v = {p.convert(b_names[spec.b.id], spec.b.dtype, spec.acc_dtype)};"], 16)
+    body += indent(b_lines + [f"v = {p.convert(b_names[spec.b.id], spec.b.dtype, spec.acc_dtype)};"], 16)
     body += ["            }", f"            Bs[kk * {block}i + nn] = v;", "        }",
              "        workgroupBarrier();",
              f"        for (var kk = 0i; kk < {tile}i; kk = kk + 1i) {{"]
@@ -908,8 +617,8 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
                      f"        if (m < {M}i && n < {N}i) {{",
                      f"            let acc = acc_{i}_{j};",
                      f"            let flat = (b * {M}i + m) * {N}i + n;"]
-            body += _indent(e_lines + [p.store(o.arg, "flat", e_names[o.value.id])
+            body += indent(e_lines + [p.store(o.arg, "flat", e_names[o.value.id])
                                        for o in spec.outputs], 12)
             body += ["        }", "    }"]
     body.append("}")
-    return RenderedKernel(name, p.module(shared, body), dims, threads, _read_only(spec))
+    return RenderedKernel(name, p.module(shared, body), dims, threads, read_only(spec))

@@ -1,0 +1,305 @@
+"""Rendering reduction specs to WGSL (see :mod:`.wgsl` for the scheme and the launch
+parameters): one workgroup per row (``tree``) or one invocation per row (``sequential``), every
+stage a pass over the row, combined across the workgroup through subgroup operations and
+workgroup memory, then a pass storing the full-size outputs; a persistent variant keeps what
+later passes need in registers."""
+from __future__ import annotations
+
+import math
+
+from ..fusion.kernel_ir import ReductionSpec, Stage
+from ..fusion.symbolic import Expr, topo_exprs
+from .common import find_var, reduced_expr_id
+from .wgsl import (INT_LIMITS, WRAP, RenderedKernel, WGSLPrinter, entry_point, grid, indent,
+                   linear_group, pow2_at_least, pow2_at_most, reachable, read_only, value_type)
+
+def _identity(stage: Stage, p: WGSLPrinter) -> str:
+    t = stage.acc_dtype
+    op = stage.op
+    if op == "sum":
+        return p.literal(0, t)
+    if op == "prod":
+        return p.literal(1, t)
+    if op in ("any", "all"):
+        return "false" if op == "any" else "true"
+    lowest = op in ("max", "argmax")
+    if t.is_float:
+        return p.literal(-math.inf if lowest else math.inf, t)
+    if t.is_bool:
+        return "false" if lowest else "true"
+    lo, hi = INT_LIMITS[t.name]
+    return p.literal(lo if lowest else hi, t)
+
+
+def _combine(stage: Stage, p: WGSLPrinter, acc: str, v: str) -> str:
+    op, t = stage.op, stage.acc_dtype
+    if op == "sum":
+        return f"{acc} = {p.add(acc, v, t)};"
+    if op == "prod":
+        return f"{acc} = {p.mul(acc, v, t)};"
+    if op == "any":
+        return f"{acc} = {acc} || {v};"
+    if op == "all":
+        return f"{acc} = {acc} && {v};"
+    if op in ("max", "min"):
+        if t.is_bool:
+            return f"{acc} = {acc} {'||' if op == 'max' else '&&'} {v};"
+        better = p.less(acc, v, t) if op == "max" else p.less(v, acc, t)
+        if t.is_float:
+            better = f"{better} || {p.call('lb_isnan', v)}"
+        return f"if ({better}) {{ {acc} = {v}; }}"
+    raise ValueError(op)
+
+
+def _arg_combine(stage: Stage, p: WGSLPrinter, acc, idx, v, vi, tie_break: bool) -> str:
+    """Keep the first (lowest index) extreme, NaN counting as the extreme (NumPy's argmax and
+    argmin). Within one invocation indices only grow, so strictly better suffices; when partial
+    results meet in the tree, equal values keep the lower index. (Bool inputs reach argmax
+    cast to int8.)"""
+    t = stage.acc_dtype
+    strictly = p.less(acc, v, t) if stage.op == "argmax" else p.less(v, acc, t)
+    if t.is_float:
+        nv, na = p.call("lb_isnan", v), p.call("lb_isnan", acc)
+        better = f"({nv} && !{na}) || (!{na} && {strictly})"
+        same = f"({v} == {acc} || ({nv} && {na}))"
+    else:
+        better, same = strictly, p.equal(v, acc, t)
+    if tie_break:
+        better = f"{better} || ({same} && {vi} < {idx})"
+    return f"if ({better}) {{ {acc} = {v}; {idx} = {vi}; }}"
+
+
+CACHE_VALUES = 32  # values one invocation may keep in registers from one pass to the next
+
+
+def _varying(roots, var: Expr) -> set[int]:
+    """Ids of the expressions under ``roots`` whose value changes with ``var``."""
+    out: set[int] = set()
+    for e in topo_exprs(roots):
+        if e.id == var.id or any(isinstance(a, Expr) and a.id in out for a in e.args):
+            out.add(e.id)
+    return out
+
+
+def _register_cache(passes: list[list[Expr]], varying: set[int], per_item: int):
+    """What each pass over the row keeps in registers for the passes after it, or None when
+    that is more than ``CACHE_VALUES`` values per invocation at some point.
+
+    A pass keeps the highest expressions of the later passes that vary along the row, come
+    from memory (index arithmetic is cheaper to redo than to hold) and that it computes or
+    already holds. In a softmax, the max pass keeps ``x * scale``; the sum pass then keeps
+    ``exp(x * scale - max)``, so the store pass only divides: the row is read once and
+    exponentiated once."""
+    memory: set[int] = set()
+    for e in topo_exprs([e for roots in passes for e in roots]):
+        if e.op == "load" or any(isinstance(a, Expr) and a.id in memory for a in e.args):
+            memory.add(e.id)
+    held: list[Expr] = []
+    plan = []
+    for k, roots in enumerate(passes):
+        held_ids = {e.id for e in held}
+        available = set(reachable(roots, held_ids)) | held_ids
+        later = [e for rest in passes[k + 1:] for e in rest]
+        keep, seen, todo = {}, set(), list(later)
+        while todo:
+            e = todo.pop()
+            if e.id in seen or e.id not in varying:
+                continue
+            seen.add(e.id)
+            if e.id in available and e.id in memory:
+                keep[e.id] = e
+            else:
+                todo += [a for a in e.args if isinstance(a, Expr)]
+        if len(keep) * per_item > CACHE_VALUES:
+            return None
+        held = [e for e in topo_exprs(later) if e.id in keep]
+        plan.append(held)
+    return plan
+
+
+def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKernel:
+    """One kernel for all stages: a pass over the row per stage, combined across the workgroup
+    (tree) or within one invocation (sequential), then a pass storing the full outputs. When
+    later passes need values an earlier pass computed and each invocation's share of a row is
+    small, those values stay in registers from one pass to the next (``cache``, on by
+    default; see ``_register_cache``): a persistent reduction, reading the row from memory
+    once. Its passes are unrolled (one block per element of the invocation's share, scalar
+    variables for the kept values) so that nothing is indexed dynamically and the kept values
+    cannot spill to local memory. What does not vary along the row (``row * n``, the results of
+    earlier stages) is computed once per pass, outside the loop."""
+    p = WGSLPrinter(spec, target)
+    strategy = params.get("strategy") or ("sequential" if spec.reduce_size <= 32 else "tree")
+    size = int(params.get("workgroup") or min(256, pow2_at_least(spec.reduce_size)))
+    size = pow2_at_most(min(size, target.max_workgroup_size))
+    row, r = find_var(spec, "row"), find_var(spec, "r")
+    tree = strategy == "tree" and size > 1
+    if tree:
+        per_lane = sum((8 if s.acc_dtype.name == "int64" else 4) +
+                       (4 if s.op in ("argmax", "argmin") else 0) for s in spec.stages)
+        while size > 1 and size * per_lane > target.workgroup_storage:
+            size //= 2
+    if not tree and strategy == "tree":
+        size = 1
+    subgroup_ops = [_subgroup_op(s) if tree and target.subgroups else None for s in spec.stages]
+    shared: list[str] = []
+    if tree:
+        dims = grid(spec.rows, target.max_groups_per_dim)
+        body = [entry_point(name, size, any(subgroup_ops)),
+                f"    let row = i32({linear_group(dims)});",
+                f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = i32(lid_u);"]
+        if any(subgroup_ops):
+            body.append(f"    let subgroups = ({size}u + sg_size - 1u) / sg_size;")
+        start, step = "lid", size
+    else:
+        dims = grid(-(-spec.rows // size), target.max_groups_per_dim)
+        body = [entry_point(name, size), f"    let row = i32({linear_group(dims)} * {size}u + lid_u);",
+                f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = 0i;"]
+        start, step = "0i", 1
+    row_outs = [o for o in spec.outputs if o.index is None]
+    full_outs = [o for o in spec.outputs if o.index is not None]
+    passes = [[s.value] for s in spec.stages]
+    if full_outs:
+        passes.append([o.value for o in full_outs] + [o.index for o in full_outs])
+    per_item = -(-spec.reduce_size // step)
+    varying = _varying([e for roots in passes for e in roots], r)
+    plan = _register_cache(passes, varying, per_item) if params.get("cache", True) else None
+    if plan is not None and not any(plan):
+        plan = None
+    cache: dict[int, str] = {}  # expression id -> the name of its registers, with _j appended
+    bound = {row.id: "row"}
+
+    def render_pass(k: int, finish) -> list[str]:
+        """Pass ``k`` over the row; ``finish(names)`` gives the lines using its values."""
+        roots = passes[k]
+        held = {e.id: cache[e.id] for e in (plan[k - 1] if plan and k else [])}
+        # what does not vary along the row, once
+        invariant = [e for e in reachable(roots, set(bound) | set(held)).values()
+                     if e.id not in varying and e.id not in bound
+                     and e.op not in ("const", "var")]
+        lines, names = p.emit(invariant, bound)
+        bound.update({e.id: names[e.id] for e in invariant})
+        out = indent(lines, 4)
+        if plan is None:
+            lines, names = p.emit(roots, {**bound, r.id: "r"})
+            return out + [f"    for (var r = {start}; r < {spec.reduce_size}i; "
+                          f"r = r + {step}i) {{"] + indent(lines + finish(names), 8) + ["    }"]
+        new = [e for e in plan[k] if e.id not in cache]
+        for e in new:
+            cache[e.id] = f"c{len(cache)}"
+            out.append("    " + " ".join(f"var {cache[e.id]}_{j}: {value_type(e.dtype)};"
+                                         for j in range(per_item)))
+        for j in range(per_item):
+            lines, names = p.emit(roots, {**bound, r.id: "r",
+                                          **{i: f"{n}_{j}" for i, n in held.items()}})
+            lines += finish(names) + [f"{cache[e.id]}_{j} = {names[e.id]};" for e in new]
+            offset = f"{j * step}i" if start == "0i" else \
+                (f"{start} + {j * step}i" if j else start)
+            if (j + 1) * step > spec.reduce_size:  # the row ends within this block
+                lines = [f"if (r < {spec.reduce_size}i) {{"] + indent(lines, 4) + ["}"]
+            out += ["    {", f"        let r = {offset};"] + indent(lines, 8) + ["    }"]
+        return out
+
+    for k, stage in enumerate(spec.stages):
+        acc_t = value_type(stage.acc_dtype)
+        arg = stage.op in ("argmax", "argmin")
+        body.append(f"    var acc{k}: {acc_t} = {_identity(stage, p)};")
+        if arg:
+            body.append(f"    var arg{k}: i32 = 0i;")
+
+        def combine(names, k=k, stage=stage, arg=arg):
+            v = names[stage.value.id]
+            if arg:
+                return [_arg_combine(stage, p, f"acc{k}", f"arg{k}", v, "r", False)]
+            return [_combine(stage, p, f"acc{k}",
+                             p.convert(v, stage.value.dtype, stage.acc_dtype))]
+        body += render_pass(k, combine)
+        if tree:
+            shared.append(f"var<workgroup> red{k}: array<{acc_t}, {size}>;")
+            if arg:
+                shared.append(f"var<workgroup> ridx{k}: array<i32, {size}>;")
+            body += _subgroup_combine(stage, p, k, subgroup_ops[k]) if subgroup_ops[k] else \
+                _tree_combine(stage, p, k, size)
+        value = p.convert(f"arg{k}", spec.index_dtype, stage.dtype) if arg else \
+            p.convert(f"acc{k}", stage.acc_dtype, stage.dtype)
+        body.append(f"    let stage{k}: {value_type(stage.dtype)} = {value};")
+        bound[reduced_expr_id(spec, k)] = f"stage{k}"
+    if row_outs:
+        lines, names = p.emit([o.value for o in row_outs], bound)
+        body.append("    if (lid == 0i) {")
+        body += indent(lines + [p.store(o.arg, "row", names[o.value.id]) for o in row_outs], 8)
+        body.append("    }")
+    if full_outs:
+        body += render_pass(len(spec.stages), lambda names: [
+            p.store(o.arg, names[o.index.id], names[o.value.id]) for o in full_outs])
+    body.append("}")
+    return RenderedKernel(name, p.module(shared, body), dims, size, read_only(spec))
+
+
+def _tree_combine(stage: Stage, p: WGSLPrinter, k: int, size: int) -> list[str]:
+    """``acc{k}`` combined across the workgroup in log2(size) rounds through workgroup
+    memory (a barrier each)."""
+    arg = stage.op in ("argmax", "argmin")
+    lines = [f"    red{k}[lid] = acc{k};"]
+    if arg:
+        lines.append(f"    ridx{k}[lid] = arg{k};")
+    lines += ["    workgroupBarrier();",
+              f"    for (var s = {size // 2}i; s > 0i; s = s >> 1u) {{",
+              "        if (lid < s) {",
+              f"            var a = red{k}[lid];",
+              f"            let v = red{k}[lid + s];"]
+    if arg:
+        lines += [f"            var ai = ridx{k}[lid];",
+                  f"            let vi = ridx{k}[lid + s];",
+                  "            " + _arg_combine(stage, p, "a", "ai", "v", "vi", True),
+                  f"            red{k}[lid] = a;", f"            ridx{k}[lid] = ai;"]
+    else:
+        lines += ["            " + _combine(stage, p, "a", "v"), f"            red{k}[lid] = a;"]
+    lines += ["        }", "        workgroupBarrier();", "    }",
+              f"    acc{k} = red{k}[0];"]
+    if arg:
+        lines.append(f"    arg{k} = ridx{k}[0];")
+    return lines
+
+
+def _subgroup_op(stage: Stage) -> str | None:
+    """The WGSL subgroup built-in combining ``stage`` across a subgroup, or None where the tree
+    stays (products, arg-reductions with their tie-breaking, emulated int64)."""
+    t = stage.acc_dtype
+    if t.name == "int64":
+        return None
+    if t.is_bool:
+        return {"any": "subgroupAny", "max": "subgroupAny", "all": "subgroupAll",
+                "min": "subgroupAll"}.get(stage.op)
+    return {"sum": "subgroupAdd", "max": "subgroupMax", "min": "subgroupMin"}.get(stage.op)
+
+
+def _subgroup_combine(stage: Stage, p: WGSLPrinter, k: int, op: str) -> list[str]:
+    """``acc{k}`` combined across the workgroup with subgroup operations: within each
+    subgroup, then one value per subgroup through workgroup memory (one barrier), which every
+    subgroup combines again, so each invocation ends with the result without a second barrier.
+
+    The subgroup size is known only when the kernel runs (32 on NVIDIA, 4 to 128 elsewhere),
+    so nothing here assumes it, except that subgroups are consecutive runs of
+    ``local_invocation_index`` (the layout of every driver for a one-dimensional workgroup;
+    WGSL does not promise it). The float max and min of a subgroup are NaN when any of its
+    values is (the built-ins leave NaN to the driver), as NumPy's are; other values may be
+    summed in another order than the tree's."""
+    t = stage.acc_dtype
+    acc = f"acc{k}"
+    across = f"{op}({acc})"
+    if stage.op == "sum":
+        across = WRAP.get(t.name, "{0}").format(across)
+    if t.is_float and stage.op in ("max", "min"):
+        across = f"select({across}, {p.literal(math.nan, t)}, " \
+                 f"subgroupAny({p.call('lb_isnan', acc)}))"
+    return [f"    {acc} = {across};",
+            f"    if (sid == 0u) {{ red{k}[lid_u / sg_size] = {acc}; }}",
+            "    workgroupBarrier();",
+            f"    {acc} = {_identity(stage, p)};",
+            "    for (var s = sid; s < subgroups; s = s + sg_size) {",
+            f"        let v = red{k}[s];",
+            "        " + _combine(stage, p, acc, "v"),
+            "    }",
+            f"    {acc} = {across};"]
+
+
