@@ -302,15 +302,11 @@ class WebGPUBackend(FusedBackend):
             data = np.concatenate([data, np.zeros(size - data.nbytes, np.uint8)])
         gpu = self.pool.take(size)
         if gpu is None:
-            # a new buffer and a queued write, not create_buffer_with_data: on an NVIDIA GPU
-            # through Vulkan, kernels read a buffer created mapped at about 60% of the speed
-            # of one written through the queue (a*1.5 + b over 64M float32 on an H100:
-            # 0.46 ms against 0.27 ms)
-            gpu = self._create(size, data.nbytes, None)
-        else:
-            # a write goes ahead of the commands not yet submitted, which may still read what
-            # this buffer held before: submit those first
-            self.flush()
+            return DeviceBuffer(self.device.create_buffer_with_data(data=data, usage=self._usage),
+                                self.pool)
+        # a write goes ahead of the commands not yet submitted, which may still read what
+        # this buffer held before: submit those first
+        self.flush()
         self.queue.write_buffer(gpu, 0, data)
         return DeviceBuffer(gpu, self.pool)
 
