@@ -47,7 +47,7 @@ def _combine(stage: Stage, p: WGSLPrinter, acc: str, v: str) -> str:
         better = p.less(acc, v, t) if op == "max" else p.less(v, acc, t)
         if t.is_float:
             better = f"{better} || {p.call('lb_isnan', v)}"
-        return f"if ({better}) {{ {acc} = {v}; }}"
+        return f"{acc} = select({acc}, {v}, {better});"
     raise ValueError(op)
 
 
@@ -169,7 +169,8 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
     bound = {row.id: "row"}
 
     def render_pass(k: int, finish) -> list[str]:
-        """Pass ``k`` over the row; ``finish(names)`` gives the lines using its values."""
+        """Pass ``k`` over the row; ``finish(names, index)`` gives the lines using its values
+        (``index``: the name of the element's position in the row)."""
         roots = passes[k]
         held = {e.id: cache[e.id] for e in (plan[k - 1] if plan and k else [])}
         # what does not vary along the row, once
@@ -182,21 +183,33 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
         if plan is None:
             lines, names = p.emit(roots, {**bound, r.id: "r"})
             return out + [f"    for (var r = {start}; r < {spec.reduce_size}i; "
-                          f"r = r + {step}i) {{"] + indent(lines + finish(names), 8) + ["    }"]
+                          f"r = r + {step}i) {{"] + indent(lines + finish(names, "r"), 8) + \
+                ["    }"]
         new = [e for e in plan[k] if e.id not in cache]
         for e in new:
             cache[e.id] = f"c{len(cache)}"
             out.append("    " + " ".join(f"var {cache[e.id]}_{j}: {value_type(e.dtype)};"
                                          for j in range(per_item)))
+        # every element's values first, then every element's combine: the loads of the whole
+        # share are in flight together (a combine between them, a branch or a compare on
+        # the loaded value, would hold each load back until the previous one arrived)
+        combines, last = [], []
         for j in range(per_item):
-            lines, names = p.emit(roots, {**bound, r.id: "r",
-                                          **{i: f"{n}_{j}" for i, n in held.items()}})
-            lines += finish(names) + [f"{cache[e.id]}_{j} = {names[e.id]};" for e in new]
             offset = f"{j * step}i" if start == "0i" else \
                 (f"{start} + {j * step}i" if j else start)
-            if (j + 1) * step > spec.reduce_size:  # the row ends within this block
-                lines = [f"if (r < {spec.reduce_size}i) {{"] + indent(lines, 4) + ["}"]
-            out += ["    {", f"        let r = {offset};"] + indent(lines, 8) + ["    }"]
+            guarded = (j + 1) * step > spec.reduce_size  # the row ends within this element
+            index = "r" if guarded else f"r{k}_{j}"
+            lines, names = p.emit(roots, {**bound, r.id: index,
+                                          **{i: f"{n}_{j}" for i, n in held.items()}})
+            keep = [f"{cache[e.id]}_{j} = {names[e.id]};" for e in new]
+            if guarded:
+                lines = [f"if (r < {spec.reduce_size}i) {{"] + \
+                    indent(lines + finish(names, "r") + keep, 4) + ["}"]
+                last += ["    {", f"        let r = {offset};"] + indent(lines, 8) + ["    }"]
+            else:
+                out += [f"    let {index} = {offset};"] + indent(lines + keep, 4)
+                combines += indent(finish(names, index), 4)
+        out += combines + last
         return out
 
     for k, stage in enumerate(spec.stages):
@@ -206,10 +219,10 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
         if arg:
             body.append(f"    var arg{k}: i32 = 0i;")
 
-        def combine(names, k=k, stage=stage, arg=arg):
+        def combine(names, index, k=k, stage=stage, arg=arg):
             v = names[stage.value.id]
             if arg:
-                return [_arg_combine(stage, p, f"acc{k}", f"arg{k}", v, "r", False)]
+                return [_arg_combine(stage, p, f"acc{k}", f"arg{k}", v, index, False)]
             return [_combine(stage, p, f"acc{k}",
                              p.convert(v, stage.value.dtype, stage.acc_dtype))]
         body += render_pass(k, combine)
@@ -229,7 +242,7 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
         body += indent(lines + [p.store(o.arg, "row", names[o.value.id]) for o in row_outs], 8)
         body.append("    }")
     if full_outs:
-        body += render_pass(len(spec.stages), lambda names: [
+        body += render_pass(len(spec.stages), lambda names, index: [
             p.store(o.arg, names[o.index.id], names[o.value.id]) for o in full_outs])
     body.append("}")
     return RenderedKernel(name, p.module(shared, body), dims, size, read_only(spec))
