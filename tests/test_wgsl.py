@@ -438,6 +438,48 @@ def test_freed_buffers_are_reused_and_results_stay_right(monkeypatch, rng):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_bind_groups_are_kept_for_the_buffers_a_kernel_ran_with(monkeypatch, rng):
+    b = _extra_device(monkeypatch, "webgpu:91")
+    x, y = (rng.standard_normal(3000, dtype=np.float32) for _ in range(2))
+    tx, ty = lb.tensor(x, device="webgpu:91"), lb.tensor(y, device="webgpu:91")
+    outs = []
+    for _ in range(3):  # three live outputs: three buffer sets
+        outs.append(tx * 1.5 + ty)
+        lb.graph.sync(outs[-1])
+    plan, _ = b.plans.lookup([(tx * 1.5 + ty)._node], b.fuse, b.max_args)
+    kernel = plan.kernels[0].compiled
+    assert len(kernel._groups) == 3
+    out0 = outs[0]._node.buffer
+    group = kernel.bind_group(b, [tx._node.buffer, ty._node.buffer, out0])
+    assert group is kernel._groups[-1][1] and len(kernel._groups) == 3  # found, not made
+    del outs
+    for _ in range(2 * webgpu.BIND_GROUPS_KEPT):  # freed outputs come back from the pool
+        np.testing.assert_allclose((tx * 1.5 + ty).numpy(), x * 1.5 + y, rtol=1e-6)
+    assert len(kernel._groups) <= webgpu.BIND_GROUPS_KEPT
+    b.pool.clear()  # destroys the pooled buffers some entries bind
+    np.testing.assert_allclose((tx * 2.5 + ty).numpy(), x * 2.5 + y, rtol=1e-6)
+    np.testing.assert_allclose((tx * 1.5 + ty).numpy(), x * 1.5 + y, rtol=1e-6)
+    assert len(kernel._groups) == 1
+
+
+def test_asynchronous_syncs_return_before_the_queue_is_done(monkeypatch, rng):
+    b = _extra_device(monkeypatch, "webgpu:92")
+    monkeypatch.setattr(webgpu, "synchronous", False)
+    waits = []
+    monkeypatch.setattr(b, "finish", lambda finish=b.finish: (waits.append(1), finish())[1])
+    x = rng.standard_normal((50, 400), dtype=np.float32)
+    tx = lb.tensor(x, device="webgpu:92")
+    ys = []
+    for step in range(3):  # each step reads the last one's result on the device
+        ys.append(lb.softmax((ys[-1] if ys else tx) * 3.0, axis=-1))
+        lb.graph.sync(ys[-1])
+    assert not waits and b._encoder is None  # submitted, never waited for
+    want = x
+    for _ in range(3):
+        want = lb.softmax(lb.tensor(want, device="numpy") * 3.0, axis=-1).numpy()
+    np.testing.assert_allclose(ys[-1].numpy(), want, rtol=1e-5, atol=1e-7)
+
+
 def test_a_profile_times_the_phases_of_each_sync(monkeypatch, rng):
     b = _extra_device(monkeypatch, "webgpu:94")
     tx = lb.tensor(rng.standard_normal(5000, dtype=np.float32), device="webgpu:94")

@@ -43,6 +43,11 @@ class FusedBackend:
             if source is not None:
                 dump.write(k, source, k.compiled.suffix, k.compiled.comment)
 
+    def end_sync(self) -> None:
+        """What a sync does once its kernels are recorded: by default, wait for them
+        (``finish``), so that a device fault is reported by the sync that caused it."""
+        self.finish()
+
     def run(self, outputs, key=None, order=None) -> list:
         plan, order = self.prepare(outputs, key, order)
         return self.execute(plan, order, {p: self._as_local(order[p]) for p in plan.leaf_pos})
@@ -76,7 +81,7 @@ class FusedBackend:
                     if plan.last_use.get(p) == i and p not in out_set and \
                             order[p].buffer is None:
                         self.release(values.pop(p))
-            self.finish()
+            self.end_sync()
             self.dump(plan)
         except self.device_errors() as e:
             origin = getattr(k.compiled, "origin", None) if k is not None else None

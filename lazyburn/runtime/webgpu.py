@@ -10,7 +10,10 @@ brings its own LLVM), and GL compute is the weakest of wgpu's targets anyway.
 One device and its queue per adapter; the queue is the device's stream. A sync records every
 kernel of the plan into one command encoder (one compute pass per kernel, which WebGPU orders
 and synchronizes), submits it once and waits for the queue, so device faults surface at the
-sync that caused them. Buffers are storage buffers holding the host's bytes, padded to a
+sync that caused them. With the module setting ``synchronous = False`` a sync returns once its
+commands are submitted, as ``lazyburn.runtime.cuda.synchronous = False`` does for CUDA: the
+host prepares the next sync while the device runs this one (reading a result still waits for
+the work it needs; validation errors still surface at the sync, others at a later one). Buffers are storage buffers holding the host's bytes, padded to a
 multiple of 4; 8- and 16-bit elements are packed in them (see ``codegen/wgsl.py``).
 
 Memory. Buffers come from a pool (``BufferPool``), as PyTorch's caching allocator does for
@@ -65,6 +68,8 @@ from ..graph import dtypes as dt
 from . import dump
 from .fused import FusedBackend
 
+synchronous = True  # a sync waits for the queue (see the module doc)
+BIND_GROUPS_KEPT = 4  # bind groups a kernel keeps for the buffer sets it ran with last
 DEFAULT_STORAGE_BUFFERS = 8  # WebGPU's default limit, which every adapter offers
 POOL_BYTES = 2 << 30  # freed buffers the pool keeps for reuse; beyond this they are destroyed
 MAX_TIMED_PASSES = 256  # kernels of one sync that a profile times on the device
@@ -417,7 +422,14 @@ class WebGPUBackend(FusedBackend):
             if p is not None:
                 p.add("submit", time.perf_counter() - t0)
 
+    def end_sync(self) -> None:
+        if synchronous:
+            self.finish()
+        else:
+            self.flush()
+
     def finish(self) -> None:
+        """Submit what is recorded and wait until the queue is idle."""
         self.flush()
         t0 = time.perf_counter()
         wait = getattr(self.device, "_poll_wait", None)
@@ -449,7 +461,13 @@ class WebGPUBackend(FusedBackend):
 
 class CompiledKernel:
     """A compute pipeline with its dispatch size and the launch ``params`` it was rendered
-    with; ``source`` is what the dump shows."""
+    with; ``source`` is what the dump shows.
+
+    Creating a bind group costs more host time than encoding the dispatch, and a plan run again
+    mostly binds the same buffers (its inputs, and outputs the pool hands back), so the kernel
+    keeps the bind groups of the last ``BIND_GROUPS_KEPT`` buffer sets it ran with. An entry
+    holds its buffers, so they stay alive (and their ids unique) while it is kept; the pool's
+    ``clear`` (which destroys buffers) empties every kernel's entries."""
 
     suffix, comment = ".wgsl", "//"
 
@@ -460,14 +478,31 @@ class CompiledKernel:
         self.source = rendered.source
         self.origin = origin
         self.params = dict(params or {})
+        self._groups: list[tuple] = []  # (GPUBuffers, bind group), the latest last
+        self._clears = 0  # the pool's clears when the entries were made
+
+    def bind_group(self, backend, args):
+        buffers = tuple(b.gpu for b in args)
+        if self._clears != backend.pool.clears:
+            self._groups, self._clears = [], backend.pool.clears
+        for j, (kept, group) in enumerate(self._groups):
+            if all(x is y for x, y in zip(kept, buffers)):
+                if j != len(self._groups) - 1:
+                    self._groups.append(self._groups.pop(j))
+                return group
+        group = backend.device.create_bind_group(layout=self.layout, entries=[
+            {"binding": i, "resource": {"buffer": gpu, "offset": 0, "size": gpu.size}}
+            for i, gpu in enumerate(buffers)])
+        self._groups.append((buffers, group))
+        if len(self._groups) > BIND_GROUPS_KEPT:
+            del self._groups[0]
+        return group
 
     def __call__(self, backend, args) -> None:
         if 0 in self.rendered.workgroups:
             return
         t0 = time.perf_counter()
-        group = backend.device.create_bind_group(layout=self.layout, entries=[
-            {"binding": i, "resource": {"buffer": b.gpu, "offset": 0, "size": b.gpu.size}}
-            for i, b in enumerate(args)])
+        group = self.bind_group(backend, args)
         compute = backend.begin_pass()
         compute.set_pipeline(self.pipeline)
         compute.set_bind_group(0, group)
@@ -488,6 +523,7 @@ class BufferPool:
         self.cached = 0
         self.free: dict[int, list] = {}
         self.reused = 0  # allocations served from the pool (tests and profiles read it)
+        self.clears = 0  # times ``clear`` destroyed the cached buffers
 
     def take(self, size: int):
         """A cached GPU buffer of ``size`` bytes, or None."""
@@ -509,6 +545,7 @@ class BufferPool:
         """Destroy every cached buffer (after a failed allocation, once the commands recorded
         so far are submitted)."""
         free, self.free, self.cached = self.free, {}, 0
+        self.clears += 1
         for buffers in free.values():
             for gpu in buffers:
                 gpu.destroy()
