@@ -101,7 +101,10 @@ def test_opengl_adapters_when_asked_for():
             "if not gl: print('no GL adapter'); raise SystemExit\n"
             "d = f'webgpu:{gl[0]}'\n"
             "x = np.arange(-12, 12, dtype=np.int32).reshape(4, 6)\n"
-            "t = lb.tensor(x, device=d)\n"
+            "try:\n"
+            "    t = lb.tensor(x, device=d)\n"
+            "except lb.DeviceError as e:  # a GL context without compute shaders\n"
+            "    print('no GL adapter:', e); raise SystemExit\n"
             "assert (((t % 5) + t // -4).numpy() == (x % 5) + x // -4).all()\n"
             "f = x.astype(np.float32) / 7\n"
             "s = lb.softmax(lb.tensor(f, device=d), axis=-1).numpy()\n"
@@ -111,7 +114,7 @@ def test_opengl_adapters_when_asked_for():
     out = _fresh(code, LAZYBURN_WEBGPU_BACKENDS="vulkan,gl")
     assert out.returncode == 0, out.stderr[-2000:]
     if "no GL adapter" in out.stdout:
-        pytest.skip("no OpenGL adapter")
+        pytest.skip(f"no OpenGL adapter that computes ({out.stdout.strip()})")
     assert "ok webgpu:" in out.stdout
 
 
@@ -453,12 +456,13 @@ def test_bind_groups_are_kept_for_the_buffers_a_kernel_ran_with(monkeypatch, rng
     group = kernel.bind_group(b, [tx._node.buffer, ty._node.buffer, out0])
     assert group is kernel._groups[-1][1] and len(kernel._groups) == 3  # found, not made
     del outs
+    tol = {"rtol": 1e-6, "atol": 1e-6}  # a GPU may fuse the multiply-add into one rounding
     for _ in range(2 * webgpu.BIND_GROUPS_KEPT):  # freed outputs come back from the pool
-        np.testing.assert_allclose((tx * 1.5 + ty).numpy(), x * 1.5 + y, rtol=1e-6)
+        np.testing.assert_allclose((tx * 1.5 + ty).numpy(), x * 1.5 + y, **tol)
     assert len(kernel._groups) <= webgpu.BIND_GROUPS_KEPT
     b.pool.clear()  # destroys the pooled buffers some entries bind
-    np.testing.assert_allclose((tx * 2.5 + ty).numpy(), x * 2.5 + y, rtol=1e-6)
-    np.testing.assert_allclose((tx * 1.5 + ty).numpy(), x * 1.5 + y, rtol=1e-6)
+    np.testing.assert_allclose((tx * 2.5 + ty).numpy(), x * 2.5 + y, **tol)
+    np.testing.assert_allclose((tx * 1.5 + ty).numpy(), x * 1.5 + y, **tol)
     assert len(kernel._groups) == 1
 
 

@@ -338,12 +338,42 @@ fn lb_pow(x: f32, y: f32) -> f32 {{
         v = select(0.0f, {INF}, y < 0.0f);
     }} else if (lb_isinf(ax)) {{
         v = select({INF}, 0.0f, y < 0.0f);
-    }} else {{
+    }} else if (lb_isinf(y)) {{
         v = exp2(y * lb_log2(ax));
+    }} else {{
+        // y log2|x| = y e + y log2(m) with |x| = m 2^e, m in [sqrt(1/2), sqrt(2)): y e is
+        // carried exactly as hi + lo and the integer parts go to the exponent, so rounding
+        // a large y log2|x| (log2(1e30) ~ 99.7, whose float ulp is 8e-6) does not become the
+        // result's relative error (what remains: about |y| 4e-8, from log2(m))
+        var e = lb_exponent(ax);
+        var m = ldexp(ax, -e);
+        if (m > 1.41421356f) {{ m = 0.5f * m; e = e + 1i; }}
+        let fe = f32(e);
+        let hi = y * fe;
+        let lo = fma(y, fe, -hi);
+        let q = lo + y * lb_log2(m);
+        let n = round(hi) + round(q);
+        let r = (hi - round(hi)) + (q - round(q));
+        // beyond 2^+-512 the result is inf or 0 whatever r is
+        v = lb_scale2(exp2(r), i32(clamp(n, -512.0f, 512.0f)));
     }}
     return select(v, -v, y_odd && (bitcast<u32>(x) & 0x80000000u) != 0u);
 }}
-""", ("lb_isnan", "lb_isinf", "lb_log2"))
+""", ("lb_isnan", "lb_isinf", "lb_log2", "lb_exponent", "lb_scale2"))
+_define("lb_scale2", """
+// x * 2^n for |n| <= 512, in steps a float exponent can hold (ldexp's result is undefined
+// where it overflows)
+fn lb_scale2(x: f32, n: i32) -> f32 {
+    var v = x;
+    var k = n;
+    for (var i = 0; i < 5 && k != 0i; i = i + 1) {
+        let step = clamp(k, -126i, 127i);
+        v = v * bitcast<f32>(u32(step + 127i) << 23u);
+        k = k - step;
+    }
+    return v;
+}
+""")
 _define("lb_pcg", """
 fn lb_pcg(x: u32) -> u32 {
     let state = x * 747796405u + 2891336453u;

@@ -227,7 +227,9 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
                              p.convert(v, stage.value.dtype, stage.acc_dtype))]
         body += render_pass(k, combine)
         if tree:
-            shared.append(f"var<workgroup> red{k}: array<{acc_t}, {size}>;")
+            # bools cross workgroup memory as u32 (0 or 1): NVIDIA's Vulkan driver returned
+            # wrong any/all results through a workgroup array of bool
+            shared.append(f"var<workgroup> red{k}: array<{'u32' if stage.acc_dtype.is_bool else acc_t}, {size}>;")
             if arg:
                 shared.append(f"var<workgroup> ridx{k}: array<i32, {size}>;")
             body += _subgroup_combine(stage, p, k, subgroup_ops[k]) if subgroup_ops[k] else \
@@ -252,26 +254,36 @@ def _tree_combine(stage: Stage, p: WGSLPrinter, k: int, size: int) -> list[str]:
     """``acc{k}`` combined across the workgroup in log2(size) rounds through workgroup
     memory (a barrier each)."""
     arg = stage.op in ("argmax", "argmin")
-    lines = [f"    red{k}[lid] = acc{k};"]
+    put, get = _shared_spelling(stage)
+    lines = [f"    red{k}[lid] = {put.format(f'acc{k}')};"]
     if arg:
         lines.append(f"    ridx{k}[lid] = arg{k};")
     lines += ["    workgroupBarrier();",
               f"    for (var s = {size // 2}i; s > 0i; s = s >> 1u) {{",
               "        if (lid < s) {",
-              f"            var a = red{k}[lid];",
-              f"            let v = red{k}[lid + s];"]
+              f"            var a = {get.format(f'red{k}[lid]')};",
+              f"            let v = {get.format(f'red{k}[lid + s]')};"]
     if arg:
         lines += [f"            var ai = ridx{k}[lid];",
                   f"            let vi = ridx{k}[lid + s];",
                   "            " + _arg_combine(stage, p, "a", "ai", "v", "vi", True),
                   f"            red{k}[lid] = a;", f"            ridx{k}[lid] = ai;"]
     else:
-        lines += ["            " + _combine(stage, p, "a", "v"), f"            red{k}[lid] = a;"]
+        lines += ["            " + _combine(stage, p, "a", "v"),
+                  f"            red{k}[lid] = {put.format('a')};"]
     lines += ["        }", "        workgroupBarrier();", "    }",
-              f"    acc{k} = red{k}[0];"]
+              f"    acc{k} = {get.format(f'red{k}[0]')};"]
     if arg:
         lines.append(f"    arg{k} = ridx{k}[0];")
     return lines
+
+
+def _shared_spelling(stage: Stage) -> tuple[str, str]:
+    """Format strings writing a stage's value to its workgroup array and reading it back (a
+    bool is held as a u32 there)."""
+    if stage.acc_dtype.is_bool:
+        return "select(0u, 1u, {0})", "({0} != 0u)"
+    return "{0}", "{0}"
 
 
 def _subgroup_op(stage: Stage) -> str | None:
@@ -305,12 +317,13 @@ def _subgroup_combine(stage: Stage, p: WGSLPrinter, k: int, op: str) -> list[str
     if t.is_float and stage.op in ("max", "min"):
         across = f"select({across}, {p.literal(math.nan, t)}, " \
                  f"subgroupAny({p.call('lb_isnan', acc)}))"
+    put, get = _shared_spelling(stage)
     return [f"    {acc} = {across};",
-            f"    if (sid == 0u) {{ red{k}[lid_u / sg_size] = {acc}; }}",
+            f"    if (sid == 0u) {{ red{k}[lid_u / sg_size] = {put.format(acc)}; }}",
             "    workgroupBarrier();",
             f"    {acc} = {_identity(stage, p)};",
             "    for (var s = sid; s < subgroups; s = s + sg_size) {",
-            f"        let v = red{k}[s];",
+            f"        let v = {get.format(f'red{k}[s]')};",
             "        " + _combine(stage, p, acc, "v"),
             "    }",
             f"    {acc} = {across};"]

@@ -119,8 +119,17 @@ def adapters() -> list:
         pass
     kinds = {BACKENDS[n][1] for n in wanted}
     found = [a for a in wgpu.gpu.enumerate_adapters_sync()
-             if a.info.get("backend_type") in kinds]
+             if a.info.get("backend_type") in kinds and _computes(a)]
     return sorted(found, key=_rank)
+
+
+def _computes(adapter) -> bool:
+    """Whether ``adapter`` runs compute shaders (an OpenGL ES context without them reports no
+    compute invocations)."""
+    try:
+        return adapter.limits.get("max-compute-invocations-per-workgroup", 0) > 0
+    except Exception:  # limits unreadable: let opening the device say what is wrong
+        return True
 
 
 def available() -> bool:
@@ -138,7 +147,12 @@ def open_device(index: int) -> "WebGPUBackend":
                           f"{e}") from None
     if index >= len(found):
         raise DeviceError(f"no WebGPU adapter {index} (found {len(found)})")
-    return WebGPUBackend(found[index], index)
+    try:
+        return WebGPUBackend(found[index], index)
+    except RuntimeError as e:  # the adapter would not give a device
+        info = found[index].info
+        raise DeviceError(f"webgpu:{index} ({info.get('device')}, {info.get('backend_type')}) "
+                          f"could not be opened: {str(e).splitlines()[0]}") from None
 
 
 def _requested_storage_buffers(adapter_max: int) -> int:
