@@ -77,7 +77,7 @@ def numpy_reference(x, y, xs):
     return ref_chain, e / e.sum(-1, keepdims=True)
 
 
-WARMUP_SECONDS = 0.5  # a GPU idle before the run needs this long to raise its clocks
+WARMUP_SECONDS = 2.0  # a GPU idle before the run needs this long to raise its clocks
 
 
 def time_it(run, sync, warmup: int, repeats: int) -> list[float]:
