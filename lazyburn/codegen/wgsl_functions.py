@@ -273,30 +273,28 @@ fn lb_expm1(x: f32) -> f32 {{
 """)
 _define("lb_log1p", f"""
 // log1p(x) = 2 atanh(s) with s = x / (2 + x), by its series near 0 (|s| <= 0.2, error below
-// 1e-9); log(1 + x) elsewhere, where the rounding of 1 + x no longer matters.
+// 1e-9); log(1 + x) elsewhere, where the rounding of 1 + x no longer matters. Both forms are
+// computed and one selected: no branch, so the elements an invocation holds are computed
+// side by side (a branch would run them one after the other, and a warp takes both paths
+// anyway when its elements disagree).
 fn lb_log1p(x: f32) -> f32 {{
-    if (x < -1.0f || lb_isnan(x)) {{ return {NAN}; }}
-    if (x == -1.0f) {{ return -{INF}; }}
-    if (x > -0.333f && x < 0.5f) {{
-        let s = x / (2.0f + x);
-        let z = s * s;
-{_horner("z", _ATANH_SERIES, "p", "        ")}
-        return 2.0f * s * p;
-    }}
-    return log(1.0f + x);
+    let s = x / (2.0f + x);
+    let z = s * s;
+{_horner("z", _ATANH_SERIES, "p", "    ")}
+    var r = select(log(1.0f + x), 2.0f * s * p, (x > -0.333f) & (x < 0.5f));
+    r = select(r, -{INF}, x == -1.0f);
+    return select(r, {NAN}, (x < -1.0f) | lb_isnan(x));
 }}
 """, ("lb_isnan",))
 _define("lb_tanh", f"""
-// Drivers implement tanh as a ratio of exponentials, which is nan for large |x|.
+// Drivers implement tanh as a ratio of exponentials, which is nan for large |x|. Both forms
+// are computed and one selected (no branch: see lb_log1p).
 fn lb_tanh(x: f32) -> f32 {{
     let ax = abs(x);
-    if (ax < 0.625f) {{
-        let z = x * x;
-{_horner("z", _TANH_P, "p", "        ")}
-        return fma(p * z, x, x);
-    }}
-    let y = 1.0f - 2.0f / (exp(ax + ax) + 1.0f);
-    return lb_copysign(y, x);
+    let z = x * x;
+{_horner("z", _TANH_P, "p", "    ")}
+    let large = lb_copysign(1.0f - 2.0f / (exp(ax + ax) + 1.0f), x);
+    return select(large, fma(p * z, x, x), ax < 0.625f);
 }}
 """, ("lb_copysign",))
 _define("lb_sigmoid", """
