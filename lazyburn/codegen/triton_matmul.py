@@ -51,8 +51,9 @@ def epilogue_subtiles(block_m: int, block_n: int, num_warps: int) -> int:
 
 def tma_operands(spec: MatmulSpec) -> dict[str, tuple]:
     """The operands a tensor descriptor can load (Hopper's tensor memory accelerator, TMA):
-    ``"a"``/``"b"`` -> ``(shape, strides, transposed)`` of the descriptor over the operand's
-    buffer. An operand qualifies when its prologue is a plain unmasked load whose index is
+    ``"a"``/``"b"`` -> ``(shape, strides, dims)`` of the descriptor over the operand's buffer,
+    ``dims`` naming the loop variables of its last two dimensions (``("k", "m")`` for an A
+    stored transposed). An operand qualifies when its prologue is a plain unmasked load whose index is
     the row-major offset of its [batch,] rows x columns matrix, or of the transposed matrix
     (then the loaded tile is transposed), with every stride but the last a multiple of 16
     bytes (the copy engine's rule); a batch stride of 0 (one matrix shared by the batch)
@@ -71,8 +72,9 @@ def tma_operands(spec: MatmulSpec) -> dict[str, tuple]:
             continue
         extent = {"m": spec.m, "n": spec.n, "k": spec.k}
         size = extent[rows] * extent[cols]
-        batch = coef.pop("b", 0) if spec.batch > 1 else 0
-        coef.pop("b", None)
+        batch = coef.pop("b", 0)
+        if spec.batch == 1:
+            batch = 0
         if batch not in (0, size):
             continue
 
@@ -81,18 +83,17 @@ def tma_operands(spec: MatmulSpec) -> dict[str, tuple]:
                 (coef.get(outer, 0) == extent[inner] or extent[outer] == 1)
 
         if row_major(rows, cols):
-            transposed = False
+            outer, inner = rows, cols
         elif row_major(cols, rows):
-            transposed = True
+            outer, inner = cols, rows
         else:
             continue
-        outer, inner = (cols, rows) if transposed else (rows, cols)
         shape, strides = [extent[outer], extent[inner]], [extent[inner], 1]
         if batch:
             shape, strides = [spec.batch] + shape, [size] + strides
         if any(st * e.dtype.itemsize % 16 for st in strides[:-1]):
             continue
-        out[which] = (shape, strides, transposed)
+        out[which] = (shape, strides, (outer, inner))
     return out
 
 
@@ -121,10 +122,7 @@ def _descriptors(p: TritonPrinter, spec: MatmulSpec, params, tma: dict) -> list[
     BM, BN, BK = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["BLOCK_K"])
     block = {"m": BM, "n": BN, "k": BK}
     lines = []
-    for which, (shape, strides, transposed) in tma.items():
-        dims = ("m", "k") if which == "a" else ("k", "n")
-        if transposed:
-            dims = dims[::-1]
+    for which, (shape, strides, dims) in tma.items():
         box = [block[d] for d in dims]
         if len(shape) == 3:
             box = [1] + box
@@ -137,18 +135,17 @@ def _descriptors(p: TritonPrinter, spec: MatmulSpec, params, tma: dict) -> list[
 def _descriptor_tile(spec: MatmulSpec, params, which: str, layout: tuple) -> str:
     """The expression loading this K step's tile of operand ``which`` through its
     descriptor, as a [BLOCK_M, BLOCK_K] or [BLOCK_K, BLOCK_N] tile."""
-    shape, _, transposed = layout
+    shape, _, dims = layout
     BM, BN, BK = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["BLOCK_K"])
     start = {"m": f"pid_m * {BM}", "n": f"pid_n * {BN}", "k": "k0"}
     block = {"m": BM, "n": BN, "k": BK}
-    dims = ("m", "k") if which == "a" else ("k", "n")
-    stored = dims[::-1] if transposed else dims
-    coords = [start[d] for d in stored]
+    coords = [start[d] for d in dims]
     if len(shape) == 3:
         coords = ["pid_b"] + coords
     tile = f"{which}_desc.load([{', '.join(coords)}])"
     if len(shape) == 3:
-        tile = f"tl.reshape({tile}, ({block[stored[0]]}, {block[stored[1]]}))"
+        tile = f"tl.reshape({tile}, ({block[dims[0]]}, {block[dims[1]]}))"
+    transposed = dims != (("m", "k") if which == "a" else ("k", "n"))
     return f"tl.trans({tile})" if transposed else tile
 
 
