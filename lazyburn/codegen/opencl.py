@@ -32,14 +32,12 @@ from dataclasses import dataclass
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
 from . import opencl_math
-from .common import INFIX, ExprPrinter, float_literal
+from .common import INFIX, ExprPrinter, find_var, float_literal, reduction_identity
 
 STORAGE = {"bool": "uchar", "int8": "char", "int16": "short", "int32": "int", "int64": "long",
            "uint8": "uchar", "float16": "half", "bfloat16": "ushort", "float32": "float",
            "float64": "double"}
 VALUE = dict(STORAGE, bool="bool", float16="float", bfloat16="float")
-INT_LIMITS = {"int8": (-128, 127), "int16": (-32768, 32767), "int32": ("INT_MIN", "INT_MAX"),
-              "int64": ("LONG_MIN", "LONG_MAX"), "uint8": (0, 255)}
 
 HELPERS = r"""
 static inline float lb_bf16_load(__global const ushort* p, long i) { return as_float(((uint)p[i]) << 16); }
@@ -144,11 +142,10 @@ class OpenCLPrinter(ExprPrinter):
         t = dtype.name
         if dtype.is_bool:
             return "true" if value else "false"
-        if dtype.is_int:
-            lo = INT_LIMITS.get(t, (None, None))[0]
+        if dtype.is_int:  # the lowest values by name: their magnitudes do not fit the type
             if t == "int64":
                 return f"{value}L" if value != -2 ** 63 else "LONG_MIN"
-            return str(value) if value != lo or isinstance(lo, int) else lo
+            return "INT_MIN" if t == "int32" and value == -2 ** 31 else str(value)
         if t == "float64":
             return float_literal(value, "", "INFINITY", "NAN")
         return float_literal(value, "f", "INFINITY", "NAN")
@@ -384,7 +381,7 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKe
     per_item = max(1, int(params.get("per_item", 1)))
     local = params.get("local")
     it = p.index_type
-    i = spec_var(spec, "i")
+    i = find_var(spec, "i")
     lines, names = p.emit([o.value for o in spec.outputs], {i.id: "i"})
     stores = [p.store(o.arg, "i", names[o.value.id]) for o in spec.outputs]
     if per_item == 1:
@@ -427,7 +424,7 @@ def _render_elementwise_rows(spec: ElementwiseSpec, name, rows, width, fast) -> 
     p = OpenCLPrinter(spec, fast)
     p.rows = rows
     it = p.index_type
-    i = spec_var(spec, "i")
+    i = find_var(spec, "i")
     lines, names = p.emit([o.value for o in spec.outputs], {i.id: "i"})
     stores = [p.store(o.arg, "i", names[o.value.id]) for o in spec.outputs]
     body = [_signature(p, name) + " {", f"    const {it} o = ({it})get_global_id(0);"]
@@ -483,27 +480,8 @@ def _row_step(e: Expr, rows: int) -> int | None:
     return None
 
 
-def spec_var(spec: KernelSpec, name: str) -> Expr:
-    for e in spec.exprs():
-        if e.op == "var" and e.args[0] == name:
-            return e
-    return Expr("var", (name,), spec.index_dtype, id=-hash(name))
-
-
-IDENTITY = {"sum": "0", "prod": "1", "any": "false", "all": "true"}
-
-
 def _identity(stage: Stage, p: OpenCLPrinter) -> str:
-    t = stage.acc_dtype
-    if stage.op in IDENTITY:
-        return IDENTITY[stage.op]
-    lowest = stage.op in ("max", "argmax")
-    if t.is_float:
-        return "(-INFINITY)" if lowest else "INFINITY"
-    if t.is_bool:
-        return "false" if lowest else "true"
-    lo, hi = INT_LIMITS[t.name]
-    return str(lo if lowest else hi)
+    return p.literal(reduction_identity(stage), stage.acc_dtype)
 
 
 def _combine(stage: Stage, acc: str, v: str) -> str:
@@ -547,7 +525,7 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
     local = int(params.get("local") or min(256, _pow2_at_least(spec.reduce_size)))
     if strategy == "sequential":
         local = 1
-    row, r = spec_var(spec, "row"), spec_var(spec, "r")
+    row, r = find_var(spec, "row"), find_var(spec, "r")
     bound = {row.id: "row"}
     tree = strategy == "tree" and local > 1
     body = [_signature(p, name) + " {"]
@@ -653,7 +631,7 @@ def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
     it = p.index_type
     tile = int(params.get("tile", 16))
     acc_t = VALUE[spec.acc_dtype.name]
-    vb, vm, vn, vk = (spec_var(spec, v) for v in ("b", "m", "n", "k"))
+    vb, vm, vn, vk = (find_var(spec, v) for v in ("b", "m", "n", "k"))
     base = {vb.id: "b"}
     a_lines, a_names = p.emit([spec.a], {**base, vm.id: "m", vk.id: "k"})
     b_lines, b_names = p.emit([spec.b], {**base, vk.id: "k", vn.id: "n"})

@@ -17,9 +17,6 @@ TL = {"bool": "tl.int1", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.in
 # the type a value has inside a kernel: half types compute in float32
 VALUE = dict(TL, float16="tl.float32", bfloat16="tl.float32")
 HALF = ("float16", "bfloat16")
-INT_LIMITS = {"int8": (-2 ** 7, 2 ** 7 - 1), "int16": (-2 ** 15, 2 ** 15 - 1),
-              "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1),
-              "uint8": (0, 255)}
 INF, NEG_INF, NAN = 'float("inf")', 'float("-inf")', 'float("nan")'
 
 # unary math with a tl builtin on every target

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..fusion.kernel_ir import ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
-from .triton_printer import (INT_LIMITS, VALUE, TritonPrinter, cdiv, expr_ids, indent, loop_vars,
+from .common import reduction_identity
+from .triton_printer import (VALUE, TritonPrinter, cdiv, expr_ids, indent, loop_vars,
                              next_pow2, number_text, program_id)
 
 PERSISTENT_MAX = 16384  # longest row a persistent reduction holds in registers
@@ -61,23 +62,6 @@ def _coefficients(e: Expr):
     return None
 
 
-def _identity(stage: Stage) -> object:
-    t = stage.acc_dtype
-    if stage.op == "sum":
-        return 0
-    if stage.op == "prod":
-        return 1
-    if stage.op in ("any", "all"):
-        return stage.op == "all"
-    lowest = stage.op in ("max", "argmax")
-    if t.is_float:
-        return float("-inf") if lowest else float("inf")
-    if t.is_bool:
-        return not lowest
-    lo, hi = INT_LIMITS[t.name]
-    return lo if lowest else hi
-
-
 def _work_type(stage: Stage) -> str:
     """The Triton type a stage's lanes are accumulated in."""
     if stage.op in ("any", "all"):
@@ -88,7 +72,7 @@ def _work_type(stage: Stage) -> str:
 
 
 def _identity_text(stage: Stage) -> str:
-    return number_text(_identity(stage), _work_type(stage))
+    return number_text(reduction_identity(stage), _work_type(stage))
 
 
 def _lanes(p: TritonPrinter, stage: Stage, v: str, shape: str, mask: str | None) -> str:

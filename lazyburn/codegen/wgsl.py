@@ -58,8 +58,6 @@ VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "int32":
          "int64": "vec2<u32>", "float16": "f32", "bfloat16": "f32", "float32": "f32"}
 PACKED_BITS = {"bool": 8, "int8": 8, "uint8": 8, "int16": 16, "float16": 16, "bfloat16": 16}
 NOT_IN_WGSL = frozenset({"float64"})
-INT_LIMITS = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
-              "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1)}
 # 8- and 16-bit integers live in i32 registers; these put a result back into its type's range
 WRAP = {"int8": "((({0}) << 24u) >> 24u)", "int16": "((({0}) << 16u) >> 16u)",
         "uint8": "(({0}) & 255i)"}

@@ -9,26 +9,12 @@ import math
 
 from ..fusion.kernel_ir import ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
-from .common import find_var, reduced_expr_id
-from .wgsl import (INT_LIMITS, WRAP, RenderedKernel, WGSLPrinter, entry_point, grid, indent,
+from .common import find_var, reduced_expr_id, reduction_identity
+from .wgsl import (WRAP, RenderedKernel, WGSLPrinter, entry_point, grid, indent,
                    linear_group, pow2_at_least, pow2_at_most, reachable, read_only, value_type)
 
 def _identity(stage: Stage, p: WGSLPrinter) -> str:
-    t = stage.acc_dtype
-    op = stage.op
-    if op == "sum":
-        return p.literal(0, t)
-    if op == "prod":
-        return p.literal(1, t)
-    if op in ("any", "all"):
-        return "false" if op == "any" else "true"
-    lowest = op in ("max", "argmax")
-    if t.is_float:
-        return p.literal(-math.inf if lowest else math.inf, t)
-    if t.is_bool:
-        return "false" if lowest else "true"
-    lo, hi = INT_LIMITS[t.name]
-    return p.literal(lo if lowest else hi, t)
+    return p.literal(reduction_identity(stage), stage.acc_dtype)
 
 
 def _combine(stage: Stage, p: WGSLPrinter, acc: str, v: str) -> str:
