@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .symbolic import Expr, format_expr, topo_exprs
 
 
@@ -179,3 +181,110 @@ class MatmulSpec(KernelSpec):
                 f"[{self.acc_dtype.name} accumulate]")
         pro = [f"  A[b,m,k] = {format_expr(self.a)}", f"  B[b,k,n] = {format_expr(self.b)}"]
         return "\n".join([head] + self._args_text() + pro + self._body_text())
+
+
+# debug check ------------------------------------------------------------------------------------
+class IndexOutOfBounds(IndexError):
+    """A kernel spec would read or write outside a buffer, or divide a negative index."""
+
+
+_INDEX_OPS = {
+    "idx_add": lambda a, b: a + b, "idx_mul": lambda a, b: a * b,
+    "idx_min": lambda a, b: np.minimum(a, b), "idx_max": lambda a, b: np.maximum(a, b),
+    "idx_lt": lambda a, b: a < b, "idx_ge": lambda a, b: a >= b,
+    "idx_and": lambda a, b: a & b,
+}
+
+
+def iteration_space(spec: KernelSpec) -> dict:
+    """Every point of ``spec``'s iteration space: loop variable name -> int64 array, the
+    arrays broadcasting against each other (one axis per variable)."""
+    if isinstance(spec, ElementwiseSpec):
+        sizes = {"i": spec.numel}
+    elif isinstance(spec, ReductionSpec):
+        sizes = {"row": spec.rows, "r": spec.reduce_size}
+    elif isinstance(spec, MatmulSpec):
+        sizes = {"b": spec.batch, "m": spec.m, "n": spec.n, "k": spec.k}
+    else:
+        raise TypeError(f"no iteration space for {type(spec).__name__}")
+    grid = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in sizes.values()], indexing="ij",
+                       sparse=True)
+    return dict(zip(sizes, grid))
+
+
+def check_index_bounds(spec: KernelSpec, seed: int = 0) -> int:
+    """Evaluate every index expression of ``spec`` over its whole iteration space (NumPy) and
+    check that each load reads, and each store writes, inside its buffer wherever its mask
+    holds, and that every ``idx_div``/``idx_mod`` operand is non-negative (renderers spell them
+    as truncating division). A data-dependent index (``wrap_clamp``) takes random values of
+    its range. Returns the number of loads checked.
+
+    Meant for tests and debugging: the cost is the size of the iteration space.
+
+    Raises IndexOutOfBounds naming the expression and one offending point."""
+    env = iteration_space(spec)
+    rng = np.random.default_rng(seed)
+    full = np.broadcast_shapes(*[v.shape for v in env.values()])
+    values: dict[int, np.ndarray] = {}
+
+    def where(bad):
+        point = np.unravel_index(int(np.argmax(np.broadcast_to(bad, full))), full)
+        return ", ".join(f"{name}={int(p)}" for name, p in zip(env, point))
+
+    def index_value(root: Expr) -> np.ndarray:
+        for e in topo_exprs([root]):
+            if e.id in values:
+                continue
+            a = [values.get(x.id) if isinstance(x, Expr) else x for x in e.args]
+            if e.op == "var":
+                v = env[e.args[0]]
+            elif e.op == "const":
+                v = np.int64(e.value) if not e.dtype.is_bool else np.bool_(e.value)
+            elif e.op in _INDEX_OPS:
+                v = _INDEX_OPS[e.op](a[0], a[1])
+            elif e.op in ("idx_div", "idx_mod"):
+                bad = a[0] < 0
+                if np.any(bad):
+                    raise IndexOutOfBounds(f"{format_expr(e)}: negative operand at {where(bad)}")
+                v = a[0] // a[1] if e.op == "idx_div" else a[0] % a[1]
+            elif e.op == "wrap_clamp":
+                v = rng.integers(0, max(e.args[1].value, 1), size=full)
+            elif e.op == "cast" and a[0] is not None:
+                v = a[0]
+            else:  # a data value: only reachable as the operand of wrap_clamp
+                v = None
+            values[e.id] = v
+        return values[root.id]
+
+    checked = 0
+    for e in spec.exprs():
+        if e.op != "load":
+            continue
+        arg, index, mask = e.args
+        idx = np.broadcast_to(index_value(index), full)
+        live = np.ones(full, bool) if mask is None else np.broadcast_to(index_value(mask), full)
+        size = spec.args[arg].size
+        bad = live & ((idx < 0) | (idx >= size))
+        if np.any(bad):
+            raise IndexOutOfBounds(f"load {spec.args[arg].name}[{format_expr(index)}] of "
+                                   f"{size} elements reads {int(idx[bad].flat[0])} at "
+                                   f"{where(bad)}")
+        checked += 1
+    natural = {"elementwise": getattr(spec, "numel", 0), "reduction": getattr(spec, "rows", 0),
+               "matmul": getattr(spec, "batch", 0) * getattr(spec, "m", 0) *
+               getattr(spec, "n", 0)}[spec.kind]
+    for o in spec.outputs:
+        if o.index is None:
+            if spec.args[o.arg].size < natural:
+                raise IndexOutOfBounds(f"store {spec.args[o.arg].name} of "
+                                       f"{spec.args[o.arg].size} elements over {natural} "
+                                       f"positions")
+            continue
+        idx = np.broadcast_to(index_value(o.index), full)
+        size = spec.args[o.arg].size
+        bad = (idx < 0) | (idx >= size)
+        if np.any(bad):
+            raise IndexOutOfBounds(f"store {spec.args[o.arg].name}[{format_expr(o.index)}] of "
+                                   f"{size} elements writes {int(idx[bad].flat[0])} at "
+                                   f"{where(bad)}")
+    return checked

@@ -202,7 +202,13 @@ class ExprBuilder:
         return self._make("idx_mul", (a, b), self.index_dtype, min(bounds), max(bounds))
 
     def _split(self, a: Expr, k: int):
-        """``a = k * quotient + rest`` by coefficients: returns (quotient terms, rest expr)."""
+        """``a = k * quotient + rest`` by coefficients: returns (quotient terms, quotient
+        constant, rest expr).
+
+        The constant is shared so that ``rest`` is non-negative wherever ``a``'s terms are
+        bounded below: the renderers spell ``//`` and ``%`` as C's truncating division, which
+        agrees with floor division only on non-negative operands (a flipped or negatively
+        strided view makes terms with negative coefficients)."""
         terms, c = self._linear(a)
         q_terms, r_terms = {}, {}
         for i, (x, coef) in terms.items():
@@ -210,7 +216,12 @@ class ExprBuilder:
                 q_terms[i] = (x, coef // k)
             else:
                 r_terms[i] = (x, coef)
-        q_const, r_const = divmod(c, k)
+        low = sum(min(coef * x.lo, coef * x.hi) for x, coef in r_terms.values())
+        if low == -INF:
+            q_const, r_const = divmod(c, k)
+        else:
+            q_const = (c + int(low)) // k
+            r_const = c - k * q_const
         return q_terms, q_const, self._from_linear(r_terms, r_const)
 
     def _exact_factor(self, a: Expr, k: int) -> int:
@@ -244,9 +255,12 @@ class ExprBuilder:
         inner = self._exact_factor(a, k)
         if inner:  # a = k1*q + rest with 0 <= rest < k1 and k1 | k: a // k = q // (k / k1)
             return self.div(self.div(a, inner), k // inner)
-        lo = a.lo // k if a.lo != -INF else -INF
+        shift = self._shift_non_negative(a, k)
+        if shift:  # (a + shift*k) // k - shift, the division on a non-negative operand
+            a = self._raw_add(a, self.index(shift * k))
         hi = a.hi // k if a.hi != INF else INF
-        return self._make("idx_div", (a, self.index(k)), self.index_dtype, lo, hi)
+        q = self._make("idx_div", (a, self.index(k)), self.index_dtype, a.lo // k, hi)
+        return self._raw_add(q, self.index(-shift)) if shift else q
 
     def mod(self, a: Expr, k: int) -> Expr:
         """``a % k`` for a positive constant ``k`` (floor modulo)."""
@@ -263,8 +277,23 @@ class ExprBuilder:
         if inner:  # a % k = k1 * ((a // k1) % (k / k1)) + a % k1
             return self.add(self.mul(self.mod(self.div(a, inner), k // inner),
                                      self.index(inner)), self.mod(a, inner))
-        hi = min(k - 1, a.hi) if a.lo >= 0 else k - 1
-        return self._make("idx_mod", (a, self.index(k)), self.index_dtype, 0, hi)
+        shift = self._shift_non_negative(a, k)
+        if shift:  # (a + shift*k) % k, the remainder of a non-negative operand
+            a = self._raw_add(a, self.index(shift * k))
+        return self._make("idx_mod", (a, self.index(k)), self.index_dtype, 0, min(k - 1, a.hi))
+
+    @staticmethod
+    def _shift_non_negative(a: Expr, k: int) -> int:
+        """How many ``k`` to add to ``a`` so that it cannot be negative: ``idx_div`` and
+        ``idx_mod`` are rendered as truncating division, exact only on non-negative operands.
+
+        Raises ValueError for an operand without a lower bound (every index the lowering builds
+        is bounded: loop variables, constants, and data indices through ``wrap_clamp``)."""
+        if a.lo >= 0:
+            return 0
+        if a.lo == -INF:
+            raise ValueError(f"index expression {format_expr(a)} has no lower bound")
+        return -(int(a.lo) // k)
 
     def lt(self, a: Expr, b: Expr) -> Expr:
         if a.hi < b.lo:

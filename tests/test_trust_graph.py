@@ -1,0 +1,260 @@
+"""Graphs that must never give a silent wrong answer: view chains (flip, negative steps, tile,
+repeat, pad, concat, broadcast, reshape) checked for out-of-bounds index algebra over every
+point of their kernels' iteration spaces, zero-size tensors, constants that differ only in their
+bits (0.0 and -0.0, nan), and the reference backend's integer and cast semantics.
+
+Values are compared with the NumPy reference on fresh random data on every fused device."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lazyburn as lb
+from fused_devices import FUSED_DEVICES
+from lazyburn.fusion.kernel_ir import IndexOutOfBounds, check_index_bounds
+from lazyburn.fusion.symbolic import ExprBuilder
+
+pytestmark = pytest.mark.skipif(not FUSED_DEVICES, reason="no fused device on this machine")
+
+MAX_ELEMENTS = 3000  # keeps an exhaustive check of every kernel's index space cheap
+
+
+@pytest.fixture(params=FUSED_DEVICES)
+def device(request):
+    return request.param
+
+
+@pytest.fixture
+def rng(request):
+    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
+
+
+def run_both(fn, device, *arrays):
+    """``fn`` on the arrays as tensors of ``device`` and of ``numpy``: (fused, reference)
+    results as host arrays, after checking every planned kernel's index bounds."""
+    fused = fn(*[lb.tensor(a, device=device) for a in arrays])
+    for k in lb.explain(fused).kernels:
+        if k.spec is not None:
+            check_index_bounds(k.spec)
+    ref = fn(*[lb.tensor(a, device="numpy") for a in arrays])
+    return fused.numpy(), ref.numpy()
+
+
+def assert_same(got, want, rtol=1e-5, atol=1e-6):
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
+                               atol=atol)
+
+
+# random view chains -----------------------------------------------------------------------------
+def _factorization(rng, n: int) -> tuple:
+    """A random shape of 1 to 4 dimensions with ``n`` elements."""
+    dims, rest = [], n
+    for _ in range(int(rng.integers(0, 3))):
+        divisors = [d for d in range(2, rest + 1) if rest % d == 0]
+        if not divisors:
+            break
+        d = int(rng.choice(divisors))
+        dims.append(d)
+        rest //= d
+    dims.append(rest)
+    rng.shuffle(dims)
+    return tuple(dims)
+
+
+def random_view(rng, shape: tuple):
+    """One random movement op for a tensor of ``shape``: ``(name, fn, new shape)``, or None
+    when the op does not apply (or the result would be too large)."""
+    nd = len(shape)
+    size = int(np.prod(shape))
+    kind = rng.choice(["reshape", "permute", "flip", "slice", "tile", "repeat", "pad", "concat",
+                       "broadcast", "index", "flip_all"])
+    if kind == "reshape":
+        new = _factorization(rng, size)
+        return f"reshape{new}", lambda t: t.reshape(new), new
+    if kind == "permute" and nd > 1:
+        perm = tuple(int(p) for p in rng.permutation(nd))
+        return f"permute{perm}", lambda t: lb.permute_dims(t, perm), tuple(shape[p] for p in perm)
+    if kind == "flip":
+        a = int(rng.integers(nd))
+        return f"flip({a})", lambda t: lb.flip(t, axis=a), shape
+    if kind == "flip_all":
+        return "flip()", lambda t: lb.flip(t), shape
+    if kind == "slice":
+        a = int(rng.integers(nd))
+        step = int(rng.choice([1, 2, 3, -1, -2, -3]))
+        d = shape[a]
+        start, stop = sorted(int(v) for v in rng.integers(0, d + 1, size=2))
+        if step < 0:
+            start, stop = (d - 1 - start, d - 1 - stop if stop < d else None)
+        key = (slice(None),) * a + (slice(start, stop, step),)
+        n = len(range(*slice(start, stop, step).indices(d)))
+        if n == 0:
+            return None
+        return f"[{key}]", lambda t: t[key], shape[:a] + (n,) + shape[a + 1:]
+    if kind == "tile":
+        reps = tuple(int(r) for r in rng.integers(1, 4, size=int(rng.integers(1, nd + 2))))
+        new = np.tile(np.empty(shape, np.int8), reps).shape
+        return f"tile{reps}", lambda t: lb.tile(t, reps), new
+    if kind == "repeat":
+        a, r = int(rng.integers(nd)), int(rng.integers(2, 4))
+        return f"repeat({r}, {a})", lambda t: lb.repeat(t, r, axis=a), \
+            shape[:a] + (shape[a] * r,) + shape[a + 1:]
+    if kind == "pad":
+        widths = tuple((int(lo), int(hi)) for lo, hi in rng.integers(0, 3, size=(nd, 2)))
+        value = float(rng.normal())
+        return f"pad{widths}", lambda t: lb.pad(t, widths, constant_values=value), \
+            tuple(d + lo + hi for d, (lo, hi) in zip(shape, widths))
+    if kind == "concat":
+        a = int(rng.integers(nd))
+        b = int(rng.integers(nd))
+        return f"concat(x, flip(x, {b}), {a})", \
+            lambda t: lb.concat([t, lb.flip(t, axis=b)[::-1] * 0.5], axis=a), \
+            shape[:a] + (2 * shape[a],) + shape[a + 1:]
+    if kind == "broadcast":
+        a, r = int(rng.integers(nd + 1)), int(rng.integers(2, 4))
+        new = shape[:a] + (r,) + shape[a:]
+        return f"broadcast({a}, {r})", \
+            lambda t: lb.broadcast_to(lb.expand_dims(t, axis=a), new), new
+    if kind == "index" and nd > 1:
+        a = int(rng.integers(nd))
+        i = int(rng.integers(-shape[a], shape[a]))
+        key = (slice(None),) * a + (i,)
+        return f"[{key}]", lambda t: t[key], shape[:a] + shape[a + 1:]
+    return None
+
+
+def random_chain(rng, shape: tuple, length: int):
+    """A random chain of movement ops from ``shape``: ``(names, fns)``, every intermediate at
+    most MAX_ELEMENTS elements."""
+    names, fns = [], []
+    while len(fns) < length:
+        step = random_view(rng, shape)
+        if step is None or int(np.prod(step[2])) > MAX_ELEMENTS:
+            continue
+        names.append(step[0])
+        fns.append(step[1])
+        shape = step[2]
+    return names, fns
+
+
+ENDS = {
+    "store": lambda v: v + 0.0,
+    "elementwise": lambda v: (v * 1.5 - 0.25).tanh(),
+    "sum_last": lambda v: v.sum(axis=-1),
+    "sum_first": lambda v: v.sum(axis=0, keepdims=True) + v,
+    "max_all": lambda v: v.max(),
+    "matmul": lambda v: (lambda m: m @ lb.flip(m, axis=0).T)(v.reshape(v.shape[0], -1)),
+}
+
+
+def _apply(fns, end):
+    def f(t):
+        for fn in fns:
+            t = fn(t)
+        return ENDS[end](t)
+    return f
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_view_chains_index_inside_every_buffer(seed):
+    """Every kernel of 400 random view chains (ending in a store, an element-wise op or a
+    reduction) reads and writes only inside its buffers at every point of its iteration
+    space, and divides no negative index."""
+    rng = np.random.default_rng(1000 + seed)
+    device = FUSED_DEVICES[0]
+    for trial in range(70):
+        shape = _factorization(rng, int(rng.integers(1, 40)))
+        names, fns = random_chain(rng, shape, int(rng.integers(1, 6)))
+        end = str(rng.choice(sorted(ENDS)))
+        x = lb.tensor(rng.standard_normal(shape).astype(np.float32), device=device)
+        out = _apply(fns, end)(x)
+        for k in lb.explain(out).kernels:
+            try:
+                check_index_bounds(k.spec)
+            except IndexOutOfBounds as e:
+                raise AssertionError(f"{shape} -> {' -> '.join(names)} -> {end}: {e}") from None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_view_chains_match_numpy(device, seed):
+    rng = np.random.default_rng(2000 + seed)
+    for trial in range(12):
+        shape = _factorization(rng, int(rng.integers(1, 40)))
+        names, fns = random_chain(rng, shape, int(rng.integers(1, 6)))
+        end = str(rng.choice(sorted(ENDS)))
+        got, want = run_both(_apply(fns, end), device,
+                             rng.standard_normal(shape).astype(np.float32))
+        try:
+            assert_same(got, want)
+        except AssertionError as e:
+            raise AssertionError(f"{shape} -> {' -> '.join(names)} -> {end}: {e}") from None
+
+
+VIEW_CASES = {
+    "flip_tile": lambda t: lb.flip(lb.tile(t, (2, 3)), axis=0),
+    "tile_negative_steps": lambda t: lb.tile(t, (3, 1))[::-1, ::-2],
+    "repeat_flip": lambda t: lb.flip(lb.repeat(t, 3, axis=1), axis=1)[:, ::-2],
+    "repeat_flat_reversed": lambda t: lb.repeat(t, 2)[::-3],
+    "pad_flip_reshape": lambda t: lb.flip(lb.pad(t, ((1, 2), (3, 0))), axis=0).reshape(-1)[::-5],
+    "concat_negative_step": lambda t: lb.concat([t, lb.flip(t, axis=1)], axis=0)[::-1, ::-2],
+    "broadcast_flip_reshape": lambda t: lb.flip(lb.broadcast_to(t[:, None, :], (5, 4, 7)),
+                                                axis=(0, 2)).reshape(4, 35)[:, ::-3],
+    "tile_reshape_flip_sum": lambda t: lb.flip(lb.tile(t, (2, 2)).reshape(4, 5, 7),
+                                               axis=1).sum(axis=1),
+    "transpose_tile_negative": lambda t: lb.tile(t.T, (1, 2))[::-2, 3::-1],
+}
+
+
+@pytest.mark.parametrize("case", sorted(VIEW_CASES))
+def test_flip_and_negative_steps_of_tiled_views(device, rng, case):
+    got, want = run_both(VIEW_CASES[case], device, rng.standard_normal((5, 7)).astype(np.float32))
+    assert_same(got, want)
+
+
+def test_division_of_a_possibly_negative_index_is_floor_division():
+    """``(3 - j) // 2`` and ``(3 - j) % 2`` for j in [0, 3] (a flipped split dimension) keep
+    a non-negative operand: the renderers' truncating ``/`` and ``%`` then agree with
+    floor division. A constant offset must not be pulled out of the operand."""
+    for lo_const in range(-7, 8):
+        for k in (2, 3, 5):
+            b = ExprBuilder()
+            j = b.var("j", 4)
+            a = b.add(b.mul(j, b.index(-1)), b.index(lo_const))
+            for e, ref in ((b.div(a, k), lambda v: v // k), (b.mod(a, k), lambda v: v % k)):
+                for v in range(4):
+                    assert _eval(e, v) == ref(lo_const - v), (lo_const, k, v, e)
+
+
+def _eval(e, j):
+    """Evaluate an index expression with C's truncating division (as the kernels do)."""
+    op, a = e.op, e.args
+    if op == "var":
+        return j
+    if op == "const":
+        return a[0]
+    x, y = _eval(a[0], j), _eval(a[1], j)
+    if op == "idx_add":
+        return x + y
+    if op == "idx_mul":
+        return x * y
+    if op in ("idx_div", "idx_mod"):
+        q = abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)
+        return q if op == "idx_div" else x - q * y
+    raise AssertionError(op)
+
+
+def test_bounds_check_catches_an_out_of_bounds_load():
+    """The checker fails on a spec that reads one element past its buffer (a checker that
+    cannot fail proves nothing)."""
+    from lazyburn.fusion.kernel_ir import ElementwiseSpec, KernelArg, Output
+    from lazyburn.graph import dtypes as dt
+
+    b = ExprBuilder()
+    i = b.var("i", 8)
+    load = b.load(0, b.add(i, b.index(1)), dt.float32)
+    spec = ElementwiseSpec("elementwise", [KernelArg("in0", dt.float32, 8),
+                                           KernelArg("out1", dt.float32, 8, is_output=True)],
+                           [Output(1, load)], b.index_dtype, shape=(8,), numel=8)
+    with pytest.raises(IndexOutOfBounds, match="reads 8 at i=7"):
+        check_index_bounds(spec)
