@@ -92,16 +92,40 @@ class Lowering:
 
     # values -------------------------------------------------------------------------------------
     def value(self, n: Node, index: tuple, mask: Expr | None = None) -> Expr:
-        key = (id(n), tuple(e.id for e in index), mask.id if mask is not None else 0)
-        e = self._memo.get(key)
-        if e is None:
-            e = self._value(n, index, mask)
-            self._memo[key] = e
-            if e.op != "load":
-                self.computed.setdefault(id(n), n)
+        """The expression of node ``n`` at multi-index ``index`` (``mask``: where it is read).
+
+        Each node's rule (``_value``) is a generator that yields the ``(node, index, mask)``
+        values it needs and receives their expressions; this loop runs them on an explicit
+        stack, so a chain as deep as the graph costs no Python recursion. Rules run in the same
+        order as a recursive descent would, so expressions are created in the same order."""
+        memo = self._memo
+        key = (id(n), tuple([e.id for e in index]), mask.id if mask is not None else 0)
+        e = memo.get(key)
+        if e is not None:
+            return e
+        stack = [(key, n, self._value(n, index, mask))]
+        e = None
+        while stack:
+            key, node, rule = stack[-1]
+            try:
+                need = rule.send(e)
+            except StopIteration as done:
+                stack.pop()
+                e = done.value
+                memo[key] = e
+                if e.op != "load":
+                    self.computed.setdefault(id(node), node)
+                continue
+            x, x_index, x_mask = need
+            x_key = (id(x), tuple([i.id for i in x_index]),
+                     x_mask.id if x_mask is not None else 0)
+            e = memo.get(x_key)
+            if e is None:
+                stack.append((x_key, x, self._value(x, x_index, x_mask)))
         return e
 
-    def _value(self, n: Node, index: tuple, mask) -> Expr:
+    def _value(self, n: Node, index: tuple, mask):
+        """Generator: yields ``(input, index, mask)`` requests, returns ``n``'s Expr."""
         b = self.b
         stage = self.stage_of.get(id(n))
         if stage is not None:
@@ -125,21 +149,24 @@ class Lowering:
             return b.op("random_uniform", (seed, offset, self.flat_index(index, n.shape)),
                         n.dtype)
         if op == "cast":
-            return b.cast(self.value(n.inputs[0], index, mask), n.dtype)
+            return b.cast((yield n.inputs[0], index, mask), n.dtype)
         if op in ("reshape", "permute", "expand", "slice", "pad"):
-            return self._view(n, index, mask)
+            return (yield from self._view(n, index, mask))
         if op == "take":
-            return self._take(n, index, mask)
+            return (yield from self._take(n, index, mask))
         if op == "take_along_axis":
             x, idx = n.inputs
             a = n.attrs[0]
-            pos = b.wrap_clamp(self.value(idx, index, mask), x.shape[a])
-            return self.value(x, index[:a] + (pos,) + index[a + 1:], mask)
+            pos = b.wrap_clamp((yield idx, index, mask), x.shape[a])
+            return (yield x, index[:a] + (pos,) + index[a + 1:], mask)
         if op == "concat":
-            return self._concat(n, index, mask)
+            return (yield from self._concat(n, index, mask))
         if n.inputs and op not in ("sum", "prod", "max", "min", "argmax", "argmin", "any",
                                    "all", "matmul", "copy"):
-            return b.op(op, [self.value(i, index, mask) for i in n.inputs], n.dtype)
+            args = []
+            for i in n.inputs:
+                args.append((yield i, index, mask))
+            return b.op(op, args, n.dtype)
         raise FusionIllegal(f"{op} cannot be computed inside this group")
 
     def _view(self, n: Node, index: tuple, mask):
@@ -147,22 +174,22 @@ class Lowering:
         (x,) = n.inputs
         op = n.op
         if op == "reshape":
-            return self.value(x, self.unflatten(self.flat_index(index, n.shape), x.shape), mask)
+            return (yield x, self.unflatten(self.flat_index(index, n.shape), x.shape), mask)
         if op == "permute":
             perm = n.attrs[0]
             src = [None] * len(perm)
             for out_dim, in_dim in enumerate(perm):
                 src[in_dim] = index[out_dim]
-            return self.value(x, tuple(src), mask)
+            return (yield x, tuple(src), mask)
         if op == "expand":
             src = tuple(b.index(0) if xd == 1 and nd != 1 else e
                         for e, xd, nd in zip(index, x.shape, n.shape))
-            return self.value(x, src, mask)
+            return (yield x, src, mask)
         if op == "slice":
             starts, steps = n.attrs
             src = tuple(b.add(b.index(s), b.mul(e, b.index(st)))
                         for e, s, st in zip(index, starts, steps))
-            return self.value(x, src, mask)
+            return (yield x, src, mask)
         # pad: positions outside the input read nothing and take the pad value
         pads, fill = n.attrs
         inside = None
@@ -171,7 +198,7 @@ class Lowering:
             shifted = b.add(e, b.index(-lo)) if lo else e
             inside = b.land(inside, b.land(b.ge(shifted, b.index(0)), b.lt(shifted, b.index(d))))
             src.append(shifted)
-        inner = self.value(x, tuple(src), b.land(mask, inside))
+        inner = yield x, tuple(src), b.land(mask, inside)
         if inside is None:
             return inner
         return b.op("where", (inside, inner, b.const(fill, n.dtype)), n.dtype)
@@ -180,8 +207,8 @@ class Lowering:
         x, idx = n.inputs
         a = n.attrs[0]
         k = len(idx.shape)
-        pos = self.b.wrap_clamp(self.value(idx, index[a:a + k], mask), x.shape[a])
-        return self.value(x, index[:a] + (pos,) + index[a + k:], mask)
+        pos = self.b.wrap_clamp((yield idx, index[a:a + k], mask), x.shape[a])
+        return (yield x, index[:a] + (pos,) + index[a + k:], mask)
 
     def _concat(self, n: Node, index: tuple, mask):
         b = self.b
@@ -194,7 +221,7 @@ class Lowering:
                 continue
             here = b.land(b.ge(index[a], b.index(lo)), b.lt(index[a], b.index(hi)))
             src = index[:a] + (b.add(index[a], b.index(-lo)),) + index[a + 1:]
-            pieces.append((here, self.value(x, src, b.land(mask, here))))
+            pieces.append((here, (yield x, src, b.land(mask, here))))
         out = pieces[-1][1]
         for here, v in reversed(pieces[:-1]):
             out = b.op("where", (here, v, out), n.dtype)
