@@ -11,7 +11,7 @@ import numpy as np
 
 from .errors import DTypeError, ShapeError
 from .graph import dtypes as dt
-from .graph.node import Node
+from .graph.node import ExactFloat, Node
 from .graph.shapes import infer_reshape, normalize_axes, normalize_axis, prod
 from . import record as rec
 from .record import Origin, cast, node, record, same_device, tensor_node, wrap
@@ -182,7 +182,7 @@ def pad(x, pad_width, mode="constant", constant_values=0):
     if all(a == 0 and b == 0 for a, b in pads):
         return wrap(n)
     shape = tuple(d + a + b for d, (a, b) in zip(n.shape, pads))
-    value = (bool if n.dtype.is_bool else int if n.dtype.is_int else float)(constant_values)
+    value = (bool if n.dtype.is_bool else int if n.dtype.is_int else ExactFloat)(constant_values)
     return record("pad", (n,), (pads, value), shape, n.dtype, n.device, origin)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from .errors import DeviceError, DTypeError, ShapeError
 from .graph import dtypes as dt
 from .graph.graph import _stack
-from .graph.node import INTERNAL_FILES, Node, classify_file
+from .graph.node import INTERNAL_FILES, ExactFloat, Node, classify_file
 from .graph.shapes import broadcast_shapes
 
 # dtypes a device cannot hold, filled in by the runtime when a device is first used
@@ -121,7 +121,7 @@ def const(value, shape, dtype, device, origin, op: str = "const") -> Node:
     range, or a non-finite float): raised here, at the user's line, rather than at sync."""
     kind = dtype.kind
     if kind == "f":
-        value = float(value)
+        value = ExactFloat(value)  # keyed by its bits: -0.0 and nan get plans of their own
     elif kind == "b":
         value = bool(value)
     else:

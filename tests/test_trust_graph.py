@@ -258,3 +258,51 @@ def test_bounds_check_catches_an_out_of_bounds_load():
                            [Output(1, load)], b.index_dtype, shape=(8,), numel=8)
     with pytest.raises(IndexOutOfBounds, match="reads 8 at i=7"):
         check_index_bounds(spec)
+
+
+# constants keyed by their bits -----------------------------------------------------------------
+def test_zero_and_negative_zero_constants_get_plans_of_their_own(device, rng):
+    """Graphs that differ only in a constant's sign of zero (0.0 / -0.0: equal as Python
+    floats) must not share a plan: the second would run with the first's constant."""
+    x = rng.uniform(-2, 2, 64).astype(np.float32)
+    for first, second in ((0.0, -0.0), (-0.0, 0.0)):
+        for fill in (first, second):
+            def fn(t, fill=fill):
+                return lb.where(t > 100.0, t, fill)
+            got, want = run_both(fn, device, x)
+            assert np.array_equal(np.signbit(got), np.signbit(want)), (first, fill)
+            got, want = run_both(lambda t, fill=fill: lb.pad(t, 2, constant_values=fill),
+                                 device, x)
+            assert np.array_equal(np.signbit(got), np.signbit(want)), ("pad", first, fill)
+
+
+def test_zero_and_negative_zero_in_one_kernel_stay_apart(device, rng):
+    x = rng.uniform(-2, 2, 64).astype(np.float32)
+    got, want = run_both(lambda t: lb.where(t > 0, 0.0, -0.0), device, x)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    assert np.signbit(want).any() and not np.signbit(want).all()
+
+
+def test_nan_constants_share_one_plan(device, rng):
+    """Every nan is the same constant to the plan cache: a new nan object does not plan (and
+    compile) again."""
+    x = rng.uniform(-2, 2, 16).astype(np.float32)
+    plans = lb.runtime.backend(device).plans
+    t = lb.tensor(x, device=device)
+    (t + float("nan")).numpy()
+    before = len(plans)
+    got = (t + float(np.float32("nan"))).numpy()
+    assert len(plans) == before and np.isnan(got).all()
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int32", "float32"])
+def test_true_one_and_one_point_zero_constants(device, rng, dtype):
+    """``True``, ``1`` and ``1.0`` as constants of graphs that differ only in their dtypes
+    (and so their constants' dtypes) each compute their own result."""
+    x = rng.integers(-3, 4, 32)
+    for c in (True, 1, 1.0):
+        def fn(t, c=c):
+            a = t.astype(dtype)
+            return lb.where(a == c, a, c) if dtype != "bool" else lb.logical_xor(a, c)
+        got, want = run_both(fn, device, x)
+        assert got.dtype == want.dtype and np.array_equal(got, want), (dtype, c)

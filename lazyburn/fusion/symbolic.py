@@ -24,6 +24,14 @@ from ..graph import dtypes as dt
 INF = float("inf")
 
 
+def _attr_key(a):
+    """A non-expression operand as part of an interning key: floats by their bits, so that
+    ``-0.0`` is not ``0.0`` and one nan is every nan."""
+    if isinstance(a, float):
+        return ("float", "nan" if math.isnan(a) else a.hex())
+    return (type(a).__name__, a)
+
+
 class Expr:
     """One interned expression. ``op`` names it, ``args`` are sub-expressions or Python values
     (for ``var``, ``const``, ``load``...), ``dtype`` is a DType, ``lo``/``hi`` bound integer
@@ -86,7 +94,7 @@ class ExprBuilder:
         self.vars: dict[str, Expr] = {}
 
     def _make(self, op, args, dtype, lo=-INF, hi=INF) -> Expr:
-        key = (op, tuple(a.id if isinstance(a, Expr) else (type(a).__name__, a) for a in args),
+        key = (op, tuple(a.id if isinstance(a, Expr) else _attr_key(a) for a in args),
                dtype.name)
         e = self._table.get(key)
         if e is None:

@@ -7,12 +7,45 @@ long-running program never keeps its history alive.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Model code shipped with lazyburn is user-level code: its lines are the ones worth reporting.
 _USER_LEVEL_DIRS = tuple(_PACKAGE_DIR + d for d in ("nn" + os.sep, "models" + os.sep, "demo.py"))
+
+
+class ExactFloat(float):
+    """A float attribute (a constant's value, a pad's fill) that equals another only when their
+    IEEE 754 values are the same: 0.0 and -0.0 differ, and one nan equals another (whatever its
+    payload). The structural key compares attributes with ``==``; as plain floats, a graph with
+    ``-0.0`` would reuse the plan of one with ``0.0`` (and its constant), and every new nan
+    object would miss the plan cache.
+
+    Arithmetic and comparisons with plain floats behave as for any float; only ``==``/``!=``
+    between two ExactFloats and the hash change (consistently: equal values hash alike)."""
+
+    __slots__ = ()
+
+    def _bits(self):
+        return "nan" if math.isnan(self) else float.hex(self)
+
+    def __eq__(self, other):
+        if isinstance(other, ExactFloat):
+            return self._bits() == other._bits()
+        return float.__eq__(self, other)
+
+    def __ne__(self, other):
+        if isinstance(other, ExactFloat):
+            return self._bits() != other._bits()
+        return float.__ne__(self, other)
+
+    def __hash__(self):
+        return hash("nan") if math.isnan(self) else float.__hash__(self)
+
+    def __reduce__(self):
+        return (ExactFloat, (float(self),))
 
 
 class Node:
