@@ -261,9 +261,11 @@ def lower(group, external) -> tuple:
     return spec, lw.arg_nodes, list(lw.computed.values())
 
 
-def _lower_reduction(lw: Lowering, group) -> ReductionSpec:
+def reduction_space(lw: Lowering, shape, axes) -> tuple:
+    """Set ``lw`` up for rows of a reduction over ``axes`` of the input space ``shape``: the
+    loop variables ``row`` and ``r`` and the index naming the current row. Returns ``(full,
+    rows, size)``: the input-space index over (row, r), the row count and the row length."""
     b = lw.b
-    shape, axes = group.space
     kept_shape = tuple(1 if a in axes else d for a, d in enumerate(shape))
     red_shape = tuple(d if a in axes else 1 for a, d in enumerate(shape))
     rows, size = prod(kept_shape), prod(red_shape)
@@ -275,11 +277,23 @@ def _lower_reduction(lw: Lowering, group) -> ReductionSpec:
     lw._unflat.setdefault(tuple(e.id for e in full),
                           (lw.flat_index(full, shape), tuple(shape)))
     lw.row_index = kept
-    stages = []
-    for red_node in group.anchors:
-        value = lw.value(red_node.inputs[0], full)
-        stages.append(Stage(red_node.op, value, _acc_dtype(red_node), red_node.dtype))
-        lw.stage_of[id(red_node)] = len(stages) - 1
+    return full, rows, size
+
+
+def add_stage(lw: Lowering, red_node: Node, full: tuple) -> Stage:
+    """Lower reduction ``red_node`` as the next stage over ``full`` (from ``reduction_space``);
+    later values read its result as ``reduced``. Raises FusionIllegal like ``lower``."""
+    value = lw.value(red_node.inputs[0], full)
+    lw.stage_of[id(red_node)] = len(lw.stage_of)
+    return Stage(red_node.op, value, _acc_dtype(red_node), red_node.dtype)
+
+
+def _lower_reduction(lw: Lowering, group) -> ReductionSpec:
+    b = lw.b
+    shape, axes = group.space
+    full, rows, size = reduction_space(lw, shape, axes)
+    row = b.vars["row"]
+    stages = [add_stage(lw, red_node, full) for red_node in group.anchors]
     outs = []
     for n in group.outputs:
         if n.size == rows and n.size != prod(shape) or n in group.anchors:
