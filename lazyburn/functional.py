@@ -77,6 +77,8 @@ def softmax(x, axis=-1):
     x = wrap(tensor_node("softmax", x, origin))
     normalize_axis("softmax", axis, x.shape, origin)
     xc = _upcast(x)
+    if x.size == 0:  # no row to normalize (and no maximum to subtract)
+        return _back(xc, x)
     e = (xc - xc.max(axis, keepdims=True)).exp()
     return _back(e / e.sum(axis, keepdims=True), x)
 
@@ -87,6 +89,8 @@ def log_softmax(x, axis=-1):
     x = wrap(tensor_node("log_softmax", x, origin))
     normalize_axis("log_softmax", axis, x.shape, origin)
     xc = _upcast(x)
+    if x.size == 0:
+        return _back(xc, x)
     shifted = xc - xc.max(axis, keepdims=True)
     return _back(shifted - shifted.exp().sum(axis, keepdims=True).log(), x)
 

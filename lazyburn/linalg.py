@@ -5,14 +5,15 @@ from .errors import DTypeError, ShapeError
 from .graph import dtypes as dt
 from .graph.shapes import broadcast_shapes
 from .movement import _reshape_node
-from .record import Origin, broadcast_to, cast, node, same_device, tensor_node, wrap
+from .record import Origin, broadcast_to, cast, const, node, same_device, tensor_node, wrap
 
 
 def matmul(x1, x2):
     """``x1 @ x2``: (..., M, K) @ (..., K, N) -> (..., M, N), batch dimensions broadcast.
 
     A 1-D ``x1`` is treated as (1, K) and a 1-D ``x2`` as (K, 1), the added dimension removed
-    from the result (array API). float16/bfloat16 accumulate in float32.
+    from the result (array API). float16/bfloat16 accumulate in float32. With K = 0 the result
+    is zeros; with M or N = 0 it is empty.
 
     Raises ShapeError for rank-0 operands or mismatched inner dimensions, DTypeError for bool.
     """
@@ -38,6 +39,9 @@ def matmul(x1, x2):
     batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2], origin=origin)
     a = broadcast_to(cast(a, d, origin), batch + (m, k), origin)
     b = broadcast_to(cast(b, d, origin), batch + (k, n), origin)
-    out = node("matmul", (a, b), (), batch + (m, n), d, device, origin)
+    if k == 0:  # a sum of no products
+        out = const(0, batch + (m, n), d, device, origin)
+    else:
+        out = node("matmul", (a, b), (), batch + (m, n), d, device, origin)
     shape = batch + ((m,) if not a_vec else ()) + ((n,) if not b_vec else ())
     return wrap(_reshape_node(out, shape, origin))

@@ -183,6 +183,8 @@ def pad(x, pad_width, mode="constant", constant_values=0):
         return wrap(n)
     shape = tuple(d + a + b for d, (a, b) in zip(n.shape, pads))
     value = (bool if n.dtype.is_bool else int if n.dtype.is_int else ExactFloat)(constant_values)
+    if n.size == 0:  # all padding
+        return wrap(rec.const(value, shape, n.dtype, n.device, origin, "pad"))
     return record("pad", (n,), (pads, value), shape, n.dtype, n.device, origin)
 
 
@@ -209,11 +211,12 @@ def concat(tensors, axis=0):
                                      if i != a):
             shapes = ", ".join(str(m.shape) for m in nodes)
             raise ShapeError(f"concat: shapes {shapes} differ outside axis {a}", origin)
-    nodes = [cast(n, d, origin) for n in nodes]
-    if len(nodes) == 1:
-        return wrap(nodes[0])
     shape = list(nodes[0].shape)
     shape[a] = sum(n.shape[a] for n in nodes)
+    # empty parts add nothing (and a kernel must not bind their buffers)
+    nodes = [cast(n, d, origin) for n in nodes if n.shape[a] != 0] or [cast(nodes[0], d, origin)]
+    if len(nodes) == 1:
+        return wrap(nodes[0])
     return record("concat", tuple(nodes), (a,), tuple(shape), d, device, origin)
 
 
@@ -290,6 +293,14 @@ def _index_node(op, indices, device, origin, bound: int | None) -> Node:
     return _from_host(arr.astype(np.int64), dt.int64, device, origin)
 
 
+def _check_gather(op, n: Node, a: int, idx: Node, origin) -> None:
+    """A gather from an empty axis has no element to give: raise as NumPy does (host indices
+    fail their bounds check; tensor indices would be clamped into an empty range)."""
+    if n.shape[a] == 0 and idx.size:
+        raise ShapeError(f"{op}: cannot take indices from axis {a} of size 0 (shape {n.shape})",
+                         origin)
+
+
 def take(x, indices, axis=None, origin=None):
     """Elements of ``x`` at ``indices`` along ``axis`` (``x`` flattened when None): the result
     has shape ``x.shape[:axis] + indices.shape + x.shape[axis+1:]``.
@@ -304,6 +315,7 @@ def take(x, indices, axis=None, origin=None):
     a = normalize_axis("take", axis, n.shape, origin)
     idx = _index_node("take", indices, n.device, origin, n.shape[a])
     same_device("take", [n, idx], origin)
+    _check_gather("take", n, a, idx, origin)
     shape = n.shape[:a] + idx.shape + n.shape[a + 1:]
     return record("take", (n, idx), (a,), shape, n.dtype, n.device, origin)
 
@@ -322,6 +334,7 @@ def take_along_axis(x, indices, axis=-1):
     a = normalize_axis("take_along_axis", axis, n.shape, origin)
     idx = _index_node("take_along_axis", indices, n.device, origin, n.shape[a])
     same_device("take_along_axis", [n, idx], origin)
+    _check_gather("take_along_axis", n, a, idx, origin)
     if len(idx.shape) != nd:
         raise ShapeError(f"take_along_axis: indices of shape {idx.shape} need the rank of x "
                          f"{n.shape}", origin)
@@ -409,6 +422,7 @@ def getitem(x, key):
     if array_at is not None:
         idx = _index_node("getitem", array_key, m.device, origin, m.shape[array_at])
         same_device("getitem", [m, idx], origin)
+        _check_gather("getitem", m, array_at, idx, origin)
         array_shape = idx.shape
         shape = m.shape[:array_at] + idx.shape + m.shape[array_at + 1:]
         m = node("take", (m, idx), (array_at,), shape, m.dtype, m.device, origin)

@@ -73,7 +73,20 @@ def node(op, inputs, attrs, shape, dtype, device, origin: Origin) -> Node:
         bad = _unsupported(device)
     if bad and dtype in bad:
         raise DTypeError(f"{op}: device {device} does not support {dtype.name}", str(origin))
+    if 0 in shape:
+        return _empty(shape, dtype, device, origin)
     return Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line)
+
+
+def _empty(shape, dtype, device, origin) -> Node:
+    """The node of any op whose result has no elements: a ``const`` with no inputs. Its value
+    is never read, so nothing upstream is computed for it, and realizing it launches no kernel
+    (the runtime hands out an empty buffer). Ops whose result is not empty although an input
+    is (reductions over an empty axis, matmul with K = 0, concat with empty parts, pad of an
+    empty tensor) are resolved where they are recorded, so no kernel ever sees a zero-size
+    value."""
+    value = ExactFloat(0.0) if dtype.is_float else False if dtype.is_bool else 0
+    return Node("const", (), (value,), tuple(shape), dtype, device, origin.code, origin.line)
 
 
 def wrap(n: Node):
@@ -96,7 +109,8 @@ def record(op, inputs, attrs, shape, dtype, device, origin: Origin):
     if bad and dtype in bad:
         raise DTypeError(f"{op}: device {device} does not support {dtype.name}", str(origin))
     t = _new_object(Tensor)
-    t._node = Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line)
+    t._node = Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line) \
+        if 0 not in shape else _empty(shape, dtype, device, origin)
     _stack[-1].track(t)
     return t
 

@@ -15,7 +15,11 @@ from .graph import dtypes as dt
 from .graph.shapes import normalize_axes
 from .graph.shapes import prod as _prod
 from .movement import _reshape_node
-from .record import Origin, cast, node, resolve_dtype, tensor_node, wrap
+from .record import Origin, cast, const, node, resolve_dtype, tensor_node, wrap
+
+
+# the value of a reduction over no elements (max and min have none: they raise)
+IDENTITY = {"sum": 0, "prod": 1, "any": False, "all": True}
 
 
 def _reduce(op: str, x, axis, keepdims: bool, origin: Origin, dtype=None):
@@ -36,7 +40,11 @@ def _reduce(op: str, x, axis, keepdims: bool, origin: Origin, dtype=None):
             raise ShapeError(f"{op}: zero-size reduction over axes {axes} of shape {n.shape} has "
                              f"no identity", origin)
     kept = tuple(1 if i in axes else s for i, s in enumerate(n.shape))
-    r = node(op, (n,), (axes,), kept, d, n.device, origin) if axes else n
+    if builtins.any(n.shape[a] == 0 for a in axes):
+        # a reduction of nothing is its identity, as in NumPy: filled, with nothing to read
+        r = const(IDENTITY[op], kept, d, n.device, origin)
+    else:
+        r = node(op, (n,), (axes,), kept, d, n.device, origin) if axes else n
     if not keepdims:
         r = _reshape_node(r, tuple(s for i, s in enumerate(n.shape) if i not in axes), origin)
     return r
@@ -47,8 +55,8 @@ def _public(op):
         return wrap(_reduce(op, x, axis, keepdims, Origin(), dtype))
     f.__name__ = op
     f.__doc__ = (f"``{op}`` of ``x`` over ``axis`` (int, tuple, or None for all); reduced "
-                 f"dimensions are dropped unless ``keepdims``. Raises ShapeError for an axis out "
-                 f"of range.")
+                 f"dimensions are dropped unless ``keepdims``. Over an empty axis the result is "
+                 f"{IDENTITY[op]!r}. Raises ShapeError for an axis out of range.")
     return f
 
 
@@ -56,7 +64,8 @@ def _public_bool(op):
     def f(x, axis=None, keepdims=False):
         return wrap(_reduce(op, x, axis, keepdims, Origin()))
     f.__name__ = op
-    f.__doc__ = f"``{op}`` of ``x != 0`` over ``axis``: a bool tensor."
+    f.__doc__ = (f"``{op}`` of ``x != 0`` over ``axis``: a bool tensor ({IDENTITY[op]} over an "
+                 f"empty axis).")
     return f
 
 
@@ -67,12 +76,14 @@ all = _public_bool("all")  # noqa: A001
 
 
 def max(x, axis=None, keepdims=False):  # noqa: A001
-    """Largest element of ``x`` over ``axis``. Raises ShapeError for an empty reduction."""
+    """Largest element of ``x`` over ``axis``. Raises ShapeError (a ValueError, as NumPy's)
+    for a reduction over an empty axis: the maximum of nothing does not exist."""
     return wrap(_reduce("max", x, axis, keepdims, Origin()))
 
 
 def min(x, axis=None, keepdims=False):  # noqa: A001
-    """Smallest element of ``x`` over ``axis``. Raises ShapeError for an empty reduction."""
+    """Smallest element of ``x`` over ``axis``. Raises ShapeError (a ValueError, as NumPy's)
+    for a reduction over an empty axis."""
     return wrap(_reduce("min", x, axis, keepdims, Origin()))
 
 
@@ -86,7 +97,8 @@ def _arg(op, x, axis, keepdims, origin):
         return r
     (a,) = normalize_axes(op, axis, n.shape, origin)
     if n.shape[a] == 0:
-        raise ShapeError(f"{op}: empty axis {a} of shape {n.shape}", origin)
+        raise ShapeError(f"{op}: attempt to get {op} of an empty axis {a} of shape {n.shape}",
+                         origin)
     if n.dtype.is_bool:
         n = cast(n, dt.int8, origin)
     kept = tuple(1 if i == a else s for i, s in enumerate(n.shape))
@@ -130,7 +142,8 @@ def _accumulator(x):
 
 
 def mean(x, axis=None, keepdims=False):
-    """Arithmetic mean over ``axis`` (floating result; integers are cast to float32)."""
+    """Arithmetic mean over ``axis`` (floating result; integers are cast to float32); nan over
+    an empty axis, as NumPy."""
     origin = Origin()
     x = _float("mean", x, origin)
     n = _count("mean", x, axis, origin)

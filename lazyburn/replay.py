@@ -91,7 +91,7 @@ def jit(fn=None, *, device=None):
         nodes = [o._node for o in outs]
         pending = [n for n in nodes if n.buffer is None]
         if dev == "numpy" or len(pending) != len(nodes) or \
-                any(n.device != dev for n in nodes):
+                any(n.device != dev or 0 in n.shape for n in nodes):
             from .graph import sync
 
             sync(*outs)

@@ -306,3 +306,136 @@ def test_true_one_and_one_point_zero_constants(device, rng, dtype):
             return lb.where(a == c, a, c) if dtype != "bool" else lb.logical_xor(a, c)
         got, want = run_both(fn, device, x)
         assert got.dtype == want.dtype and np.array_equal(got, want), (dtype, c)
+
+
+# zero-size tensors ------------------------------------------------------------------------------
+def _launches(device, fn, *arrays):
+    """``fn``'s result on ``device`` (computed) and the number of kernels it launched."""
+    b = lb.runtime.backend(device)
+    inputs = [lb.tensor(a, device=device) for a in arrays]
+    lb.graph.sync()
+    before = b.kernels_launched
+    out = fn(*inputs)
+    got = out.numpy()
+    return got, b.kernels_launched - before
+
+
+EMPTY_RESULTS = {  # name: (function of tensors or arrays, input shapes)
+    "elementwise": (lambda a: (a * 2.0 + 1.0).exp(), [(0, 3)]),
+    "binary_broadcast": (lambda a, b: a * b - b, [(0, 1), (1, 4)]),
+    "reduce_kept_empty": (lambda a: a.sum(axis=1), [(0, 3)]),
+    "max_kept_empty": (lambda a: a.max(axis=1), [(0, 3)]),
+    "matmul_m0": (lambda a, b: a @ b, [(0, 5), (5, 4)]),
+    "matmul_n0": (lambda a, b: a @ b, [(3, 5), (5, 0)]),
+    "slice_to_empty": (lambda a: a[2:2] * 3.0, [(4, 3)]),
+    "negative_slice_to_empty": (lambda a: a[:, 1:2:-1] + 1.0, [(4, 3)]),
+    "reshape_empty": (lambda a: a.reshape(3, 0, 2) + 1.0, [(0, 6)]),
+    "concat_of_empties": (lambda a, b: lb.concat([a, b], axis=1) * 2.0, [(0, 3), (0, 2)]),
+    "transpose_flip_empty": (lambda a: lb.flip(a.T, axis=0) - 1.0, [(0, 4)]),
+    "tile_zero_reps": (lambda a: lb.tile(a, (0, 2)) + 1.0, [(3, 2)]),
+    "repeat_zero": (lambda a: lb.repeat(a, 0, axis=1) * 1.5, [(3, 2)]),
+    "softmax_empty": (lambda a: lb.softmax(a, axis=0), [(0, 5)]),
+}
+
+NUMPY_EMPTY = {
+    "elementwise": lambda a: np.exp(a * 2 + 1),
+    "binary_broadcast": lambda a, b: a * b - b,
+    "reduce_kept_empty": lambda a: a.sum(axis=1),
+    "max_kept_empty": lambda a: a.max(axis=1),
+    "matmul_m0": lambda a, b: a @ b,
+    "matmul_n0": lambda a, b: a @ b,
+    "slice_to_empty": lambda a: a[2:2] * 3,
+    "negative_slice_to_empty": lambda a: a[:, 1:2:-1] + 1,
+    "reshape_empty": lambda a: a.reshape(3, 0, 2) + 1,
+    "concat_of_empties": lambda a, b: np.concatenate([a, b], axis=1) * 2,
+    "transpose_flip_empty": lambda a: np.flip(a.T, axis=0) - 1,
+    "tile_zero_reps": lambda a: np.tile(a, (0, 2)) + 1,
+    "repeat_zero": lambda a: np.repeat(a, 0, axis=1) * 1.5,
+    "softmax_empty": lambda a: a.copy(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EMPTY_RESULTS))
+def test_zero_size_results_launch_no_kernel(device, rng, case):
+    fn, shapes = EMPTY_RESULTS[case]
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    got, launched = _launches(device, fn, *arrays)
+    want = NUMPY_EMPTY[case](*arrays).astype(np.float32)
+    assert got.shape == want.shape and got.dtype == want.dtype and got.size == 0
+    assert launched == 0
+    ref = fn(*[lb.tensor(a, device="numpy") for a in arrays]).numpy()
+    assert ref.shape == want.shape and ref.dtype == want.dtype
+
+
+FILLED_RESULTS = {  # non-empty results of empty inputs: (lb fn, numpy fn, input shapes, dtype)
+    "sum_empty_axis": (lambda a: a.sum(axis=0), lambda a: a.sum(axis=0), [(0, 3)], "float32"),
+    "sum_all": (lambda a: a.sum(), lambda a: a.sum(), [(0, 3)], "float32"),
+    "prod_empty_axis": (lambda a: a.prod(axis=1, keepdims=True),
+                        lambda a: a.prod(axis=1, keepdims=True), [(4, 0)], "float32"),
+    "int_sum": (lambda a: a.astype("int32").sum(axis=0), lambda a: a.astype(np.int32).sum(
+        axis=0), [(0, 5)], "int64"),
+    "any_all": (lambda a: lb.concat([(a > 0).any(axis=0), (a > 0).all(axis=0)]),
+                lambda a: np.concatenate([(a > 0).any(axis=0), (a > 0).all(axis=0)]),
+                [(0, 3)], "bool"),
+    "mean_empty_axis": (lambda a: a.mean(axis=0), lambda a: np.full(a.shape[1], np.nan,
+                                                                    np.float32),
+                        [(0, 3)], "float32"),
+    "matmul_k0": (lambda a, b: a @ b, lambda a, b: a @ b, [(3, 0), (0, 4)], "float32"),
+    "batched_matmul_k0": (lambda a, b: a @ b + 1.0, lambda a, b: a @ b + 1, [(2, 3, 0), (0, 4)],
+                          "float32"),
+    "concat_with_empty_parts": (lambda a, b, c: lb.concat([a, b, c], axis=0) * 2.0,
+                                lambda a, b, c: np.concatenate([a, b, c]) * 2,
+                                [(0, 3), (2, 3), (0, 3)], "float32"),
+    "pad_of_empty": (lambda a: lb.pad(a, 1, constant_values=2.5),
+                     lambda a: np.pad(a, 1, constant_values=2.5), [(0, 3)], "float32"),
+    "sum_of_empty_plus_data": (lambda a, b: a.sum(axis=0) + b, lambda a, b: a.sum(axis=0) + b,
+                               [(0, 3), (3,)], "float32"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FILLED_RESULTS))
+def test_zero_size_inputs_with_filled_results(device, rng, case):
+    """A reduction over an empty axis is its identity (mean: nan), matmul with K = 0 is zeros,
+    empty parts of a concat add nothing, a pad of an empty tensor is all padding: computed
+    without reading any empty buffer, as NumPy computes them."""
+    fn, np_fn, shapes, dtype = FILLED_RESULTS[case]
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    with np.errstate(all="ignore"):
+        want = np.asarray(np_fn(*arrays)).astype(dtype)
+    got, launched = _launches(device, fn, *arrays)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-6)
+    assert launched <= 1
+    plan_out = fn(*[lb.tensor(a, device=device) for a in arrays])
+    for k in lb.explain(plan_out).kernels:
+        assert all(a.size > 0 for a in k.spec.args), k.spec.text()
+    ref = fn(*[lb.tensor(a, device="numpy") for a in arrays]).numpy()
+    np.testing.assert_allclose(ref.astype(np.float64), want.astype(np.float64), rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["max", "min", "argmax", "argmin"])
+def test_extremes_of_nothing_raise_at_the_users_line(device, op):
+    x = lb.tensor(np.zeros((0, 3), np.float32), device=device)
+    with pytest.raises(ValueError, match=op) as info:
+        getattr(x, op)(axis=0)  # the line the error must name
+    assert f"{__file__}:" in str(info.value)
+    with pytest.raises(ValueError):
+        getattr(np.zeros((0, 3), np.float32), op)(axis=0)
+    assert getattr(x, op)(axis=1).numpy().shape == (0,)
+
+
+def test_gather_from_an_empty_axis_raises(device):
+    x = lb.tensor(np.zeros((0, 3), np.float32), device=device)
+    idx = lb.tensor(np.array([0, 1]), device=device)
+    with pytest.raises(ValueError, match="size 0"):
+        lb.take(x, idx, axis=0)
+    with pytest.raises(ValueError):
+        lb.take(x, [0], axis=0)
+    assert lb.take(x, idx[:0], axis=0).numpy().shape == (0, 3)
+
+
+def test_jit_of_an_empty_result(device, rng):
+    f = lb.jit(lambda a: a[1:1] * 2.0)
+    for _ in range(2):
+        got = f(lb.tensor(rng.standard_normal((4, 3)).astype(np.float32), device=device))
+        assert got.numpy().shape == (0, 3)

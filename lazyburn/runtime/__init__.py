@@ -14,6 +14,8 @@ import importlib
 import os
 from typing import Sequence
 
+import numpy as np
+
 from ..errors import DeviceError
 from ..graph.graph import structural_key, topo_order
 from ..graph.node import Node
@@ -115,6 +117,15 @@ def _realize_on(device: str, nodes: Sequence[Node]) -> None:
     b = _backends.get(device)
     if b is None:
         b = backend(device)
+    if any(0 in n.shape for n in nodes):
+        # zero-size work launches nothing: an empty result is an empty buffer (the front end
+        # records every empty result as an input-less constant, so nothing else needs it)
+        for n in nodes:
+            if 0 in n.shape:
+                n.realize_to(b.upload(np.zeros(n.shape, n.dtype.np)))
+        nodes = [n for n in nodes if n.buffer is None]
+        if not nodes:
+            return
     # only planning backends need the structural key; the reference needs the order
     walk = structural_key if hasattr(b, "plans") else _order_only
     key, order = walk(nodes)
