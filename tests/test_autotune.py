@@ -91,7 +91,8 @@ def test_group_with_valid_result_skips_lower_priority_groups():
 
 def test_failed_group_falls_back_to_next_priority():
     k = FakeKernel(TIMES, raises={"p0b"})
-    assert k.tune(key(), CANDS, level=1).name == "p1b"
+    with pytest.warns(at.AutotuneWarning, match="p0b"):
+        assert k.tune(key(), CANDS, level=1).name == "p1b"
     assert "p2a" not in k.ran and "p2a" not in k.timed  # level 1 never admits priority 2
 
 
@@ -111,13 +112,15 @@ def test_level_2_benchmarks_every_candidate():
 def test_wrong_or_failing_candidate_never_wins():
     # p2a is the fastest but computes a wrong result; p1b is next but does not compile.
     k = FakeKernel(TIMES, wrong={"p2a"}, raises={"p1b"})
-    assert k.tune(key(), CANDS, level=2).name == "p1a"
+    with pytest.warns(at.AutotuneWarning):
+        assert k.tune(key(), CANDS, level=2).name == "p1a"
     assert "p2a" not in k.timed  # checked before it is timed
 
 
 def test_timer_failure_drops_candidate():
     k = FakeKernel({**TIMES, "p2a": float("nan")})
-    assert k.tune(key(), CANDS, level=2).name == "p1b"
+    with pytest.warns(at.AutotuneWarning, match="timer returned nan"):
+        assert k.tune(key(), CANDS, level=2).name == "p1b"
 
 
 def test_check_raising_drops_candidate():
@@ -126,7 +129,8 @@ def test_check_raising_drops_candidate():
             raise AssertionError("mismatch")
         return True
     k = FakeKernel(TIMES, wrong={"p2a"})
-    assert at.tune(key(), CANDS, k.run, k.time, check, level=2).name == "p1b"
+    with pytest.warns(at.AutotuneWarning, match="AssertionError: mismatch"):
+        assert at.tune(key(), CANDS, k.run, k.time, check, level=2).name == "p1b"
 
 
 def test_median_not_mean():
@@ -157,7 +161,8 @@ def test_only_default_admitted_runs_nothing():
 
 def test_dropped_candidate_is_logged(caplog):
     k = FakeKernel(TIMES, raises={"p0b"})
-    with caplog.at_level(logging.DEBUG, logger="lazyburn.autotune"):
+    with caplog.at_level(logging.DEBUG, logger="lazyburn.autotune"), \
+            pytest.warns(at.AutotuneWarning):
         k.tune(key(), CANDS[:3], level=1)
     assert any("p0b dropped" in r.getMessage() and "compile error" in r.getMessage()
                for r in caplog.records)
@@ -244,3 +249,105 @@ def test_progress_bar_only_after_delay(monkeypatch):
     monkeypatch.setattr(tuner, "PROGRESS_DELAY_S", 0.0)
     k.tune(key("slow"), CANDS, level=2)
     assert "autotune fake slow" in err.getvalue()
+
+
+def test_failing_candidates_warn_once_and_are_cached_with_their_errors():
+    k = FakeKernel(TIMES, raises={"p1a"}, wrong={"p2a"})
+    with pytest.warns(at.AutotuneWarning) as caught:
+        assert k.tune(key(), CANDS, level=2).name == "p1b"
+    assert len(caught) == 1  # one warning for the kernel, naming every failure
+    text = str(caught[0].message)
+    assert "2 of 5" in text and "p1a: RuntimeError: p1a: compile error" in text
+    assert "p2a: OutputMismatch: output differs" in text
+    (entry,) = at.default_cache().entries()
+    assert entry.errors == {"p1a": "RuntimeError: p1a: compile error",
+                            "p2a": "OutputMismatch: output differs from the default's"}
+    assert entry.timings["p1a"] is None and entry.timings["p2a"] is None
+    assert entry.skipped == ()
+    assert at.stats.failures == 2
+    fresh = at.AutotuneCache(at.default_cache().path)  # as another process reads it
+    assert fresh.entry(entry.key).errors == entry.errors
+
+
+def test_check_may_say_how_outputs_differ():
+    def check(expected, actual):
+        if actual != expected:
+            raise at.OutputMismatch(f"got {actual}, the default gives {expected}")
+        return True
+    k = FakeKernel(TIMES, wrong={"p2a"})
+    with pytest.warns(at.AutotuneWarning, match="p2a: OutputMismatch: got 43, the default "
+                                                "gives 42"):
+        at.tune(key(), CANDS, k.run, k.time, check, level=2)
+
+
+class FakeClock:
+    """A clock that moves only when the fake kernel runs or is timed."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_time_budget_stops_the_search(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(tuner, "_clock", clock)
+    k = FakeKernel(TIMES)
+    run, time = k.run, k.time
+
+    def slow_run(c):
+        clock.now += 0.25
+        return run(c)
+
+    def slow_time(c):
+        clock.now += 0.125
+        return time(c)
+    k.run, k.time = slow_run, slow_time
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "1.75")
+    winner = k.tune(key(), CANDS, level=2)
+    # default: run 0.25 + 5 timings of 0.125; p0b the same: 1.75 s spent, nothing else runs
+    assert k.ran == ["default", "p0b"] and winner.name == "p0b"
+    assert at.stats.skipped == 3 and at.stats.timings == 10
+    (entry,) = at.default_cache().entries()
+    assert entry.skipped == ("p1a", "p1b", "p2a") and set(entry.timings) == {"default", "p0b"}
+
+
+def test_budget_zero_runs_only_the_reference(monkeypatch):
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "0")
+    k = FakeKernel(TIMES)
+    assert k.tune(key(), CANDS, level=2).name == "default"
+    assert k.ran == ["default"] and k.timed == []
+    assert at.default_cache().entries() == []  # nothing timed, nothing cached
+
+
+def test_budget_setting(monkeypatch):
+    assert at.budget() == at.DEFAULT_BUDGET_S == 2.0
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "0.5")
+    assert at.budget() == 0.5
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "inf")
+    assert at.budget() == float("inf")
+    for bad in ("soon", "-1", "nan"):
+        monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", bad)
+        with pytest.warns(RuntimeWarning, match="LAZYBURN_AUTOTUNE_BUDGET"):
+            assert at.budget() == 2.0
+
+
+def test_repetitions_continue_until_the_median_is_stable():
+    # default: the same time every run; p0b: +-30 % noise, so 5 timings do not pin its median
+    noisy = [1.0, 1.3, 0.7, 1.25, 0.75, 1.2, 0.8, 1.0, 1.0, 1.0]
+    k = FakeKernel({"default": 2.0, "p0b": noisy})
+    assert k.tune(key(), CANDS[:2], level=1, budget_s=float("inf")).name == "p0b"
+    assert k.timed.count("default") == at.REPEATS
+    assert at.REPEATS < k.timed.count("p0b") <= tuner.MAX_REPEATS
+    assert tuner.stable([1.0] * 5) and not tuner.stable(noisy[:5])
+
+
+def test_same_launch_under_two_names_is_benchmarked_once():
+    cands = [at.Candidate("default", {"BLOCK": 256}),
+             at.Candidate("BLOCK=256", {"BLOCK": 256}, priority=1),
+             at.Candidate("BLOCK=512", {"BLOCK": 512}, priority=1)]
+    k = FakeKernel({"default": 2.0, "BLOCK=256": 1.0, "BLOCK=512": 1.5})
+    assert k.tune(key(), cands, level=1).name == "BLOCK=512"
+    assert k.ran == ["default", "BLOCK=512"] and "BLOCK=256" not in k.timed
+    assert [c.name for c in at.admitted(cands, 1)] == ["default", "BLOCK=512"]

@@ -264,3 +264,169 @@ def test_cli_path_list_clear(cache_env, capsys):
     assert cli_main(["cache", "clear"]) == 0
     assert "removed 1 entry" in capsys.readouterr().out
     assert _rows(cache_env) == []
+
+
+def _spoil(path, kernel, **columns):
+    """Overwrite columns of ``kernel``'s row in the cache file with raw values."""
+    with sqlite3.connect(path) as db:
+        for column, value in columns.items():
+            db.execute(f"UPDATE autotune SET {column} = ? WHERE kernel = ?", (value, kernel))
+
+
+def test_bad_rows_are_skipped_with_one_warning(cache_env, capsys):
+    for kernel in ("good", "bad-json", "bad-type"):
+        _tune(kernel)
+    at.default_cache().close()
+    path = cache_env / at.FILE_NAME
+    _spoil(path, "bad-json", params="{not json")
+    _spoil(path, "bad-type", timings='{"default": "fast"}')
+    fresh = at.AutotuneCache(path)
+    with pytest.warns(at.CacheWarning, match="unreadable row") as caught:
+        assert [e.key.kernel_hash for e in fresh.entries()] == ["good"]
+        assert [e.key.kernel_hash for e in fresh.entries()] == ["good"]
+    assert len(caught) == 1
+
+    # At a sync: the bad row is a cache miss, the kernel is tuned again and its row replaced.
+    at.stats.reset()
+    with warnings_as_list() as caught:
+        assert _tune("bad-json", cache=at.AutotuneCache(path)).name == "b512"
+    assert at.stats.benchmarks == 2
+    assert [w.category for w in caught] == [at.CacheWarning]
+    assert sorted(_rows(cache_env)) == [("bad-json", "b512"), ("bad-type", "b512"),
+                                        ("good", "b512")]
+    with pytest.warns(at.CacheWarning, match="unreadable row"):
+        assert len(at.AutotuneCache(path).entries()) == 2  # bad-type is still unreadable
+
+    # ``lazyburn cache list`` lists the readable rows instead of crashing.
+    with pytest.warns(at.CacheWarning, match="unreadable row"):
+        assert cli_main(["cache", "list"]) == 0
+    out = capsys.readouterr()
+    assert "bad-json" in out.out and "good" in out.out and "bad-type" not in out.out
+    assert "2 entries" in out.err
+
+
+class warnings_as_list:
+    """Every warning raised in the block (pytest.warns needs one of a given type)."""
+
+    def __enter__(self):
+        import warnings
+
+        self._cm = warnings.catch_warnings(record=True)
+        caught = self._cm.__enter__()
+        warnings.simplefilter("always")
+        return caught
+
+    def __exit__(self, *exc):
+        return self._cm.__exit__(*exc)
+
+
+def _sqlite_as_in_a_read_only_directory(monkeypatch, refuse_ro=True):
+    """Make ``sqlite3.connect`` in the cache module fail as it does for a WAL file in a
+    directory the process cannot write: the plain open and, since the ``-shm`` index cannot be
+    created, ``mode=ro`` too ("attempt to write a readonly database", the error SQLite
+    gives); only ``immutable=1`` reads the file. Tests run as root, which writes whatever
+    the modes say, so the refusal is simulated here; the test below with capabilities
+    dropped checks the same against the real file system."""
+    connect = sqlite3.connect
+    opened = []
+
+    def refusing(database, *args, uri=False, **kwargs):
+        text = str(database)
+        opened.append(text)
+        if not uri or (refuse_ro and "mode=ro" in text):
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        return connect(database, *args, uri=uri, **kwargs)
+
+    monkeypatch.setattr(cache_module.sqlite3, "connect", refusing)
+    return opened
+
+
+@pytest.mark.parametrize("refuse_ro", [True, False], ids=["immutable", "mode-ro"])
+def test_read_only_directory_reads_stored_winners(cache_env, monkeypatch, refuse_ro):
+    _tune("k")
+    at.default_cache().close()
+    path = cache_env / at.FILE_NAME
+    before = {p.name: p.read_bytes() for p in cache_env.iterdir()}
+    assert list(before) == [at.FILE_NAME]  # the last writer removed the WAL and its index
+    opened = _sqlite_as_in_a_read_only_directory(monkeypatch, refuse_ro)
+    cache = at.AutotuneCache(path)
+    at.stats.reset()
+    with pytest.warns(at.CacheWarning, match="cannot be written.*reading its stored"):
+        assert _tune("k", cache=cache).name == "b512"
+    assert at.stats.benchmarks == 0 and at.stats.hits == 1  # the stored winner, not re-tuned
+    assert cache.read_only and not cache.persistent
+    assert opened[-1].endswith("?immutable=1" if refuse_ro else "?mode=ro")
+    assert _tune("k2", cache=cache).name == "b512"  # tuned, kept in memory
+    assert at.stats.benchmarks == 2
+    assert [e.key.kernel_hash for e in cache.entries()] == ["k", "k2"]
+    # (with mode=ro, SQLite run by root in this writable directory makes the -shm index that
+    # a read-only directory would have to hold already; the database itself is untouched)
+    assert path.read_bytes() == before[at.FILE_NAME]
+
+
+READ_ONLY_SCRIPT = textwrap.dedent("""
+    import json, os, sys, warnings
+    from lazyburn import autotune as at
+
+    assert not os.access(sys.argv[1], os.W_OK), "the directory is writable"
+    cands = [at.Candidate("default", {"BLOCK": 256}), at.Candidate("b512", {"BLOCK": 512}, 1)]
+    found = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for kernel in ("k", "k2"):
+            key = at.TuneKey("fake", at.device_fingerprint("dev", "1", "2"), kernel, (64,))
+            found[kernel] = at.tune(key, cands, run=lambda c: 1,
+                                    time=lambda c: 1.0 if c.name == "b512" else 2.0,
+                                    check=lambda a, b: a == b, level=1).name
+    print(json.dumps({"winners": found, "benchmarks": at.stats.benchmarks,
+                      "hits": at.stats.hits, "warnings": [str(w.message) for w in caught]}))
+""")
+
+
+def test_read_only_directory_for_real(cache_env, tmp_path):
+    """The same as above through the file system: the directory and file made read-only and,
+    as root, the process that reads them stripped of the capabilities that let root write
+    anyway (util-linux's setpriv drops CAP_DAC_OVERRIDE and its kin from the bounding set)."""
+    import shutil
+
+    _tune("k")
+    at.default_cache().close()
+    script = tmp_path / "read_only.py"
+    script.write_text(READ_ONLY_SCRIPT)
+    prefix = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: chmod does not stop root")
+        prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner",
+                  "--inh-caps=-all", "--"]
+    before = {p.name: p.read_bytes() for p in cache_env.iterdir()}
+    os.chmod(cache_env / at.FILE_NAME, 0o444)
+    os.chmod(cache_env, 0o555)
+    try:
+        proc = subprocess.run(prefix + [sys.executable, str(script), str(cache_env)],
+                              env=_env(cache_env), capture_output=True, text=True, timeout=60)
+    finally:
+        os.chmod(cache_env, 0o755)
+    if proc.returncode != 0 and "setpriv" in proc.stderr:
+        pytest.skip(f"cannot drop capabilities here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["winners"] == {"k": "b512", "k2": "b512"}
+    assert result["hits"] == 1 and result["benchmarks"] == 2  # k read, k2 tuned in memory
+    assert any("cannot be written" in w for w in result["warnings"])
+    assert {p.name: p.read_bytes() for p in cache_env.iterdir()} == before
+
+
+def test_cli_on_a_read_only_cache(cache_env, monkeypatch, capsys):
+    _tune("kernel-abc")
+    at.default_cache().close()
+    _sqlite_as_in_a_read_only_directory(monkeypatch)
+    with pytest.warns(at.CacheWarning, match="cannot be written"):
+        assert cli_main(["cache", "list"]) == 0
+    assert "kernel-abc" in capsys.readouterr().out
+    with pytest.warns(at.CacheWarning, match="cannot be written"):
+        assert cli_main(["cache", "clear"]) == 1
+    assert "read-only" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert _rows(cache_env) == [("kernel-abc", "b512")]

@@ -12,12 +12,14 @@ fastest candidate whose output matches the default's, and stores it in the
     cands = [at.Candidate("BLOCK=1024,warps=4", {"BLOCK": 1024, "num_warps": 4}),
              at.Candidate("BLOCK=512,warps=4", {"BLOCK": 512, "num_warps": 4}, priority=1),
              at.Candidate("BLOCK=2048,warps=8", {"BLOCK": 2048, "num_warps": 8}, priority=2)]
-    best = at.tune(key, cands, run=launch_once, time=launch_timed, check=allclose)
+    best = at.tune(key, cands, run=launch_once, time=launch_timed, check=same_output)
 
 Environment: ``LAZYBURN_AUTOTUNE`` = 0 (off, heuristic default only), 1 (default: the small
-set, priorities 0 and 1), 2 (exhaustive: every candidate); ``LAZYBURN_CACHE_DIR`` (default
-``~/.cache/lazyburn``). Debug logs go to the ``lazyburn.autotune`` logger; cache trouble is
-reported as a :class:`CacheWarning`. ``lazyburn cache path|list|clear`` inspects the cache.
+set, priorities 0 and 1), 2 (exhaustive: every candidate); ``LAZYBURN_AUTOTUNE_BUDGET``:
+seconds one kernel's tuning may take (default 2; ``inf`` for no bound); ``LAZYBURN_CACHE_DIR``
+(default ``~/.cache/lazyburn``). Debug logs go to the ``lazyburn.autotune`` logger; a candidate
+that fails is reported as an :class:`AutotuneWarning` and stored with its error; cache trouble
+is reported as a :class:`CacheWarning`. ``lazyburn cache path|list|clear`` inspects the cache.
 
 The search follows the priority-based plan of Burn's CubeCL autotuner; see :func:`tune`.
 """
@@ -28,11 +30,13 @@ from .cache import (FILE_NAME, AutotuneCache, CacheEntry, CacheWarning, cache_di
 from .candidates import (EXHAUSTIVE, OFF, SMALL, Candidate, admitted, candidates_checksum,
                          priority_groups)
 from .key import TuneKey, device_fingerprint, shape_bucket
-from .tuner import REPEATS, TuneStats, level, stats, tune
+from .tuner import (DEFAULT_BUDGET_S, REPEATS, AutotuneWarning, OutputMismatch, TuneStats,
+                    budget, level, note_untuned, stats, tune)
 
 __all__ = [
-    "AutotuneCache", "CacheEntry", "CacheWarning", "Candidate", "EXHAUSTIVE", "FILE_NAME",
-    "OFF", "REPEATS", "SMALL", "TuneKey", "TuneStats", "admitted", "cache_dir",
-    "candidates_checksum", "default_cache", "device_fingerprint", "level", "priority_groups",
+    "AutotuneCache", "AutotuneWarning", "CacheEntry", "CacheWarning", "Candidate",
+    "DEFAULT_BUDGET_S", "EXHAUSTIVE", "FILE_NAME", "OFF", "OutputMismatch", "REPEATS", "SMALL",
+    "TuneKey", "TuneStats", "admitted", "budget", "cache_dir", "candidates_checksum",
+    "default_cache", "device_fingerprint", "level", "note_untuned", "priority_groups",
     "shape_bucket", "stats", "tune",
 ]

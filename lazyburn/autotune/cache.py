@@ -7,10 +7,14 @@ at a time without a lock file of our own.
 Failure modes, none of which stops a program:
   * the file is not a database or is damaged: a ``CacheWarning``, the file is renamed to
     ``autotune.sqlite3.corrupt-<time>-<pid>`` and a fresh one is built;
-  * the directory is missing and cannot be created, or the file cannot be opened: a
+  * a row that cannot be read back (bad JSON, a field of the wrong type): skipped with one
+    ``CacheWarning`` per cache; the next result stored under its key replaces it;
+  * the directory is missing and cannot be created, or the file cannot be opened at all: a
     ``CacheWarning``, results are kept in this process's memory only;
-  * the file opens but cannot be written (read-only): a ``CacheWarning`` at the first write;
-    stored results are still read, new ones are kept in memory;
+  * the file or its directory cannot be written (a shared, read-only install): the file is
+    opened read-only (SQLite's ``mode=ro``; ``immutable=1`` where even that needs a write, as
+    for a WAL file in a read-only directory) with one ``CacheWarning``; stored results are
+    read, new ones are kept in memory;
   * two processes store the same key at once: the first row stays and both processes return
     it, so everyone agrees on one winner.
 
@@ -26,7 +30,8 @@ import sqlite3
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from urllib.parse import quote
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -37,7 +42,7 @@ log = logging.getLogger("lazyburn.autotune")
 
 FILE_NAME = "autotune.sqlite3"
 #: Bumped when the table layout changes; an older table is dropped (it is only a cache).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Seconds a writer waits for another process's write lock before giving up on that write.
 BUSY_TIMEOUT_S = 10.0
 
@@ -56,6 +61,8 @@ CREATE TABLE IF NOT EXISTS autotune (
     median_s REAL,            -- the winner's median time, seconds
     timings  TEXT NOT NULL,   -- JSON {candidate name: median seconds, or null if it failed}
     created  REAL NOT NULL,   -- Unix time
+    errors   TEXT NOT NULL,   -- JSON {candidate name: its error} of the failed candidates
+    skipped  TEXT NOT NULL,   -- JSON [candidate name] not tried: the time budget was spent
     PRIMARY KEY (version, backend, device, kernel, shape, checksum)
 )
 """
@@ -68,8 +75,9 @@ class CacheWarning(RuntimeWarning):
 @dataclass(frozen=True)
 class CacheEntry:
     """One stored result: the key, the winner's name and params, its median time in seconds
-    (None when unknown), every candidate's median (None for one that failed) and the Unix time
-    it was stored."""
+    (None when unknown), every benchmarked candidate's median (None for one that failed), the
+    Unix time it was stored, each failed candidate's error (``"Type: message"``) and the
+    candidates the time budget left untried."""
 
     key: TuneKey
     winner: str
@@ -77,6 +85,8 @@ class CacheEntry:
     median_s: float | None
     timings: Mapping[str, float | None]
     created: float
+    errors: Mapping[str, str] = field(default_factory=dict)
+    skipped: tuple = ()
 
 
 def cache_dir() -> Path:
@@ -97,6 +107,10 @@ def _shape_from_json(text: str) -> tuple:
 def _key_values(key: TuneKey) -> tuple:
     return (key.version, key.backend, key.device_fingerprint, key.kernel_hash,
             _shape_to_json(key.shape), key.candidates_checksum)
+
+
+#: What reading a bad row raises (``json.JSONDecodeError`` is a ValueError).
+BAD_ROW = (ValueError, TypeError)
 
 
 def _is_corruption(error: sqlite3.DatabaseError) -> bool:
@@ -140,6 +154,7 @@ class AutotuneCache:
         self._pid: int | None = None
         self._failed = path is None
         self._read_only = False
+        self._warned_bad_rows = False
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -172,8 +187,12 @@ class AutotuneCache:
             return self._connect()
         except sqlite3.DatabaseError as e:
             if not _is_corruption(e):
-                self._fall_back(f"cannot use {self.path} ({e})")
-                return None
+                # Most often the file or its directory is not writable: a shared install
+                # whose stored winners are still worth reading.
+                db = self._connect_read_only(e)
+                if db is None:
+                    self._fall_back(f"cannot use {self.path} ({e})")
+                return db
             moved = self._move_aside()
             warnings.warn(f"lazyburn autotune cache {self.path} is corrupt ({e}); moved it to "
                           f"{moved} and started a new one", CacheWarning, stacklevel=4)
@@ -193,6 +212,43 @@ class AutotuneCache:
             db.close()
             raise
         return db
+
+    def _connect_read_only(self, error: sqlite3.DatabaseError) -> sqlite3.Connection | None:
+        """The file opened read-only, after opening it for writing failed with ``error``;
+        None when it cannot be read either (it does not exist, say).
+
+        ``mode=ro`` first. A WAL file needs its ``-shm`` index, which SQLite must create when
+        it is missing (the last writer removes it on close), so in a read-only directory only
+        ``immutable=1`` opens it: SQLite then reads the main file without locks or the WAL.
+        That is right for a shared install nobody writes to; a row committed to a WAL that
+        was never checkpointed is not seen (a cache miss, nothing worse)."""
+        assert self.path is not None
+        if not self.path.is_file():
+            return None
+        where = quote(str(self.path.absolute()))
+        for flags in ("mode=ro", "immutable=1"):
+            db = None
+            try:
+                db = sqlite3.connect(f"file:{where}?{flags}", uri=True, timeout=BUSY_TIMEOUT_S,
+                                     isolation_level=None, check_same_thread=False)
+                found = db.execute("PRAGMA user_version").fetchone()[0]
+                if found != SCHEMA_VERSION:
+                    db.close()
+                    self._fall_back(f"{self.path} is read-only and holds another lazyburn "
+                                    f"version's table (schema {found}, not {SCHEMA_VERSION})")
+                    return None
+                db.execute("SELECT count(*) FROM autotune").fetchone()
+            except sqlite3.DatabaseError as e:
+                if db is not None:
+                    db.close()
+                log.debug("autotune cache: opening %s with %s failed: %s", self.path, flags, e)
+                continue
+            warnings.warn(f"lazyburn autotune cache {self.path} cannot be written ({error}); "
+                          f"reading its stored results and keeping new ones in memory for "
+                          f"this process", CacheWarning, stacklevel=5)
+            self._read_only = True
+            return db
+        return None
 
     def _init_schema(self, db: sqlite3.Connection) -> None:
         deadline = time.monotonic() + BUSY_TIMEOUT_S
@@ -290,18 +346,24 @@ class AutotuneCache:
                 return None
             if row is None:
                 return None
-            entry = self._row_to_entry(row)
+            try:
+                entry = self._row_to_entry(row)
+            except BAD_ROW as e:
+                self._bad_rows(1, e)
+                return None
             self._memory[key] = entry
             return entry
 
-    def put(self, key: TuneKey, winner: Candidate,
-            timings: Mapping[str, float | None]) -> tuple[str, dict]:
-        """Store ``winner`` for ``key`` with every candidate's median time (seconds; None for
-        a candidate that failed). Returns the ``(name, params)`` the cache now holds: when
-        another process stored this key first, that earlier winner stays and is returned."""
+    def put(self, key: TuneKey, winner: Candidate, timings: Mapping[str, float | None],
+            errors: Mapping[str, str] | None = None, skipped=()) -> tuple[str, dict]:
+        """Store ``winner`` for ``key`` with every benchmarked candidate's median time
+        (seconds; None for a candidate that failed), each failed candidate's error and the
+        names the time budget left untried. Returns the ``(name, params)`` the cache now
+        holds: when another process stored this key first, that earlier winner stays and is
+        returned."""
         median = timings.get(winner.name)
         entry = CacheEntry(key, winner.name, dict(winner.params), median, dict(timings),
-                           time.time())
+                           time.time(), dict(errors or {}), tuple(skipped))
         with self._lock:
             db = self._connection()
             if db is not None and not self._read_only:
@@ -315,29 +377,58 @@ class AutotuneCache:
     def _insert(self, db: sqlite3.Connection, entry: CacheEntry) -> CacheEntry:
         values = _key_values(entry.key) + (
             entry.winner, json.dumps(dict(entry.params), sort_keys=True), entry.median_s,
-            json.dumps(dict(entry.timings), sort_keys=True), entry.created)
+            json.dumps(dict(entry.timings), sort_keys=True), entry.created,
+            json.dumps(dict(entry.errors), sort_keys=True), json.dumps(list(entry.skipped)))
+        places = ", ".join("?" * len(values))
         db.execute("BEGIN IMMEDIATE")
         try:
             # First writer wins; the re-read returns whichever row is there now.
-            db.execute(f"INSERT OR IGNORE INTO autotune VALUES ({', '.join('?' * len(values))})",
-                       values)
+            db.execute(f"INSERT OR IGNORE INTO autotune VALUES ({places})", values)
             row = db.execute("SELECT * FROM autotune WHERE "
                              + " AND ".join(f"{c} = ?" for c in _KEY_COLUMNS),
                              _key_values(entry.key)).fetchone()
+            try:
+                stored = self._row_to_entry(row)
+            except BAD_ROW as e:  # an unreadable row is nobody's winner: ours replaces it
+                self._bad_rows(1, e)
+                db.execute(f"INSERT OR REPLACE INTO autotune VALUES ({places})", values)
+                stored = entry
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        return self._row_to_entry(row)
+        return stored
+
+    def _bad_rows(self, count: int, error: Exception) -> None:
+        """Warn once per cache about rows that cannot be read back (they are skipped)."""
+        log.debug("autotune cache %s: %d unreadable row(s): %s", self.path, count, error)
+        if self._warned_bad_rows:
+            return
+        self._warned_bad_rows = True
+        warnings.warn(f"lazyburn autotune cache {self.path}: skipping unreadable row(s) "
+                      f"({type(error).__name__}: {error}); their kernels are tuned again",
+                      CacheWarning, stacklevel=5)
 
     @staticmethod
     def _row_to_entry(row: tuple) -> CacheEntry:
+        """The entry a row holds. Raises ValueError or TypeError (``BAD_ROW``) for a row that
+        does not hold one: bad JSON, or a field of the wrong type."""
         (version, backend, device, kernel, shape, checksum, winner, params, median, timings,
-         created) = row
+         created, errors, skipped) = row
         key = TuneKey(backend=backend, device_fingerprint=device, kernel_hash=kernel,
                       shape=_shape_from_json(shape), version=version,
                       candidates_checksum=checksum)
-        return CacheEntry(key, winner, json.loads(params), median, json.loads(timings), created)
+        params, timings = json.loads(params), json.loads(timings)
+        errors, skipped = json.loads(errors), json.loads(skipped)
+        number = (int, float)
+        if not isinstance(winner, str) or not isinstance(params, dict) \
+                or not isinstance(timings, dict) or not isinstance(errors, dict) \
+                or not isinstance(skipped, list) or not isinstance(created, number) \
+                or not (median is None or isinstance(median, number)) \
+                or not all(t is None or isinstance(t, number) for t in timings.values()) \
+                or not all(isinstance(x, str) for x in list(errors.values()) + skipped):
+            raise ValueError("a field has the wrong type")
+        return CacheEntry(key, winner, params, median, timings, created, errors, tuple(skipped))
 
     def entries(self) -> list[CacheEntry]:
         """Every stored entry, oldest first (the file's rows, plus memory-only ones)."""
@@ -350,25 +441,40 @@ class AutotuneCache:
                 except sqlite3.DatabaseError as e:
                     self._db_failed(e, "listing")
                     rows = []
+                bad, error = 0, None
                 for row in rows:
-                    entry = self._row_to_entry(row)
+                    try:
+                        entry = self._row_to_entry(row)
+                    except BAD_ROW as e:
+                        bad, error = bad + 1, e
+                        continue
                     found[entry.key] = entry
+                if bad:
+                    self._bad_rows(bad, error)
             for key, entry in self._memory.items():
                 found.setdefault(key, entry)
             return sorted(found.values(), key=lambda e: e.created)
 
     def clear(self) -> int:
-        """Remove every entry (file and memory); returns how many there were."""
+        """Remove every entry (file and memory); returns how many were removed. A read-only
+        file keeps its entries (see ``read_only``)."""
         with self._lock:
             count = len(self.entries())
             self._memory.clear()
             db = self._connection()
-            if db is not None:
+            if db is not None and not self._read_only:
                 try:
                     db.execute("DELETE FROM autotune")
                 except sqlite3.DatabaseError as e:
                     self._db_failed(e, "clearing")
+            if self._read_only:
+                count -= len(self.entries())
             return count
+
+    @property
+    def read_only(self) -> bool:
+        """True when the file is read but cannot be written (results go to memory)."""
+        return self._connection() is not None and self._read_only
 
     def close(self) -> None:
         """Close the file (memory entries stay); the next use reopens it."""

@@ -89,16 +89,25 @@ def validate(candidates: Sequence[Candidate]) -> Candidate:
 
 
 def admitted(candidates: Sequence[Candidate], level: int) -> list[Candidate]:
-    """The candidates a level considers, in list order.
+    """The candidates a level considers, in list order, each launch once.
 
-    Level 0: only the default. Level 1: priorities 0 and 1. Level 2 and above: all.
+    Level 0: only the default. Level 1: priorities 0 and 1. Level 2 and above: all. A candidate
+    whose params equal an earlier admitted one's (a list naming the default's launch a second
+    time, say) is left out: it would launch the same kernel, and timing it again only spends
+    the tuning budget.
     """
     default = validate(candidates)
     if level <= OFF:
         return [default]
-    if level >= EXHAUSTIVE:
-        return list(candidates)
-    return [c for c in candidates if c.priority <= level]
+    picked = [c for c in candidates if level >= EXHAUSTIVE or c.priority <= level]
+    seen = {json.dumps(dict(default.params), sort_keys=True)}
+    out = []
+    for c in picked:
+        launch = json.dumps(dict(c.params), sort_keys=True)
+        if c is default or launch not in seen:
+            seen.add(launch)
+            out.append(c)
+    return out
 
 
 def priority_groups(candidates: Sequence[Candidate]) -> list[tuple[int, list[Candidate]]]:

@@ -65,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         print(f"no autotune cache at {path}")
         return 0
-    removed = AutotuneCache(path).clear()
+    cache = AutotuneCache(path)
+    removed = cache.clear()
+    if cache.read_only:
+        print(f"cannot clear {path}: the cache is read-only", file=sys.stderr)
+        return 1
     print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {path}")
     return 0

@@ -3,8 +3,8 @@
 The search follows the priority-based plan of Burn's CubeCL autotuner (``cubecl-runtime``,
 ``tune/tune_plan.rs``): candidates come in priority groups, the most promising group is
 benchmarked first, and less promising groups are fallbacks. On top of that, the
-``LAZYBURN_AUTOTUNE`` level decides which groups exist at all. See :func:`tune` for the exact
-rules.
+``LAZYBURN_AUTOTUNE`` level decides which groups exist at all, and a time budget per kernel
+(``LAZYBURN_AUTOTUNE_BUDGET``) bounds the whole search. See :func:`tune` for the exact rules.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import os
 import statistics
 import sys
 import threading
+import time as _time
 import warnings
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
@@ -24,10 +25,37 @@ from .key import TuneKey
 
 log = logging.getLogger("lazyburn.autotune")
 
-#: Timings taken per candidate; the median is kept.
+#: Timings taken per candidate at least; more follow until the median is stable (see
+#: ``STABLE_MEDIAN``), up to ``MAX_REPEATS`` or the candidate's share of the time budget.
 REPEATS = 5
+MAX_REPEATS = 100
+#: A median is stable when its standard error, estimated from the median absolute deviation
+#: (1.858 * MAD / sqrt(n): 1.4826 * MAD estimates the deviation of normal noise, and the median
+#: of n samples has 1.2533 times the mean's standard error), is at most this fraction of it.
+#: The MAD ignores the odd preempted run, so one outlier does not ask for more timings.
+STABLE_MEDIAN = 0.02
+#: Seconds of tuning per kernel when ``LAZYBURN_AUTOTUNE_BUDGET`` is not set.
+DEFAULT_BUDGET_S = 2.0
 #: Seconds of tuning before the progress bar appears on stderr.
 PROGRESS_DELAY_S = 1.0
+#: Characters of a failed candidate's error kept in the cache and in the warning.
+ERROR_CHARS = 2000
+WARNING_ERROR_CHARS = 300
+
+#: The clock the time budget is measured with (tests replace it).
+_clock = _time.perf_counter
+
+
+class AutotuneWarning(RuntimeWarning):
+    """A launch configuration failed while tuning (it did not compile or launch, its output
+    differed from the default's, or its timer failed); it was dropped, the others were
+    tuned."""
+
+
+class OutputMismatch(Exception):
+    """Raised by a ``check`` callable to say how a candidate's output differs from the
+    default's (the message is recorded with the candidate); returning False says only that
+    it differs."""
 
 
 @dataclass
@@ -37,7 +65,10 @@ class TuneStats:
     ``tunes``: searches started (cache misses). ``benchmarks``: candidates benchmarked (run,
     checked and timed; one dropped on the way counts too), summed over all searches; a cache hit
     adds nothing. ``timings``: calls to the backend's timer. ``hits`` / ``misses``: cache
-    lookups. Levels 0 and single-candidate lists touch no counter.
+    lookups. ``failures``: candidates dropped with an error. ``skipped``: candidates left
+    untried because the time budget was spent. ``untuned``: kernels a backend ran with the
+    default without tuning (see its note in the log). Levels 0 and single-candidate lists
+    touch no counter.
     """
 
     tunes: int = 0
@@ -45,6 +76,9 @@ class TuneStats:
     timings: int = 0
     hits: int = 0
     misses: int = 0
+    failures: int = 0
+    skipped: int = 0
+    untuned: int = 0
 
     def reset(self) -> None:
         """Set every counter to 0."""
@@ -55,6 +89,18 @@ class TuneStats:
 #: Module-level counters: ``lazyburn.autotune.stats.benchmarks`` etc.
 stats = TuneStats()
 _stats_lock = threading.Lock()
+
+
+def _count(name: str, n: int = 1) -> None:
+    with _stats_lock:
+        setattr(stats, name, getattr(stats, name) + n)
+
+
+def note_untuned(backend: str, kernel: str, why: str) -> None:
+    """Note that a kernel runs its heuristic default without being tuned, and ``why``: an
+    INFO line of the ``lazyburn.autotune`` logger, counted in ``stats.untuned``."""
+    _count("untuned")
+    log.info("autotune %s %s: running the default without tuning: %s", backend, kernel, why)
 
 
 def level() -> int:
@@ -78,6 +124,26 @@ def level() -> int:
 _level_from_env = level  # ``tune`` has a parameter of the same name
 
 
+def budget() -> float:
+    """Seconds one kernel's tuning may take, from ``LAZYBURN_AUTOTUNE_BUDGET`` (default
+    ``DEFAULT_BUDGET_S``, 2 s; ``inf`` for no bound; 0 runs only the default). The budget
+    covers compiling, running, checking and timing the candidates; the default's first run
+    always happens (it is the reference). An unreadable or negative value warns and means
+    the default."""
+    text = os.environ.get("LAZYBURN_AUTOTUNE_BUDGET", "").strip()
+    if not text:
+        return DEFAULT_BUDGET_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also nan
+        warnings.warn(f"LAZYBURN_AUTOTUNE_BUDGET={text!r} is not a number of seconds >= 0; "
+                      f"using {DEFAULT_BUDGET_S:g}", RuntimeWarning, stacklevel=2)
+        return DEFAULT_BUDGET_S
+    return value
+
+
 class _NoProgress:
     def update(self, n: int = 1) -> None:
         pass
@@ -97,22 +163,46 @@ def _progress(total: int, desc: str):
                 leave=False, disable=None)
 
 
-def _median_time(candidate: Candidate, time: Callable[[Candidate], float],
-                 repeats: int) -> float:
+def stable(samples: Sequence[float]) -> bool:
+    """Whether the median of ``samples`` (seconds) is known to ``STABLE_MEDIAN`` (see there)."""
+    med = statistics.median(samples)
+    if med <= 0:
+        return True
+    mad = statistics.median(abs(x - med) for x in samples)
+    return 1.858 * mad / math.sqrt(len(samples)) <= STABLE_MEDIAN * med
+
+
+def _median_time(candidate: Candidate, time: Callable[[Candidate], float], repeats: int,
+                 share_end: float, budget_end: float) -> float:
+    """Time ``candidate`` until its median is stable: at least ``repeats`` timings (fewer only
+    when the whole budget is spent), then more while the median moves and its share of the
+    budget (``share_end``, a ``_clock`` reading) lasts, at most ``MAX_REPEATS``."""
     samples = []
-    for _ in range(repeats):
-        with _stats_lock:
-            stats.timings += 1
+    while True:
+        _count("timings")
         t = float(time(candidate))
         if not math.isfinite(t) or t < 0:
             raise ValueError(f"timer returned {t!r} seconds")
         samples.append(t)
+        n = len(samples)
+        now = _clock()
+        if n >= max(MAX_REPEATS, repeats) or now >= budget_end:
+            break
+        if n >= repeats and (now >= share_end or stable(samples)):
+            break
     return statistics.median(samples)
+
+
+@dataclass
+class _Outcome:
+    medians: dict  # name -> median seconds, None for a failed candidate
+    errors: dict  # name -> "Type: message" of a failed candidate
+    skipped: list  # names left untried when the budget ran out
 
 
 def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate], Any],
          time: Callable[[Candidate], float], check: Callable[[Any, Any], bool], *,
-         level: int | None = None, repeats: int = REPEATS,
+         level: int | None = None, repeats: int = REPEATS, budget_s: float | None = None,
          cache: AutotuneCache | None = None) -> Candidate:
     """Pick the fastest valid candidate for ``key``, from the cache when it has been tuned.
 
@@ -120,34 +210,44 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
       ``key``: what is being tuned; its ``candidates_checksum`` is (re)computed here from the
       candidates the level admits, so the caller leaves it empty.
       ``candidates``: the backend's list. The *default* is the first candidate of priority 0.
-      ``run(c)``: launch ``c`` once and return its output (anything ``check`` understands).
+      ``run(c)``: launch ``c`` once and return its output (anything ``check`` understands);
+      called once for the default (the reference) and once for each other candidate.
       ``time(c)``: launch ``c`` and return how long it took on the device, in seconds (device
       events or queue profiling, not host wall time).
       ``check(expected, actual)``: True when ``actual`` (a candidate's output) matches
-      ``expected`` (the default's output).
+      ``expected`` (the default's output); it may raise :class:`OutputMismatch` to say how
+      they differ.
       ``level``: 0, 1 or 2; None reads ``LAZYBURN_AUTOTUNE`` (:func:`level`).
-      ``repeats``: timings per candidate; the median is used.
+      ``repeats``: the fewest timings per candidate; the median is used (see ``_median_time``).
+      ``budget_s``: seconds the search may take; None reads ``LAZYBURN_AUTOTUNE_BUDGET``
+      (:func:`budget`, 2 s by default).
       ``cache``: where results live; None uses :func:`default_cache`.
 
     The rules, in order:
       1. Level 0 returns the default at once: nothing runs, nothing is timed or cached.
-      2. The level admits candidates: priorities 0 and 1 at level 1, all at level 2. If only
-         the default is admitted it is returned without running.
+      2. The level admits candidates (:func:`admitted`): priorities 0 and 1 at level 1, all at
+         level 2, each launch once. If only the default is admitted it is returned without
+         running.
       3. The cache is looked up under ``key`` plus the checksum of the admitted list; a hit is
          returned without running anything (``stats.hits``).
       4. The default runs first; its output is the reference every other candidate's output
          is checked against. If the default raises, that exception propagates: with no
          reference nothing could be trusted.
-      5. Groups are visited in increasing priority number (CubeCL's highest priority first).
-         Each candidate of a group is run, checked, then timed ``repeats`` times. A candidate
-         that raises, fails the check, or makes the timer raise is dropped with a debug log
-         and never wins.
+      5. Groups are visited in increasing priority number (CubeCL's highest priority first),
+         the default first of its group. Each other candidate is run and checked, then every
+         candidate is timed (``_median_time``). A candidate that raises, fails the check, or
+         makes the timer raise is dropped, never wins, is recorded in the cache with its
+         error, and the search warns once (:class:`AutotuneWarning`) listing every dropped
+         candidate with its error.
       6. After a group, if some candidate of it other than the default passed (the default is
          the reference, so it always passes and does not count), the remaining groups are
          skipped, as in CubeCL: a later group is a fallback for when every candidate of the
          earlier groups failed. At level 2 (exhaustive) nothing is skipped: every admitted
          candidate is benchmarked.
-      7. The winner is the valid candidate with the smallest median time (the earlier one in
+      7. The search stops when ``budget_s`` is spent (measured from the start of the search);
+         each candidate gets an equal share of what is left when its turn comes, and those
+         not reached are recorded as skipped (``stats.skipped``).
+      8. The winner is the valid candidate with the smallest median time (the earlier one in
          the list on a tie); the default when nothing could be timed, in which case nothing is
          cached. Otherwise the winner is stored; if another process stored this key first, its
          winner is returned instead, so all processes agree.
@@ -170,18 +270,25 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
         name, params = found
         for c in pool:
             if c.name == name and dict(c.params) == params:
-                with _stats_lock:
-                    stats.hits += 1
+                _count("hits")
                 log.debug("autotune %s %s: cache hit -> %s", key.backend, key.kernel_hash, name)
                 return c
         log.debug("autotune %s: cached winner %r is not in the list; tuning again",
                   key.digest(), name)
-    with _stats_lock:
-        stats.misses += 1
-        stats.tunes += 1
+    _count("misses")
+    _count("tunes")
 
-    medians = _search(key, pool, default, run, time, check, exhaustive=lvl >= EXHAUSTIVE,
-                      repeats=repeats)
+    seconds = budget() if budget_s is None else float(budget_s)
+    outcome = _search(key, pool, default, run, time, check, exhaustive=lvl >= EXHAUSTIVE,
+                      repeats=max(1, int(repeats)), budget_end=_clock() + seconds)
+    medians = outcome.medians
+    if outcome.errors:
+        _warn_failures(key, outcome.errors, len(pool))
+    if outcome.skipped:
+        _count("skipped", len(outcome.skipped))
+        log.info("autotune %s %s shape=%s: the %g s budget was spent; %d of %d candidates "
+                 "not tried (%s)", key.backend, key.kernel_hash, key.shape, seconds,
+                 len(outcome.skipped), len(pool), ", ".join(outcome.skipped))
     timed = [c for c in pool if medians.get(c.name) is not None]
     if not timed:
         log.debug("autotune %s: nothing could be timed; using the default %s", key.digest(),
@@ -191,31 +298,59 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
     log.debug("autotune %s %s shape=%s: winner %s (%.3g s median) of %d",
               key.backend, key.kernel_hash, key.shape, winner.name, medians[winner.name],
               len(timed))
-    name, params = cache.put(key, winner, {c.name: medians.get(c.name) for c in pool})
+    name, params = cache.put(key, winner, {c.name: medians[c.name] for c in pool
+                                           if c.name in medians},
+                             errors=outcome.errors, skipped=outcome.skipped)
     for c in pool:
         if c.name == name and dict(c.params) == params:
             return c
     return winner
 
 
+def _warn_failures(key: TuneKey, errors: dict, total: int) -> None:
+    listed = "; ".join(f"{name}: {_clip(error, WARNING_ERROR_CHARS)}"
+                       for name, error in errors.items())
+    warnings.warn(f"lazyburn autotune: {len(errors)} of {total} launch configurations of "
+                  f"{key.backend} kernel {key.kernel_hash} (shape bucket {key.shape}) failed "
+                  f"and were dropped: {listed}", AutotuneWarning, stacklevel=3)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _search(key: TuneKey, pool: list[Candidate], default: Candidate, run, time, check, *,
-            exhaustive: bool, repeats: int) -> dict[str, float | None]:
-    """Benchmark ``pool`` group by group; returns median seconds per candidate name (None for
-    a candidate that failed after running). Candidates of skipped groups are absent."""
-    medians: dict[str, float | None] = {}
+            exhaustive: bool, repeats: int, budget_end: float) -> _Outcome:
+    """Benchmark ``pool`` group by group until a group gives a valid result (not at
+    exhaustive levels) or the budget ends. Candidates of groups never visited are absent
+    from the outcome."""
+    out = _Outcome({}, {}, [])
+    groups = priority_groups(pool)
+    for _, group in groups:
+        # The default was run above as the reference; it is timed before the rest.
+        group.sort(key=lambda c: c.name != default.name)
     bar = _progress(len(pool), f"autotune {key.backend} {key.kernel_hash[:12]}")
     try:
         reference = run(default)
-        for priority, group in priority_groups(pool):
-            # The default was run above; time it before the rest of its group.
-            group.sort(key=lambda c: c.name != default.name)
+        for gi, (priority, group) in enumerate(groups):
             group_valid = False
-            for c in group:
+            for ci, c in enumerate(group):
+                now = _clock()
+                if now >= budget_end:
+                    out.skipped = [x.name for x in group[ci:]]
+                    if not group_valid:
+                        out.skipped += [x.name for _, g in groups[gi + 1:] for x in g]
+                    return out
+                left = len(group) - ci + sum(len(g) for _, g in groups[gi + 1:])
+                share_end = now + (budget_end - now) / left
                 is_default = c.name == default.name
-                medians[c.name] = _benchmark(key, c, is_default, reference, run, time, check,
-                                             repeats)
+                median, error = _benchmark(key, c, is_default, reference, run, time, check,
+                                           repeats, share_end, budget_end)
+                out.medians[c.name] = median
+                if error is not None:
+                    out.errors[c.name] = error
                 bar.update(1)
-                if not is_default and medians[c.name] is not None:
+                if not is_default and median is not None:
                     group_valid = True
             if group_valid and not exhaustive:
                 skipped = [c.name for c in pool if c.priority > priority]
@@ -225,22 +360,25 @@ def _search(key: TuneKey, pool: list[Candidate], default: Candidate, run, time, 
                 break
     finally:
         bar.close()
-    return medians
+    return out
 
 
 def _benchmark(key: TuneKey, c: Candidate, is_default: bool, reference: Any, run, time, check,
-               repeats: int) -> float | None:
-    """Run, check and time one candidate; None when it is dropped."""
-    with _stats_lock:
-        stats.benchmarks += 1
+               repeats: int, share_end: float, budget_end: float):
+    """Run, check and time one candidate: ``(median seconds, None)``, or ``(None, error)``
+    when it is dropped."""
+    _count("benchmarks")
     try:
         if not is_default:
             output = run(c)
             if not check(reference, output):
-                log.debug("autotune %s: %s dropped: output differs from the default's",
-                          key.digest(), c.name)
-                return None
-        return _median_time(c, time, repeats)
-    except Exception as e:  # a compile error or launch failure only removes this candidate
-        log.debug("autotune %s: %s dropped: %s: %s", key.digest(), c.name, type(e).__name__, e)
-        return None
+                raise OutputMismatch("output differs from the default's")
+        return _median_time(c, time, repeats, share_end, budget_end), None
+    # A compile error, a launch failure (a device out of memory for this launch too) or a
+    # wrong output removes this candidate only; it is reported, never hidden. An interrupt
+    # is not an Exception and stops the search.
+    except Exception as e:
+        error = _clip(f"{type(e).__name__}: {e}".strip(), ERROR_CHARS)
+        _count("failures")
+        log.debug("autotune %s: %s dropped: %s", key.digest(), c.name, error)
+        return None, error
