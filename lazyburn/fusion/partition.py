@@ -21,13 +21,14 @@ Burn's future work included: several broadcasted reductions over the same rows i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 
 import networkx as nx
 
 from ..graph.node import Node
 from ..graph.ops import REDUCTIONS
 from ..graph.shapes import prod
-from .lower import FusionIllegal, lower
+from .lower import FusionIllegal, Lowering, add_stage, lower, reduction_space
 
 CHEAP_OPS = frozenset(
     "add sub mul neg abs sign square cast where eq ne lt le gt ge minimum maximum "
@@ -61,6 +62,7 @@ class FusionGroup:
     inputs: list = field(default_factory=list)
     fused_on_read: list = field(default_factory=list)
     fused_on_write: list = field(default_factory=list)
+    mask: int = 0  # the anchors' bits (``Partitioner.anchor_bit``)
 
     @property
     def label(self) -> str:
@@ -101,7 +103,37 @@ class Partitioner:
         self.out_ids = {id(o) for o in outputs}
         self.force_stored: set[int] = set()
         self.no_write_fusion: set[int] = set()  # stored values kept out of anchor groups
-        self._deps: dict[int, set] = {}
+        self._dependency_masks()
+
+    def _dependency_masks(self) -> None:
+        """Anchor bitsets, one pass each way over the order: ``anchor_bit`` (anchor id -> its
+        bit), ``anc`` (node id -> the anchors it depends on, transitively) and ``desc`` (anchor
+        id -> the anchors that depend on it). Python ints as bitsets keep every dependency
+        question a few word operations, however deep the graph."""
+        anchor_bit: dict[int, int] = {}
+        anc: dict[int, int] = {}
+        for n in self.order:
+            if n.buffer is not None:
+                continue
+            m = 0
+            for i in n.inputs:
+                if i.buffer is None:
+                    m |= anc[id(i)] | anchor_bit.get(id(i), 0)
+            anc[id(n)] = m
+            if self.is_anchor(n):
+                anchor_bit[id(n)] = 1 << len(anchor_bit)
+        below: dict[int, int] = {}  # node id -> the anchors downstream of it
+        desc: dict[int, int] = {}
+        for n in reversed(self.order):
+            if n.buffer is not None:
+                continue
+            m = 0
+            for c in self.consumers[id(n)]:
+                m |= below[id(c)] | anchor_bit.get(id(c), 0)
+            below[id(n)] = m
+            if id(n) in anchor_bit:
+                desc[id(n)] = m
+        self.anchor_bit, self.anc, self.desc = anchor_bit, anc, desc
 
     # helpers -----------------------------------------------------------------------------------
     def is_leaf(self, n: Node) -> bool:
@@ -110,32 +142,16 @@ class Partitioner:
     def is_anchor(self, n: Node) -> bool:
         return n.op in REDUCTIONS or n.op in ("matmul", "copy")
 
-    def ancestors(self, n: Node) -> set:
-        """Ids of the anchors (reductions, matmuls, copies) ``n`` depends on, transitively
-        (memoized; iterative, so deep graphs do not hit Python's recursion limit)."""
-        got = self._deps.get(id(n))
-        if got is not None:
-            return got
-        todo, stack, seen = [], [n], set()
-        while stack:
-            x = stack.pop()
-            if id(x) in seen or id(x) in self._deps or self.is_leaf(x):
-                continue
-            seen.add(id(x))
-            todo.append(x)
-            stack.extend(x.inputs)
-        empty = frozenset()
-        for x in sorted(todo, key=lambda x: self.pos[id(x)]):  # inputs first
-            deps = empty
-            for i in x.inputs:
-                if self.is_leaf(i):
-                    continue
-                inherited = self._deps[id(i)]
-                if self.is_anchor(i) and id(i) not in inherited:
-                    inherited = inherited | {id(i)}
-                deps = inherited if not deps else deps | inherited
-            self._deps[id(x)] = deps
-        return self._deps[id(n)]
+    def ancestors(self, n: Node) -> int:
+        """The anchors (reductions, matmuls, copies) ``n`` depends on, transitively, as a
+        bitset of ``anchor_bit``."""
+        return self.anc[id(n)]
+
+    def mask_of(self, anchors) -> int:
+        m = 0
+        for a in anchors:
+            m |= self.anchor_bit[id(a)]
+        return m
 
     def _loaded_by(self, n: Node, g, group_of, stored, home) -> list:
         """The values computing ``n`` inside group ``g`` would load from other kernels."""
@@ -168,9 +184,12 @@ class Partitioner:
             depth[id(n)] = d
         return cut
 
-    def _inline_cost(self, n: Node, stored) -> tuple:
+    def _inline_cost(self, n: Node, stored, most: int | None = None,
+                     until_dear: bool = False) -> tuple:
         """(is cheap, op count) of recomputing ``n`` down to stored values, anchors and
-        leaves."""
+        leaves. The walk stops early once ``most`` ops are counted, or (``until_dear``) at
+        the first op that is not cheap: callers that only compare the count with a bound or
+        only need the cheapness pay for that much of the cone, not all of it."""
         cheap, count, stack, seen = True, 0, [n], set()
         while stack:
             x = stack.pop()
@@ -181,6 +200,10 @@ class Partitioner:
             count += 1
             if x.op not in CHEAP_OPS:
                 cheap = False
+                if until_dear:
+                    break
+            if count == most:
+                break
             stack.extend(x.inputs)
         return cheap, count
 
@@ -188,39 +211,28 @@ class Partitioner:
     def _anchor_sets(self) -> list:
         """Lists of anchors, one per group, in topological order (computed once)."""
         sets = []  # (kind, anchors, space)
+        trials: list = []  # per set: its _StageTrial (reductions), built at its first candidate
         for n in self.order:
             if self.is_leaf(n):
                 continue
             if n.op in ("matmul", "copy"):
                 sets.append((n.op, [n], ()))
+                trials.append(None)
             elif n.op in REDUCTIONS:
                 space = (n.inputs[0].shape, n.attrs[0])
-                for kind, anchors, sp in reversed(sets):
-                    if self.fuse and kind == "reduction" and sp == space and \
-                            self._can_add_stage(anchors, space, n):
+                for j in range(len(sets) - 1, -1, -1):
+                    kind, anchors, sp = sets[j]
+                    if not (self.fuse and kind == "reduction" and sp == space):
+                        continue
+                    if trials[j] is None:
+                        trials[j] = _StageTrial(self, anchors, space)
+                    if trials[j].try_add(n):
                         anchors.append(n)
                         break
                 else:
                     sets.append(("reduction", [n], space))
+                    trials.append(None)
         return sets
-
-    def _can_add_stage(self, anchors: list, space, n: Node) -> bool:
-        anchor_ids = {id(a) for a in anchors}
-        # every other anchor n reads must not itself depend on this group (no cycle)
-        for dep in self.ancestors(n):
-            if dep not in anchor_ids and self.ancestors(self._node_by_id(dep)) & anchor_ids:
-                return False
-        trial = FusionGroup("reduction", anchors + [n], [n], space)
-
-        def external(x):
-            return self.is_leaf(x) or (
-                (x.op in REDUCTIONS or x.op in ("matmul", "copy")) and id(x) not in anchor_ids
-                and x is not n)
-        try:
-            lower(trial, external)
-        except FusionIllegal:
-            return False
-        return True
 
     def _node_by_id(self, i: int) -> Node:
         return self.order[self.pos[i]]
@@ -229,6 +241,15 @@ class Partitioner:
     def run(self) -> Partition:
         self.force_stored |= self._split_long_chains()
         self._sets = self._anchor_sets()
+        # anchor bit -> its set, and per set the anchors its anchors depend on
+        self._set_of = [0] * len(self.anchor_bit)
+        self._set_up = []
+        for j, (_, anchors, _) in enumerate(self._sets):
+            up = 0
+            for a in anchors:
+                self._set_of[self.anchor_bit[id(a)].bit_length() - 1] = j
+                up |= self.anc[id(a)]
+            self._set_up.append(up)
         while True:
             try:
                 part = self._partition()
@@ -250,9 +271,11 @@ class Partitioner:
                                               self.force_stored or not self.fuse and
                                               n.op != "const")}
         while True:  # grow the stored set to a fixed point
-            groups = [FusionGroup(kind if kind != "copy" else "copy", list(anchors), [], space)
+            groups = [FusionGroup(kind if kind != "copy" else "copy", list(anchors), [], space,
+                                  mask=self.mask_of(anchors))
                       for kind, anchors, space in self._sets]
             group_of = {id(a): g for g in groups for a in g.anchors}
+            self._groups_by_id = {id(g): g for g in groups}
             home = {id(a): group_of[id(a)] for a in (a for g in groups for a in g.anchors)}
             ew_groups = self._assign_homes(groups, group_of, stored, home)
             readers = self._readers(group_of, stored, home)
@@ -327,38 +350,111 @@ class Partitioner:
         recomputed in each of them."""
         if not rg:
             return False
-        cheap, count = self._inline_cost(n, stored)
-        if len(rg) > 1 and (not cheap or count > 16):
-            return True
+        if len(rg) > 1:
+            cheap, count = self._inline_cost(n, stored, most=17)
+            if not cheap or count > 16:
+                return True
+            # (the whole cone was walked: ``cheap`` is exact)
+        by_id = self._groups_by_id
+        matmuls = [by_id[i] for i in rg if i in by_id and by_id[i].kind == "matmul"]
+        if len(rg) == 1 and matmuls:
+            cheap = self._inline_cost(n, stored, until_dear=True)[0]
+        elif len(rg) == 1:
+            cheap = True  # only the matmul test below reads it
         # a matmul prologue recomputes its producers once per tile: only cheap ones are fused
-        if not cheap and any(g.kind == "matmul" and id(g) in rg and
-                             g.anchors[0] in self._reading_anchors(n, stored) for g in groups):
+        if not cheap and any(g.anchors[0] in self._reading_anchors(n, stored) for g in matmuls):
             return True
         return n.op in ("take", "take_along_axis") and len(rg) > 1
 
     def _fuse_on_write_home(self, n: Node, groups, group_of, stored, home):
         """The anchor group that can compute and store ``n``, or None. Groups upstream of
         ``n`` (a true fuse-on-write) are preferred to a reduction that merely reads ``n`` over
-        its own space (multi-output fusion)."""
+        its own space (multi-output fusion).
+
+        ``groups`` are the anchor groups, one per anchor set in the same order. Rather than
+        testing every group, the candidates come from bitsets: a group upstream of ``n`` is
+        legal only if none of the values ``n`` loads depends on it, so only groups whose
+        anchors ``n`` depends on without going through a load (or that own one of those
+        values) are tried, in the order a scan of all groups would try them."""
         if id(n) in self.no_write_fusion:
             return None
-        deps = self.ancestors(n)
+        anc, set_of = self.anc, self._set_of
+        deps = anc[id(n)]
+        # the values n's inline cone meets: loads for every group but their owner's
+        not_owned, owned, owner_of_home = 0, {}, set()
+        stack, seen = list(n.inputs), set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen or x.buffer is not None:
+                continue
+            seen.add(id(x))
+            g = group_of.get(id(x))
+            if g is None and id(x) in stored:
+                g = home.get(id(x))
+                if g is not None:
+                    owner_of_home.add(id(g))
+            elif g is None:
+                stack.extend(x.inputs)
+                continue
+            if g is None:
+                not_owned |= anc[id(x)]
+            else:
+                owned[id(g)] = owned.get(id(g), 0) | anc[id(x)]
+        loads_all = not_owned
+        for m in owned.values():
+            loads_all |= m
+        reading = self._reading_anchors(n, stored)
+        reading_mask = 0
+        for a in reading:
+            reading_mask |= self.anchor_bit[id(a)]
+
+        def loads_depend_on(g) -> bool:  # the first test of _write_is_legal
+            if id(g) in owner_of_home:  # n's walk goes on through g's values: walk it
+                return any(anc[id(x)] & g.mask
+                           for x in self._loaded_by(n, g, group_of, stored, home))
+            if id(g) not in owned:
+                return bool(loads_all & g.mask)
+            others = not_owned
+            for k, m in owned.items():
+                if k != id(g):
+                    others |= m
+            return bool(others & g.mask)
+
+        picks = set()
+        free = deps & ~loads_all  # anchors n reaches with no load in between
+        while free:
+            low = free & -free
+            free ^= low
+            picks.add(set_of[low.bit_length() - 1])
+        by_id = {id(groups[j]): j for j in range(len(groups))} if owned else {}
+        for k in owned:
+            if k in by_id:  # (an element-wise group is never a candidate)
+                picks.add(by_id[k])
+        for a in reading:
+            picks.add(set_of[self.anchor_bit[id(a)].bit_length() - 1])
         upstream, downstream = [], []
-        for g in groups:
+        for j in sorted(picks):
+            g = groups[j]
             if g.kind == "copy":
                 continue
-            is_up = any(id(a) in deps for a in g.anchors)
+            is_up = bool(deps & g.mask)
             if g.kind == "matmul":
                 if is_up and n.size == g.anchors[0].size:
                     upstream.append(g)
-            elif is_up or self._read_by(n, g, group_of, stored):
+            elif is_up or reading_mask & g.mask:
                 shape, axes = g.space
                 rows = prod(d for a, d in enumerate(shape) if a not in axes)
                 if n.size == rows and is_up or n.size == prod(shape):
                     (upstream if is_up else downstream).append(g)
         for g in list(reversed(upstream)) + downstream:
-            if self._write_is_legal(n, g, group_of, stored, home):
-                if any(id(a) in deps for a in g.anchors):
+            if loads_depend_on(g):
+                continue
+            # ...and no other group reading n may be one that g itself depends on
+            if reading_mask & ~g.mask & self._set_up[set_of[self.anchor_bit[id(g.anchors[0])]
+                                                            .bit_length() - 1]]:
+                continue
+            if self._lowers_with(n, g, group_of, stored, home):
+                if deps & g.mask:
                     g.fused_on_write.append(n)
                 return g
         return None
@@ -394,15 +490,21 @@ class Partitioner:
     def _write_is_legal(self, n, g, group_of, stored, home) -> bool:
         """Whether group ``g`` may compute and store ``n``: no value ``n`` loads may come from a
         group that itself depends on ``g`` (a cycle), and ``n`` must lower inside ``g``."""
-        anchor_ids = {id(a) for a in g.anchors}
+        anc, bit, mask = self.anc, self.anchor_bit, g.mask
         for x in self._loaded_by(n, g, group_of, stored, home):
-            if self.ancestors(x) & anchor_ids:
+            if anc[id(x)] & mask:
                 return False
         # ...and no other group reading n may be one that g itself depends on
+        upstream = 0
+        for a in g.anchors:
+            upstream |= anc[id(a)]
         for reader in self._reading_anchors(n, stored):
-            if id(reader) not in anchor_ids and any(id(reader) in self.ancestors(a)
-                                                    for a in g.anchors):
+            if not bit[id(reader)] & mask and bit[id(reader)] & upstream:
                 return False
+        return self._lowers_with(n, g, group_of, stored, home)
+
+    def _lowers_with(self, n, g, group_of, stored, home) -> bool:
+        """Whether ``g`` still lowers to one kernel with ``n`` added to its outputs."""
         trial = FusionGroup(g.kind, list(g.anchors), list(g.outputs) + [n], g.space)
 
         def external(x):
@@ -536,6 +638,127 @@ class Partitioner:
                     out.add(id(c))
                     stack.append(c)
         return out
+
+
+class _StageTrial:
+    """The kernel of one reduction anchor set, lowered stage by stage, to test candidates.
+
+    Whether reduction ``n`` may join the set as its next stage is what lowering the set's
+    group with ``n`` appended says (its value may read earlier stages only at the current row,
+    and the stage is stored at its row). Lowering the earlier stages again for every candidate
+    costs the whole group each time; instead this keeps one ``Lowering`` that has lowered them
+    in order, lowers the candidate on top of it, and undoes what a rejected candidate added
+    (interned expressions, memoized values, arguments, index forms), so every test sees exactly
+    the state a fresh lowering of the group would have. The cost of a test is the candidate's
+    own inline cone, and of that only the part computed from the set's stages: a value that
+    depends on none of them reads no stage, cannot make the stage illegal, and is taken as a
+    load. (No value can turn into one that does: anchors join sets in topological order, so
+    an anchor upstream of a value already lowered has already been placed.)
+
+    Values stored to bound kernel depth (``force_stored`` at this point: the long-chain cuts)
+    are read as loads. A candidate that reads such a value computed from this set's stages
+    does not join: the value would have to be computed between two stages of one kernel.
+    """
+
+    def __init__(self, p: Partitioner, anchors: list, space):
+        self.p = p
+        self.anchors = anchors
+        self.space = space
+        self.mask = p.mask_of(anchors)
+        self.down = 0  # anchors downstream of the set's anchors
+        for a in anchors:
+            self.down |= p.desc[id(a)]
+        self.cut_hit = False
+        self.lw = None  # built at the first candidate that passes the dependency test
+
+    def _start(self) -> None:
+        anchors = self.anchors
+        self.lw = Lowering(FusionGroup("reduction", list(anchors), [anchors[-1]], self.space),
+                           self._external)
+        self.full = reduction_space(self.lw, *self.space)[0]
+        for a in anchors:
+            add_stage(self.lw, a, self.full)
+        self.lw._unflat = _UndoDict(self.lw._unflat)
+
+    def _external(self, x) -> bool:
+        p = self.p
+        if x.buffer is not None or p.is_anchor(x):  # (stages are recognized before this)
+            return True
+        if not p.anc[id(x)] & self.mask:
+            return True
+        if id(x) in p.force_stored:
+            self.cut_hit = True
+            return True
+        return False
+
+    def try_add(self, n: Node) -> bool:
+        """Append reduction ``n`` as the next stage when that is legal."""
+        p = self.p
+        # every other anchor n reads must not itself depend on this set (no cycle)
+        if p.anc[id(n)] & ~self.mask & self.down:
+            return False
+        if self.lw is None:
+            self._start()
+        lw = self.lw
+        b = lw.b
+        marks = (len(b._table), len(lw._memo), len(lw.args))
+        lw._unflat.mark()
+        self.cut_hit = False
+        try:
+            add_stage(lw, n, self.full)
+            lw.value(n, lw.unflatten(b.vars["row"], n.shape))
+            ok = not self.cut_hit
+        except FusionIllegal:
+            ok = False
+        if not ok:
+            lw.stage_of.pop(id(n), None)
+            _truncate(b._table, marks[0])
+            _truncate(lw._memo, marks[1])
+            for x in lw.arg_nodes[marks[2]:]:
+                del lw._arg_of[id(x)]
+            del lw.args[marks[2]:], lw.arg_nodes[marks[2]:]
+            lw._unflat.undo()
+            return False
+        self.mask |= p.anchor_bit[id(n)]
+        self.down |= p.desc[id(n)]
+        return True
+
+
+_MISSING = object()
+
+
+class _UndoDict(dict):
+    """A dict that can restore its state at the last ``mark()`` (item assignment only)."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self._log: list = []
+
+    def __setitem__(self, key, value):
+        self._log.append((key, self.get(key, _MISSING)))
+        super().__setitem__(key, value)
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def mark(self) -> None:
+        self._log.clear()
+
+    def undo(self) -> None:
+        for key, old in reversed(self._log):
+            if old is _MISSING:
+                del self[key]
+            else:
+                super().__setitem__(key, old)
+        self._log.clear()
+
+
+def _truncate(d: dict, size: int) -> None:
+    """Drop the entries added to ``d`` after it held ``size`` (insertion order)."""
+    for key in list(islice(reversed(d), len(d) - size)):
+        del d[key]
 
 
 def _external_for(part: Partition, g: FusionGroup):
