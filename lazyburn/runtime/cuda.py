@@ -36,9 +36,28 @@ never chosen by default in that mode (:func:`available` is about real GPUs).
 
 Launch parameters come from :mod:`lazyburn.runtime.cuda_tuning`; at autotune level 1 or more a
 kernel is tuned at its first launch (timings on the device; results cached on disk).
+
+Threads. Tensors may be recorded and synced from several threads. Each device serializes its
+submissions: a per-device lock (``CudaBackend.lock``) is held while a sync plans, compiles,
+allocates, launches and (when synchronous) waits, and while data is uploaded; Triton's
+interpreter in particular patches ``triton.language`` while it runs a kernel and must never run
+two at once. Downloads go through PyTorch (thread-safe) without the lock. Kernel modules are
+written to the kernel cache atomically (a temporary file of a unique name in the same directory,
+then ``os.replace``), so threads and processes sharing the cache never read a half-written file,
+and loaded under a process-wide lock. Devices are opened once per index, under a lock.
+
+Faults. A fault of an asynchronous kernel surfaces at a later launch or at the wait for the
+stream; the error then lists the plan's kernels in flight with their user lines.
+``LAZYBURN_SYNC_EACH=1`` waits for the stream after every kernel (as ``CUDA_LAUNCH_BLOCKING=1``
+does, and without capturing CUDA graphs), so a fault names its kernel exactly.
+
+Caches. Kernel modules and plans' launch programs are kept in memory for the
+``KERNEL_CACHE_SIZE`` most recently used of each (a graph whose scalars change at every step
+would otherwise grow them for ever).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import glob
 import hashlib
@@ -46,17 +65,20 @@ import importlib.util
 import os
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
+from ..graph.node import current_origin
 from .fused import FusedBackend, host_value
 
 allow_tf32 = False
 cuda_graphs = False
 synchronous = True
+KERNEL_CACHE_SIZE = 512  # kernel modules, and plans' launch programs, kept per process / device
 
 TORCH_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16",
                 "float32", "float64")
@@ -101,13 +123,27 @@ def describe() -> list[str]:
     return lines
 
 
+_opened: dict[tuple, "CudaBackend"] = {}
+_open_lock = threading.Lock()
+
+
 def open_device(index: int) -> "CudaBackend":
-    """The backend of GPU ``index``; raises DeviceError when there is none."""
+    """The backend of GPU ``index``, opened once per process (and mode: compiled or
+    interpreted); raises DeviceError when there is none."""
     try:
         import torch  # noqa: F401
         import triton  # noqa: F401
     except ImportError as e:
         raise DeviceError(f"device cuda:{index} needs torch and triton: {e}") from None
+    key = (index, interpreting())
+    with _open_lock:
+        b = _opened.get(key)
+        if b is None:
+            b = _opened[key] = _open(index)
+        return b
+
+
+def _open(index: int) -> "CudaBackend":
     if interpreting():
         if index != 0:
             raise DeviceError(f"no device cuda:{index}: under TRITON_INTERPRET=1 only cuda:0 "
@@ -182,7 +218,9 @@ def kernel_cache_dir() -> Path:
     return Path(base) / "kernels"
 
 
-_modules: dict[str, object] = {}  # module name -> imported kernel module
+# module name -> imported kernel module, the KERNEL_CACHE_SIZE most recently used
+_modules: collections.OrderedDict[str, object] = collections.OrderedDict()
+_modules_lock = threading.Lock()
 
 
 def load_kernel(source: str, name: str, interpret: bool):
@@ -190,14 +228,17 @@ def load_kernel(source: str, name: str, interpret: bool):
     (by content hash; a temporary directory when the cache is not writable) and imported from
     there, with the module's path. Every jit function of the module is wrapped for the
     interpreter when ``interpret``, for the compiler otherwise, whatever ``TRITON_INTERPRET``
-    said when the module was imported."""
+    said when the module was imported. Safe to call from several threads."""
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     mod_name = f"lazyburn_kernel_{digest}" + ("_interp" if interpret else "")
-    mod = _modules.get(mod_name)
-    if mod is None:
+    with _modules_lock:
+        mod = _modules.get(mod_name)
+        if mod is not None:
+            _modules.move_to_end(mod_name)
+            return getattr(mod, name), mod.__file__
         path = _write_source(source, f"lb_{digest}.py")
         spec = importlib.util.spec_from_file_location(mod_name, path)
         mod = importlib.util.module_from_spec(spec)
@@ -209,19 +250,32 @@ def load_kernel(source: str, name: str, interpret: bool):
                     not isinstance(value, wanted):
                 setattr(mod, attr, wanted(value.fn))
         _modules[mod_name] = mod
+        if len(_modules) > KERNEL_CACHE_SIZE:  # kernels built from it keep their functions
+            old, _ = _modules.popitem(last=False)
+            sys.modules.pop(old, None)
     return getattr(mod, name), mod.__file__
 
 
 def _write_source(source: str, file_name: str) -> Path:
+    """``source`` as ``file_name`` in the kernel cache (else a temporary directory), written
+    atomically: to a file of a unique name in the same directory, then renamed over the
+    target, so a reader (another thread or process) sees the old file or the whole new one."""
     for directory in (kernel_cache_dir(),
                       Path(tempfile.gettempdir()) / f"lazyburn-kernels-{os.getuid()}"):
         path = directory / file_name
         try:
             if not path.exists() or path.read_text() != source:
                 directory.mkdir(parents=True, exist_ok=True)
-                tmp = directory / f".{file_name}.{os.getpid()}.tmp"
-                tmp.write_text(source)
-                os.replace(tmp, path)
+                fd, tmp = tempfile.mkstemp(prefix=f".{file_name}.", suffix=".tmp",
+                                           dir=directory)
+                try:
+                    with os.fdopen(fd, "w") as f:
+                        f.write(source)
+                    os.replace(tmp, path)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                    raise
             return path
         except OSError:
             continue
@@ -263,7 +317,9 @@ class CudaBackend(FusedBackend):
                 (lambda i: torch.cuda.current_stream(i).cuda_stream)
             current_device = torch.cuda.current_device
             self._current = lambda: (current_device(), raw(index))
-        self._programs: dict[int, object] = {}  # id(plan) -> Program (which holds the plan)
+        # id(plan) -> Program (which holds the plan), the KERNEL_CACHE_SIZE most recently used
+        self._programs: collections.OrderedDict[int, object] = collections.OrderedDict()
+        self.lock = threading.RLock()  # the device's submissions, one thread at a time
         self.compiles = 0
         super().__init__()
 
@@ -289,8 +345,14 @@ class CudaBackend(FusedBackend):
         return self.empty(nbytes, dt.uint8, origin)
 
     def upload(self, host: np.ndarray):
+        """A device buffer holding ``host``'s data. Raises OutOfMemoryError, naming the user
+        line running now, when the device cannot hold it."""
         torch = self.torch
         host = np.ascontiguousarray(host).reshape(-1)
+        if self.max_alloc is not None and host.nbytes > self.max_alloc:
+            raise OutOfMemoryError(f"{self.device_string}: cannot upload "
+                                   f"{host.nbytes / 2**20:.1f} MiB (the device has "
+                                   f"{self.max_alloc / 2**20:.1f} MiB)", current_origin())
         with warnings.catch_warnings():  # read-only arrays are fine: torch only reads them
             warnings.simplefilter("ignore", UserWarning)
             if host.dtype.name == "bfloat16":
@@ -300,11 +362,12 @@ class CudaBackend(FusedBackend):
         if self.interpret:
             return t.clone()
         try:
-            with self._on_device():
+            with self.lock, self._on_device():
                 return t.to(self.device)
         except torch.cuda.OutOfMemoryError as e:
             raise OutOfMemoryError(f"{self.device_string}: out of memory uploading "
-                                   f"{host.nbytes} bytes: {_first_line(e)}") from None
+                                   f"{host.nbytes} bytes: {_first_line(e)}",
+                                   current_origin()) from None
 
     def download(self, n) -> np.ndarray:
         torch = self.torch
@@ -381,29 +444,37 @@ class CudaBackend(FusedBackend):
 
     # running -----------------------------------------------------------------------------------
     def run(self, outputs, key=None, order=None) -> list:
-        plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
-        return self.program(plan, order).run(order, None)
+        with self.lock:
+            plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
+            return self.program(plan, order).run(order, None)
 
     def prepare(self, outputs, key=None, order=None):
-        plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
-        self.program(plan, order)
-        return plan, order
+        with self.lock:
+            plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
+            self.program(plan, order)
+            return plan, order
 
     def program(self, plan, order):
         """The launch steps of ``plan`` (compiled and built at its first run, ``order`` being
         that run's recording)."""
-        program = self._programs.get(id(plan))
+        programs = self._programs
+        program = programs.get(id(plan))
         if program is None or program.plan is not plan:
             self.compile(plan, order)
             from .cuda_replay import Program
 
-            program = self._programs[id(plan)] = Program(self, plan, order)
+            program = programs[id(plan)] = Program(self, plan, order)
+            if len(programs) > KERNEL_CACHE_SIZE:
+                programs.popitem(last=False)
+        else:
+            programs.move_to_end(id(plan))
         return program
 
     def execute(self, plan, order, values) -> list:
         """Replay ``plan``; ``values`` (graph position -> buffer) gives its realized inputs,
         None takes them from ``order``'s nodes."""
-        return self._programs[id(plan)].run(order, values)
+        with self.lock:
+            return self.program(plan, order).run(order, values)
 
     def import_buffer(self, n):
         """Node ``n``'s data (realized on another device) as a buffer of this device. Between

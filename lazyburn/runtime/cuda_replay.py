@@ -5,12 +5,17 @@ positions of its inputs, the sizes and dtypes of the buffers it allocates, and t
 that die after it. Running the plan again on fresh data is a walk over those closures. With
 ``lazyburn.runtime.cuda.cuda_graphs`` set, a plan run a third time is captured into a CUDA graph
 (:class:`GraphReplay`) and replayed as one launch.
+
+A kernel's fault may surface at a later launch or at the wait for the stream; the error then
+lists the kernels launched so far with their user lines. With ``LAZYBURN_SYNC_EACH=1`` the
+stream is waited for after every kernel (and no CUDA graph is captured), so a fault names its
+kernel.
 """
 from __future__ import annotations
 
 import os
 
-from ..errors import DeviceError, LazyburnError, OutOfMemoryError
+from ..errors import DeviceError, LazyburnError, OutOfMemoryError, kernel_fault, sync_each
 from . import cuda, dump
 from .fused import kernel_origin
 
@@ -31,7 +36,7 @@ class Program:
         self.capturable = True
         for i, k in enumerate(plan.kernels):
             self.origins.append(kernel_origin(k))
-            self.labels.append(k.label)
+            self.labels.append(f"k{i}_{k.kind} ({k.label})")  # as the kernel is named
             if k.kind == "copy":
                 self.steps.append(_copy_step(backend, *k.arg_pos))
                 self.capturable = False
@@ -66,7 +71,7 @@ class Program:
                 n = order[p]
                 values[p] = n.buffer if n.device == device else b.import_buffer(n)
         self.runs += 1
-        if self.graph is not None:
+        if self.graph is not None and not sync_each():
             out = self.graph.replay(values)
             if cuda.synchronous:
                 b.finish()
@@ -78,16 +83,19 @@ class Program:
 
     def _launch(self, values: list, order) -> list:
         b = self.backend
+        each = sync_each()
         i = -1
+        waiting = False  # the error came from waiting for the stream, not from step i itself
         try:
-            if b.is_current():  # the usual case, without entering a context
+            with (_NO_CONTEXT if b.is_current() else b._on_device()):
                 for i, step in enumerate(self.steps):
                     step(values, order)
-            else:
-                with b._on_device():
-                    for i, step in enumerate(self.steps):
-                        step(values, order)
-            if cuda.synchronous:
+                    if each:
+                        waiting = True
+                        b.finish()
+                        waiting = False
+            if cuda.synchronous and not each:
+                waiting = True
                 b.finish()
         except LazyburnError:
             raise
@@ -96,13 +104,28 @@ class Program:
                                    f"{self.labels[i]}: {_first_line(e)}", self.origins[i]) \
                 from None
         except RuntimeError as e:
-            where = f" in kernel {self.labels[i]}" if i >= 0 else ""
-            raise DeviceError(f"{b.device_string}: launch failed{where}: {_first_line(e)}",
-                              self.origins[i] if i >= 0 else None) from None
-        if cuda.cuda_graphs and self.capturable and not b.interpret and \
+            raise self._fault(e, i, exact=each or not waiting and (b.interpret or i == 0)) \
+                from None
+        if cuda.cuda_graphs and self.capturable and not b.interpret and not each and \
                 self.runs >= CAPTURE_AFTER_RUNS:
             self.graph = GraphReplay(self, values, order)
         return [values[p] for p in self.output_pos]
+
+    def _fault(self, e: Exception, i: int, exact: bool):
+        """The DeviceError for ``e``, raised at step ``i`` (or at the wait after it): step
+        ``i``'s kernel when that is certain (waiting after each kernel; the launch itself under
+        the interpreter, which runs each kernel before returning, or of the first kernel),
+        else every kernel launched up to it, since an earlier kernel's fault surfaces at a
+        later launch or at the wait."""
+        b = self.backend
+        if i < 0:
+            return DeviceError(f"{b.device_string}: launch failed: {_first_line(e)}")
+        named = [(self.labels[i], self.origins[i])] if exact else \
+            list(zip(self.labels[:i + 1], self.origins[:i + 1]))
+        return kernel_fault(b.device_string, _first_line(e), named, exact)
+
+
+_NO_CONTEXT = cuda._NO_CONTEXT
 
 
 def _kernel_step(backend, kernel, in_pos, outs, drop):

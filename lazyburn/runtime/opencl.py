@@ -11,18 +11,44 @@ Matmul groups on a CPU device may run as a library matmul instead (NumPy's BLAS 
 buffers, ``LibraryMatmul``), with the prologue and the epilogue as element-wise kernels; the
 autotuner chooses. BLAS then runs single-threaded on blocks spread over our own threads
 (``HostBlas``), so that no BLAS thread spins on the cores the OpenCL runtime needs next.
+
+Threads. Tensors may be recorded and synced from several threads. Each device serializes its
+submissions: a per-device lock (``OpenCLBackend.lock``) is held while a sync plans, compiles,
+allocates, launches and waits, and while data is uploaded; so syncs from two threads run one
+after the other on the device, and a kernel object (whose arguments OpenCL sets in place) is
+never launched from two threads at once. Downloads read through the thread-safe OpenCL API
+without the lock, so a sync on another device that copies from this one never waits for this
+device's lock. Devices are opened once per index, under a lock (``open_device``).
+
+Faults. Each launch's event is kept until the sync waits; a fault at the wait names the kernel
+whose event reports the error (with its user line), else the kernels that were in flight.
+``LAZYBURN_SYNC_EACH=1`` waits after every kernel, so a fault names its kernel exactly.
+
+Memory. A buffer larger than the device's ``CL_DEVICE_MAX_MEM_ALLOC_SIZE``, or one that would
+take the bytes held by this device's live buffers past ``CL_DEVICE_GLOBAL_MEM_SIZE``, raises
+OutOfMemoryError naming the size, the limit and the user line, before anything is allocated:
+PoCL allocates a buffer's memory at its first use and aborts the process when that fails.
+
+Caches. Built programs are kept in memory by source hash, the ``PROGRAM_CACHE_SIZE`` most
+recently used (a graph whose scalars change at every step would otherwise grow it for ever).
 """
 from __future__ import annotations
 
+import collections
+import functools
+import gc
 import hashlib
 import os
+import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
 
 from ..codegen import opencl as cl_codegen
-from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
+from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault, sync_each
 from ..graph import dtypes as dt
+from ..graph.node import current_origin
 from . import dump
 from .fused import FusedBackend
 from .opencl_devices import discover
@@ -35,12 +61,26 @@ def available() -> bool:
         return False
 
 
+PROGRAM_CACHE_SIZE = 512  # built programs kept in memory per device (least recently used go)
+
+_opened: dict[int, "OpenCLBackend"] = {}
+_open_lock = threading.Lock()
+
+
 def open_device(index: int) -> "OpenCLBackend":
-    usable, skipped = discover()
-    if index >= len(usable):
-        why = "; ".join(f"{d}: {r}" for d, r in skipped) or "no OpenCL platform found"
-        raise DeviceError(f"no OpenCL device {index} (found {len(usable)} usable; {why})")
-    return OpenCLBackend(usable[index], index)
+    """The backend of usable OpenCL device ``index``, opened once per process: threads that
+    open it at the same time get the same context (buffers of one context passed to another's
+    kernels fail with INVALID_CONTEXT). Raises DeviceError when there is no such device."""
+    with _open_lock:
+        b = _opened.get(index)
+        if b is None:
+            usable, skipped = discover()
+            if index >= len(usable):
+                why = "; ".join(f"{d}: {r}" for d, r in skipped) or "no OpenCL platform found"
+                raise DeviceError(f"no OpenCL device {index} (found {len(usable)} usable; "
+                                  f"{why})")
+            b = _opened[index] = OpenCLBackend(usable[index], index)
+        return b
 
 
 def kernel_cache_dir() -> Path:
@@ -67,57 +107,112 @@ class OpenCLBackend(FusedBackend):
         self.unsupported_dtypes = set() if self.has_fp64 else {dt.float64}
         self.is_cpu = bool(device.type & cl.device_type.CPU)
         self.max_alloc = device.max_mem_alloc_size
+        self.global_mem = device.global_mem_size
         self.max_local = device.max_work_group_size
         self.compute_units = device.max_compute_units
         self.vector_width = device.preferred_vector_width_float
-        self._programs: dict[str, object] = {}
+        self.lock = threading.RLock()  # the device's submissions, one thread at a time
+        self._programs: collections.OrderedDict[str, object] = collections.OrderedDict()
         self.pool = BufferPool(min(POOL_FRACTION * device.global_mem_size, POOL_MAX_BYTES))
         self.compiles = 0
+        # bytes of this device's buffers still alive; finalizers report freed sizes in
+        # ``_freed`` (a list append, safe from a collection in any thread) and the allocator,
+        # holding the lock, takes them off
+        self.live_bytes = 0
+        self._freed: list[int] = []
+        self._in_flight: list[tuple] = []  # (event, kernel label, user line) since the last wait
         super().__init__()
+
+    # the device's lock -------------------------------------------------------------------------
+    def run(self, outputs, key=None, order=None) -> list:
+        with self.lock:
+            return super().run(outputs, key, order)
+
+    def prepare(self, outputs, key=None, order=None):
+        with self.lock:
+            return super().prepare(outputs, key, order)
+
+    def execute(self, plan, order, values: dict) -> list:
+        with self.lock:
+            return super().execute(plan, order, values)
 
     # memory ------------------------------------------------------------------------------------
     def _alloc(self, nbytes: int, origin=None):
+        """A buffer of ``nbytes`` bytes (the pool's, or new). Raises OutOfMemoryError naming
+        ``origin`` (default: the user line running now) when it is larger than the device's
+        largest buffer or does not fit in its global memory beside the live buffers."""
         cl = self.cl
         if nbytes > self.max_alloc:
             raise OutOfMemoryError(
-                f"{self.device_string}: cannot allocate {nbytes / 2**20:.1f} MiB (the device's "
-                f"largest buffer is {self.max_alloc / 2**20:.1f} MiB)", origin)
+                f"{self.device_string}: cannot allocate {_mib(nbytes)} (the device's largest "
+                f"buffer, CL_DEVICE_MAX_MEM_ALLOC_SIZE, is {_mib(self.max_alloc)})",
+                origin or current_origin())
         nbytes = max(nbytes, 1)
         buf = self.pool.take(nbytes)
         if buf is not None:
             return buf
+        self._reserve(nbytes, origin)
         try:
-            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+            return self._new_buffer(nbytes)
         except cl.MemoryError:
             self.pool.clear()
         try:
-            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+            return self._new_buffer(nbytes)
         except cl.MemoryError as e:
             raise OutOfMemoryError(f"{self.device_string}: out of memory allocating "
-                                   f"{nbytes} bytes: {e}", origin) from None
+                                   f"{_mib(nbytes)}: {e}", origin or current_origin()) from None
+
+    def _reserve(self, nbytes: int, origin) -> None:
+        """Make room for ``nbytes`` more within the device's global memory: free the pool's
+        buffers, then collect unreachable tensors, before giving up with OutOfMemoryError."""
+        for free in (None, self.pool.clear, gc.collect):
+            if free is not None:
+                free()
+            while self._freed:
+                self.live_bytes -= self._freed.pop()
+            if self.live_bytes + nbytes <= self.global_mem:
+                return
+        raise OutOfMemoryError(
+            f"{self.device_string}: cannot allocate {_mib(nbytes)}: {_mib(self.live_bytes)} of "
+            f"the device's {_mib(self.global_mem)} (CL_DEVICE_GLOBAL_MEM_SIZE) are held by "
+            f"live buffers", origin or current_origin())
+
+    def _new_buffer(self, nbytes: int):
+        buf = _tracked_buffer_type()(self.context, self.cl.mem_flags.READ_WRITE, nbytes)
+        self.live_bytes += nbytes
+        weakref.finalize(buf, self._freed.append, nbytes).atexit = False
+        return buf
 
     def upload(self, host: np.ndarray):
         host = np.ascontiguousarray(host)
         if host.dtype == np.bool_:
             host = host.view(np.uint8)
-        buf = self._alloc(host.nbytes)
-        if host.nbytes:
-            self.cl.enqueue_copy(self.queue, buf, host)
+        with self.lock:
+            buf = self._alloc(host.nbytes)
+            if host.nbytes:
+                self.cl.enqueue_copy(self.queue, buf, host)
         return buf
 
     def download(self, n) -> np.ndarray:
+        """Node ``n``'s data on the host. Without the device's lock: a blocking read through
+        the thread-safe OpenCL API, ordered after every command queued before it."""
         out = np.empty(n.shape, dtype=n.dtype.np)
         if out.nbytes:
             view = out.view(np.uint8) if out.dtype == np.bool_ else out
-            self.cl.enqueue_copy(self.queue, view, n.buffer)
-            self.queue.finish()
+            try:
+                self.cl.enqueue_copy(self.queue, view, n.buffer)
+            except self.cl.Error as e:
+                raise DeviceError(f"{self.device_string}: reading a result back failed: "
+                                  f"{_first_line(e)}", n.origin) from None
         return out
 
     # compiling ---------------------------------------------------------------------------------
     def _program(self, source: str, kernel, origin, options=()):
         key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()
         prg = self._programs.get(key)
-        if prg is None:
+        if prg is not None:
+            self._programs.move_to_end(key)
+        else:
             try:
                 prg = self.cl.Program(self.context, source).build(options=list(options))
             except self.cl.Error as e:
@@ -129,6 +224,8 @@ class OpenCLBackend(FusedBackend):
                 raise KernelCompileError(f"OpenCL kernel for {kernel.label} failed to compile: "
                                          f"{first}", origin, kernel_file=str(path)) from None
             self._programs[key] = prg
+            if len(self._programs) > PROGRAM_CACHE_SIZE:
+                self._programs.popitem(last=False)
             self.compiles += 1
         return prg
 
@@ -147,7 +244,7 @@ class OpenCLBackend(FusedBackend):
             return LibraryMatmul(self, k, params, origin)
         r = cl_codegen.render(k.spec, name, params)
         prg = self._program(r.source, k, origin, r.options)
-        return CompiledKernel(prg, r, origin)
+        return CompiledKernel(prg, r, origin, k.label)
 
     @property
     def fingerprint(self) -> str:
@@ -160,8 +257,47 @@ class OpenCLBackend(FusedBackend):
         """Give a temporary back: kept for the next allocation of its size (see BufferPool)."""
         self.pool.give(buf)
 
+    def launched(self, event, label: str, origin) -> None:
+        """Note a kernel's launch (its event); with ``LAZYBURN_SYNC_EACH=1`` wait for it, so a
+        fault names this kernel."""
+        if sync_each():
+            try:
+                event.wait()
+            except self.cl.Error as e:
+                self._in_flight.clear()
+                raise kernel_fault(self.device_string, _first_line(e), [(label, origin)],
+                                   exact=True) from None
+        else:
+            self._in_flight.append((event, label, origin))
+
     def finish(self) -> None:
+        """Wait for the device's queue. Raises DeviceError for a fault of a kernel launched
+        since the last wait, naming it where its event tells (see the module doc)."""
+        in_flight, self._in_flight = self._in_flight, []
+        try:
+            self._wait_queue()
+        except self.cl.Error as e:
+            raise self._fault(_first_line(e), in_flight) from None
+
+    def _wait_queue(self) -> None:
         self.queue.finish()
+
+    def wait_for(self, event) -> None:
+        """Wait for ``event`` (a command after the kernels in flight on the in-order queue);
+        a fault is reported as ``finish`` reports it."""
+        try:
+            event.wait()
+        except self.cl.Error as e:
+            in_flight, self._in_flight = self._in_flight, []
+            raise self._fault(_first_line(e), in_flight) from None
+
+    def _fault(self, error: str, in_flight: list):
+        failed = [(label, origin) for event, label, origin in in_flight
+                  if _event_failed(event)]
+        if failed:
+            return kernel_fault(self.device_string, error, failed[:1], exact=True)
+        return kernel_fault(self.device_string, error,
+                            [(label, origin) for _, label, origin in in_flight], exact=False)
 
     def device_errors(self) -> tuple:
         return (self.cl.Error,)
@@ -215,7 +351,7 @@ class CompiledKernel:
 
     suffix, comment = ".cl", "//"
 
-    def __init__(self, program, rendered, origin):
+    def __init__(self, program, rendered, origin, label: str = "kernel"):
         import pyopencl as cl
 
         self.launches = [(cl.Kernel(program, kname), g, loc)
@@ -223,10 +359,12 @@ class CompiledKernel:
         self.rendered = rendered
         self.source = rendered.source
         self.origin = origin
+        self.label = f"{rendered.name} ({label})"
 
     def __call__(self, backend, args) -> None:
         for kernel, global_size, local_size in self.launches:
-            kernel(backend.queue, global_size, local_size, *args)
+            event = kernel(backend.queue, global_size, local_size, *args)
+            backend.launched(event, self.label, self.origin)
 
 
 class LibraryMatmul:
@@ -250,7 +388,7 @@ class LibraryMatmul:
                 continue
             r = cl_codegen.render(part, f"{name}_{id(self)}", elementwise_params(backend, part))
             prg = backend._program(r.source, k, origin, r.options)
-            self.kernels[name] = CompiledKernel(prg, r, origin)
+            self.kernels[name] = CompiledKernel(prg, r, origin, f"{k.label}, {name}")
 
     suffix, comment = ".cl", "//"
 
@@ -415,7 +553,7 @@ class _Mappings:
         in-order queue the latest one completes after all the others (one wait, not one per
         operand)."""
         if self.last is not None:
-            self.last.wait()
+            self.backend.wait_for(self.last)
 
     def read(self, buf, size: int, dtype) -> np.ndarray:
         return self._map(buf, size, dtype, write=False)
@@ -451,3 +589,32 @@ class _Mappings:
         for buf, host in self.uploads:
             self.backend.cl.enqueue_copy(queue, buf, host)
         return False
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _event_failed(event) -> bool:
+    """Whether an OpenCL event reports an error (a negative execution status)."""
+    try:
+        return event.command_execution_status < 0
+    except Exception:  # the event itself cannot be queried: it names no kernel
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def _tracked_buffer_type():
+    """``pyopencl.Buffer`` with weak references, so that a finalizer can count its bytes off
+    the device's live total when it goes."""
+    import pyopencl as cl
+
+    class TrackedBuffer(cl.Buffer):
+        pass
+
+    return TrackedBuffer

@@ -2,19 +2,29 @@
 
 A device is usable when PyOpenCL lists it and it builds a probe kernel; some installed
 platforms cannot (PoCL's PyPI build fails on CPUs newer than its LLVM), and those are skipped
-with the reason kept for ``lazyburn devices``.
+with the reason kept for ``lazyburn devices``. Discovery runs once per process, under a lock:
+threads that ask at the same time wait for the first one's answer (rather than probing every
+platform at once, each with contexts of its own).
 """
 from __future__ import annotations
 
 import functools
+import threading
 
 PROBE_SOURCE = "__kernel void probe(__global float* x) { x[get_global_id(0)] *= 2.0f; }"
 
+_lock = threading.Lock()
 
-@functools.lru_cache(maxsize=None)
+
 def discover():
     """``(usable, skipped)``: usable is a list of ``pyopencl.Device`` in preference order (GPU,
     then accelerator, then CPU); skipped a list of ``(description, reason)``."""
+    with _lock:
+        return _discover()
+
+
+@functools.lru_cache(maxsize=None)
+def _discover():
     import pyopencl as cl
 
     usable, skipped = [], []

@@ -47,12 +47,30 @@ recorded. int64 (lazyburn's default integer, the result of ``argmax``, integer s
 and host index arrays) is emulated exactly as two 32-bit words, at a few times the cost of
 int32. bool, int8, uint8, int16, bfloat16 and float16 are stored packed; float16 is native
 storage on adapters with ``shader-f16``.
+
+Threads. Tensors may be recorded and synced from several threads. Each device serializes its
+submissions: a per-device lock (``WebGPUBackend.lock``) is held while a sync plans, compiles,
+records its command encoder, submits and waits, and while data is uploaded or read back, so
+two threads never share an encoder half-recorded (wgpu panics and aborts the process when one
+thread submits a command buffer another has finished). Adapters are enumerated and each device
+opened once per process, under a lock (``open_device``). A sync that copies from another
+WebGPU device takes that device's lock inside its own: two threads copying in opposite
+directions between two WebGPU devices at the same time would wait for each other.
+
+Faults. A fault surfaces when the sync submits or waits; the error lists the kernels recorded
+since the last wait, with their user lines. ``LAZYBURN_SYNC_EACH=1`` submits and waits after
+every kernel, so a fault names its kernel exactly.
+
+Caches. Compute pipelines are kept in memory by source hash, the ``PIPELINE_CACHE_SIZE`` most
+recently used (a graph whose scalars change at every step would otherwise grow it for ever).
 """
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import os
+import threading
 import time
 import warnings
 import weakref
@@ -61,10 +79,11 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen import wgsl
-from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
+from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault, sync_each
 from ..fusion.lower import FusionIllegal
 from ..graph.graph import structural_key
 from ..graph import dtypes as dt
+from ..graph.node import current_origin
 from . import dump
 from .fused import FusedBackend
 
@@ -73,6 +92,9 @@ BIND_GROUPS_KEPT = 4  # bind groups a kernel keeps for the buffer sets it ran wi
 DEFAULT_STORAGE_BUFFERS = 8  # WebGPU's default limit, which every adapter offers
 POOL_BYTES = 2 << 30  # freed buffers the pool keeps for reuse; beyond this they are destroyed
 MAX_TIMED_PASSES = 256  # kernels of one sync that a profile times on the device
+PIPELINE_CACHE_SIZE = 512  # compute pipelines kept in memory per device (least recently used go)
+FALLBACKS_KEPT = 512  # graphs remembered as needing a wider or an unfused plan
+IN_FLIGHT_NOTED = 256  # kernels a fault's message can name when it surfaces at a wait
 ADAPTER_ORDER = ("DiscreteGPU", "IntegratedGPU", "VirtualGPU", "CPU")
 BACKEND_ORDER = ("Vulkan", "Metal", "D3D12", "OpenGL")
 LIMITS_TAKEN = ("max-buffer-size", "max-storage-buffer-binding-size",
@@ -105,9 +127,19 @@ def _wanted_backends() -> list[str]:
     return names or list(DEFAULT_BACKENDS)
 
 
-@functools.lru_cache(maxsize=None)
+_lock = threading.Lock()  # enumerating adapters and opening devices
+_opened: dict[int, "WebGPUBackend"] = {}
+
+
 def adapters() -> list:
-    """The adapters wgpu finds through the wanted backends, best first (see the module doc)."""
+    """The adapters wgpu finds through the wanted backends, best first (see the module doc);
+    enumerated once per process."""
+    with _lock:
+        return _adapters()
+
+
+@functools.lru_cache(maxsize=None)
+def _adapters() -> list:
     import wgpu
 
     wanted = _wanted_backends()
@@ -140,6 +172,9 @@ def available() -> bool:
 
 
 def open_device(index: int) -> "WebGPUBackend":
+    """The backend of adapter ``index``, opened once per process (threads that open it at the
+    same time get the same device). Raises DeviceError when there is no such adapter or it
+    gives no device."""
     try:
         found = adapters()
     except ImportError as e:
@@ -147,12 +182,18 @@ def open_device(index: int) -> "WebGPUBackend":
                           f"{e}") from None
     if index >= len(found):
         raise DeviceError(f"no WebGPU adapter {index} (found {len(found)})")
-    try:
-        return WebGPUBackend(found[index], index)
-    except RuntimeError as e:  # the adapter would not give a device
-        info = found[index].info
-        raise DeviceError(f"webgpu:{index} ({info.get('device')}, {info.get('backend_type')}) "
-                          f"could not be opened: {str(e).splitlines()[0]}") from None
+    with _lock:
+        b = _opened.get(index)
+        if b is not None:
+            return b
+        try:
+            b = _opened[index] = WebGPUBackend(found[index], index)
+        except RuntimeError as e:  # the adapter would not give a device
+            info = found[index].info
+            raise DeviceError(f"webgpu:{index} ({info.get('device')}, "
+                              f"{info.get('backend_type')}) could not be opened: "
+                              f"{str(e).splitlines()[0]}") from None
+        return b
 
 
 def _requested_storage_buffers(adapter_max: int) -> int:
@@ -219,7 +260,8 @@ class WebGPUBackend(FusedBackend):
         self.queue = self.device.queue  # the device's stream
         self.max_args = buffers
         self.adapter_buffers = adapter_buffers
-        self._fallbacks: dict = {}  # structural key -> "wider" | "unfused"
+        # structural key -> "wider" | "unfused", the FALLBACKS_KEPT most recently used
+        self._fallbacks: collections.OrderedDict = collections.OrderedDict()
         self.max_binding = min(limits["max-storage-buffer-binding-size"],
                                limits["max-buffer-size"])
         self.max_alloc = self.max_binding  # the name the shared device tests look for
@@ -232,8 +274,12 @@ class WebGPUBackend(FusedBackend):
         self.unsupported_dtypes = {dt.float64}
         self._usage = (wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC |
                        wgpu.BufferUsage.COPY_DST)
-        self._pipelines: dict[str, tuple] = {}
+        self._pipelines: collections.OrderedDict[str, tuple] = collections.OrderedDict()
         self._encoder = None
+        self.lock = threading.RLock()  # the device's submissions, one thread at a time
+        # (kernel label, user line) of the kernels recorded since the last wait: the latest
+        # IN_FLIGHT_NOTED (syncs that do not wait, ``synchronous = False``, add to it)
+        self._in_flight = collections.deque(maxlen=IN_FLIGHT_NOTED)
         self.pool = BufferPool(POOL_BYTES)
         self._sentinel = self.device.create_buffer(size=4, usage=self._usage)
         self._profile: SyncProfile | None = None
@@ -244,10 +290,16 @@ class WebGPUBackend(FusedBackend):
         """Run the plan of ``outputs``. Where the partitioner cannot fit a graph in
         ``max_args`` buffers per kernel, the graph is planned again for the adapter's own limit
         and, failing that, run unfused (one kernel per op), with a warning the first time."""
+        with self.lock:
+            return self._run(outputs, key, order)
+
+    def _run(self, outputs, key, order) -> list:
         if key is None:
             key, order = structural_key(outputs)
         mode = self._fallbacks.get(key)
-        if mode is None:
+        if mode is not None:
+            self._fallbacks.move_to_end(key)
+        else:
             try:
                 return super().run(outputs, key, order)
             except FusionIllegal as e:
@@ -265,6 +317,8 @@ class WebGPUBackend(FusedBackend):
             warnings.warn(f"{self.device_string}: {reason}; running this graph {how}",
                           RuntimeWarning, stacklevel=2)
             self._fallbacks[key] = mode
+            if len(self._fallbacks) > FALLBACKS_KEPT:
+                self._fallbacks.popitem(last=False)
             if mode == "wider":
                 return result
         if mode == "wider":
@@ -280,6 +334,14 @@ class WebGPUBackend(FusedBackend):
         finally:
             for name, value in saved.items():
                 setattr(self, name, value)
+
+    def prepare(self, outputs, key=None, order=None):
+        with self.lock:
+            return super().prepare(outputs, key, order)
+
+    def execute(self, plan, order, values: dict) -> list:
+        with self.lock:
+            return super().execute(plan, order, values)
 
     # memory ------------------------------------------------------------------------------------
     def _alloc(self, nbytes: int, origin=None) -> "DeviceBuffer":
@@ -308,34 +370,45 @@ class WebGPUBackend(FusedBackend):
                     self.pool.clear()
                     continue
                 raise OutOfMemoryError(f"{self.device_string}: out of memory allocating "
-                                       f"{nbytes} bytes: {e}", origin) from None
+                                       f"{nbytes} bytes: {e}", origin or current_origin()) \
+                    from None
 
     def upload(self, host: np.ndarray) -> "DeviceBuffer":
+        """A new buffer holding ``host``'s bytes. Raises OutOfMemoryError (naming the user line
+        running now) when it exceeds the adapter's binding size or cannot be created."""
         data = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
         size = max(4, -(-data.nbytes // 4) * 4)
         if size > self.max_binding:
             raise OutOfMemoryError(f"{self.device_string}: cannot hold {data.nbytes / 2**20:.1f}"
                                    f" MiB (the adapter binds at most "
-                                   f"{self.max_binding / 2**20:.1f} MiB per buffer)")
+                                   f"{self.max_binding / 2**20:.1f} MiB per buffer)",
+                                   current_origin())
         if size != data.nbytes:
             data = np.concatenate([data, np.zeros(size - data.nbytes, np.uint8)])
-        gpu = self.pool.take(size)
-        if gpu is None:
-            return DeviceBuffer(self.device.create_buffer_with_data(data=data, usage=self._usage),
-                                self.pool)
-        # a write goes ahead of the commands not yet submitted, which may still read what
-        # this buffer held before: submit those first
-        self.flush()
-        self.queue.write_buffer(gpu, 0, data)
-        return DeviceBuffer(gpu, self.pool)
+        with self.lock:
+            gpu = self.pool.take(size)
+            if gpu is None:
+                try:
+                    gpu = self.device.create_buffer_with_data(data=data, usage=self._usage)
+                except self.wgpu.GPUError as e:
+                    raise OutOfMemoryError(f"{self.device_string}: out of memory uploading "
+                                           f"{data.nbytes} bytes: {e}", current_origin()) \
+                        from None
+                return DeviceBuffer(gpu, self.pool)
+            # a write goes ahead of the commands not yet submitted, which may still read what
+            # this buffer held before: submit those first
+            self.flush()
+            self.queue.write_buffer(gpu, 0, data)
+            return DeviceBuffer(gpu, self.pool)
 
     def download(self, n) -> np.ndarray:
         dtype = np.dtype(n.dtype.np)
         nbytes = int(np.prod(n.shape, dtype=np.int64)) * dtype.itemsize
         if nbytes == 0:
             return np.empty(n.shape, dtype=dtype)
-        self.flush()
-        raw = self.queue.read_buffer(n.buffer.gpu, 0, -(-nbytes // 4) * 4)
+        with self.lock:
+            self.flush()
+            raw = self.queue.read_buffer(n.buffer.gpu, 0, -(-nbytes // 4) * 4)
         host = np.frombuffer(raw, dtype=np.uint8, count=nbytes)
         return host.view(dtype).reshape(n.shape).copy()
 
@@ -376,12 +449,13 @@ class WebGPUBackend(FusedBackend):
         except wgsl.UnsupportedKernel as e:
             raise DeviceError(f"{self.device_string}: {k.label} kernel: {e}", origin) from None
         pipeline, layout = self._pipeline(r, k, origin)
-        return CompiledKernel(pipeline, layout, r, origin, params)
+        return CompiledKernel(pipeline, layout, r, origin, params, k.label)
 
     def _pipeline(self, r, kernel, origin) -> tuple:
         key = hashlib.sha256((r.name + "\0" + r.source + repr(r.read_only)).encode()).hexdigest()
         got = self._pipelines.get(key)
         if got is not None:
+            self._pipelines.move_to_end(key)
             return got
         wgpu = self.wgpu
         try:
@@ -403,6 +477,8 @@ class WebGPUBackend(FusedBackend):
             raise KernelCompileError(f"WGSL kernel for {kernel.label} failed to compile: "
                                      f"{message}", origin, kernel_file=str(path)) from None
         self._pipelines[key] = (pipeline, layout)
+        if len(self._pipelines) > PIPELINE_CACHE_SIZE:
+            self._pipelines.popitem(last=False)
         self.compiles += 1
         return pipeline, layout
 
@@ -442,8 +518,26 @@ class WebGPUBackend(FusedBackend):
         else:
             self.flush()
 
+    def launched(self, label: str, origin) -> None:
+        """Note a kernel recorded into this sync's encoder; with ``LAZYBURN_SYNC_EACH=1``
+        submit it and wait, so a fault names this kernel."""
+        self._in_flight.append((label, origin))
+        if sync_each():
+            self.finish()
+
     def finish(self) -> None:
-        """Submit what is recorded and wait until the queue is idle."""
+        """Submit what is recorded and wait until the queue is idle. Raises DeviceError for a
+        fault, listing the kernels recorded since the last wait (see the module doc)."""
+        in_flight = list(self._in_flight)
+        self._in_flight.clear()
+        try:
+            self._submit_and_wait()
+        except self.wgpu.GPUError as e:
+            message = str(e).strip().splitlines()
+            raise kernel_fault(self.device_string, message[0] if message else type(e).__name__,
+                               in_flight, exact=False) from None
+
+    def _submit_and_wait(self) -> None:
         self.flush()
         t0 = time.perf_counter()
         wait = getattr(self.device, "_poll_wait", None)
@@ -485,12 +579,13 @@ class CompiledKernel:
 
     suffix, comment = ".wgsl", "//"
 
-    def __init__(self, pipeline, layout, rendered, origin, params=None):
+    def __init__(self, pipeline, layout, rendered, origin, params=None, label: str = "kernel"):
         self.pipeline = pipeline
         self.layout = layout
         self.rendered = rendered
         self.source = rendered.source
         self.origin = origin
+        self.label = f"{rendered.name} ({label})"
         self.params = dict(params or {})
         self._groups: list[tuple] = []  # (GPUBuffers, bind group), the latest last
         self._clears = 0  # the pool's clears when the entries were made
@@ -524,6 +619,7 @@ class CompiledKernel:
         compute.end()
         if backend._profile is not None:
             backend._profile.add("encode", time.perf_counter() - t0)
+        backend.launched(self.label, self.origin)
 
 
 class BufferPool:
