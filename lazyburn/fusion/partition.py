@@ -104,6 +104,7 @@ class Partitioner:
         self.force_stored: set[int] = set()
         self.no_write_fusion: set[int] = set()  # stored values kept out of anchor groups
         self._dependency_masks()
+        self._trials: dict = {}  # _lowers_with's results and the answers they rest on
 
     def _dependency_masks(self) -> None:
         """Anchor bitsets, one pass each way over the order: ``anchor_bit`` (anchor id -> its
@@ -276,6 +277,7 @@ class Partitioner:
                       for kind, anchors, space in self._sets]
             group_of = {id(a): g for g in groups for a in g.anchors}
             self._groups_by_id = {id(g): g for g in groups}
+            self._group_position = {id(g): j for j, g in enumerate(groups)}
             home = {id(a): group_of[id(a)] for a in (a for g in groups for a in g.anchors)}
             ew_groups = self._assign_homes(groups, group_of, stored, home)
             readers = self._readers(group_of, stored, home)
@@ -381,7 +383,7 @@ class Partitioner:
         anc, set_of = self.anc, self._set_of
         deps = anc[id(n)]
         # the values n's inline cone meets: loads for every group but their owner's
-        not_owned, owned, owner_of_home = 0, {}, set()
+        not_owned, owned, homed_in = 0, {}, {}
         stack, seen = list(n.inputs), set()
         while stack:
             x = stack.pop()
@@ -392,7 +394,7 @@ class Partitioner:
             if g is None and id(x) in stored:
                 g = home.get(id(x))
                 if g is not None:
-                    owner_of_home.add(id(g))
+                    homed_in.setdefault(id(g), []).append(x)
             elif g is None:
                 stack.extend(x.inputs)
                 continue
@@ -409,16 +411,35 @@ class Partitioner:
             reading_mask |= self.anchor_bit[id(a)]
 
         def loads_depend_on(g) -> bool:  # the first test of _write_is_legal
-            if id(g) in owner_of_home:  # n's walk goes on through g's values: walk it
-                return any(anc[id(x)] & g.mask
-                           for x in self._loaded_by(n, g, group_of, stored, home))
             if id(g) not in owned:
                 return bool(loads_all & g.mask)
             others = not_owned
             for k, m in owned.items():
                 if k != id(g):
                     others |= m
-            return bool(others & g.mask)
+            if others & g.mask:
+                return True
+            # inside g, the walk goes on through the values g itself stores
+            stack, more = [], set()
+            for x in homed_in.get(id(g), ()):
+                stack.extend(x.inputs)
+            while stack:
+                x = stack.pop()
+                if id(x) in seen or id(x) in more or x.buffer is not None:
+                    continue
+                more.add(id(x))
+                owner = group_of.get(id(x))
+                if owner is None and id(x) in stored:
+                    owner = home.get(id(x))
+                    if owner is g:
+                        stack.extend(x.inputs)
+                    elif anc[id(x)] & g.mask:
+                        return True
+                elif owner is None:
+                    stack.extend(x.inputs)
+                elif owner is not g and anc[id(x)] & g.mask:
+                    return True
+            return False
 
         picks = set()
         free = deps & ~loads_all  # anchors n reaches with no load in between
@@ -426,10 +447,10 @@ class Partitioner:
             low = free & -free
             free ^= low
             picks.add(set_of[low.bit_length() - 1])
-        by_id = {id(groups[j]): j for j in range(len(groups))} if owned else {}
+        position = self._group_position
         for k in owned:
-            if k in by_id:  # (an element-wise group is never a candidate)
-                picks.add(by_id[k])
+            if k in position:  # (an element-wise group is never a candidate)
+                picks.add(position[k])
         for a in reading:
             picks.add(set_of[self.anchor_bit[id(a)].bit_length() - 1])
         upstream, downstream = [], []
@@ -504,20 +525,43 @@ class Partitioner:
         return self._lowers_with(n, g, group_of, stored, home)
 
     def _lowers_with(self, n, g, group_of, stored, home) -> bool:
-        """Whether ``g`` still lowers to one kernel with ``n`` added to its outputs."""
-        trial = FusionGroup(g.kind, list(g.anchors), list(g.outputs) + [n], g.space)
+        """Whether ``g`` still lowers to one kernel with ``n`` added to its outputs.
+
+        Only a value computed from ``g``'s anchors can make the group illegal (by reading a
+        stage or the accumulator at another index), so the trial lowers those and takes every
+        other value as a load. Lowering is a function of the group and of the answers
+        ``external`` gives for the nodes it asks about, so a result is kept with those answers
+        and reused while they still hold: the stored-set iterations of ``_partition`` ask the
+        same questions again and again as the stored set grows."""
+        anc, mask = self.anc, g.mask
 
         def external(x):
             if self.is_leaf(x):
                 return True
             if id(x) in group_of:
                 return group_of[id(x)] is not g
+            if not anc[id(x)] & mask:
+                return True
             return id(x) in stored and x is not n and home.get(id(x)) is not g
+
+        key = (id(g.anchors[0]), tuple([id(o) for o in g.outputs]), id(n))
+        for ok, asked in self._trials.get(key, ()):
+            if all(external(x) == was for x, was in asked):
+                return ok
+        asked = []
+
+        def recording(x):
+            answer = external(x)
+            asked.append((x, answer))
+            return answer
+        trial = FusionGroup(g.kind, list(g.anchors), list(g.outputs) + [n], g.space)
         try:
-            lower(trial, external)
+            lower(trial, recording)
+            ok = True
         except FusionIllegal:
-            return False
-        return True
+            ok = False
+        self._trials.setdefault(key, []).append((ok, asked))
+        return ok
 
     def _merge_elementwise(self, groups, home, stored) -> list:
         """Merge element-wise groups of the same element count when no cycle results."""
