@@ -67,6 +67,10 @@ def binary(op: str, a, b, origin: Origin | None = None):
             d = dt.DEFAULT_FLOAT
         if d.is_bool:
             raise DTypeError(f"{op}: not defined for bool tensors", origin)
+        if op == "pow" and d.is_int and nb.op == "const" and nb.attrs[0] < 0:
+            raise ValueError(f"pow: Integers to negative integer powers are not allowed "
+                             f"({d.name} ** {nb.attrs[0]}; cast to a float dtype first) "
+                             f"(at {origin})")
     elif cat == "compare":
         d = dt.bool_
     elif cat == "logical":
@@ -97,7 +101,12 @@ def where(condition, x, y):
 
 
 def astype(x, dtype, copy=True):
-    """``x`` converted to ``dtype`` (float to int truncates toward zero; to bool is ``!= 0``).
+    """``x`` converted to ``dtype``; to bool is ``!= 0``.
+
+    Float to integer truncates toward zero and saturates, on every backend: nan gives 0, +inf
+    and values above the integer type's range give its maximum, -inf and values below give its
+    minimum (``astype(nan, int32) == 0``, ``astype(1e10, int32) == 2**31 - 1``,
+    ``astype(-1.5, uint8) == 0``). Integer to narrower integer wraps modulo 2**bits, as NumPy.
 
     Raises DTypeError for an unsupported dtype or one the device cannot hold."""
     origin = Origin()

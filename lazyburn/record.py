@@ -156,7 +156,9 @@ def cast(n: Node, dtype, origin) -> Node:
     if n.op == "const":
         # fold: a cast scalar is another scalar, converted exactly as the backends convert
         with np.errstate(all="ignore"):
-            value = np.array(n.attrs[0], dtype=n.dtype.np).astype(dtype.np).item()
+            value = np.array(n.attrs[0], dtype=n.dtype.np)
+            value = (dt.float_to_int(value, dtype) if dtype.is_int and n.dtype.is_float
+                     else value.astype(dtype.np)).item()
         return const(value, n.shape, dtype, n.device, origin)
     return node("cast", (n,), (dtype,), n.shape, dtype, n.device, origin)
 

@@ -439,3 +439,92 @@ def test_jit_of_an_empty_result(device, rng):
     for _ in range(2):
         got = f(lb.tensor(rng.standard_normal((4, 3)).astype(np.float32), device=device))
         assert got.numpy().shape == (0, 3)
+
+
+# integer powers, float-to-int casts, integer division: the reference states the rules -----------
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8"])
+def test_negative_integer_powers_of_integers_raise_at_record_time(dtype):
+    x = lb.tensor(np.array([1, 2, 3], dtype), device="numpy")
+    minus_one = lb.full((3,), -1, dtype="int32", device="numpy")
+    for power in (lambda: x ** -1, lambda: lb.pow(x, np.int64(-2)), lambda: x ** minus_one,
+                  lambda: 2 ** minus_one):
+        # (a uint8 tensor cannot take the weak scalar -1 at all: a DTypeError, as NumPy's
+        # OverflowError)
+        with pytest.raises(ValueError if dtype != "uint8" else (ValueError, TypeError),
+                           match="negative integer powers|out of range") as info:
+            power()
+        assert f"{__file__}:" in str(info.value)
+    with pytest.raises(ValueError, match="negative integer powers"):
+        np.array([1, 2, 3], dtype) ** np.array(-1, dtype="int32")
+    assert np.array_equal((x ** 2).numpy(), np.array([1, 4, 9], dtype))
+    np.testing.assert_allclose((x ** -1.0).numpy(), 1.0 / np.array([1, 2, 3]), rtol=1e-6)
+
+
+NON_FINITE = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 1e20, -1e20, 2.7, -2.7, 127.5,
+                       128.0, 255.9, 256.0, -0.9, -128.5, -129.0, 0.0, -0.0], np.float64)
+
+
+def _saturated(x: np.ndarray, dtype: str) -> np.ndarray:
+    """The documented rule written out element by element: nan -> 0, truncate toward zero,
+    clamp to the integer range."""
+    info = np.iinfo(dtype)
+    out = []
+    for v in x.astype(np.float64):
+        if np.isnan(v):
+            out.append(0)
+        elif v >= info.max + 1:
+            out.append(info.max)
+        elif v < info.min:
+            out.append(info.min)
+        else:
+            out.append(int(np.trunc(v)))
+    return np.array(out, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8"])
+@pytest.mark.parametrize("src", ["float32", "float64", "float16", "bfloat16"])
+def test_reference_float_to_int_casts_saturate(src, dtype):
+    import ml_dtypes
+
+    with np.errstate(over="ignore"):  # float16 overflows to inf: one more case to check
+        host = NON_FINITE.astype(ml_dtypes.bfloat16 if src == "bfloat16" else src)
+        x = lb.tensor(host, device="numpy")
+        assert np.array_equal((x * 1.0).astype(dtype).numpy(), _saturated(host, dtype))
+        # a constant folded at record time follows the same rule
+        for v in (float("nan"), float("inf"), -float("inf"), 1e20, -2.5):
+            folded = lb.full((2,), v, dtype=src, device="numpy").astype(dtype).numpy()
+            want = _saturated(np.array([v, v], src if src != "bfloat16" else "float32"), dtype)
+            assert np.array_equal(folded, want), v
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8"])
+def test_fused_float_to_int_casts_saturate_like_the_reference(device, dtype):
+    host = NON_FINITE.astype(np.float32)
+    got = (lb.tensor(host, device=device) * 1.0).astype(dtype).numpy()
+    assert np.array_equal(got, _saturated(host, dtype)), got
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8"])
+def test_reference_integer_floordiv_and_mod_are_numpys_without_warnings(dtype):
+    import warnings
+
+    info = np.iinfo(dtype)
+    vals = np.array(sorted(v for v in {info.min, info.min + 1, -7, -3, -1, 0, 1, 2, 3, 7,
+                                       info.max - 1, info.max} if info.min <= v <= info.max),
+                    dtype)
+    a, b = np.repeat(vals, len(vals)), np.tile(vals, len(vals))
+    rng = np.random.default_rng(7)
+    ra = rng.integers(info.min, info.max, 200, endpoint=True).astype(dtype)
+    rb = rng.integers(info.min, info.max, 200, endpoint=True).astype(dtype)
+    a, b = np.concatenate([a, ra]), np.concatenate([b, rb])
+    for op, fn in (("floordiv", np.floor_divide), ("mod", np.remainder)):
+        with np.errstate(all="ignore"):
+            want = fn(a, b)
+            want_zero = fn(a, np.zeros_like(a))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ta = lb.tensor(a, device="numpy")
+            got = getattr(lb, op)(ta, lb.tensor(b, device="numpy")).numpy()
+            got_zero = (ta // 0 if op == "floordiv" else ta % 0).numpy()
+        assert got.dtype == want.dtype and np.array_equal(got, want), op
+        assert np.array_equal(got_zero, want_zero) and not got_zero.any(), op

@@ -145,3 +145,20 @@ def int_range(d: DType) -> tuple[int, int]:
 
 def finfo_max(d: DType) -> float:
     return float(ml_dtypes.finfo(d.np).max) if d is bfloat16 else float(np.finfo(d.np).max)
+
+
+def float_to_int(x: np.ndarray, d: DType) -> np.ndarray:
+    """Float values ``x`` converted to integer dtype ``d`` by lazyburn's one rule, which every
+    backend follows: truncate toward zero, then saturate -- nan gives 0, +inf and values above
+    ``d``'s range give its maximum, -inf and values below give its minimum. (C and NumPy leave
+    these cases undefined or platform-dependent: NumPy on x86 gives INT_MIN for all three.)
+
+    ``x`` is any floating NumPy array (float16, bfloat16, float32, float64)."""
+    lo, hi = int_range(d)
+    xf = np.asarray(x).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        over = xf >= float(hi + 1)  # hi + 1 is a power of two: exact in float64
+        under = xf < float(lo)
+        nan = np.isnan(xf)
+        inside = np.where(over | under | nan, 0.0, np.trunc(xf)).astype(d.np)
+    return np.where(over, d.np.type(hi), np.where(under, d.np.type(lo), inside)).astype(d.np)

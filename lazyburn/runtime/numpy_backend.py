@@ -4,8 +4,11 @@ It is the semantic reference for every other backend's tests and the unfused bas
 benchmark. Each node's result is rounded to the node's dtype, as an unfused execution would
 store it; float16/bfloat16 arithmetic is computed in float32 and rounded once per node, as the
 generated kernels do. Semantics that NumPy leaves to warnings are fixed here and followed by
-every backend: integer division and remainder by zero give 0, ``take`` indices wrap once
-(negative) and are clamped into range, float-to-int casts truncate toward zero.
+every backend: integer division and remainder by zero give 0 (as NumPy's, without its
+warning), ``take`` indices wrap once (negative) and are clamped into range, float-to-int casts
+truncate toward zero and saturate (nan gives 0, values beyond the integer range its bounds:
+``dtypes.float_to_int``), integer powers with a negative exponent known only at run time give
+``1 // a**|b|`` (1 for a = 1, +-1 for a = -1, else 0).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import scipy.special
 
-from ..graph.dtypes import float32
+from ..graph.dtypes import float32, float_to_int
 from ..graph.graph import topo_order
 from ..graph.node import Node
 
@@ -152,6 +155,8 @@ def evaluate(n: Node, args: list) -> np.ndarray:
         x = args[0]
         if n.dtype.is_bool:
             return x != 0
+        if n.dtype.is_int and x.dtype.kind in "fV":  # (bfloat16's NumPy kind is "V")
+            return float_to_int(x, n.dtype)
         return x.astype(n.dtype.np)
     if op in UNARY:
         x = args[0]
