@@ -29,9 +29,14 @@ pointers; the grid and the compile options (``num_warps``, ``num_stages``) come 
   PyTorch's default). Integer matmuls multiply and sum tiles in their accumulation type.
 
 Semantics follow the OpenCL renderer and the NumPy reference: NumPy's floor division and
-modulo, NaN-propagating min/max and max/min reductions, first-index argmax/argmin with NaN as
-the extreme, shifts by out-of-range amounts giving 0 (or -1), float16/bfloat16 stored in their
-own type and computed in float32, and the counter-based ``random_uniform`` hash.
+modulo (exact fmod; integer division by 0 and INT_MIN // -1 as NumPy gives them), C99's pow,
+correctly rounded division and square root, NaN-propagating min/max and max/min reductions,
+first-index argmax/argmin with NaN as the extreme, shifts by out-of-range amounts giving 0 (or
+-1), float-to-integer conversion saturating (NaN -> 0, see :func:`.triton_printer.saturate`),
+float16/bfloat16 stored in their own type and computed in float32 (rounded at every cast to a
+half type and at stores), and the counter-based ``random_uniform`` hash. The accuracy of the
+transcendental functions on a GPU is listed in :mod:`.triton_printer`, that of long sums in
+:mod:`.triton_reduction`.
 
 The kinds render in their own modules (:mod:`.triton_reduction`, :mod:`.triton_matmul`) over
 the shared expression printer (:mod:`.triton_printer`); this module holds the entry points

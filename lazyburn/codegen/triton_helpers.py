@@ -8,37 +8,50 @@ interpreter whatever ``TRITON_INTERPRET`` was when Triton was imported.
 from __future__ import annotations
 
 HELPERS = {
-    # NumPy's npy_floor_divide / npy_remainder for floats; `%` on floats is C's fmod
+    # NumPy's npy_floor_divide / npy_remainder for floats, given C's fmod ``m`` of a and b (the
+    # caller spells it: Triton's `%` on a GPU is a - trunc(a / b) * b, not exact for large
+    # quotients); the divisions are correctly rounded (`/` on float32 is div.full.f32 on NVIDIA,
+    # 2 ulp; F32 picks div_rn, float64's `/` is already div.rn.f64)
     "lb_floordiv_float": ((), '''
-def lb_floordiv_float(a, b):
-    m = a % b
-    d = (a - m) / b
+def lb_floordiv_float(a, b, m, F32: tl.constexpr):
+    d = tl.fdiv(a - m, b, ieee_rounding=F32)
     d = tl.where((m != 0) & ((b < 0) != (m < 0)), d - 1.0, d)
     f = tl.floor(d)
     f = tl.where(d - f > 0.5, f + 1.0, f)
-    q = a / b
-    f = tl.where(d == 0, tl.where(1.0 / q < 0, -0.0, 0.0), f)
+    q = tl.fdiv(a, b, ieee_rounding=F32)
+    f = tl.where(d == 0, q * 0.0, f)  # copysign(0, a / b)
     return tl.where(b == 0, q, f)
 '''),
+    # a zero remainder takes the divisor's sign (a zero divisor gives fmod's NaN)
     "lb_mod_float": ((), '''
-def lb_mod_float(a, b):
-    m = a % b
+def lb_mod_float(a, b, m):
     m = tl.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
-    return tl.where(m == 0, tl.where(1.0 / b < 0, -0.0, 0.0), m)
+    return tl.where(m == 0, tl.where(b < 0, -0.0, 0.0), m)
 '''),
-    # integer floor division and modulo; division by zero gives 0 (the reference's rule)
+    # integer floor division and modulo; division by zero gives 0 (NumPy's result), and a signed
+    # division by -1 is a negation (wrapping: INT_MIN // -1 is INT_MIN, INT_MIN % -1 is 0, as
+    # NumPy gives), never the hardware's INT_MIN / -1, which LLVM leaves undefined
     "lb_floordiv_int": ((), '''
-def lb_floordiv_int(a, b):
-    safe = tl.where(b == 0, 1, b)
+def lb_floordiv_int(a, b, SIGNED: tl.constexpr):
+    if SIGNED:
+        safe = tl.where(b == 0, 1, tl.where(b == -1, 1, b))
+    else:
+        safe = tl.where(b == 0, 1, b)
     q = a // safe
-    q = tl.where(((a % safe) != 0) & ((a < 0) != (safe < 0)), q - 1, q)
+    if SIGNED:
+        q = tl.where(((a % safe) != 0) & ((a < 0) != (safe < 0)), q - 1, q)
+        q = tl.where(b == -1, 0 - a, q)
     return tl.where(b == 0, 0, q)
 '''),
     "lb_mod_int": ((), '''
-def lb_mod_int(a, b):
-    safe = tl.where(b == 0, 1, b)
+def lb_mod_int(a, b, SIGNED: tl.constexpr):
+    if SIGNED:
+        safe = tl.where(b == 0, 1, tl.where(b == -1, 1, b))
+    else:
+        safe = tl.where(b == 0, 1, b)
     m = a % safe
-    m = tl.where((m != 0) & ((m < 0) != (safe < 0)), m + safe, m)
+    if SIGNED:
+        m = tl.where((m != 0) & ((m < 0) != (safe < 0)), m + safe, m)
     return tl.where(b == 0, 0, m)
 '''),
     # integer power by squaring over the exponent's bits; negative exponents as NumPy's
@@ -68,6 +81,16 @@ def lb_minnan(a, b):
     "lb_add": ((), '''
 def lb_add(a, b):
     return a + b
+'''),
+    # the combine of a compensated sum: (sum, error) pairs added with Knuth's TwoSum, whose error
+    # term is exact whatever the operands' order of magnitude (6 additions, no branch, nothing
+    # that contraction into FMAs can change)
+    "lb_twosum": ((), '''
+def lb_twosum(s1, c1, s2, c2):
+    s = s1 + s2
+    bp = s - s1
+    e = (s1 - (s - bp)) + (s2 - bp)
+    return s, c1 + c2 + e
 '''),
     "lb_mul": ((), '''
 def lb_mul(a, b):
@@ -120,12 +143,26 @@ def lb_pcg(x):
 def lb_uniform(seed, counter):
     return (lb_pcg(lb_pcg(counter) ^ seed) >> 8).to(tl.float32) * 5.9604644775390625e-08
 '''),
+    # float32 to bfloat16, rounded to nearest even, for the interpreter (whose own conversion
+    # truncates); NaN stays NaN, overflow gives inf as on a GPU (cvt.rn.bf16.f32)
+    "lb_round_bf16": ((), '''
+def lb_round_bf16(x):
+    bits = x.to(tl.uint32, bitcast=True)
+    up = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x != x, x, up.to(tl.float32, bitcast=True))
+'''),
+    # the same, as a bfloat16 value (by its bits: the interpreter mangles subnormals)
+    "lb_to_bf16": (("lb_round_bf16",), '''
+def lb_to_bf16(x):
+    bits = lb_round_bf16(x).to(tl.uint32, bitcast=True)
+    return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+'''),
     # portable math for the interpreter (Kahan's accurate forms of expm1 and log1p)
     "lb_expm1": ((), '''
 def lb_expm1(x):
     u = tl.exp(x)
     um1 = u - 1.0
-    r = tl.where(um1 == -1.0, -1.0, um1 * x / tl.log(u))
+    r = tl.where(um1 == -1.0, -1.0, um1 * (x / tl.log(u)))  # no overflow near exp's end
     r = tl.where(u == 1.0, x, r)
     return tl.where(u == float("inf"), u, r)
 '''),
@@ -141,7 +178,7 @@ def lb_tanh(x):
     ax = tl.abs(x)
     e = lb_expm1(2.0 * ax)
     t = tl.where(ax > 20.0, 1.0, e / (e + 2.0))
-    return tl.where(x < 0, -t, t)
+    return tl.where(ax == 0, x, tl.where(x < 0, -t, t))
 '''),
     "lb_tan": ((), '''
 def lb_tan(x):
@@ -152,20 +189,29 @@ def lb_rint(x):
     r = tl.floor(x)
     d = x - r
     odd = (r - 2.0 * tl.floor(r * 0.5)) != 0
-    return tl.where((d > 0.5) | ((d == 0.5) & odd), r + 1.0, r)
+    r = tl.where((d > 0.5) | ((d == 0.5) & odd), r + 1.0, r)
+    return tl.where(r == 0, x * 0.0, r)  # rint(-0.4) is -0.0
 '''),
-    # pow from exp2/log2 with C's special cases; tl.where rather than `&` between masks, as one
-    # side may be a scalar (the interpreter cannot combine a scalar and a block mask)
+    # pow with C99's special cases (NumPy's powf): 1 for pow(x, 0) and pow(1, y), NaN for a
+    # finite negative base and a finite non-integer exponent, the base's sign (-0.0's included)
+    # for odd integer exponents, pow(-1, inf) = 1, and |x| ** y from exp2/log2 in float64, which
+    # rounds to float32 correctly but for rare double roundings. tl.where rather than `&`
+    # between masks, as one side may be a scalar (the interpreter cannot combine a scalar and a
+    # block mask)
     "lb_pow": ((), '''
 def lb_pow(a, b):
-    r = tl.exp2(b * tl.log2(tl.abs(a)))
-    finite_b = tl.abs(b) < float("inf")
-    b_int = tl.floor(b) == b
-    b_odd = tl.where(b_int, tl.where(finite_b, (b - 2.0 * tl.floor(b * 0.5)) != 0, False), False)
-    neg = a < 0
-    r = tl.where(tl.where(b_odd, neg, False), -r, r)
-    r = tl.where(tl.where(b_int, False, finite_b), tl.where(neg, float("nan"), r), r)
-    r = tl.where(tl.where(finite_b, False, b == b), tl.where(a == -1, 1.0, r), r)
-    return tl.where(b == 0, 1.0, tl.where(a == 1, 1.0, r))
+    x = a.to(tl.float64)
+    y = b.to(tl.float64)
+    r = tl.exp2(y * tl.log2(tl.abs(x)))
+    finite_y = tl.abs(y) < float("inf")
+    y_int = tl.where(finite_y, tl.floor(y) == y, False)
+    y_odd = tl.where(y_int, (y - 2.0 * tl.floor(y * 0.5)) != 0, False)
+    signed = x.to(tl.int64, bitcast=True) < 0
+    r = tl.where(tl.where(y_odd, signed, False), -r, r)
+    finite_neg = tl.where(x < 0, x > float("-inf"), False)
+    r = tl.where(tl.where(finite_neg, tl.where(y_int, False, finite_y), False), float("nan"), r)
+    r = tl.where(tl.where(x == -1, tl.abs(y) == float("inf"), False), 1.0, r)
+    r = tl.where(y == 0, 1.0, tl.where(x == 1, 1.0, r))
+    return r.to(a.dtype)
 '''),
 }

@@ -4,11 +4,15 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
 
 from ..fusion.kernel_ir import KernelSpec
 from ..fusion.symbolic import Expr, topo_exprs
-from .common import INFIX, ExprPrinter, float_literal
+from .common import INFIX, INT_LIMITS, ExprPrinter, float_literal
 from .triton_helpers import HELPERS
 
 TL = {"bool": "tl.int1", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32",
@@ -19,9 +23,23 @@ VALUE = dict(TL, float16="tl.float32", bfloat16="tl.float32")
 HALF = ("float16", "bfloat16")
 INF, NEG_INF, NAN = 'float("inf")', 'float("-inf")', 'float("nan")'
 
-# unary math with a tl builtin on every target
+# Accuracy on NVIDIA GPUs (float32; CUDA's documented bounds for libdevice, measured against a
+# correctly rounded result; Triton builds libdevice with flush-to-zero, so results below 2**-126
+# may flush to 0 and subnormal inputs count as 0 in libdevice calls):
+#   + - * and `/` (div_rn), sqrt (sqrt_rn), rsqrt (1 / sqrt, both rounded), floor, ceil, rint,
+#   abs, neg, casts, fmod: exact (correctly rounded), as NumPy's.
+#   log, log2 (tl.log/tl.log2 lower to libdevice's logf/log2f): 1 ulp; expm1, log1p: 1 ulp;
+#   exp (libdevice.exp, expf): 2 ulp over the whole range; exp2 (ex2.approx): 2 ulp; sin, cos
+#   (libdevice's sinf/cosf, full range reduction): 2 ulp; tanh, erf: 2 ulp; tan: 4 ulp;
+#   pow (libdevice powf, C99's special cases exact): 4 ulp.
+# What Inductor does differently (torch.compile's defaults): `/` on float32 is `div.full.f32`
+# (2 ulp) and exp is tl.exp, `ex2.approx(x * log2(e))`, whose error grows with |x| (about
+# 1.5 * |x| ulp more); rsqrt is rsqrt.approx. We take the correctly rounded division and
+# libdevice's exp: a few more instructions per element, which the memory-bound kernels we
+# generate do not show, for results that are NumPy's to the bounds above. Under the
+# interpreter every builtin is NumPy's own function.
 TL_MATH = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2",
-           "sqrt": "tl.sqrt", "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos",
+           "sqrt": "tl.sqrt", "sin": "tl.sin", "cos": "tl.cos",
            "erf": "tl.erf", "floor": "tl.floor", "ceil": "tl.ceil"}
 # math that tl lacks: libdevice on a GPU, a helper below under the interpreter
 LIBDEVICE = {"expm1": "libdevice.expm1", "log1p": "libdevice.log1p", "tanh": "libdevice.tanh",
@@ -29,8 +47,35 @@ LIBDEVICE = {"expm1": "libdevice.expm1", "log1p": "libdevice.log1p", "tanh": "li
 PORTABLE = {"expm1": "lb_expm1", "log1p": "lb_log1p", "tanh": "lb_tanh", "tan": "lb_tan",
             "round": "lb_rint", "pow": "lb_pow"}
 
-# ops spelled as a call of a helper or of libdevice
-CALLS = frozenset(LIBDEVICE) | {"floordiv", "mod", "minimum", "maximum", "pow"}
+# ops spelled as a call of a helper, of libdevice or of a tl.math function
+CALLS = frozenset(LIBDEVICE) | {"floordiv", "mod", "minimum", "maximum", "pow", "div", "rsqrt",
+                                "sigmoid", "exp"}
+
+
+def round_to(value: float, dtype) -> float:
+    """``value`` rounded to float ``dtype`` (a constant of a half type is the half value)."""
+    with np.errstate(over="ignore"):  # too large for the type: inf, as NumPy converts
+        if dtype.name == "float16":
+            return float(np.float16(value))
+        if dtype.name == "bfloat16":
+            return float(ml_dtypes.bfloat16(value))
+        if dtype.name == "float32":
+            return float(np.float32(value))
+    return float(value)
+
+
+def saturate(value: float, dtype) -> int:
+    """A float ``value`` converted to integer ``dtype`` by lazyburn's rule, the same on every
+    backend: truncation toward zero; NaN gives 0; +inf and values above the type's range give
+    its maximum, -inf and values below give its minimum."""
+    lo, hi = INT_LIMITS[dtype.name]
+    if math.isnan(value):
+        return 0
+    if value >= hi + 1:
+        return hi
+    if value < lo:
+        return lo
+    return int(value)
 
 
 @dataclass
@@ -118,7 +163,7 @@ class TritonPrinter(ExprPrinter):
             if small and (dtype.name == "int32" or dtype is self.spec.index_dtype):
                 return str(value)  # a weak Python int takes the other operand's type
             return f"tl.full([], {value}, {TL[dtype.name]})"
-        text = float_literal(value, "", INF, NAN)
+        text = float_literal(round_to(value, dtype), "", INF, NAN)
         if dtype.name == "float64":  # a bare Python float would be rounded to float32 first
             return f"tl.full([], {text}, tl.float64)"
         return text
@@ -129,7 +174,8 @@ class TritonPrinter(ExprPrinter):
             return f"tl.full([], {1 if value else 0}, tl.int1)"
         if dtype.is_int:
             return f"tl.full([], {value}, {TL[dtype.name]})"
-        return f"tl.full([], {float_literal(value, '', INF, NAN)}, {VALUE[dtype.name]})"
+        text = float_literal(round_to(value, dtype), "", INF, NAN)
+        return f"tl.full([], {text}, {VALUE[dtype.name]})"
 
     def mask_arg(self, masks: list, computed: bool = False) -> str | None:
         """The ``mask=`` argument of a load or store from mask expressions (None: none);
@@ -162,7 +208,10 @@ class TritonPrinter(ExprPrinter):
               mask: str | None) -> str:
         a = self.spec.args[arg_index]
         if not value.is_const and VALUE[value.dtype.name] != TL[a.dtype.name]:
-            value_text = f"{value_text}.to({TL[a.dtype.name]})"
+            if a.dtype.name == "bfloat16" and self.target == "interpret":
+                value_text = self.helper("lb_to_bf16", value_text)  # the interpreter truncates
+            else:
+                value_text = f"{value_text}.to({TL[a.dtype.name]})"
         opts = f", mask={mask}" if mask else ""
         return f"tl.store({a.name} + {index}, {value_text}{opts})"
 
@@ -180,6 +229,8 @@ class TritonPrinter(ExprPrinter):
                 return args[0]  # floor/ceil of an integer
             if e.op == "sqrt" and e.dtype.name != "float64":
                 return f"tl.sqrt_rn({args[0]})"  # tl.sqrt is approximate (and flushes denormals)
+            if e.op == "exp":
+                return self._exp(args[0])
             return f"{TL_MATH[e.op]}({args[0]})"
         if e.op in LIBDEVICE and e.op != "pow":
             if not e.dtype.is_float:
@@ -231,25 +282,78 @@ class TritonPrinter(ExprPrinter):
     def op_isfinite(self, e, x):
         return f"(tl.abs({x}) < {INF})" if e.args[0].dtype.is_float else "True"
 
+    def _exp(self, x: str) -> str:
+        if self.target == "cuda":
+            self.uses_libdevice = True  # tl.exp is ex2.approx(x * log2(e)): see the top
+            return f"libdevice.exp({x})"
+        return f"tl.exp({x})"
+
+    def _div(self, e, a, b) -> str:
+        """``a / b`` correctly rounded (float32's `/` is div.full.f32 on NVIDIA, 2 ulp)."""
+        if VALUE[e.dtype.name] == "tl.float32":
+            return f"tl.math.div_rn({a}, {b})"
+        return f"({a} / {b})"
+
+    def op_div(self, e, a, b):
+        if not e.dtype.is_float:
+            return f"({a} / {b})"
+        return self._div(e, a, b)
+
+    def op_rsqrt(self, e, x):
+        if e.dtype.name == "float64":
+            return f"(1.0 / tl.sqrt({x}))"
+        return self._div(e, "tl.full([], 1.0, tl.float32)", f"tl.sqrt_rn({x})")
+
     def op_cast(self, e, x):
         src = e.args[0]
         if src.is_const:
-            return self.literal(src.value, e.dtype)
+            value = src.value
+            if e.dtype.is_int and src.dtype.is_float:
+                value = saturate(value, e.dtype)
+            return self.literal(value, e.dtype)
         if e.dtype.is_bool:
             return f"({x} != 0)"
+        if e.dtype.is_int and src.dtype.is_float:
+            return self._float_to_int(e.dtype, x)
+        if e.dtype.name in HALF and src.dtype.name != e.dtype.name:
+            # rounded to the half type here, not only at the store: the value computes on in
+            # float32 (x.astype(float16).astype(float32) is NumPy's, overflow to inf included)
+            if e.dtype.name == "float16":
+                return f"{x}.to(tl.float16).to(tl.float32)"
+            if VALUE[src.dtype.name] != "tl.float32":
+                x = f"{x}.to(tl.float32)"  # as ml_dtypes converts: through float32
+            if self.target == "interpret":
+                return self.helper("lb_round_bf16", x)
+            return f"{x}.to(tl.bfloat16).to(tl.float32)"
         if VALUE[src.dtype.name] == VALUE[e.dtype.name]:
             return x
         return f"{x}.to({VALUE[e.dtype.name]})"
 
+    def _float_to_int(self, dtype, x) -> str:
+        """A float converted to integer ``dtype`` by :func:`saturate`'s rule. The bounds compare
+        as floats: ``hi + 1`` is a power of two, exact in every float type, where ``hi`` itself
+        may round up past the range; the value converted is always in range (C leaves the
+        others undefined; NVIDIA's cvt saturates 32- and 64-bit results only)."""
+        lo, hi = INT_LIMITS[dtype.name]
+        top, low = float(hi + 1), float(lo)
+        inside = f"tl.where({x} < {top}, tl.where({x} >= {low}, {x}, 0.0), 0.0)"  # NaN: 0
+        return (f"tl.where({x} >= {top}, {self.typed_literal(hi, dtype)}, tl.where({x} < {low}, "
+                f"{self.typed_literal(lo, dtype)}, {inside}.to({TL[dtype.name]})))")
+
     def op_sigmoid(self, e, x):
-        return f"(1.0 / (1.0 + tl.exp(-{x})))"
+        # the reference's stable form: exp of -|x| only, so no overflow to inf
+        ex = self._exp(f"(-tl.abs({x}))")
+        one = "tl.full([], 1.0, tl.float32)" if VALUE[e.dtype.name] == "tl.float32" else "1.0"
+        pos = self._div(e, one, f"(1.0 + {ex})")
+        neg = self._div(e, ex, f"(1.0 + {ex})")
+        return f"tl.where({x} >= 0, {pos}, {neg})"
 
     def op_abs(self, e, x):
         return x if e.dtype.is_bool or e.dtype.name == "uint8" else f"tl.abs({x})"
 
     def op_sign(self, e, x):
-        if e.dtype.is_float:
-            return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, {x}))"
+        if e.dtype.is_float:  # NumPy: sign(-0.0) is 0.0, sign(nan) is nan
+            return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, tl.where({x} == 0, 0.0, {x})))"
         t = VALUE[e.dtype.name]
         return f"(({x} > 0).to({t}) - ({x} < 0).to({t}))"
 
@@ -267,11 +371,24 @@ class TritonPrinter(ExprPrinter):
             return f"({a} | {b})"
         return f"tl.maximum({a}, {b})"
 
+    def _fmod(self, a, b) -> str:
+        """C's fmod, exact: Triton's float `%` is a - trunc(a / b) * b on a GPU, wrong once the
+        quotient passes 2**24; the interpreter's `%` is NumPy's fmod."""
+        if self.target == "cuda":
+            self.uses_libdevice = True
+            return f"libdevice.fmod({a}, {b})"
+        return f"({a} % {b})"
+
     def op_floordiv(self, e, a, b):
-        return self.helper("lb_floordiv_float" if e.dtype.is_float else "lb_floordiv_int", a, b)
+        if e.dtype.is_float:
+            return self.helper("lb_floordiv_float", a, b, self._fmod(a, b),
+                               VALUE[e.dtype.name] == "tl.float32")
+        return self.helper("lb_floordiv_int", a, b, e.dtype.kind == "i")
 
     def op_mod(self, e, a, b):
-        return self.helper("lb_mod_float" if e.dtype.is_float else "lb_mod_int", a, b)
+        if e.dtype.is_float:
+            return self.helper("lb_mod_float", a, b, self._fmod(a, b))
+        return self.helper("lb_mod_int", a, b, e.dtype.kind == "i")
 
     def op_pow(self, e, a, b):
         exponent = e.args[1]

@@ -1,11 +1,28 @@
 """Rendering reduction specs to Triton (see :mod:`.triton` for the scheme): a [XBLOCK, RBLOCK]
-tile per program, persistent or looped, and the reduction launch parameters."""
+tile per program, persistent or looped, and the reduction launch parameters.
+
+Accuracy of float sums (sum, mean, and the sums of softmax, layer_norm and var), with u the unit
+roundoff of the accumulation type (2**-24 for float32) and n the reduced size:
+
+* persistent: the tile is reduced by ``tl.reduce``, a tree across threads after a short serial
+  sum per thread: |error| <= (k + log2 RBLOCK) * u * sum(|x|), k the elements per thread
+  (RBLOCK / (32 * num_warps), at most 32 by the heuristic parameters);
+* looped: each lane keeps a compensated running sum (Knuth's TwoSum adds every element and
+  accumulates the exact rounding error beside the sum), and the lanes' (sum, error) pairs are
+  combined by TwoSum too, so |error| <= 2 * u * |sum(x)| + n * u**2 * sum(|x|) whatever the
+  order: the bound no longer grows with n until n nears 1 / u (a float32 sum of 2**24 values
+  stays within about 1e-7 of sum(|x|), where a plain running sum per lane drifts by up to
+  n / RBLOCK * u).
+
+Products keep a plain running product per lane: a product's relative error is at most
+(n - 1) * u in any order.
+"""
 from __future__ import annotations
 
 from ..fusion.kernel_ir import ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
 from .common import reduction_identity
-from .triton_printer import (VALUE, TritonPrinter, cdiv, expr_ids, indent, loop_vars,
+from .triton_printer import (INF, VALUE, TritonPrinter, cdiv, expr_ids, indent, loop_vars,
                              next_pow2, number_text, program_id)
 
 PERSISTENT_MAX = 16384  # longest row a persistent reduction holds in registers
@@ -15,7 +32,9 @@ def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
     """The heuristic ``XBLOCK``, ``RBLOCK``, ``looped`` and ``num_warps`` of ``spec``."""
     rows, size = spec.rows, max(spec.reduce_size, 1)
     if interpret:
-        r = min(next_pow2(size), 1024)
+        # the interpreter's cost is per loop step and, in tl.reduce, per lane: long rows take
+        # wider steps
+        r = min(next_pow2(size), 1024 if size <= 2 ** 20 else 8192)
         x = min(next_pow2(rows), max(1, 4096 // r))
         return {"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4}
     if outer_reduction(spec):
@@ -113,10 +132,19 @@ def _reduce_lanes(p: TritonPrinter, stage: Stage, x: str, idx: str | None) -> st
     return f"tl.reduce({x}, 1, {p.use(fn)}, keep_dims=True)"
 
 
+def _compensated(stage: Stage) -> bool:
+    """True for the looped stages whose lanes keep a TwoSum error term beside the sum."""
+    return stage.op == "sum" and stage.acc_dtype.is_float
+
+
 def _combine_lanes(p: TritonPrinter, stage: Stage, k: int, x: str, idx: str) -> list[str]:
     """Accumulate lanes ``x`` into ``acc{k}`` (looped reductions)."""
     op, acc = stage.op, stage.acc_dtype
     a = f"acc{k}"
+    if _compensated(stage):
+        # TwoSum: err{k} gathers each addition's exact rounding error
+        return [f"x{k} = {x}", f"s{k} = {a} + x{k}", f"b{k} = s{k} - {a}",
+                f"err{k} = err{k} + (({a} - (s{k} - b{k})) + (x{k} - b{k}))", f"{a} = s{k}"]
     if op == "sum":
         return [f"{a} = {a} + {x}"]
     if op == "prod":
@@ -187,6 +215,8 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
             p.eviction = eviction[k]
             body.append(f"acc{k} = tl.full({shape}, {_identity_text(stage)}, "
                         f"{_work_type(stage)})")
+            if _compensated(stage):
+                body.append(f"err{k} = tl.full({shape}, 0.0, {_work_type(stage)})")
             if stage.op in ("argmax", "argmin"):
                 body.append(f"arg{k} = tl.full({shape}, {size}, {it})")
             names = dict(bound)
@@ -196,7 +226,15 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
             x = _lanes(p, stage, names[stage.value.id], shape, rmask)
             loop = r_lines + lines + _combine_lanes(p, stage, k, x, idx)
             body += [f"for r0 in range(0, {size}, {R}):"] + indent(loop)
-            result = _reduce_lanes(p, stage, f"acc{k}", f"arg{k}")
+            if _compensated(stage):
+                # the lanes' (sum, error) pairs combined by TwoSum; a sum that is inf or NaN is
+                # the answer itself (its error terms are NaN)
+                body += [f"sum{k}, err{k} = tl.reduce((acc{k}, err{k}), 1, "
+                         f"{p.use('lb_twosum')}, keep_dims=True)",
+                         f"tot{k} = tl.where(tl.abs(sum{k}) < {INF}, sum{k} + err{k}, sum{k})"]
+                result = f"tot{k}"
+            else:
+                result = _reduce_lanes(p, stage, f"acc{k}", f"arg{k}")
             body.append(f"stage{k} = {_stage_cast(stage, result)}")
             bound[reduced.get(k, -1 - k)] = f"stage{k}"
         p.eviction = eviction[-1]
