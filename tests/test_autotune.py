@@ -304,13 +304,17 @@ def test_time_budget_stops_the_search(monkeypatch):
         clock.now += 0.125
         return time(c)
     k.run, k.time = slow_run, slow_time
-    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "1.75")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "1")
     winner = k.tune(key(), CANDS, level=2)
-    # default: run 0.25 + 5 timings of 0.125; p0b the same: 1.75 s spent, nothing else runs
-    assert k.ran == ["default", "p0b"] and winner.name == "p0b"
-    assert at.stats.skipped == 3 and at.stats.timings == 10
+    # The reference run ends at 0.25 s; the default's share of what is left is 0.75 / 5 s: two
+    # timings. p0b starts at 0.5 s with 0.5 / 4 s, p1a at 0.875 s with 0.125 / 3 s: one
+    # run and one timing each. At 1.25 s the budget is spent: p1b and p2a are not tried.
+    assert k.ran == ["default", "p0b", "p1a"] and winner.name == "p1a"
+    assert k.timed == ["default", "default", "p0b", "p1a"]
+    assert at.stats.skipped == 2 and at.stats.timings == 4
     (entry,) = at.default_cache().entries()
-    assert entry.skipped == ("p1a", "p1b", "p2a") and set(entry.timings) == {"default", "p0b"}
+    assert entry.skipped == ("p1b", "p2a")
+    assert set(entry.timings) == {"default", "p0b", "p1a"}
 
 
 def test_budget_zero_runs_only_the_reference(monkeypatch):

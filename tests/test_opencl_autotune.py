@@ -1,36 +1,281 @@
-"""Autotuning of OpenCL kernels: the first launch tunes, a later plan finds the winner in the
-cache without benchmarking, and the tuned kernel computes the same values."""
+"""Autotuning at a kernel's first launch on the fused devices that tune there (OpenCL and
+WebGPU): the first launch tunes, a later plan finds the winner in the cache without
+benchmarking, the tuned kernel computes the NumPy reference's values; candidates share one
+set of scratch outputs, are checked on the device (integers exactly), fail loudly, and a kernel
+larger than the tuning budget is tuned on a representative prefix. (Triton's first-launch
+tuning is in test_triton.py: under its interpreter there is nothing to tune.)"""
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
 
 import lazyburn as lb
 from lazyburn import autotune
+from lazyburn import runtime
+from lazyburn.runtime import fused
 from fused_devices import FUSED_DEVICES
 
-pytestmark = pytest.mark.skipif("opencl:0" not in FUSED_DEVICES, reason="no OpenCL device")
+TUNING_DEVICES = [d for d in ("opencl:0", "webgpu:0") if d in FUSED_DEVICES]
+pytestmark = pytest.mark.skipif(not TUNING_DEVICES, reason="no OpenCL or WebGPU device")
 
 
-def test_first_launch_tunes_and_the_cache_answers_later(monkeypatch, tmp_path):
+def _tuning_module(dev):
+    if dev.startswith("opencl"):
+        from lazyburn.runtime import opencl_tuning
+        return opencl_tuning
+    from lazyburn.runtime import webgpu_tuning
+    return webgpu_tuning
+
+
+@pytest.fixture(params=TUNING_DEVICES)
+def dev(request, monkeypatch, tmp_path):
+    """A fused device with autotuning on (level 1), a fresh cache and an empty plan cache."""
     monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
     monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
-    backend = lb.runtime.backend("opencl:0")
+    # generous: these tests need the search to reach every candidate; the budget has its own
+    # tests in test_autotune.py
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "60")
+    runtime.backend(request.param).plans.clear()
+    autotune.stats.reset()
+    yield request.param
+    runtime.backend(request.param).plans.clear()
+
+
+def _entries(dev):
+    kind = dev.split(":")[0]
+    return [e for e in autotune.default_cache().entries() if e.key.backend == kind]
+
+
+def test_first_launch_tunes_and_the_cache_answers_later(dev):
+    backend = runtime.backend(dev)
     rng = np.random.default_rng(7)
     a = rng.standard_normal((300, 400), dtype=np.float32)
 
     def graph():
-        x = lb.tensor(a, device="opencl:0")
+        x = lb.tensor(a, device=dev)
         return (x * 1.25).tanh() + x.sin() * 0.5
-    autotune.stats.reset()
-    backend.plans.clear()
-    got = graph().numpy()
-    np.testing.assert_allclose(got, np.tanh(a * 1.25) + np.sin(a) * 0.5, rtol=1e-5, atol=1e-6)
+    want = np.tanh(a * 1.25) + np.sin(a) * 0.5
+    np.testing.assert_allclose(graph().numpy(), want, rtol=1e-5, atol=1e-6)
     assert autotune.stats.tunes == 1 and autotune.stats.benchmarks >= 2
     benchmarks = autotune.stats.benchmarks
     backend.plans.clear()  # a new plan: compiled again, but the winner comes from the cache
-    got = graph().numpy()
-    np.testing.assert_allclose(got, np.tanh(a * 1.25) + np.sin(a) * 0.5, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(graph().numpy(), want, rtol=1e-5, atol=1e-6)
     assert autotune.stats.benchmarks == benchmarks and autotune.stats.hits >= 1
-    entries = [e for e in autotune.default_cache().entries() if e.key.backend == "opencl"]
-    assert len(entries) == 1 and entries[0].winner in entries[0].timings
+    (entry,) = _entries(dev)
+    assert entry.winner in entry.timings and entry.errors == {}
+
+
+def _count_allocations(dev, monkeypatch) -> list:
+    """The byte sizes of the buffers allocated while a first launch tunes."""
+    backend = runtime.backend(dev)
+    module = _tuning_module(dev)
+    sizes, inside = [], [False]
+    alloc = backend._alloc
+
+    def counting(nbytes, origin=None):
+        if inside[0]:
+            sizes.append(nbytes)
+        return alloc(nbytes, origin)
+
+    call = module.TunedKernel.__call__
+
+    def tuning(self, backend, args):
+        inside[0] = True
+        try:
+            return call(self, backend, args)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(backend, "_alloc", counting)
+    monkeypatch.setattr(module.TunedKernel, "__call__", tuning)
+    return sizes
+
+
+def test_candidates_share_one_scratch_output_set(dev, monkeypatch):
+    sizes = _count_allocations(dev, monkeypatch)
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((300, 400), dtype=np.float32)
+    x = lb.tensor(a, device=dev)
+    y1, y2 = lb.tanh(x * 1.25), (lb.sin(x) * 0.5 + x) > 0.25
+    assert len(lb.explain(y1, y2).kernels) == 1  # one kernel, two outputs (float32 and bool)
+    lb.sync(y1, y2)
+    assert autotune.stats.tunes == 1 and autotune.stats.benchmarks >= 3
+    # the default wrote the real outputs; every other candidate, and every timing, one set
+    assert sorted(sizes) == [300 * 400, 300 * 400 * 4]
+    np.testing.assert_allclose(y1.numpy(), np.tanh(a * np.float32(1.25)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(y2.numpy(), (np.sin(a) * np.float32(0.5) + a) > 0.25)
+
+
+class _OffByOne:
+    """A kernel that computes what ``kernel`` does, then adds 1 to element 7 of its first
+    output: an int32 near 2**30 off by one passes ``allclose`` (rtol 1e-4)."""
+
+    def __init__(self, kernel, dev):
+        self.kernel, self.dev = kernel, dev
+        self.origin = getattr(kernel, "origin", None)
+
+    def __call__(self, backend, args):
+        self.kernel(backend, args)
+        out = args[-1]
+        backend.finish()
+        if self.dev.startswith("opencl"):
+            host = np.empty(1, np.int32)
+            backend.cl.enqueue_copy(backend.queue, host, out, src_offset=28)
+            host += 1
+            backend.cl.enqueue_copy(backend.queue, out, host, dst_offset=28)
+            backend.queue.finish()
+        else:
+            host = np.frombuffer(backend.queue.read_buffer(out.gpu, 28, 4), np.int32) + 1
+            backend.queue.write_buffer(out.gpu, 28, host.tobytes())
+
+
+def test_wrong_and_failing_candidates_are_dropped_recorded_and_reported(dev, monkeypatch):
+    from lazyburn.errors import KernelCompileError
+
+    backend = runtime.backend(dev)
+    module = _tuning_module(dev)
+    listed = module.candidates
+
+    def with_bad_ones(b, k):
+        out = listed(b, k)
+        default = out[0]
+        bad = [autotune.Candidate("off-by-one", {**default.params, "off_by_one": True}, 1),
+               autotune.Candidate("broken", {**default.params, "broken": True}, 1)]
+        return out[:1] + bad + out[1:]
+
+    build = type(backend).build
+
+    def building(self, k, name, params, origin):
+        params = dict(params)
+        if params.pop("broken", False):
+            raise KernelCompileError("kernel failed to compile: error: no such builtin", origin)
+        wrong = params.pop("off_by_one", False)
+        kernel = build(self, k, name, params, origin)
+        return _OffByOne(kernel, dev) if wrong else kernel
+
+    monkeypatch.setattr(module, "candidates", with_bad_ones)
+    monkeypatch.setattr(type(backend), "build", building)
+    rng = np.random.default_rng(9)
+    a = rng.integers(2**29, 2**30, (256, 512), dtype=np.int32)
+    assert np.allclose(a[0, 7] + 1, a[0, 7], rtol=1e-4)  # what the old check accepted
+    with pytest.warns(autotune.AutotuneWarning) as caught:
+        got = (lb.tensor(a, device=dev) + 7).numpy()
+    np.testing.assert_array_equal(got, a + 7)
+    (warning,) = caught  # one warning for the kernel, naming both
+    text = str(warning.message)
+    assert re.search(r"off-by-one: OutputMismatch: out\d: 1 of 131072 output elements differ "
+                     r"from the default's \(first at element 7: (\d+), the default gives "
+                     + str(a[0, 7] + 7), text)
+    assert "broken: KernelCompileError" in text and "no such builtin" in text
+    (entry,) = _entries(dev)
+    assert entry.winner not in ("off-by-one", "broken")
+    assert re.match(r"OutputMismatch: out\d: 1 of 131072 output elements differ",
+                    entry.errors["off-by-one"])
+    assert entry.errors["broken"].startswith("KernelCompileError")
+    assert entry.timings["off-by-one"] is None and entry.timings["broken"] is None
+    assert autotune.stats.failures == 2
+
+
+@pytest.fixture
+def small_budget(monkeypatch):
+    """Kernels of more than 2**14 elements (2**20 multiply-adds) tune a representative."""
+    caps = {"elementwise": 1 << 14, "reduction": 1 << 14, "matmul": 1 << 20}
+    monkeypatch.setattr(fused, "MAX_TUNED_WORK", caps)
+    monkeypatch.setattr(fused, "MAX_TUNED_WORK_CPU", caps)
+
+
+def test_large_elementwise_kernel_tunes_a_representative_prefix(dev, monkeypatch,
+                                                                small_budget):
+    sizes = _count_allocations(dev, monkeypatch)
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal((300, 1000), dtype=np.float32)
+    got = (lb.exp(lb.tensor(a, device=dev)) * 2).numpy()
+    np.testing.assert_allclose(got, np.exp(a) * 2, rtol=2e-6)
+    (entry,) = _entries(dev)
+    assert entry.key.shape == (16384,)  # 16 rows of 1000
+    assert sizes == [16000 * 4, 16000 * 4]  # the prefix's reference and its scratch set
+    assert autotune.stats.tunes == 1 and autotune.stats.untuned == 0
+
+
+def test_large_reduction_tunes_a_representative_or_keeps_its_default(dev, monkeypatch,
+                                                                       small_budget):
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((300, 1000), dtype=np.float32)
+
+    def softmax(x, axis):
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+    # rows of the input stored row by row: a prefix of 16 rows represents it
+    got = lb.softmax(lb.tensor(a, device=dev), axis=-1).numpy()
+    np.testing.assert_allclose(got, softmax(a, -1), rtol=1e-5, atol=1e-7)
+    (entry,) = _entries(dev)
+    assert entry.key.shape == (16, 1024)
+    # over axis 0 the broadcast result is stored column by column over the whole output: no
+    # prefix of the columns writes a small part of it, so the default runs, untuned
+    got = lb.softmax(lb.tensor(a, device=dev), axis=0).numpy()
+    np.testing.assert_allclose(got, softmax(a, 0), rtol=1e-5, atol=1e-7)
+    assert autotune.stats.untuned == 1 and len(_entries(dev)) == 1
+
+
+def test_representative_specs():
+    rng = np.random.default_rng(12)
+    x = lb.tensor(rng.standard_normal((4, 5000), dtype=np.float32), device="numpy")
+    w = lb.tensor(rng.standard_normal((5000, 8), dtype=np.float32), device="numpy")
+    (ew,) = [k.spec for k in lb.explain(lb.exp(x)).kernels]
+    assert fused.representative(ew, 20000) is ew
+    small = fused.representative(ew, 12000)
+    assert small.shape == (2, 5000) and small.numel == 10000
+    assert [a.size for a in small.args] == [20000, 10000]  # the input is the real one
+    tiny = fused.representative(ew, 3000)
+    assert tiny.shape == (1, 3000) and tiny.args[-1].size == 3000
+    (red,) = [k.spec for k in lb.explain(x.sum(axis=-1)).kernels]
+    row = fused.representative(red, 6000)
+    assert (row.rows, row.reduce_size, row.args[-1].size) == (1, 5000, 1)
+    part = fused.representative(red, 1000)
+    assert (part.rows, part.reduce_size) == (1, 1000)
+    (mm,) = [k.spec for k in lb.explain(x @ w).kernels]
+    assert fused.representative(mm, 2 * 8 * 5000).m == 2
+    assert fused.representative(mm, 1000) is None  # B alone is more work than that
+
+
+@pytest.mark.skipif("opencl:0" not in FUSED_DEVICES, reason="no OpenCL device")
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int16", "int32", "int64",
+                                   "float16", "bfloat16", "float32", "float64"])
+def test_device_comparison_follows_the_host_rule(dtype):
+    """OpenCL compares candidates' outputs on the device; its count is the host rule's."""
+    from lazyburn.graph import dtypes as dt
+    from lazyburn.fusion.kernel_ir import KernelArg
+    from lazyburn.runtime import opencl_tuning
+
+    backend = runtime.backend("opencl:0")
+    d = dt.BY_NAME[dtype]
+    if dtype == "float64" and not backend.has_fp64:
+        pytest.skip("no fp64 on this device")
+    rng = np.random.default_rng(13)
+    n = 100_003
+    if d.is_bool:
+        e = rng.random(n) > 0.5
+        a = e.copy()
+        a[[5, 70_000]] ^= True
+    elif d.is_int:
+        info = np.iinfo(d.np)
+        e = rng.integers(info.max // 2, info.max, n, dtype=d.np, endpoint=True)
+        a = e.copy()
+        a[[5, 70_000]] -= 1  # off by one: well within any float tolerance
+    else:
+        e = (rng.standard_normal(n) * 100).astype(d.np)
+        rtol, _ = fused.tolerance(d)
+        a = (e.astype(np.float64) * (1 + rtol / 4)).astype(d.np)  # within the tolerance
+        e[:6] = [np.nan, np.inf, -np.inf, 0.0, np.inf, 1.0]
+        a[:6] = [np.nan, np.inf, -np.inf, -0.0, e.dtype.type(1e4), np.nan]  # 4, 5 differ
+        a[70_000] = e[70_000] * 2 + 1
+    want = int(fused.host_mismatches(e, a, d).sum())
+    assert want == (3 if d.is_float else 2)
+    buffers = [backend.upload(v) for v in (e, a)]
+    count, first = opencl_tuning.count_mismatches(backend, *buffers, KernelArg("out0", d, n))
+    assert (count, first) == (want, 4 if d.is_float else 5)
+    assert opencl_tuning.count_mismatches(backend, buffers[0], buffers[0],
+                                          KernelArg("out0", d, n)) == (0, 0xffffffff)

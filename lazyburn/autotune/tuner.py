@@ -174,9 +174,10 @@ def stable(samples: Sequence[float]) -> bool:
 
 def _median_time(candidate: Candidate, time: Callable[[Candidate], float], repeats: int,
                  share_end: float, budget_end: float) -> float:
-    """Time ``candidate`` until its median is stable: at least ``repeats`` timings (fewer only
-    when the whole budget is spent), then more while the median moves and its share of the
-    budget (``share_end``, a ``_clock`` reading) lasts, at most ``MAX_REPEATS``."""
+    """Time ``candidate`` until its median is stable: ``repeats`` timings, then more while the
+    median moves, at most ``MAX_REPEATS``; and never past its share of the budget
+    (``share_end``, a ``_clock`` reading), so that one slow candidate leaves the others their
+    time (a kernel that slow varies little from run to run)."""
     samples = []
     while True:
         _count("timings")
@@ -185,10 +186,9 @@ def _median_time(candidate: Candidate, time: Callable[[Candidate], float], repea
             raise ValueError(f"timer returned {t!r} seconds")
         samples.append(t)
         n = len(samples)
-        now = _clock()
-        if n >= max(MAX_REPEATS, repeats) or now >= budget_end:
+        if n >= max(MAX_REPEATS, repeats) or _clock() >= min(share_end, budget_end):
             break
-        if n >= repeats and (now >= share_end or stable(samples)):
+        if n >= repeats and stable(samples):
             break
     return statistics.median(samples)
 
@@ -218,7 +218,8 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
       ``expected`` (the default's output); it may raise :class:`OutputMismatch` to say how
       they differ.
       ``level``: 0, 1 or 2; None reads ``LAZYBURN_AUTOTUNE`` (:func:`level`).
-      ``repeats``: the fewest timings per candidate; the median is used (see ``_median_time``).
+      ``repeats``: timings per candidate before the median may be called stable; the median
+      is used (see ``_median_time``).
       ``budget_s``: seconds the search may take; None reads ``LAZYBURN_AUTOTUNE_BUDGET``
       (:func:`budget`, 2 s by default).
       ``cache``: where results live; None uses :func:`default_cache`.
@@ -244,9 +245,10 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
          skipped, as in CubeCL: a later group is a fallback for when every candidate of the
          earlier groups failed. At level 2 (exhaustive) nothing is skipped: every admitted
          candidate is benchmarked.
-      7. The search stops when ``budget_s`` is spent (measured from the start of the search);
-         each candidate gets an equal share of what is left when its turn comes, and those
-         not reached are recorded as skipped (``stats.skipped``).
+      7. The search stops when ``budget_s`` is spent (measured from the start of the search,
+         compiling and checking included); each candidate gets an equal share of what is left
+         when its turn comes (at least one run and one timing), and those not reached are
+         recorded as skipped (``stats.skipped``).
       8. The winner is the valid candidate with the smallest median time (the earlier one in
          the list on a tie); the default when nothing could be timed, in which case nothing is
          cached. Otherwise the winner is stored; if another process stored this key first, its
@@ -338,7 +340,7 @@ def _search(key: TuneKey, pool: list[Candidate], default: Candidate, run, time, 
                 now = _clock()
                 if now >= budget_end:
                     out.skipped = [x.name for x in group[ci:]]
-                    if not group_valid:
+                    if exhaustive or not group_valid:  # the groups it would have visited
                         out.skipped += [x.name for _, g in groups[gi + 1:] for x in g]
                     return out
                 left = len(group) - ci + sum(len(g) for _, g in groups[gi + 1:])

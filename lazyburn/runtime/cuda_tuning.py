@@ -13,9 +13,13 @@ Candidates (``lazyburn.autotune.Candidate``), the heuristic default first:
 
 At autotune level 0, and always under the interpreter, the default is used and nothing is
 timed. Otherwise the first launch of a kernel runs :func:`lazyburn.autotune.tune` on the
-launch's real inputs: each candidate writes fresh outputs, is checked against the default's
-(``torch.allclose`` at a tolerance set by dtype) and timed with ``triton.testing.do_bench``
-(``lazyburn.autotune.REPEATS`` medians of do_bench medians, L2 flushed before each run). The
+launch's real inputs: the default writes the real outputs (the reference), every other
+candidate writes one set of scratch outputs shared by all of them, is checked against the
+reference on the device (integers and bools exactly, floats within ``fused.tolerance``) and
+timed with ``triton.testing.do_bench`` (CUDA events; medians of do_bench medians until stable,
+L2 flushed before each run), all within the tuning budget (``LAZYBURN_AUTOTUNE_BUDGET``, which
+counts Triton's compile of each candidate too). A kernel with more work than
+``fused.MAX_TUNED_WORK`` is tuned on a representative prefix (``fused.representative``). The
 median times of the candidates are kept on the kernel (``TunedKernel.timings``).
 """
 from __future__ import annotations
@@ -24,6 +28,7 @@ from .. import autotune as at
 from ..codegen import triton as tr
 from ..codegen.triton_matmul import epilogue_subtiles
 from ..fusion.kernel_ir import ElementwiseSpec, MatmulSpec, ReductionSpec
+from .fused import MAX_TUNED_WORK, describe_mismatch, representative, tolerance
 
 # Matmul tiles: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps, priority), the
 # configurations of Triton's matmul tutorial for H100 first. A program's shared memory is
@@ -139,17 +144,6 @@ def _name(params: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(params.items()))
 
 
-def tolerance(dtype) -> tuple[float, float]:
-    """``(rtol, atol)`` for comparing a candidate's output of ``dtype`` with the default's."""
-    if dtype.name in ("float16", "bfloat16"):
-        return 2e-2, 1e-2
-    if dtype.name == "float32":
-        return 1e-4, 1e-5
-    if dtype.name == "float64":
-        return 1e-9, 1e-12
-    return 0.0, 0.0
-
-
 class TunedKernel:
     """A planned kernel whose launch configuration is chosen at its first launch (or the
     heuristic default when tuning is off). ``source`` is what runs (None until chosen)."""
@@ -162,12 +156,7 @@ class TunedKernel:
         self.spec = k.spec
         self.name = name
         self.origin = origin
-        sm_count, tma = None, False
-        if not backend.interpret:
-            props = backend.torch.cuda.get_device_properties(backend.index)
-            sm_count = props.multi_processor_count
-            tma = backend.torch.version.hip is None and props.major >= 9
-        self.candidates = candidates(k.spec, backend.interpret, sm_count, tma)
+        self.candidates = candidates(k.spec, backend.interpret, *self._gpu())
         self.timings: dict[str, float | None] = {}  # seconds per candidate, once tuned
         self.kernel = None
         if len(at.admitted(self.candidates, at.level())) == 1:
@@ -177,58 +166,82 @@ class TunedKernel:
     def source(self):
         return getattr(self.kernel, "source", None)
 
-    def _build(self, c: at.Candidate):
+    def _build(self, c: at.Candidate, spec=None):
+        """Candidate ``c`` built for this kernel's spec, or for ``spec`` (a representative)."""
         if c.params.get("TMA"):
             use_tma_allocator(self.backend)
         suffix = "" if c.name == "default" else "_" + at.candidates_checksum([c])[:8]
-        return self.backend.build_kernel(self.spec, self.name + suffix, dict(c.params),
+        if spec is not None and spec is not self.spec:
+            suffix += "_tuning"
+        return self.backend.build_kernel(spec or self.spec, self.name + suffix, dict(c.params),
                                          self.origin, self.planned.label)
 
     def __call__(self, backend, args) -> None:
         if self.kernel is None:
-            self.kernel = self._tune(args)
+            self.kernel, done = self._tune(args)
+            if done:  # the winner's outputs are already in place
+                return
         self.kernel(backend, args)
 
     def _tune(self, args):
+        """``(winner's kernel, whether args' outputs already hold its result)``."""
         import torch
         import triton
         from triton.testing import do_bench
 
-        b, spec = self.backend, self.spec
-        n_in = len(spec.inputs)
+        b = self.backend
+        real = self.spec
+        n_in = len(real.inputs)
         inputs = list(args[:n_in])
+        spec = representative(real, MAX_TUNED_WORK[real.kind])
+        if spec is None:
+            at.note_untuned("cuda", real.signature(),
+                            f"{real.kind} kernel {self.name} of shape {_shape(real)} has more "
+                            f"work than {MAX_TUNED_WORK[real.kind]} and no smaller "
+                            f"representative")
+            return self._build(self.candidates[0]), False
+        proxy = spec is not real
+        cands = candidates(spec, b.interpret, *self._gpu()) if proxy else self.candidates
+        default = cands[0]
         out_args = spec.args[n_in:]
         built: dict[str, object] = {}
 
         def kernel_of(c):
             if c.name not in built:
-                built[c.name] = self._build(c)
+                built[c.name] = self._build(c, spec)
             return built[c.name]
 
+        def new_outputs():
+            return [b.empty(a.size, a.dtype, self.origin) for a in out_args]
+
+        reference = new_outputs() if proxy else list(args[n_in:])
+        scratch: list = []
+        ran = []
+
+        def outputs():
+            if not scratch:  # one set for every candidate and timing
+                scratch.extend(new_outputs())
+            return scratch
+
         def run(c):
-            outs = [b.empty(a.size, a.dtype, self.origin) for a in out_args]
-            kernel_of(c)(b, inputs + outs)
+            into = reference if c.name == default.name else outputs()
+            kernel_of(c)(b, inputs + into)
             b.finish()
-            return outs
+            ran.append(c.name)
+            return into
 
         warmup, rep = BENCH_MS.get(spec.kind, DEFAULT_BENCH_MS)
 
         def time(c):
-            outs = [b.empty(a.size, a.dtype, self.origin) for a in out_args]
-            k = kernel_of(c)
-            ms = do_bench(lambda: k(b, inputs + outs), warmup=warmup, rep=rep,
-                          return_mode="median")
+            k, outs = kernel_of(c), inputs + outputs()
+            ms = do_bench(lambda: k(b, outs), warmup=warmup, rep=rep, return_mode="median")
             return ms * 1e-3
 
         def check(expected, actual):
             for a, e, x in zip(out_args, expected, actual):
-                rtol, atol = tolerance(a.dtype)
-                if a.dtype.is_float:
-                    if not torch.allclose(e.float(), x.float(), rtol=rtol, atol=atol,
-                                          equal_nan=True):
-                        return False
-                elif not torch.equal(e, x):
-                    return False
+                differs = _compare(torch, e, x, a)
+                if differs is not None:
+                    raise at.OutputMismatch(f"{a.name}: {differs}")
             return True
 
         name = torch.cuda.get_device_name(b.index)
@@ -236,12 +249,57 @@ class TunedKernel:
         key = at.TuneKey("cuda", at.device_fingerprint(name, driver, triton.__version__),
                          spec.structural_hash(), shape=_shape(spec))
         with b._on_device():
-            best = at.tune(key, self.candidates, run=run, time=time, check=check)
-        entry = at.default_cache().entry(
-            key.for_candidates(at.admitted(self.candidates, at.level())))
+            best = at.tune(key, cands, run=run, time=time, check=check)
+        del scratch[:]
+        entry = at.default_cache().entry(key.for_candidates(at.admitted(cands, at.level())))
         if entry is not None:
             self.timings = dict(entry.timings)
-        return kernel_of(best)
+        if not proxy:
+            return kernel_of(best), best.name == default.name and default.name in ran
+        chosen = next((c for c in self.candidates if c.name == best.name), None) or \
+            next((c for c in self.candidates if dict(c.params) == dict(best.params)), None)
+        if chosen is None:
+            at.note_untuned("cuda", real.signature(),
+                            f"{best.name}, the winner at {_shape(spec)}, is not a candidate "
+                            f"at {_shape(real)}")
+            chosen = self.candidates[0]
+        return self._build(chosen), False
+
+    def _gpu(self) -> tuple:
+        """``(sm_count, tma)`` for ``candidates``."""
+        b = self.backend
+        if b.interpret:
+            return None, False
+        props = b.torch.cuda.get_device_properties(b.index)
+        return props.multi_processor_count, b.torch.version.hip is None and props.major >= 9
+
+
+COMPARE_CHUNK = 1 << 24  # elements compared at a time: the temporaries stay small
+
+
+def _compare(torch, expected, actual, karg) -> str | None:
+    """None when flat device tensors ``actual`` and ``expected`` match (integers and bools bit
+    for bit, floats within ``tolerance`` with equal NaNs and equal infinities), else how they
+    differ. Compared on the device a chunk at a time."""
+    rtol, atol = tolerance(karg.dtype)
+    bad, first = 0, None
+    for start in range(0, karg.size, COMPARE_CHUNK):
+        e = expected[start:start + COMPARE_CHUNK]
+        a = actual[start:start + COMPARE_CHUNK]
+        if karg.dtype.is_float:
+            wide = torch.float64 if karg.dtype.itemsize == 8 else torch.float32
+            e, a = e.to(wide), a.to(wide)
+            close = (e == a) | (torch.isnan(e) & torch.isnan(a)) | \
+                (torch.isfinite(e) & torch.isfinite(a) & ((a - e).abs() <= atol + rtol * e.abs()))
+            wrong = ~close
+        else:
+            wrong = e != a
+        count = int(wrong.sum())
+        if count and first is None:
+            i = int(wrong.nonzero()[0, 0])
+            first = (start + i, e[i].item(), a[i].item())
+        bad += count
+    return describe_mismatch(bad, karg.size, *first) if bad else None
 
 
 _allocator_set = False

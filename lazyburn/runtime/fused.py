@@ -114,6 +114,16 @@ def kernel_origin(k) -> str | None:
 
 MIN_TUNED_ELEMENTS = 1 << 16  # smaller kernels run their default: tuning them is not worth it
 
+#: The most work a kernel is tuned on at its own size: elements of an element-wise kernel's
+#: iteration space or of a reduction's input, multiply-adds of a matmul. A larger kernel is
+#: tuned on a representative (``representative``) of about this much work, so that tuning
+#: stays within its time budget and its scratch outputs stay small. CPU devices run a
+#: kernel of 2**22 elements in a few milliseconds; GPUs take 2**24 in well under one.
+MAX_TUNED_WORK = {"elementwise": 1 << 24, "reduction": 1 << 24, "matmul": 1 << 36}
+MAX_TUNED_WORK_CPU = {"elementwise": 1 << 22, "reduction": 1 << 22, "matmul": 1 << 28}
+#: Compared on the host, outputs are read in pieces of this many bytes (the host holds two).
+COMPARE_CHUNK_BYTES = 16 << 20
+
 
 def worth_tuning(k) -> bool:
     """Whether planned kernel ``k`` is tuned at its first launch: autotuning is on and the
@@ -126,15 +136,198 @@ def worth_tuning(k) -> bool:
     return autotune.level() > 0 and work >= MIN_TUNED_ELEMENTS
 
 
+def tuning_work(spec) -> int:
+    """A kernel's work as ``MAX_TUNED_WORK`` counts it."""
+    if spec.kind == "elementwise":
+        return spec.numel
+    if spec.kind == "reduction":
+        return spec.rows * spec.reduce_size
+    return spec.batch * spec.m * spec.n * spec.k
+
+
+def representative(spec, max_work: int):
+    """A kernel spec to tune in place of ``spec``: ``spec`` itself when its work is at most
+    ``max_work``; else the same kernel over a prefix of its iteration space, of at most
+    ``max_work`` work; None when no prefix represents it.
+
+    The prefix keeps every index expression (loads read elements the full kernel reads, so
+    the real inputs serve it) and shrinks only the extents and the output arguments:
+    element-wise, the leading dimensions (``(4096, 65536)`` becomes ``(64, 65536)``);
+    reductions, the rows, and the row itself when one row is longer than ``max_work``;
+    matmul, the batch, then the rows of A. A reduction whose full outputs (a value broadcast
+    back over the row) are not stored within the prefix's own extent (an axis-0 softmax
+    stores column by column over the whole output) has no representative; neither has a
+    matmul whose B alone is larger than ``max_work``. Tuning then keeps the default.
+
+    The key the representative is tuned under is the same kernel's with the capped shape
+    bucket, so every larger size shares one tuning, which is what a larger size would pick:
+    from this size on, a launch configuration's speed per element no longer depends on the
+    size."""
+    if tuning_work(spec) <= max_work:
+        return spec
+    try:
+        if spec.kind == "elementwise":
+            return _prefix_elementwise(spec, max_work)
+        if spec.kind == "reduction":
+            return _prefix_reduction(spec, max_work)
+        if spec.kind == "matmul":
+            return _prefix_matmul(spec, max_work)
+    except _Unbounded:
+        return None
+    return None
+
+
+class _Unbounded(Exception):
+    """An index expression whose range over a prefix is not known."""
+
+
+def _with_outputs(spec, sizes: dict, **fields):
+    import dataclasses
+
+    args = [dataclasses.replace(a, size=sizes.get(i, a.size)) if a.is_output else a
+            for i, a in enumerate(spec.args)]
+    return dataclasses.replace(spec, args=args, **fields)
+
+
+def _prefix_elementwise(spec, max_work):
+    if any(o.index is not None for o in spec.outputs):
+        return None
+    shape = tuple(spec.shape)
+    if int(np.prod(shape, dtype=np.int64)) != spec.numel:
+        shape = (spec.numel,)
+    # The outermost dimension j whose inner dimensions fit is cut; a prefix of the flat index
+    # over (1, ..., 1, keep, d[j+1], ..., d[-1]) is exactly that sub-array's iteration space.
+    j, inner = len(shape) - 1, 1
+    while j > 0 and inner * shape[j] <= max_work:
+        inner *= shape[j]
+        j -= 1
+    keep = max(1, min(shape[j], max_work // inner))
+    new_shape = (1,) * j + (keep,) + shape[j + 1:]
+    numel = keep * inner
+    sizes = {o.arg: numel for o in spec.outputs}
+    return _with_outputs(spec, sizes, shape=new_shape, numel=numel)
+
+
+def _prefix_reduction(spec, max_work):
+    size = min(spec.reduce_size, max_work)
+    rows = max(1, min(spec.rows, max_work // size))
+    extents = {"row": rows, "r": size}
+    sizes = {}
+    for o in spec.outputs:
+        if o.index is None:
+            need = rows
+        else:
+            need = _bounds(o.index, extents, {})[1] + 1
+            if need > 4 * max_work:  # not stored within the prefix's extent
+                return None
+        sizes[o.arg] = max(sizes.get(o.arg, 1), int(need))
+    return _with_outputs(spec, sizes, rows=rows, reduce_size=size)
+
+
+def _prefix_matmul(spec, max_work):
+    if any(o.index is not None for o in spec.outputs):
+        return None
+    mnk = spec.m * spec.n * spec.k
+    if mnk <= max_work:
+        batch, m = max(1, max_work // mnk), spec.m
+    elif spec.n * spec.k <= max_work:
+        batch, m = 1, max(1, max_work // (spec.n * spec.k))
+    else:
+        return None
+    batch, m = min(batch, spec.batch), min(m, spec.m)
+    sizes = {o.arg: batch * m * spec.n for o in spec.outputs}
+    return _with_outputs(spec, sizes, batch=batch, m=m)
+
+
+def _bounds(e, extents: dict, memo: dict) -> tuple:
+    """``(lo, hi)`` of index expression ``e`` when each loop variable ``v`` runs over
+    ``[0, extents[v])``: interval arithmetic over the index ops, and an expression's own
+    bounds (over the full extents, so never narrower) for anything else. Raises _Unbounded
+    where neither gives a finite range."""
+    if e.id in memo:
+        return memo[e.id]
+    op = e.op
+    if op == "var" and e.args[0] in extents:
+        out = (0, max(extents[e.args[0]] - 1, 0))
+    elif op == "const":
+        out = (e.value, e.value)
+    elif op in ("idx_add", "idx_mul", "idx_min", "idx_max"):
+        (a0, a1), (b0, b1) = (_bounds(x, extents, memo) for x in e.args)
+        if op == "idx_add":
+            out = (a0 + b0, a1 + b1)
+        elif op == "idx_mul":
+            products = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
+            out = (min(products), max(products))
+        elif op == "idx_min":
+            out = (min(a0, b0), min(a1, b1))
+        else:
+            out = (max(a0, b0), max(a1, b1))
+    elif op in ("idx_div", "idx_mod") and e.args[1].op == "const" and e.args[1].value > 0:
+        (a0, a1), k = _bounds(e.args[0], extents, memo), e.args[1].value
+        if a0 < 0:
+            raise _Unbounded
+        out = (a0 // k, a1 // k) if op == "idx_div" else \
+            ((a0, a1) if a1 < k else (0, min(k - 1, a1)))
+    elif np.isfinite(e.lo) and np.isfinite(e.hi):
+        out = (int(e.lo), int(e.hi))
+    else:
+        raise _Unbounded
+    memo[e.id] = out
+    return out
+
+
+def tolerance(dtype) -> tuple[float, float]:
+    """``(rtol, atol)`` within which a candidate's output of ``dtype`` matches the default's:
+    a reduction may add in another order. Integers and bools must match exactly."""
+    if dtype.name in ("float16", "bfloat16"):
+        return 2e-2, 1e-2
+    if dtype.name == "float32":
+        return 1e-4, 1e-5
+    if dtype.name == "float64":
+        return 1e-9, 1e-12
+    return 0.0, 0.0
+
+
+def host_mismatches(expected: np.ndarray, actual: np.ndarray, dtype) -> np.ndarray:
+    """A bool mask of the elements of ``actual`` that do not match ``expected`` (same shape,
+    NumPy storage of ``dtype``): integers and bools compared exactly (bit for bit), floats
+    within ``tolerance`` as ``numpy.isclose`` with ``equal_nan`` (infinities must be equal)."""
+    if not dtype.is_float:
+        return expected != actual
+    rtol, atol = tolerance(dtype)
+    wide = np.float64 if dtype.itemsize == 8 else np.float32
+    e, a = expected.astype(wide), actual.astype(wide)
+    with np.errstate(invalid="ignore", over="ignore"):
+        close = (e == a) | (np.isnan(e) & np.isnan(a)) | \
+            (np.isfinite(e) & np.isfinite(a) & (np.abs(a - e) <= atol + rtol * np.abs(e)))
+    return ~close
+
+
+def describe_mismatch(count: int, total: int, index: int | None = None, expected=None,
+                      actual=None) -> str:
+    """The message a candidate is dropped with when its output differs."""
+    text = f"{count} of {total} output elements differ from the default's"
+    if index is not None:
+        text += f" (first at element {index}: {actual!r}, the default gives {expected!r})"
+    return text
+
+
 class FirstLaunchTuner:
     """A planned kernel whose launch configuration is chosen at its first launch, when its
-    buffers exist: each candidate is compiled, run into scratch outputs, checked against the
-    default's output and timed; the winner (``lazyburn.autotune.tune``, cached on disk) then
-    replaces this object in the plan.
+    buffers exist (``lazyburn.autotune.tune``, cached on disk); the winner then replaces this
+    object in the plan.
 
-    A backend subclasses it with ``backend_kind``, ``candidates()`` and ``read(buf, karg)`` (a
-    buffer's elements as a NumPy array), and may override ``launch_time`` (default: host time
-    from launch to the end of the device's queue)."""
+    Memory: the default writes the real outputs, which are the reference, and every other
+    candidate writes one set of scratch outputs that all of them share (timings included);
+    outputs are compared where they are (``compare``), never copied whole to the host. A
+    kernel with more work than ``MAX_TUNED_WORK`` is tuned on a ``representative`` prefix of
+    it (reference and scratch outputs of the prefix's size), then its winner runs the real
+    launch; a kernel without one runs its default (logged, ``stats.untuned``).
+
+    A backend subclasses it with ``backend_kind``, ``candidates(k)``, ``read(buf, karg,
+    start, count)`` (elements of a buffer as a NumPy array) and ``on_cpu``, and may override
+    ``compare`` (default: on the host, piece by piece) and ``launch_time`` (default: host
+    time from launch to the end of the device's queue)."""
 
     backend_kind = "?"
     source = None  # nothing to dump until the winner is known
@@ -142,11 +335,19 @@ class FirstLaunchTuner:
     def __init__(self, backend, k, name, origin):
         self.backend, self.k, self.name, self.origin = backend, k, name, origin
 
-    def candidates(self) -> list:
+    def candidates(self, k) -> list:
+        """The candidates of planned kernel ``k`` (the kernel or its representative)."""
         raise NotImplementedError
 
-    def read(self, buf, karg) -> np.ndarray:
+    def read(self, buf, karg, start: int, count: int) -> np.ndarray:
         raise NotImplementedError
+
+    @property
+    def on_cpu(self) -> bool:
+        return False
+
+    def max_work(self, kind: str) -> int:
+        return (MAX_TUNED_WORK_CPU if self.on_cpu else MAX_TUNED_WORK)[kind]
 
     def launch_time(self, kernel, args) -> float:
         import time
@@ -158,40 +359,116 @@ class FirstLaunchTuner:
         b.finish()
         return time.perf_counter() - t0
 
+    def compare(self, expected: list, actual: list, out_args: list) -> str | None:
+        """None when the buffers ``actual`` hold what ``expected`` hold (``host_mismatches``
+        per output), else how they differ. Reads ``COMPARE_CHUNK_BYTES`` at a time."""
+        for e_buf, a_buf, karg in zip(expected, actual, out_args):
+            step = max(1, COMPARE_CHUNK_BYTES // karg.dtype.itemsize)
+            bad, first = 0, None
+            for start in range(0, karg.size, step):
+                count = min(step, karg.size - start)
+                e = self.read(e_buf, karg, start, count)
+                a = self.read(a_buf, karg, start, count)
+                wrong = np.flatnonzero(host_mismatches(e, a, karg.dtype))
+                if wrong.size and first is None:
+                    i = int(wrong[0])
+                    first = (start + i, e[i].item(), a[i].item())
+                bad += int(wrong.size)
+            if bad:
+                return f"{karg.name}: " + describe_mismatch(bad, karg.size, *first)
+        return None
+
     def __call__(self, backend, args) -> None:
+        import copy
+
         from .. import autotune
 
         k = self.k
         n_in = k.n_inputs
+        inputs = list(args[:n_in])
+        real_candidates = self.candidates(k)
+        spec = representative(k.spec, self.max_work(k.kind))
+        if spec is None:
+            autotune.note_untuned(
+                self.backend_kind, k.spec.signature(),
+                f"{k.kind} kernel {self.name} of shape {k.spec.problem_shape()} has more work "
+                f"than {self.max_work(k.kind)} and no smaller representative")
+            best = backend.build(k, self.name, dict(real_candidates[0].params), self.origin)
+            k.compiled = best
+            best(backend, args)
+            return
+        proxy = spec is not k.spec
+        tk = k
+        if proxy:
+            tk = copy.copy(k)
+            tk.spec, tk.compiled = spec, None
+        cands = self.candidates(tk) if proxy else real_candidates
+        default = cands[0]
+        out_args = spec.args[n_in:]
         built = {}
 
         def build(c):
             if c.name not in built:
-                built[c.name] = backend.build(k, self.name, c.params, self.origin)
+                built[c.name] = backend.build(tk, self.name, dict(c.params), self.origin)
             return built[c.name]
 
-        def scratch():
-            return [backend._alloc(a.size * a.dtype.itemsize, self.origin)
-                    for a in k.spec.args[n_in:]]
+        def new_outputs():
+            return [backend._alloc(a.size * a.dtype.itemsize, self.origin) for a in out_args]
+
+        reference = new_outputs() if proxy else list(args[n_in:])
+        scratch: list = []
+        ran = []
+
+        def outputs():
+            if not scratch:  # one set for every candidate and timing
+                scratch.extend(new_outputs())
+            return scratch
 
         def run(c):
-            outs = scratch()
-            build(c)(backend, list(args[:n_in]) + outs)
+            into = reference if c.name == default.name else outputs()
+            build(c)(backend, inputs + into)
             backend.finish()
-            return [self.read(b, a) for b, a in zip(outs, k.spec.args[n_in:])]
+            ran.append(c.name)
+            return into
 
         def timed(c):
-            return self.launch_time(build(c), list(args[:n_in]) + scratch())
+            return self.launch_time(build(c), inputs + outputs())
 
-        key = autotune.TuneKey(self.backend_kind, backend.fingerprint, k.spec.signature(),
-                               k.spec.problem_shape())
-        winner = autotune.tune(key, self.candidates(), run, timed, outputs_close)
-        best = build(winner)
+        def check(expected, actual):
+            differs = self.compare(expected, actual, out_args)
+            if differs is not None:
+                raise autotune.OutputMismatch(differs)
+            return True
+
+        key = autotune.TuneKey(self.backend_kind, backend.fingerprint, spec.signature(),
+                               spec.problem_shape())
+        try:
+            winner = autotune.tune(key, cands, run, timed, check)
+        finally:
+            for buf in scratch + (reference if proxy else []):
+                backend.release(buf)
+        if proxy:
+            chosen = _same_candidate(winner, real_candidates)
+            if chosen is None:
+                autotune.note_untuned(
+                    self.backend_kind, k.spec.signature(),
+                    f"{winner.name}, the winner at {spec.problem_shape()}, is not a candidate "
+                    f"at {k.spec.problem_shape()}")
+                chosen = real_candidates[0]
+            best = backend.build(k, self.name, dict(chosen.params), self.origin)
+        else:
+            best = build(winner)
         k.compiled = best
-        best(backend, args)
+        if proxy or winner.name != default.name or default.name not in ran:
+            best(backend, args)
 
 
-def outputs_close(expected, actual) -> bool:
-    """A candidate's outputs match the default's (float tolerance of a reordered reduction)."""
-    return all(np.allclose(e.astype(np.float64), a.astype(np.float64), rtol=1e-4, atol=1e-5,
-                           equal_nan=True) for e, a in zip(expected, actual))
+def _same_candidate(c, candidates):
+    """The candidate of ``candidates`` named as ``c``, else one with its params, else None."""
+    for x in candidates:
+        if x.name == c.name:
+            return x
+    for x in candidates:
+        if dict(x.params) == dict(c.params):
+            return x
+    return None

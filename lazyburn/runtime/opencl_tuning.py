@@ -2,9 +2,11 @@
 candidates the autotuner may try."""
 from __future__ import annotations
 
+import weakref
+
 from ..autotune import Candidate
 from ..codegen import opencl as cl_codegen
-from .fused import FirstLaunchTuner
+from .fused import FirstLaunchTuner, describe_mismatch, tolerance
 
 LIBRARY_MATMUL_MIN_FLOPS = 2 * 64 ** 3  # below this a generated kernel wins on any device
 
@@ -110,23 +112,151 @@ def candidates(backend, k) -> list[Candidate]:
 
 
 class TunedKernel(FirstLaunchTuner):
-    """An OpenCL kernel tuned at its first launch (see ``FirstLaunchTuner``)."""
+    """An OpenCL kernel tuned at its first launch (see ``FirstLaunchTuner``). Outputs are
+    compared on the device (``count_mismatches``); generated kernels are timed with OpenCL
+    profiling events on a profiling queue of the tuner's own, the library matmul (BLAS on the
+    host) by the host's clock."""
 
     backend_kind = "opencl"
 
-    def candidates(self) -> list:
-        return candidates(self.backend, self.k)
+    def candidates(self, k) -> list:
+        return candidates(self.backend, k)
 
-    def read(self, buf, karg):
-        return _read(self.backend, buf, karg)
+    def read(self, buf, karg, start, count):
+        return _read(self.backend, buf, karg, start, count)
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.backend.is_cpu
+
+    def compare(self, expected, actual, out_args):
+        for e_buf, a_buf, karg in zip(expected, actual, out_args):
+            bad, first = count_mismatches(self.backend, e_buf, a_buf, karg)
+            if bad:
+                if first >= karg.size:  # past the index the counter holds
+                    return f"{karg.name}: " + describe_mismatch(bad, karg.size)
+                e = _read(self.backend, e_buf, karg, first, 1)[0].item()
+                a = _read(self.backend, a_buf, karg, first, 1)[0].item()
+                return f"{karg.name}: " + describe_mismatch(bad, karg.size, first, e, a)
+        return None
+
+    def launch_time(self, kernel, args) -> float:
+        launches = getattr(kernel, "launches", None)
+        if launches is None:  # a library call runs on the host: the host's clock is its own
+            return super().launch_time(kernel, args)
+        backend = self.backend
+        queue = _profiling_queue(backend)
+        backend.finish()  # the inputs are written, and nothing else shares the device
+        events = [knl(queue, global_size, local_size, *args)
+                  for knl, global_size, local_size in launches]
+        events[-1].wait()  # an in-order queue: the last launch ends after the others
+        return (events[-1].profile.end - events[0].profile.start) * 1e-9
 
 
-def _read(backend, buf, karg):
+_profiling_queues: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _profiling_queue(backend):
+    """An in-order queue on ``backend``'s context and device with profiling enabled, for
+    timing candidates with events (the device's own queue is created without profiling)."""
+    queue = _profiling_queues.get(backend)
+    if queue is None:
+        cl = backend.cl
+        queue = cl.CommandQueue(backend.context, backend.device,
+                                properties=cl.command_queue_properties.PROFILING_ENABLE)
+        _profiling_queues[backend] = queue
+    return queue
+
+
+# Element loads of the comparison kernel per dtype: (buffer element type, load of element i
+# as a value of the compared type). Integers and bools compare their bits.
+_COMPARED = {
+    "bool": ("uchar", "(p)[i]"), "int8": ("uchar", "(p)[i]"), "uint8": ("uchar", "(p)[i]"),
+    "int16": ("ushort", "(p)[i]"), "int32": ("uint", "(p)[i]"), "int64": ("ulong", "(p)[i]"),
+    "float16": ("half", "vload_half(i, p)"),
+    "bfloat16": ("ushort", "as_float(((uint)(p)[i]) << 16)"),
+    "float32": ("float", "(p)[i]"), "float64": ("double", "(p)[i]"),
+}
+
+# Built without options: in particular without -cl-fast-relaxed-math or -cl-finite-math-only,
+# under which isnan / isfinite and the tolerance comparison need not follow IEEE.
+_COMPARE_SOURCE = r"""
+#if IS_DOUBLE
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+__kernel void lb_count_mismatches(__global const STORE *x, __global const STORE *y,
+                                  const ulong n, __global uint *count, __global uint *first) {
+    uint bad = 0;
+    ulong where = 0xffffffffUL;
+    for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) {
+        VALUE e = LOAD(x);
+        VALUE a = LOAD(y);
+#if IS_FLOAT
+        int same = e == a || (isnan(e) && isnan(a)) ||
+                   (isfinite(e) && isfinite(a) && fabs(a - e) <= ATOL + RTOL * fabs(e));
+#else
+        int same = e == a;
+#endif
+        if (!same) {
+            bad += bad < 0xffffu;  /* a work-item adds at most 0xffff: no overflow below */
+            if (where == 0xffffffffUL) where = i;
+        }
+    }
+    if (bad) {
+        atomic_add(count, bad);
+        atomic_min(first, (uint)min(where, (ulong)0xfffffffeUL));
+    }
+}
+"""
+_COMPARE_ITEMS = 1 << 16  # work-items at most: 0xffff each keeps the uint count from wrapping
+
+
+def count_mismatches(backend, expected, actual, karg) -> tuple[int, int]:
+    """``(count, first)``: how many of the ``karg.size`` elements of buffer ``actual`` differ
+    from ``expected`` (``fused.host_mismatches``'s rule, computed on the device: integers and
+    bools bit for bit, floats within ``fused.tolerance`` with equal NaNs) and the index of the
+    first found (the lowest index any work-item saw, capped at 2**32 - 2). ``count`` is a
+    lower bound once some work-item finds 65535 (at least that many differ); 0 is exact."""
     import numpy as np
 
-    host = np.empty(karg.size, dtype=karg.dtype.np)
+    cl = backend.cl
+    name = karg.dtype.name
+    kernel = _compare_kernels.get((backend, name))
+    if kernel is None:
+        store, load = _COMPARED[name]
+        value = {"float16": "float", "bfloat16": "float"}.get(name, store)
+        rtol, atol = tolerance(karg.dtype)
+        defines = {"STORE": store, "VALUE": value, "LOAD(p)": load,
+                   "IS_FLOAT": int(karg.dtype.is_float), "IS_DOUBLE": int(name == "float64"),
+                   "RTOL": repr(rtol), "ATOL": repr(atol)}
+        source = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + _COMPARE_SOURCE
+        kernel = cl.Program(backend.context, source).build().lb_count_mismatches
+        _compare_kernels[(backend, name)] = kernel
+    counters = np.array([0, 0xffffffff], dtype=np.uint32)
+    flags = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
+    count_buf = cl.Buffer(backend.context, flags, hostbuf=counters[:1].copy())
+    first_buf = cl.Buffer(backend.context, flags, hostbuf=counters[1:].copy())
+    items = min(_COMPARE_ITEMS, max(1, karg.size))
+    kernel(backend.queue, (items,), None, expected, actual, np.uint64(karg.size), count_buf,
+           first_buf)
+    cl.enqueue_copy(backend.queue, counters[:1], count_buf)
+    cl.enqueue_copy(backend.queue, counters[1:], first_buf)
+    backend.queue.finish()
+    return int(counters[0]), int(counters[1])
+
+
+_compare_kernels: dict = {}
+
+
+def _read(backend, buf, karg, start=0, count=None):
+    import numpy as np
+
+    count = karg.size - start if count is None else count
+    host = np.empty(count, dtype=karg.dtype.np)
     view = host.view(np.uint8) if host.dtype == np.bool_ else host
-    backend.cl.enqueue_copy(backend.queue, view, buf)
+    if count:
+        backend.cl.enqueue_copy(backend.queue, view, buf,
+                                src_offset=start * karg.dtype.itemsize)
     return host
 
 

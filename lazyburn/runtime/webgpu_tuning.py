@@ -71,19 +71,23 @@ def candidates(backend, k) -> list[Candidate]:
 
 
 class TunedKernel(FirstLaunchTuner):
-    """A kernel whose launch configuration is chosen at its first launch (when the buffers
-    exist): each candidate is compiled, run into scratch outputs, checked against the default's
-    output and timed, then the winner replaces this object in the plan. The time is the
-    kernel's on the device (timestamp queries) where the adapter has ``timestamp-query``, else
-    the host's from launch to the end of the queue wait."""
+    """A kernel whose launch configuration is chosen at its first launch (see
+    ``FirstLaunchTuner``: one shared set of scratch outputs, the real outputs as the
+    reference). Outputs are compared on the host a piece at a time (``FirstLaunchTuner.compare``).
+    The time is the kernel's on the device (timestamp queries) where the adapter has
+    ``timestamp-query``, else the host's from launch to the end of the queue wait."""
 
     backend_kind = "webgpu"
 
-    def candidates(self) -> list:
-        return candidates(self.backend, self.k)
+    def candidates(self, k) -> list:
+        return candidates(self.backend, k)
 
-    def read(self, buf, karg) -> np.ndarray:
-        return _read(self.backend, buf, karg)
+    def read(self, buf, karg, start, count) -> np.ndarray:
+        return _read(self.backend, buf, karg, start, count)
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.backend.adapter.info.get("adapter_type") == "CPU"
 
     def launch_time(self, kernel, args) -> float:
         from .webgpu import SyncProfile
@@ -102,8 +106,13 @@ class TunedKernel(FirstLaunchTuner):
         return probe.syncs[-1].get("kernels", elapsed)
 
 
-def _read(backend, buf, karg) -> np.ndarray:
-    nbytes = karg.size * karg.dtype.itemsize
-    raw = backend.queue.read_buffer(buf.gpu, 0, max(4, -(-nbytes // 4) * 4))
-    return np.frombuffer(raw, dtype=np.uint8, count=nbytes).view(karg.dtype.np)
+def _read(backend, buf, karg, start: int, count: int) -> np.ndarray:
+    """Elements ``[start, start + count)`` of ``buf``: copies start and end on multiples of 4
+    bytes, so the read covers the range and is cut to it."""
+    item = karg.dtype.itemsize
+    begin, end = start * item, (start + count) * item
+    lo, hi = begin // 4 * 4, max(-(-end // 4) * 4, begin // 4 * 4 + 4)
+    raw = backend.queue.read_buffer(buf.gpu, lo, hi - lo)
+    data = np.frombuffer(raw, dtype=np.uint8)[begin - lo:end - lo]
+    return data.view(karg.dtype.np)
 
