@@ -528,3 +528,33 @@ def test_reference_integer_floordiv_and_mod_are_numpys_without_warnings(dtype):
             got_zero = (ta // 0 if op == "floordiv" else ta % 0).numpy()
         assert got.dtype == want.dtype and np.array_equal(got, want), op
         assert np.array_equal(got_zero, want_zero) and not got_zero.any(), op
+
+
+def test_library_matmul_operands_are_never_read_through_negative_strides(rng):
+    """A library matmul (BLAS, cuBLAS through PyTorch's as_strided) reads a plain strided
+    operand in place; a flipped operand goes through a prologue kernel instead, whose indices
+    stay inside its buffers."""
+    from lazyburn.fusion.library import split_matmul
+
+    device = FUSED_DEVICES[0]
+    a = lb.tensor(rng.standard_normal((4, 5)).astype(np.float32), device=device)
+    b = lb.tensor(rng.standard_normal((5, 3)).astype(np.float32), device=device)
+    plain = split_matmul(lb.explain(a.T.T @ b.T.T).kernels[0].spec)
+    assert plain.direct["a"] is not None and plain.direct["b"] is not None
+    for y in (lb.flip(a, axis=0) @ b, a @ b[::-1], lb.flip(a) @ lb.flip(b, axis=1)):
+        parts = split_matmul(lb.explain(y).kernels[0].spec)
+        for d in parts.direct.values():
+            assert d is None or min(d[1]) >= 0, d
+        assert any(d is None for d in parts.direct.values())
+        for spec in parts.kernels.values():
+            check_index_bounds(spec)
+
+
+def test_data_dependent_negative_integer_powers_follow_the_reference(device):
+    """An exponent known only at run time cannot raise: every backend gives the reference's
+    ``1 // a**|b|`` (1 for a = 1, +-1 for a = -1, else 0)."""
+    a = np.array([1, -1, -1, 2, -2, 0, 3, 5, 0, 7], np.int32)
+    b = np.array([-1, -1, -2, -1, -3, -1, 2, 0, 0, -5], np.int32)
+    got, want = run_both(lambda x, y: lb.pow(x, y), device, a, b)
+    assert np.array_equal(want, [1, -1, 1, 0, 0, 0, 9, 1, 1, 0])
+    assert np.array_equal(got, want)

@@ -70,7 +70,10 @@ def _direct(e: Expr, rows: str, cols: str):
     terms, offset = lin
     if set(terms) - {"b", rows, cols}:
         return None
-    return e.args[0], (terms.get("b", 0), terms.get(rows, 0), terms.get(cols, 0)), offset
+    strides = (terms.get("b", 0), terms.get(rows, 0), terms.get(cols, 0))
+    if min(strides) < 0:  # a flipped operand: PyTorch's as_strided (cuBLAS) takes none
+        return None
+    return e.args[0], strides, offset
 
 
 def _rewrite(roots, builder: ExprBuilder, env: dict, arg_map: dict, acc: Expr | None):
