@@ -18,9 +18,22 @@ back to their width, as their own arithmetic would), half types as ``f32`` round
 nearest-even when stored or cast, as NumPy's ``astype`` does. Index arithmetic is ``i32``; a
 kernel whose indices need 64 bits (more than 2^31 elements) cannot be rendered.
 
-Floats. Drivers may flush subnormals, simplify float algebra (so no compensated-arithmetic
-trick survives) and assume no nan in comparisons, so special values are tested on the bits and
-the functions WGSL lacks use series and exact steps instead (see ``wgsl_functions``). ``sin``,
+Floats. WGSL lets an implementation assume that no infinity or nan occurs, and drivers
+act on it: Mesa's lavapipe folds ``x * 0.0`` and ``x - x`` to 0, ``x + 0.0`` to ``x`` (losing
+``-0.0 + 0.0 = 0.0``), ``x / 0.0`` to 0 and ``(x + y) - y`` to ``x``, flushes subnormals, and
+assumes no nan in comparisons. NumPy's results need none of that, so every float value a kernel
+names passes through an *opaque identity*: ``bitcast<f32>(bitcast<u32>(v) ^ lb_z)``, where
+``lb_z`` is 0 at run time but is computed from the dispatch size (``num_workgroups.x == 0``,
+never true in a running invocation), which no compiler knows. An algebraic rewrite needs to see
+the operands of two operations at once; across the opaque identity it sees an unknown value, so
+each operation of the expression is computed as written (the cost: one integer xor per value).
+Special constants (±0, ±inf, nan) go through the same identity, so no rule matches on them
+either, and they are never WGSL constant expressions (where inf and nan are errors); an
+operation whose two operands are one value (``x - x``, ``x / x``) sees the second through the
+identity too. Special values are tested on the bits (``lb_isnan``), and the functions WGSL
+lacks use series and exact steps instead (see ``wgsl_functions``). Only what each invocation
+computes is protected this way: an opaque identity inside the library functions would cost
+more than it saves, and those functions are written not to depend on reassociation. ``sin``,
 ``cos``, ``tan``, ``exp``, ``exp2`` are the driver's built-ins: a few ulp for moderate
 arguments, poor for huge ones (|x| > 1e5 for the trigonometric functions).
 
@@ -52,7 +65,7 @@ import numpy as np
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec
 from ..fusion.symbolic import Expr, topo_exprs
 from . import wgsl_functions
-from .common import INFIX, ExprPrinter, acc_expr_id, find_var, float_literal
+from .common import INFIX, INT_LIMITS, ExprPrinter, acc_expr_id, find_var, float_literal
 
 VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "int32": "i32",
          "int64": "vec2<u32>", "float16": "f32", "bfloat16": "f32", "float32": "f32"}
@@ -72,6 +85,16 @@ MATH = {"exp": "exp", "exp2": "exp2", "sin": "sin", "cos": "cos", "tan": "tan",
         "floor": "floor", "ceil": "ceil", "round": "round", "log": "lb_log", "log2": "lb_log2",
         "sqrt": "lb_sqrt", "rsqrt": "lb_rsqrt", "expm1": "lb_expm1", "log1p": "lb_log1p",
         "tanh": "lb_tanh", "sigmoid": "lb_sigmoid", "erf": "lb_erf"}
+
+
+# the opaque identity of the module doc, and the zero it uses (declared by ``entry_point``)
+OPAQUE = "bitcast<f32>(bitcast<u32>({0}) ^ lb_z)"
+OPAQUE_ZERO = "let lb_z = select(0u, 1u, lb_groups.x == 0u);"
+
+
+def opaque_f32_bits(bits: int) -> str:
+    """The f32 with IEEE bit pattern ``bits`` as a value no compiler can fold."""
+    return f"bitcast<f32>({bits:#010x}u ^ lb_z)"
 
 
 class UnsupportedKernel(ValueError):
@@ -153,7 +176,10 @@ class WGSLPrinter(ExprPrinter):
 
     # the ExprPrinter hooks ---------------------------------------------------------------------
     def assign(self, name, e, rhs):
-        return f"let {name}: {value_type(e.dtype)} = {rhs};"
+        t = value_type(e.dtype)
+        if t == "f32":
+            rhs = OPAQUE.format(rhs)
+        return f"let {name}: {t} = {rhs};"
 
     def literal(self, value, dtype):
         if dtype.is_bool:
@@ -169,8 +195,10 @@ class WGSLPrinter(ExprPrinter):
                 return "(-2147483647i - 1i)"
             return f"({value}i)" if value < 0 else f"{value}i"
         with np.errstate(over="ignore"):
-            v = float(np.asarray(value, dtype=np.float64).astype(dtype.np).astype(np.float32))
-        text = float_literal(v, "f", wgsl_functions.INF, wgsl_functions.NAN)
+            v = np.asarray(value, dtype=np.float64).astype(dtype.np).astype(np.float32)
+        if v == 0 or not np.isfinite(v):
+            return opaque_f32_bits(int(v.view(np.uint32)))
+        text = float_literal(float(v), "f")
         return f"({text})" if v < 0 else text
 
     def load(self, e: Expr, index: str, mask):
@@ -219,6 +247,13 @@ class WGSLPrinter(ExprPrinter):
                 f"atomicOr(&{a.name}[w], {v} << s); }}")
 
     def render(self, e: Expr, args: list) -> str:
+        operands = [a for a in e.args if isinstance(a, Expr)]
+        if len(operands) == 2 and operands[0].id == operands[1].id and \
+                value_type(operands[0].dtype) == "f32":
+            # x - x, x / x, x != x: one value on both sides is a rewrite's cue (to 0, 1, false)
+            args = list(args)
+            second = max(k for k, a in enumerate(e.args) if isinstance(a, Expr))
+            args[second] = OPAQUE.format(args[second])
         if e.op in MATH:
             text = self.call(MATH[e.op], args[0])
         elif e.dtype.name == "int64" and e.op in I64_CALLS:
@@ -245,6 +280,9 @@ class WGSLPrinter(ExprPrinter):
             v = x if src.is_float else f"f32({x})"
             exact = src.is_bool or src.name in ("int8", "uint8")
             return v if exact else self._round_half(dst, v)
+        if src.is_float:  # saturating, nan to 0: the rule every backend follows
+            lo, hi = INT_LIMITS[dst.name]
+            return self.call("lb_int_from_f32", x, self.literal(lo, dst), self.literal(hi, dst))
         v = x if src.is_int else f"i32({x})"
         wrap = WRAP.get(dst.name)
         return wrap.format(v) if wrap and not src.is_bool else v
@@ -319,7 +357,19 @@ class WGSLPrinter(ExprPrinter):
         return self.call("lb_mod_f32" if e.dtype.is_float else "lb_mod_i32", a, b)
 
     def op_pow(self, e, a, b):
-        return self.call("lb_pow" if e.dtype.is_float else "lb_ipow_i32", a, b)
+        if not e.dtype.is_float:
+            return self.call("lb_ipow_i32", a, b)
+        y = e.args[1]
+        if isinstance(y, Expr) and y.op == "const":
+            # NumPy computes these exponents of a scalar as other functions (its
+            # fast_scalar_power): x ** 0.5 is sqrt(x), so (-0.0) ** 0.5 is -0.0 and
+            # (-inf) ** 0.5 is nan, where C's pow gives 0.0 and inf
+            special = {2.0: f"({a} * {a})", 0.5: self.call("lb_sqrt", a), 1.0: a,
+                       -1.0: f"({self.literal(1, e.dtype)} / {a})",
+                       0.0: self.literal(1, e.dtype)}
+            if float(y.value) in special:
+                return special[float(y.value)]
+        return self.call("lb_pow", a, b)
 
     def op_eq(self, e, a, b):
         return self.equal(a, b, e.args[0].dtype)
@@ -465,7 +515,8 @@ def entry_point(name: str, size: int, subgroups: bool = False) -> str:
     extra = ", @builtin(subgroup_invocation_id) sid: u32, @builtin(subgroup_size) sg_size: u32" \
         if subgroups else ""
     return (f"@compute @workgroup_size({size})\nfn {name}(@builtin(workgroup_id) wid: vec3<u32>, "
-            f"@builtin(local_invocation_index) lid_u: u32{extra}) {{")
+            f"@builtin(num_workgroups) lb_groups: vec3<u32>, "
+            f"@builtin(local_invocation_index) lid_u: u32{extra}) {{\n    {OPAQUE_ZERO}")
 
 
 def indent(lines, n) -> list[str]:

@@ -182,6 +182,39 @@ fn lb_ipow_i32(a: i32, b: i32) -> i32 {
 }
 """)
 
+_define("lb_int_from_f32", """
+// Truncation toward zero, saturating into [lo, hi]: nan gives 0, inf and values beyond the
+// range the nearest end (C leaves these undefined; NumPy on x86 gives INT_MIN). f32(hi) may
+// round up (2^31 for i32's max), so t >= f32(hi) means t is at least hi.
+fn lb_int_from_f32(x: f32, lo: i32, hi: i32) -> i32 {
+    let t = trunc(x);
+    let v = select(select(i32(t), lo, t <= f32(lo)), hi, t >= f32(hi));
+    return select(v, 0i, lb_isnan(x));
+}
+""", ("lb_isnan",))
+
+_define("lb_split", """
+// Veltkamp's splitting of a into hi + lo, each of at most 12 significant bits, so that
+// products of halves are exact. z is the kernel's opaque zero: each step is kept from being
+// simplified away (c - (c - a) is not a for floats). |a| must stay below 2^115.
+fn lb_split(a: f32, z: u32) -> vec2<f32> {
+    let c = bitcast<f32>(bitcast<u32>(4097.0f * a) ^ z);
+    let h = bitcast<f32>(bitcast<u32>(c - bitcast<f32>(bitcast<u32>(c - a) ^ z)) ^ z);
+    return vec2<f32>(h, a - h);
+}
+""")
+_define("lb_two_prod_err", """
+// Dekker's product: a * b - p exactly, for p the rounded a * b (no over- or underflow).
+fn lb_two_prod_err(a: f32, b: f32, p: f32, z: u32) -> f32 {
+    let x = lb_split(a, z);
+    let y = lb_split(b, z);
+    let e1 = bitcast<f32>(bitcast<u32>(x.x * y.x - p) ^ z);
+    let e2 = bitcast<f32>(bitcast<u32>(e1 + x.x * y.y) ^ z);
+    let e3 = bitcast<f32>(bitcast<u32>(e2 + x.y * y.x) ^ z);
+    return e3 + x.y * y.y;
+}
+""", ("lb_split",))
+
 # NumPy float semantics -------------------------------------------------------------------------
 _define("lb_fmod", """
 // C's fmod, exact: subtract from |a| the largest |b| * 2^k not above it until what is left is
@@ -520,11 +553,13 @@ fn lb_ipow_i64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
 }
 """, ("lb_i64_mul",))
 _define("lb_i64_from_f32", """
-// Truncation toward zero; nan, inf and values beyond the range give INT64_MIN (NumPy on x86).
+// Truncation toward zero, saturating: nan gives 0, values beyond the range the nearest end.
 fn lb_i64_from_f32(x: f32) -> vec2<u32> {
     let t = trunc(x);
     let m = abs(t);
-    if (lb_isnan(x) || !(m < 9223372036854775808.0f)) { return vec2<u32>(0u, 0x80000000u); }
+    if (lb_isnan(x)) { return vec2<u32>(0u, 0u); }
+    if (t >= 9223372036854775808.0f) { return vec2<u32>(0xffffffffu, 0x7fffffffu); }
+    if (t <= -9223372036854775808.0f) { return vec2<u32>(0u, 0x80000000u); }
     // both steps are exact: a scaling by 2^-32, and a difference that fits in the float
     let hi = floor(m * 2.3283064365386963e-10f);
     let v = vec2<u32>(u32(m - hi * 4294967296.0f), u32(hi));

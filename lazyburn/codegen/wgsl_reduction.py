@@ -10,11 +10,74 @@ import math
 from ..fusion.kernel_ir import ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
 from .common import find_var, reduced_expr_id, reduction_identity
-from .wgsl import (WRAP, RenderedKernel, WGSLPrinter, entry_point, grid, indent,
+from .wgsl import (OPAQUE, WRAP, RenderedKernel, WGSLPrinter, entry_point, grid, indent,
                    linear_group, pow2_at_least, pow2_at_most, reachable, read_only, value_type)
 
+# Long rows: each invocation sums its share of a float row in blocks of BLOCK elements, and
+# adds the blocks with Neumaier's compensated sum (see _blocked_loop)
+BLOCK = 32
+
+
 def _identity(stage: Stage, p: WGSLPrinter) -> str:
+    # a float 0 is spelled opaque (see wgsl.literal): folding 0.0 + x to x would make a sum
+    # of negative zeros -0.0, where NumPy's, starting from 0.0, is 0.0
     return p.literal(reduction_identity(stage), stage.acc_dtype)
+
+
+def _blocked(stage: Stage) -> bool:
+    """Whether a pass looping over the row accumulates ``stage`` in blocks (floats sums and
+    products: integer arithmetic is exact, and max/min/any/all/arg* round nothing)."""
+    return stage.acc_dtype.is_float and stage.op in ("sum", "prod")
+
+
+def _blocked_loop(stage: Stage, p: WGSLPrinter, k: int, start: str, step: int, n: int,
+                  body: list[str], value: str) -> list[str]:
+    """The loop over an invocation's share of the row (``start``, ``start + step``, ... below
+    ``n``) accumulating ``stage`` into ``acc{k}`` so that the rounding error does not grow
+    with the length of the row; ``body`` are the lines computing an element's values at ``r``,
+    ``value`` its value in the accumulation type. With u = 2^-24 (float32):
+
+    * sum: blocks of ``BLOCK`` elements summed one after the other (error at most
+      (BLOCK - 1) u sum|x| of the block), the block sums added with Neumaier's compensated
+      summation (Neumaier 1974; Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd
+      ed., section 4.3), which adds at most 2u sum|x| + O(m u^2) over m blocks, whatever m;
+    * product: every product carried as hi + lo, the rounding error of ``hi * x`` recovered
+      exactly by Dekker's product (Dekker 1971; its splitting needs no fused multiply-add,
+      which WGSL allows to round twice) and accumulated in lo: relative error at most
+      2u + O(m u^2) over m elements while no product over- or underflows.
+
+    The compensations are computed through the opaque identity (see ``wgsl``): a compiler
+    that reassociates would cancel them to 0. What is left of them is added once, at the end,
+    unless the result is not finite (then they are nan) or they are 0 (which would turn a
+    -0.0 into 0.0)."""
+    acc, comp = f"acc{k}", f"cmp{k}"
+    ident = _identity(stage, p)
+    finite = p.call("lb_isfinite", acc)
+    if stage.op == "sum":
+        blk = f"blk{k}"
+        t = OPAQUE.format(f"{acc} + {blk}")
+        lost = f"select(({blk} - t) + {acc}, ({acc} - t) + {blk}, abs({acc}) >= abs({blk}))"
+        lines = [f"var {comp}: f32 = {ident};",
+                 f"for (var rb = {start}; rb < {n}i; rb = rb + {step * BLOCK}i) {{",
+                 f"    var {blk}: f32 = {ident};",
+                 f"    let re = min(rb + {step * BLOCK}i, {n}i);",
+                 f"    for (var r = rb; r < re; r = r + {step}i) {{"] + \
+            indent(body + [f"{blk} = {blk} + {value};"], 8) + [
+                "    }", f"    let t = {t};", f"    {comp} = {comp} + {lost};",
+                f"    {acc} = t;", "}",
+                f"{acc} = select({acc} + {comp}, {acc}, !{finite} || {comp} == 0.0f);"]
+        return indent(lines, 4)
+    v = f"x{k}"
+    hi = OPAQUE.format(f"{acc} * {v}")
+    lines = [f"var {comp}: f32 = {p.literal(0.0, stage.acc_dtype)};",
+             f"for (var r = {start}; r < {n}i; r = r + {step}i) {{"] + \
+        indent(body + [f"let {v} = {value};", f"let hi = {hi};",
+                       f"{comp} = {comp} * {v} + "
+                       f"{p.call('lb_two_prod_err', acc, v, 'hi', 'lb_z')};",
+                       f"{acc} = hi;"], 4) + ["}",
+        f"{acc} = select({acc} + {comp}, {acc}, !{finite} || "
+        f"!{p.call('lb_isfinite', comp)} || {comp} == 0.0f);"]
+    return indent(lines, 4)
 
 
 def _combine(stage: Stage, p: WGSLPrinter, acc: str, v: str) -> str:
@@ -168,6 +231,11 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
         out = indent(lines, 4)
         if plan is None:
             lines, names = p.emit(roots, {**bound, r.id: "r"})
+            if k < len(spec.stages) and _blocked(spec.stages[k]):
+                stage = spec.stages[k]
+                value = p.convert(names[stage.value.id], stage.value.dtype, stage.acc_dtype)
+                return out + _blocked_loop(stage, p, k, start, step, spec.reduce_size, lines,
+                                           value)
             return out + [f"    for (var r = {start}; r < {spec.reduce_size}i; "
                           f"r = r + {step}i) {{"] + indent(lines + finish(names, "r"), 8) + \
                 ["    }"]
