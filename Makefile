@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test bench opencl-runtime webgpu-runtime clean
+.PHONY: demo test bench fuzz opencl-runtime webgpu-runtime clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,16 @@ test: $(STAMP) opencl-runtime webgpu-runtime
 
 bench: $(STAMP) opencl-runtime
 	$(PY) -m pytest -q benchmarks --benchmark-only --benchmark-columns=median,iqr,rounds
+
+# The long random-graph campaign: N programs (seeds START...) on DEVICE against the NumPy
+# reference; each failing program is shrunk and written as a standalone reproducer into
+# fuzz-failures/ (run one with: $(PY) fuzz-failures/seed<S>_<device>.py).
+N      ?= 1000
+DEVICE ?= opencl:0
+START  ?= 0
+fuzz: $(STAMP)
+	LAZYBURN_AUTOTUNE=0 $(PY) tests/fuzz_graphs.py --n $(N) --device $(DEVICE) --start $(START) \
+	  --out fuzz-failures
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .benchmarks

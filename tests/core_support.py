@@ -82,3 +82,107 @@ def assert_close(actual: np.ndarray, expected, dtype: str, rtol=None, scale=None
                                f"{a[finite][bad][:5]}, expected {e[finite][bad][:5]}")
     else:
         np.testing.assert_array_equal(actual, expected.astype(actual.dtype))
+
+
+# --- edge-case inputs and ulp comparison (the op sweep and the random-graph fuzz) ---
+
+def float_info(dtype: str):
+    """``(mantissa bits without the implicit one, smallest normal exponent, largest finite)`` of
+    a float dtype."""
+    fi = ml_dtypes.finfo(np_dtype(dtype))
+    return int(fi.nmant), int(fi.minexp), float(fi.max)
+
+
+def special_values(dtype: str) -> np.ndarray:
+    """The values every op is tried on, in ``dtype``: for floats +-0, +-inf, nan, subnormals,
+    the smallest and largest normals, halfway cases of rounding, and values at the edges of
+    exp's and trigonometry's ranges; for integers 0, +-1, the extremes and shift counts around
+    the width; for bool both values."""
+    if dtype == "bool":
+        return np.array([False, True, True, False])
+    if dtype in INTS:
+        info = np.iinfo(dtype)
+        bits = info.bits
+        vals = [0, 1, -1, 2, -2, 3, -3, 7, -7, 5, bits - 1, bits, bits + 1, 100, -100,
+                info.min, info.min + 1, info.max, info.max - 1, info.max // 2, info.min // 2]
+        return np.array([v for v in vals if info.min <= v <= info.max], dtype=dtype)
+    nmant, minexp, fmax = float_info(dtype)
+    tiny = 2.0 ** minexp
+    sub = 2.0 ** (minexp - nmant)
+    vals = [0.0, -0.0, np.inf, -np.inf, np.nan, sub, -sub, 3 * sub, tiny / 2 + sub, -tiny / 4,
+            tiny, -tiny, fmax, -fmax, fmax / 2, 1.0, -1.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5,
+            3.0, -7.0, 0.1, -0.3, np.pi, -np.pi / 2, 88.7, -103.5, 709.8, 11.1, -17.5,
+            1e-4, 1e10, -1e10, 2.0 ** (nmant + 1), 1.0 + 2.0 ** -nmant]
+    with np.errstate(over="ignore"):  # values past a half type's range become its infinities
+        return np.array(vals, dtype=np.float64).astype(np_dtype(dtype))
+
+
+def edge_inputs(rng: np.random.Generator, dtype: str, n: int) -> np.ndarray:
+    """``n`` values of ``dtype``: ``special_values`` first, then fresh random values over many
+    magnitudes (floats: +-10^U(-6, 6) and standard normals; integers: the full range and
+    small values)."""
+    head = special_values(dtype)
+    m = n - len(head)
+    assert m >= 0, f"{n} values cannot hold the {len(head)} special ones"
+    if dtype == "bool":
+        tail = rng.random(m) < 0.5
+    elif dtype in INTS:
+        info = np.iinfo(dtype)
+        wide = rng.integers(info.min, info.max, size=m, endpoint=True, dtype=dtype)
+        small = rng.integers(-9, 10, size=m).astype(dtype)
+        tail = np.where(rng.random(m) < 0.5, wide, small)
+    else:
+        mag = 10.0 ** rng.uniform(-6, 6, size=m) * np.where(rng.random(m) < 0.5, -1, 1)
+        tail = np.where(rng.random(m) < 0.5, mag, rng.standard_normal(m) * 2)
+    return np.concatenate([head.astype(np_dtype(dtype)), np.asarray(tail).astype(
+        np_dtype(dtype))])
+
+
+def edge_pairs(rng: np.random.Generator, dtype: str, n: int) -> tuple:
+    """Two arrays of ``n`` values of ``dtype`` holding every pair of special values, then
+    fresh random pairs."""
+    s = special_values(dtype)
+    a, b = np.repeat(s, len(s)), np.tile(s, len(s))
+    assert n >= len(a)
+    ra, rb = edge_inputs(rng, dtype, n - len(a) + len(s)), edge_inputs(rng, dtype,
+                                                                    n - len(a) + len(s))
+    return (np.concatenate([a, ra[len(s):]]).astype(np_dtype(dtype)),
+            np.concatenate([b, rng.permutation(rb[len(s):])]).astype(np_dtype(dtype)))
+
+
+def ulp(x: np.ndarray, dtype: str) -> np.ndarray:
+    """The spacing of ``dtype``'s floats at each finite value of ``x`` (float64 array): the
+    subnormal spacing at and below the smallest normal, the spacing at the largest finite
+    value beyond it."""
+    nmant, minexp, fmax = float_info(dtype)
+    ax = np.minimum(np.abs(np.asarray(x, np.float64)), fmax)
+    _, e = np.frexp(np.where(np.isfinite(ax), ax, fmax))
+    e = np.where(ax == 0, minexp, e - 1)
+    return np.ldexp(1.0, np.maximum(e, minexp) - nmant)
+
+
+def float_mismatches(got: np.ndarray, want: np.ndarray, dtype: str, ulps: float,
+                     scale=None, zero_sign: bool = True) -> np.ndarray:
+    """A bool mask of the elements of ``got`` that differ from ``want`` by more than ``ulps``
+    units in the last place of ``dtype`` at ``want`` (plus ``ulps`` ulps at ``scale``, the
+    magnitude a rounding error of a sum or a cancellation is relative to). nan must meet nan,
+    an infinity the same infinity, and a zero a zero of the same sign when ``zero_sign``. A
+    finite result beyond the largest finite value counts as one ulp past it (an overflow at
+    the edge of the range is within tolerance, not an infinite error)."""
+    g = np.asarray(got).astype(np.float64)
+    w = np.asarray(want).astype(np.float64)
+    g, w = np.broadcast_arrays(g, w)
+    _, _, fmax = float_info(dtype)
+    bad = np.isnan(g) != np.isnan(w)
+    inf = np.isinf(w)
+    bad |= inf & (g != w)
+    fin = np.isfinite(w)
+    edge = fmax + ulp(fmax, dtype)
+    gc = np.clip(np.where(np.isnan(g), 0.0, g), -edge, edge)
+    tol = ulps * ulp(w, dtype)
+    if scale is not None:
+        tol = tol + ulps * ulp(np.broadcast_to(np.asarray(scale, np.float64), w.shape), dtype)
+    bad |= fin & (np.abs(gc - np.where(fin, w, 0.0)) > tol)
+    if zero_sign:
+        bad |= fin & (w == 0) & (g == 0) & (np.signbit(g) != np.signbit(w))
+    return bad

@@ -1,9 +1,17 @@
-"""Random-graph differential test: random programs of element-wise, reduction, matmul and view
-ops, fused on every fused device vs the NumPy backend, on fresh random float32 data.
+"""Random-graph differential tests, fused on every fused device vs the NumPy backend.
 
-Programs use ops that are continuous in their inputs (no thresholds), so a last-bit difference
-between backends cannot flip a branch; values stay bounded (tanh before exp, |x| + 1 in
-denominators)."""
+``test_generated_programs``: programs of tests/fuzz_graphs.py (all ops: transcendental functions,
+pow, erf, casts, comparisons and selects, every view including flip/tile/repeat/pad/concat/take,
+reductions, matmul; shapes up to 2^20 elements and zero-size ones; up to 60 steps), reproducible
+by seed, compared within error bounds carried through each program. A failure is shrunk and
+printed as a standalone reproducer (``make fuzz`` runs the long campaign).
+
+``test_random_graphs_match_numpy``: hypothesis programs of continuous ops on fresh float32
+data, which hypothesis shrinks itself.
+
+Programs use ops that are continuous in their inputs (no thresholds) or thresholds on exact
+values only, so a last-bit difference between backends cannot flip a branch; values stay bounded
+(tanh before exp, |x| + 1 in denominators)."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lazyburn as lb
+import fuzz_graphs
 from fused_devices import FUSED_DEVICES
 
 pytestmark = pytest.mark.skipif(not FUSED_DEVICES, reason="no fused device on this machine")
@@ -137,7 +146,7 @@ def run(steps, inputs):
 
 
 @pytest.mark.parametrize("device", FUSED_DEVICES)
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow],
           print_blob=True)
 @given(program=programs(), seed=st.integers(0, 2**32 - 1), held=st.integers(0, 3))
 def test_random_graphs_match_numpy(device, program, seed, held):
@@ -156,3 +165,26 @@ def test_random_graphs_match_numpy(device, program, seed, held):
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * max(1.0, np.abs(want).max(
             initial=0)), err_msg=f"value {p} of {steps}")
+
+
+# seeds per test case and cases per device: 10 x 32 = 320 programs per backend; the first seeds
+# of each block are most often small (see fuzz_graphs.generate), a few reach 2^20 elements
+BLOCK = 32
+BLOCKS = 10
+
+
+@pytest.mark.parametrize("block", range(BLOCKS))
+@pytest.mark.parametrize("device", FUSED_DEVICES)
+def test_generated_programs(device, block):
+    failures = []
+    for seed in range(block * BLOCK, (block + 1) * BLOCK):
+        prog = fuzz_graphs.generate(seed)
+        msg = fuzz_graphs.check(prog, device)
+        if msg is None:
+            continue
+        small = fuzz_graphs.shrink(prog, device, budget_s=30)
+        small_msg = fuzz_graphs.check(small, device) or msg
+        failures.append(f"seed {seed}: {small_msg.strip().splitlines()[-1]}\n"
+                        f"{fuzz_graphs.reproducer(small, device, small_msg)}")
+    assert not failures, f"{len(failures)} of {BLOCK} programs differ:\n" + \
+        "\n\n".join(failures[:3])
