@@ -1,0 +1,171 @@
+"""Deep graphs plan and run: thousands of ops of views, reductions and element-wise chains.
+
+Planning (partitioning, lowering) walks the graph with explicit stacks, never with Python
+recursion, so a graph deeper than the interpreter's recursion limit still syncs. These tests
+keep ``sys.setrecursionlimit`` as it is, plan under a limit only a little above the current
+stack depth (any recursion proportional to the graph's depth fails there), and compare values
+with NumPy on fresh random data. How long planning takes is measured in
+``benchmarks/test_bench_planning.py``, not asserted here.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import lazyburn as lb
+from fused_devices import FUSED_DEVICES
+
+pytestmark = pytest.mark.skipif(not FUSED_DEVICES, reason="no fused device on this machine")
+
+OPENCL = "opencl:0"
+needs_opencl = pytest.mark.skipif(OPENCL not in FUSED_DEVICES, reason="no OpenCL device")
+
+
+def _stack_depth() -> int:
+    f, depth = sys._getframe(), 0
+    while f is not None:
+        f, depth = f.f_back, depth + 1
+    return depth
+
+
+def explain_shallow(*tensors):
+    """``lb.explain`` with the recursion limit 150 frames above the current depth: planning
+    any graph must fit there, however deep the graph."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(_stack_depth() + 150)
+    try:
+        return lb.explain(*tensors)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def centre_through_transposes(x, repeats):
+    """``x = (x.T - x.mean(-1, keepdims=True).T).T``, ``repeats`` times: 8 ops each (views,
+    a reduction and its broadcast back), every row mean read at the transposed index."""
+    for _ in range(repeats):
+        x = (x.T - x.mean(-1, keepdims=True).T).T
+    return x
+
+
+def centre_through_transposes_np(a, repeats):
+    for _ in range(repeats):
+        a = (a.T - a.mean(-1, keepdims=True, dtype=np.float32).T).T
+    return a
+
+
+def transpose_and_centre(x, repeats):
+    """``x = x.T; x = x - x.mean(-1, keepdims=True)``, ``repeats`` times: each row mean is
+    over the other axis of the previous one, so each is a kernel of its own."""
+    for _ in range(repeats):
+        x = x.T
+        x = x - x.mean(-1, keepdims=True)
+    return x
+
+
+def transpose_and_centre_np(a, repeats):
+    for _ in range(repeats):
+        a = a.T
+        a = a - a.mean(-1, keepdims=True, dtype=np.float32)
+    return a
+
+
+def _graph_ops(y) -> int:
+    from lazyburn.graph.graph import topo_order
+
+    return sum(1 for n in topo_order([y._node]) if n.buffer is None)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
+
+
+@pytest.mark.parametrize("device", FUSED_DEVICES)
+def test_views_and_reductions_chain(device, rng):
+    """600 ops (deeper than the 96-op kernel depth bound): the row means stay fused in
+    reduction kernels split at the depth cuts, and the values are NumPy's."""
+    a = rng.standard_normal((6, 10), dtype=np.float32)
+    y = centre_through_transposes(lb.tensor(a, device=device), 75)
+    assert _graph_ops(y) >= 600
+    plan = explain_shallow(y)
+    assert 2 <= plan.kernel_count <= 12
+    assert "reduction" in plan.kinds()
+    np.testing.assert_allclose(y.numpy(), centre_through_transposes_np(a, 75),
+                               rtol=1e-5, atol=1e-5)
+
+
+@needs_opencl
+def test_3000_ops_of_views_and_reductions(rng):
+    recursion_limit = sys.getrecursionlimit()
+    a = rng.standard_normal((6, 10), dtype=np.float32)
+    y = centre_through_transposes(lb.tensor(a, device=OPENCL), 375)
+    assert _graph_ops(y) >= 3000
+    plan = explain_shallow(y)
+    # one reduction kernel per stretch between depth cuts, never one kernel per mean
+    assert plan.kinds().count("reduction") <= 3000 // 96 + 2
+    np.testing.assert_allclose(y.numpy(), centre_through_transposes_np(a, 375),
+                               rtol=1e-5, atol=1e-5)
+    assert sys.getrecursionlimit() == recursion_limit
+
+
+@needs_opencl
+def test_transposes_and_row_means(rng):
+    """3 000 ops plan to one kernel per mean; 402 ops (each mean its own kernel, so a sync
+    compiles 67 of them) run and match NumPy."""
+    a = rng.standard_normal((7, 5), dtype=np.float32)
+    deep = transpose_and_centre(lb.tensor(a, device=OPENCL), 500)
+    assert _graph_ops(deep) >= 3000
+    assert explain_shallow(deep).kernel_count == 500
+    del deep
+    y = transpose_and_centre(lb.tensor(a, device=OPENCL), 67)
+    assert _graph_ops(y) >= 400
+    assert explain_shallow(y).kernel_count == 67
+    np.testing.assert_allclose(y.numpy(), transpose_and_centre_np(a, 67), rtol=1e-5, atol=1e-5)
+
+
+@needs_opencl
+def test_5000_deep_elementwise_chain(rng):
+    a = rng.standard_normal(257, dtype=np.float32)
+    b = rng.standard_normal(257, dtype=np.float32)
+    y, want = lb.tensor(a, device=OPENCL), a.copy()
+    other = lb.tensor(b, device=OPENCL)
+    for i in range(2500):  # 5000 ops in one dependency chain, reading a second input too
+        if i % 2:
+            y = y * np.float32(0.999) + other * np.float32(0.001)
+            want = want * np.float32(0.999) + b * np.float32(0.001)
+        else:
+            y = (y - np.float32(0.5)).maximum(-4.0) + np.float32(0.5)
+            want = np.maximum(want - np.float32(0.5), np.float32(-4.0)) + np.float32(0.5)
+    plan = explain_shallow(y)
+    from lazyburn.fusion.partition import MAX_DEPTH
+
+    assert plan.kernel_count >= 5000 // MAX_DEPTH
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+@needs_opencl
+def test_2000_reshapes_then_a_reduction(rng):
+    a = rng.standard_normal((4, 6), dtype=np.float32)
+    x = lb.tensor(a, device=OPENCL)
+    shapes = [(24,), (6, 4), (2, 12), (3, 2, 4), (4, 6)]
+    for i in range(2000):
+        x = x.reshape(shapes[i % len(shapes)])
+    y = (x.reshape(4, 6) * 2.0).sum(-1)
+    explain_shallow(y)
+    np.testing.assert_allclose(y.numpy(), (a * 2).sum(-1), rtol=1e-5, atol=1e-5)
+
+
+@needs_opencl
+def test_long_chain_after_a_reduction(rng):
+    """A reduction whose result feeds a 1 500-op element-wise chain: the chain's depth cuts
+    are stored (fused on write where the reduction can compute them) and values match."""
+    a = rng.standard_normal((16, 33), dtype=np.float32)
+    y = lb.tensor(a, device=OPENCL).sum(-1, keepdims=True)
+    want = a.sum(-1, keepdims=True)
+    for _ in range(750):
+        y = y * np.float32(0.999) + np.float32(0.001)
+        want = want * np.float32(0.999) + np.float32(0.001)
+    explain_shallow(y)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
