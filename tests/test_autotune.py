@@ -306,9 +306,9 @@ def test_time_budget_stops_the_search(monkeypatch):
     k.run, k.time = slow_run, slow_time
     monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "1")
     winner = k.tune(key(), CANDS, level=2)
-    # The reference run ends at 0.25 s; the default's share of what is left is 0.75 / 5 s: two
-    # timings. p0b starts at 0.5 s with 0.5 / 4 s, p1a at 0.875 s with 0.125 / 3 s: one
-    # run and one timing each. At 1.25 s the budget is spent: p1b and p2a are not tried.
+    # The budget counts from the end of the reference run, at 0.25 s. The default's share is
+    # 1 / 5 s: two timings. p0b starts at 0.5 s with 0.75 / 4 s, p1a at 0.875 s with 0.375 / 3
+    # s: one run and one timing each. At 1.25 s the budget is spent: p1b and p2a are not tried.
     assert k.ran == ["default", "p0b", "p1a"] and winner.name == "p1a"
     assert k.timed == ["default", "default", "p0b", "p1a"]
     assert at.stats.skipped == 2 and at.stats.timings == 4

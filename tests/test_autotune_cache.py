@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -288,7 +289,8 @@ def test_bad_rows_are_skipped_with_one_warning(cache_env, capsys):
 
     # At a sync: the bad row is a cache miss, the kernel is tuned again and its row replaced.
     at.stats.reset()
-    with warnings_as_list() as caught:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         assert _tune("bad-json", cache=at.AutotuneCache(path)).name == "b512"
     assert at.stats.benchmarks == 2
     assert [w.category for w in caught] == [at.CacheWarning]
@@ -303,21 +305,6 @@ def test_bad_rows_are_skipped_with_one_warning(cache_env, capsys):
     out = capsys.readouterr()
     assert "bad-json" in out.out and "good" in out.out and "bad-type" not in out.out
     assert "2 entries" in out.err
-
-
-class warnings_as_list:
-    """Every warning raised in the block (pytest.warns needs one of a given type)."""
-
-    def __enter__(self):
-        import warnings
-
-        self._cm = warnings.catch_warnings(record=True)
-        caught = self._cm.__enter__()
-        warnings.simplefilter("always")
-        return caught
-
-    def __exit__(self, *exc):
-        return self._cm.__exit__(*exc)
 
 
 def _sqlite_as_in_a_read_only_directory(monkeypatch, refuse_ro=True):

@@ -127,9 +127,9 @@ _level_from_env = level  # ``tune`` has a parameter of the same name
 def budget() -> float:
     """Seconds one kernel's tuning may take, from ``LAZYBURN_AUTOTUNE_BUDGET`` (default
     ``DEFAULT_BUDGET_S``, 2 s; ``inf`` for no bound; 0 runs only the default). The budget
-    covers compiling, running, checking and timing the candidates; the default's first run
-    always happens (it is the reference). An unreadable or negative value warns and means
-    the default."""
+    covers compiling, running, checking and timing the candidates after the default's first
+    run, which always happens (it is the reference, and an untuned launch costs as much). An
+    unreadable or negative value warns and means the default."""
     text = os.environ.get("LAZYBURN_AUTOTUNE_BUDGET", "").strip()
     if not text:
         return DEFAULT_BUDGET_S
@@ -245,8 +245,9 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
          skipped, as in CubeCL: a later group is a fallback for when every candidate of the
          earlier groups failed. At level 2 (exhaustive) nothing is skipped: every admitted
          candidate is benchmarked.
-      7. The search stops when ``budget_s`` is spent (measured from the start of the search,
-         compiling and checking included); each candidate gets an equal share of what is left
+      7. The search stops when ``budget_s`` is spent, counted from the end of the reference
+         run (what an untuned first launch costs too) and including the other candidates'
+         compiling, running and checking; each candidate gets an equal share of what is left
          when its turn comes (at least one run and one timing), and those not reached are
          recorded as skipped (``stats.skipped``).
       8. The winner is the valid candidate with the smallest median time (the earlier one in
@@ -282,7 +283,7 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
 
     seconds = budget() if budget_s is None else float(budget_s)
     outcome = _search(key, pool, default, run, time, check, exhaustive=lvl >= EXHAUSTIVE,
-                      repeats=max(1, int(repeats)), budget_end=_clock() + seconds)
+                      repeats=max(1, int(repeats)), budget_s=seconds)
     medians = outcome.medians
     if outcome.errors:
         _warn_failures(key, outcome.errors, len(pool))
@@ -322,10 +323,10 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _search(key: TuneKey, pool: list[Candidate], default: Candidate, run, time, check, *,
-            exhaustive: bool, repeats: int, budget_end: float) -> _Outcome:
+            exhaustive: bool, repeats: int, budget_s: float) -> _Outcome:
     """Benchmark ``pool`` group by group until a group gives a valid result (not at
-    exhaustive levels) or the budget ends. Candidates of groups never visited are absent
-    from the outcome."""
+    exhaustive levels) or ``budget_s`` seconds after the reference run end. Candidates of
+    groups never visited are absent from the outcome."""
     out = _Outcome({}, {}, [])
     groups = priority_groups(pool)
     for _, group in groups:
@@ -334,6 +335,9 @@ def _search(key: TuneKey, pool: list[Candidate], default: Candidate, run, time, 
     bar = _progress(len(pool), f"autotune {key.backend} {key.kernel_hash[:12]}")
     try:
         reference = run(default)
+        # The reference costs what an untuned first launch costs (compiling and running the
+        # default); the budget is for what tuning adds.
+        budget_end = _clock() + budget_s
         for gi, (priority, group) in enumerate(groups):
             group_valid = False
             for ci, c in enumerate(group):
