@@ -14,11 +14,15 @@ HELPERS = {
     # 2 ulp; F32 picks div_rn, float64's `/` is already div.rn.f64)
     "lb_floordiv_float": ((), '''
 def lb_floordiv_float(a, b, m, F32: tl.constexpr):
-    d = tl.fdiv(a - m, b, ieee_rounding=F32)
+    if F32:  # tl.fdiv's ieee_rounding is ignored by Triton 3.6
+        d = tl.math.div_rn(a - m, b)
+        q = tl.math.div_rn(a, b)
+    else:
+        d = (a - m) / b
+        q = a / b
     d = tl.where((m != 0) & ((b < 0) != (m < 0)), d - 1.0, d)
     f = tl.floor(d)
     f = tl.where(d - f > 0.5, f + 1.0, f)
-    q = tl.fdiv(a, b, ieee_rounding=F32)
     f = tl.where(d == 0, q * 0.0, f)  # copysign(0, a / b)
     return tl.where(b == 0, q, f)
 '''),
@@ -26,7 +30,8 @@ def lb_floordiv_float(a, b, m, F32: tl.constexpr):
     "lb_mod_float": ((), '''
 def lb_mod_float(a, b, m):
     m = tl.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
-    return tl.where(m == 0, tl.where(b < 0, -0.0, 0.0), m)
+    neg_zero = tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True).to(m.dtype)
+    return tl.where(m == 0, tl.where(b < 0, neg_zero, 0.0), m)  # -0.0 by its bits (Triton 3.6)
 '''),
     # integer floor division and modulo; division by zero gives 0 (NumPy's result), and a signed
     # division by -1 is a negation (wrapping: INT_MIN // -1 is INT_MIN, INT_MIN % -1 is 0, as

@@ -27,11 +27,12 @@ INF, NEG_INF, NAN = 'float("inf")', 'float("-inf")', 'float("nan")'
 # correctly rounded result; Triton builds libdevice with flush-to-zero, so results below 2**-126
 # may flush to 0 and subnormal inputs count as 0 in libdevice calls):
 #   + - * and `/` (div_rn), sqrt (sqrt_rn), rsqrt (1 / sqrt, both rounded), floor, ceil, rint,
-#   abs, neg, casts, fmod: exact (correctly rounded), as NumPy's.
+#   abs, neg, casts, fmod (float64 libdevice): exact (correctly rounded), as NumPy's; floor and
+#   ceil keep subnormals (libdevice's would flush them).
 #   log, log2 (tl.log/tl.log2 lower to libdevice's logf/log2f): 1 ulp; expm1, log1p: 1 ulp;
 #   exp (libdevice.exp, expf): 2 ulp over the whole range; exp2 (ex2.approx): 2 ulp; sin, cos
 #   (libdevice's sinf/cosf, full range reduction): 2 ulp; tanh, erf: 2 ulp; tan: 4 ulp;
-#   pow (libdevice powf, C99's special cases exact): 4 ulp.
+#   pow (libdevice's float64 pow, rounded): 0.5 ulp but for rare double roundings.
 # What Inductor does differently (torch.compile's defaults): `/` on float32 is `div.full.f32`
 # (2 ulp) and exp is tl.exp, `ex2.approx(x * log2(e))`, whose error grows with |x| (about
 # 1.5 * |x| ulp more); rsqrt is rsqrt.approx. We take the correctly rounded division and
@@ -62,6 +63,14 @@ def round_to(value: float, dtype) -> float:
         if dtype.name == "float32":
             return float(np.float32(value))
     return float(value)
+
+
+def negative_zero(work: str) -> str:
+    """-0.0 as a constant of Triton type ``work``, spelled by its bits: Triton 3.6 turns a
+    literal ``-0.0`` into +0.0 (as it spells ``-x`` as ``0 - x``)."""
+    if work == "tl.float64":
+        return "tl.full([], -9223372036854775808, tl.int64).to(tl.float64, bitcast=True)"
+    return "tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True)"
 
 
 def saturate(value: float, dtype) -> int:
@@ -163,6 +172,8 @@ class TritonPrinter(ExprPrinter):
             if small and (dtype.name == "int32" or dtype is self.spec.index_dtype):
                 return str(value)  # a weak Python int takes the other operand's type
             return f"tl.full([], {value}, {TL[dtype.name]})"
+        if value == 0 and math.copysign(1.0, value) < 0:
+            return negative_zero(VALUE[dtype.name])
         text = float_literal(round_to(value, dtype), "", INF, NAN)
         if dtype.name == "float64":  # a bare Python float would be rounded to float32 first
             return f"tl.full([], {text}, tl.float64)"
@@ -174,6 +185,8 @@ class TritonPrinter(ExprPrinter):
             return f"tl.full([], {1 if value else 0}, tl.int1)"
         if dtype.is_int:
             return f"tl.full([], {value}, {TL[dtype.name]})"
+        if value == 0 and math.copysign(1.0, value) < 0:
+            return negative_zero(VALUE[dtype.name])
         text = float_literal(round_to(value, dtype), "", INF, NAN)
         return f"tl.full([], {text}, {VALUE[dtype.name]})"
 
@@ -224,6 +237,8 @@ class TritonPrinter(ExprPrinter):
             # tensors there, not Python numbers
             args = [self.typed_literal(a.value, a.dtype) if isinstance(a, Expr) and a.is_const
                     else x for a, x in zip(e.args, args)]
+        if e.op in ("floor", "ceil"):
+            return getattr(self, "op_" + e.op)(e, *args)
         if e.op in TL_MATH:
             if not e.dtype.is_float:
                 return args[0]  # floor/ceil of an integer
@@ -348,6 +363,21 @@ class TritonPrinter(ExprPrinter):
         neg = self._div(e, ex, f"(1.0 + {ex})")
         return f"tl.where({x} >= 0, {pos}, {neg})"
 
+    def op_neg(self, e, x):
+        # Triton spells -x as 0 - x, which is +0.0 for x = +0.0
+        return f"({x} * -1.0)" if e.dtype.is_float else f"(-{x})"
+
+    def op_floor(self, e, x):
+        # libdevice's floorf flushes subnormals: floor(-1e-40) would be -0.0, not -1.0
+        if not e.dtype.is_float:
+            return x
+        return f"tl.where({x} < 0, tl.where({x} > -1.0, -1.0, tl.floor({x})), tl.floor({x}))"
+
+    def op_ceil(self, e, x):
+        if not e.dtype.is_float:
+            return x
+        return f"tl.where({x} > 0, tl.where({x} < 1.0, 1.0, tl.ceil({x})), tl.ceil({x}))"
+
     def op_abs(self, e, x):
         return x if e.dtype.is_bool or e.dtype.name == "uint8" else f"tl.abs({x})"
 
@@ -375,8 +405,10 @@ class TritonPrinter(ExprPrinter):
         """C's fmod, exact: Triton's float `%` is a - trunc(a / b) * b on a GPU, wrong once the
         quotient passes 2**24; the interpreter's `%` is NumPy's fmod."""
         if self.target == "cuda":
+            # in float64, whose fmod is exact too and does not flush float32's subnormals
+            # (libdevice is built flush-to-zero); the remainder is exact in float32
             self.uses_libdevice = True
-            return f"libdevice.fmod({a}, {b})"
+            return f"libdevice.fmod({a}.to(tl.float64), {b}.to(tl.float64)).to({a}.dtype)"
         return f"({a} % {b})"
 
     def op_floordiv(self, e, a, b):
@@ -395,6 +427,14 @@ class TritonPrinter(ExprPrinter):
         if exponent.is_const and exponent.value in (1, 2):  # exact as a product
             return a if exponent.value == 1 else f"({a} * {a})"
         if e.dtype.is_float:
+            if self.target == "cuda" and e.dtype.name != "float64":
+                # libdevice's powf flushes subnormals and is off by up to 4 ulp (2.5 ** 2 is
+                # 6.2499995); its float64 pow rounds to float32 correctly but for rare double
+                # roundings, with C99's special cases. Full-rate float64 on data-center GPUs
+                # (H100: half float32's rate); pow is rare in hot loops
+                self.uses_libdevice = True
+                return (f"libdevice.pow({a}.to(tl.float64), {b}.to(tl.float64))"
+                        f".to(tl.float32)")
             return self._math("pow", [a, b])
         return self.helper("lb_ipow", a, b, e.dtype.bits, e.dtype.kind == "i")
 
