@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..fusion.symbolic import Expr, topo_exprs
 
 # ops whose spelling is the same infix form in C, WGSL and Python/Triton
@@ -92,6 +94,13 @@ def float_literal(value: float, suffix: str = "", inf: str = "INFINITY", nan: st
     if "e" not in text and "." not in text:
         text += ".0"
     return text + suffix
+
+
+def rounded_to(value: float, dtype) -> float:
+    """A float constant ``value`` as float ``dtype`` holds it (rounded to nearest even, too
+    large for the type: inf, as NumPy converts a Python float), returned as a Python float."""
+    with np.errstate(over="ignore"):
+        return float(dtype.np.type(value))
 
 
 def find_var(spec, name: str) -> Expr:

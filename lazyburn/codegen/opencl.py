@@ -10,14 +10,20 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
   index arithmetic of strided views then runs once per row, not once per element);
 * reduction: ``strategy`` -- ``tree`` (one work-group of ``local`` work-items per row, partial
   results combined in local memory) or ``sequential`` (one work-item per row: short rows, or
-  many rows on a CPU, where the compiler vectorizes the row loop once ``reassociate`` lets it
-  reorder the float accumulation), with ``vector_width`` asking the compiler for that many lanes
-  in the row loop (its cost model otherwise sizes the vectors by the widest type in the loop,
-  such as an int64 mask);
+  many rows on a CPU), with ``vector_width`` asking the compiler for that many lanes in the row
+  loop (its cost model otherwise sizes the vectors by the widest type in the loop, such as an
+  int64 mask). Float sums and products accumulate in that many explicit partial results per
+  work-item, blocked and combined pairwise (see ``_pairwise_accumulate`` for the error bound),
+  so that the loop vectorizes without letting the compiler reorder float arithmetic;
 * matmul: ``tile`` (square tiles of A and B staged through local memory).
 
 Storage: bool as uchar, float16 through ``vload_half``/``vstore_half_rte`` (no cl_khr_fp16
-needed), bfloat16 as ushort with round-to-nearest-even on store; half types compute in float.
+needed), bfloat16 as ushort with round-to-nearest-even on store; half types compute in float,
+each operation's result rounded to its half type as NumPy rounds it.
+
+Semantics C leaves undefined follow NumPy: int32/int64 arithmetic wraps (computed unsigned),
+integer division by zero gives 0, ``MIN // -1`` wraps, float-to-integer casts saturate (nan
+gives 0). No build option that changes IEEE results is used.
 Float32 transcendentals use the vectorizable implementations of ``opencl_math`` where one exists.
 
 A float max or min over a row accumulates an integer *key* of each value (the float's bits,
@@ -32,7 +38,8 @@ from dataclasses import dataclass
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
 from . import opencl_math
-from .common import INFIX, ExprPrinter, find_var, float_literal, reduction_identity
+from .common import (INFIX, ExprPrinter, find_var, float_literal, reduction_identity,
+                     rounded_to)
 
 STORAGE = {"bool": "uchar", "int8": "char", "int16": "short", "int32": "int", "int64": "long",
            "uint8": "uchar", "float16": "half", "bfloat16": "ushort", "float32": "float",
@@ -53,6 +60,44 @@ static inline uint lb_pcg(uint x) {
 static inline float lb_uniform(uint seed, uint counter) {
     return (float)(lb_pcg(lb_pcg(counter) ^ seed) >> 8) * 5.9604644775390625e-08f;
 }
+/* x rounded to the nearest float16 (ties to even), held in a float: a value of a float16
+   expression. Normal results drop 13 mantissa bits by integer rounding of the bits; above 65504
+   the result overflows to inf; below 2^-14 it is a float16 subnormal, a multiple of 2^-24, which
+   adding and removing 0.5 (whose ulp is 2^-24) rounds to. */
+static inline float lb_round_f16(float x) {
+    float a = fabs(x);
+    uint b = as_uint(a);
+    float n = as_float((b + 0xFFFu + ((b >> 13) & 1u)) & 0xFFFFE000u);
+    n = n > 65504.0f ? INFINITY : n;
+    float r = a < 6.103515625e-05f ? (a + 0.5f) - 0.5f : n;
+    return isnan(x) ? x : copysign(r, x);
+}
+/* x rounded to the nearest bfloat16 (ties to even), held in a float; overflow gives inf. */
+static inline float lb_round_bf16(float x) {
+    uint b = as_uint(x);
+    return isnan(x) ? x : as_float((b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u);
+}
+"""
+
+# the same roundings from a double in one step (no double rounding through float)
+HALF_FROM_DOUBLE = r"""
+static inline float lb_round_f16_d(double x) {
+    double a = fabs(x);
+    ulong b = as_ulong(a);
+    double n = as_double((b + 0x1FFFFFFFFFFUL + ((b >> 42) & 1UL)) & ~0x3FFFFFFFFFFUL);
+    n = n > 65504.0 ? INFINITY : n;
+    double r = a < 6.103515625e-05 ? (a + 268435456.0) - 268435456.0 : n;
+    return isnan(x) ? (float)x : (float)copysign(r, x);
+}
+static inline float lb_round_bf16_d(double x) {
+    double a = fabs(x);
+    ulong b = as_ulong(a);
+    double n = as_double((b + 0xFFFFFFFFFFFUL + ((b >> 45) & 1UL)) & ~0x1FFFFFFFFFFFUL);
+    n = n > 3.3895313892515355e38 ? INFINITY : n;
+    const double c = 4.1359030627651384e-25;  /* 2^-81: its ulp is 2^-133 */
+    double r = a < 1.1754943508222875e-38 ? (a + c) - c : n;
+    return isnan(x) ? (float)x : (float)copysign(r, x);
+}
 """
 
 # order-preserving integer keys of floats for max/min row loops (see the module doc)
@@ -69,6 +114,7 @@ static inline {T} lb_fmod_floor_{T}({T} a, {T} b) {{
     return (m != 0 && ((b < 0) != (m < 0))) ? m + b : (m == 0 ? copysign(({T})0, b) : m);
 }}
 static inline {T} lb_floordiv_{T}({T} a, {T} b) {{
+    if (b == 0) return a / b;
     {T} m = fmod(a, b);
     {T} d = (a - m) / b;
     if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
@@ -78,24 +124,54 @@ static inline {T} lb_floordiv_{T}({T} a, {T} b) {{
 }}
 """
 
+# Integer floor division, remainder and power with NumPy's results where C has none: division
+# by zero gives 0 (NumPy warns and gives 0), MIN // -1 wraps to MIN and MIN % -1 is 0 (C leaves
+# both undefined, x86 traps); products are formed in an unsigned type {U} (wrapping, as NumPy's)
+# so that no signed overflow is left to the compiler.
 INT_HELPERS = r"""
 static inline {T} lb_floordiv_{T}({T} a, {T} b) {{
-    if (b == 0) return 0;
+    if (b == 0) return 0;{NEG_ONE_DIV}
     {T} q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }}
 static inline {T} lb_mod_{T}({T} a, {T} b) {{
-    if (b == 0) return 0;
+    if (b == 0) return 0;{NEG_ONE_MOD}
     {T} m = a % b;
     return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m;
 }}
-static inline {T} lb_ipow_{T}({T} a, {T} b) {{
-    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
-    {T} r = 1;
-    while (b) {{ if (b & 1) r *= a; a *= a; b >>= 1; }}
-    return r;
+static inline {T} lb_ipow_{T}({T} a, {T} b) {{{NEG_POW}
+    {U} r = 1, x = ({U})a;
+    while (b) {{ if (b & 1) r *= x; x *= x; b >>= 1; }}
+    return ({T})r;
 }}
 """
+NEG_ONE_DIV = "\n    if (b == -1) return ({T})(({U})0 - ({U})a);"
+NEG_ONE_MOD = "\n    if (b == -1) return 0;"
+NEG_POW = "\n    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);"
+
+# the unsigned type each integer type's arithmetic wraps in (at least int wide, so that char and
+# short products are not promoted to a signed int that could overflow)
+WRAP = {"char": "uint", "short": "uint", "int": "uint", "long": "ulong", "uchar": "uint"}
+
+# the range of each integer value type, for saturating float-to-integer casts: (the lowest value,
+# the highest, 2^bits or 2^(bits-1): the first float past the highest)
+INT_RANGE = {"char": ("(-128)", "127", "128.0"), "short": ("(-32768)", "32767", "32768.0"),
+             "int": ("INT_MIN", "INT_MAX", "2147483648.0"),
+             "long": ("LONG_MIN", "LONG_MAX", "9223372036854775808.0"),
+             "uchar": ("0", "255", "256.0")}
+
+# the rounding of a float to each half type's value (see HELPERS)
+HALF_ROUND = {"float16": "lb_round_f16", "bfloat16": "lb_round_bf16"}
+# ops whose float result of half operands is already a value of their half type (casts round
+# themselves)
+EXACT_IN_HALF = {"load", "const", "var", "cast", "where", "neg", "abs", "sign", "minimum",
+                 "maximum", "floor", "ceil", "round", "reduced"}
+
+# Constant float exponents spelled as NumPy computes ``x ** c`` for them (its fast paths:
+# ones, copy, square, reciprocal, sqrt), each pow's correctly rounded result; sqrt differs
+# from C's pow only where NumPy's does too (sqrt(-0) = -0, sqrt(-inf) = nan).
+EXACT_POW = {0.0: "{1}", 1.0: "({0})", 2.0: "({0} * {0})", -1.0: "({1} / {0})",
+             0.5: "sqrt({0})"}
 
 UNARY_BUILTIN = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
                  "log1p": "log1p", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
@@ -122,7 +198,7 @@ class RenderedKernel:
 class OpenCLPrinter(ExprPrinter):
     spell = dict(INFIX, logical_not="(!{0})", logical_and="({0} && {1})",
                  logical_or="({0} || {1})", logical_xor="((bool){0} != (bool){1})",
-                 bitwise_not="(~{0})", where="({0} ? {1} : {2})", idx_and="({0} && {1})",
+                 where="({0} ? {1} : {2})", idx_and="({0} && {1})",
                  idx_div="({0} / {1})", idx_mod="({0} % {1})", idx_min="min({0}, {1})",
                  idx_max="max({0}, {1})", isnan="isnan({0})", isinf="isinf({0})",
                  isfinite="isfinite({0})")
@@ -144,11 +220,16 @@ class OpenCLPrinter(ExprPrinter):
             return "true" if value else "false"
         if dtype.is_int:  # the lowest values by name: their magnitudes do not fit the type
             if t == "int64":
-                return f"{value}L" if value != -2 ** 63 else "LONG_MIN"
-            return "INT_MIN" if t == "int32" and value == -2 ** 31 else str(value)
-        if t == "float64":
-            return float_literal(value, "", "INFINITY", "NAN")
-        return float_literal(value, "f", "INFINITY", "NAN")
+                text = f"{value}L" if value != -2 ** 63 else "LONG_MIN"
+            else:
+                text = "INT_MIN" if t == "int32" and value == -2 ** 31 else str(value)
+        else:
+            # the constant as the type holds it (a float16 0.1 is 0.0999755859375), so that
+            # the compiler's own rounding of the decimal never enters
+            value = rounded_to(value, dtype)
+            text = float_literal(value, "" if t == "float64" else "f", "INFINITY", "NAN")
+        # parenthesized when negative: "-(-1.0f)" and "x - -0.0f" must not read as "--"
+        return f"({text})" if text.startswith("-") else text
 
     def load(self, e: Expr, index: str, mask):
         arg = self.spec.args[e.args[0]].name
@@ -187,8 +268,14 @@ class OpenCLPrinter(ExprPrinter):
 
     def render(self, e: Expr, args: list) -> str:
         if e.op in UNARY_BUILTIN:
-            return self._math(e.op, args[0], e)
-        return super().render(e, args)
+            text = self._math(e.op, args[0], e)
+        else:
+            text = super().render(e, args)
+        if e.dtype.name in HALF_ROUND and e.op not in EXACT_IN_HALF:
+            # float16/bfloat16 values are computed in float and rounded once per operation,
+            # as NumPy rounds each operation's float32 result to the half type
+            return f"{HALF_ROUND[e.dtype.name]}({text})"
+        return text
 
     def row_split(self, e: Expr) -> str | None:
         """``i / d`` or ``i % d`` (``e``) through the row ``o`` and the position ``j`` in it,
@@ -214,12 +301,29 @@ class OpenCLPrinter(ExprPrinter):
         return self.row_split(e) or f"({a} % {b})"
 
     def op_cast(self, e, x):
-        src = e.args[0].dtype
-        if e.dtype.is_bool:
+        """Casts as NumPy rounds them: to float16/bfloat16 to nearest even (overflow to inf),
+        float to integer toward zero. A float outside the integer type's range, which C
+        leaves undefined, saturates: nan gives 0, +inf and values above the range the type's
+        highest value, -inf and values below it the lowest (OpenCL's ``convert_<T>_sat``
+        rule)."""
+        src, dst = e.args[0].dtype, e.dtype
+        t = VALUE[dst.name]
+        if dst.is_bool:
             return f"({x} != 0)"
-        if src.is_float and e.dtype.is_int:
-            return f"(({VALUE[e.dtype.name]})({x}))"
-        return f"(({VALUE[e.dtype.name]}){x})"
+        if src.is_float and dst.is_int:
+            lo, hi, past = INT_RANGE[t]
+            f = "" if src.name == "float64" else "f"
+            below = "0.0" if t == "uchar" else f"-{past}"  # at or below: the lowest value
+            return (f"(isnan({x}) ? ({t})0 : (({x}) >= {past}{f} ? ({t}){hi} : "
+                    f"(({x}) <= {below}{f} ? ({t}){lo} : ({t})({x}))))")
+        if dst.name in HALF_ROUND:
+            if src.name == "float64":
+                self.helpers_used.add(("half64", "double"))
+                return f"{HALF_ROUND[dst.name]}_d({x})"
+            if src is dst:
+                return x
+            return f"{HALF_ROUND[dst.name]}((float)({x}))"
+        return f"(({t}){x})"
 
     def op_abs(self, e, x):
         if e.dtype.is_float:
@@ -228,8 +332,8 @@ class OpenCLPrinter(ExprPrinter):
 
     def op_sign(self, e, x):
         t = VALUE[e.dtype.name]
-        if e.dtype.is_float:
-            return f"(({x}) > 0 ? ({t})1 : (({x}) < 0 ? ({t})-1 : ({x})))"
+        if e.dtype.is_float:  # NumPy: sign(-0.0) is +0.0, sign(nan) is nan
+            return f"(({x}) > 0 ? ({t})1 : (({x}) < 0 ? ({t})-1 : (({x}) == 0 ? ({t})0 : ({x}))))"
         return f"(({t})((({x}) > 0) - (({x}) < 0)))"
 
     def op_sigmoid(self, e, x):
@@ -239,15 +343,50 @@ class OpenCLPrinter(ExprPrinter):
         one = "1.0" if e.dtype.name == "float64" else "1.0f"
         return f"({one} / ({one} + exp(-({x}))))"
 
+    # NumPy's minimum/maximum: nan wins from either side; of two equal values (-0.0 and 0.0)
+    # the second operand is returned
     def op_minimum(self, e, a, b):
         if e.dtype.is_float:
             return f"((({a}) < ({b}) || isnan({a})) ? ({a}) : ({b}))"
-        return f"min({a}, {b})"
+        if e.dtype.is_bool:
+            return f"({a} && {b})"
+        t = VALUE[e.dtype.name]  # both operands of one type: min(char, int) is ambiguous
+        return f"min(({t})({a}), ({t})({b}))"
 
     def op_maximum(self, e, a, b):
         if e.dtype.is_float:
             return f"((({a}) > ({b}) || isnan({a})) ? ({a}) : ({b}))"
-        return f"max({a}, {b})"
+        if e.dtype.is_bool:
+            return f"({a} || {b})"
+        t = VALUE[e.dtype.name]
+        return f"max(({t})({a}), ({t})({b}))"
+
+    def op_bitwise_not(self, e, x):
+        return f"(!{x})" if e.dtype.is_bool else f"(~{x})"
+
+    # int32 and int64 arithmetic wraps like NumPy's: computed in the unsigned type, since a
+    # signed overflow is undefined in C and the compiler may assume it never happens
+    def _wrapping(self, e, fmt, *args):
+        t = VALUE[e.dtype.name]
+        if e.dtype.name not in ("int32", "int64"):
+            return fmt.format(*args)
+        u = WRAP[t]
+        return f"(({t}){fmt.format(*[f'(({u}){a})' for a in args])})"
+
+    def op_add(self, e, a, b):
+        return self._wrapping(e, "({0} + {1})", a, b)
+
+    def op_sub(self, e, a, b):
+        return self._wrapping(e, "({0} - {1})", a, b)
+
+    def op_mul(self, e, a, b):
+        return self._wrapping(e, "({0} * {1})", a, b)
+
+    def op_square(self, e, a):
+        return self._wrapping(e, "({0} * {0})", a)
+
+    def op_neg(self, e, a):
+        return self._wrapping(e, "(-{0})", a)
 
     def _typed_helper(self, kind, e):
         t = VALUE[e.dtype.name]
@@ -269,6 +408,10 @@ class OpenCLPrinter(ExprPrinter):
         if e.dtype.is_int:
             t = self._typed_helper("int", e)
             return f"lb_ipow_{t}({a}, {b})"
+        y = e.args[1]
+        if y.op == "const" and y.value in EXACT_POW:
+            # the correctly rounded pow for these exponents, special values included
+            return EXACT_POW[y.value].format(a, self.literal(1.0, e.dtype))
         if self.fast_math and "pow" in opencl_math.FUNCTIONS and e.dtype.name != "float64":
             self.math_used.add("pow")
             return f"{opencl_math.FUNCTIONS['pow'].name}({a}, {b})"
@@ -278,7 +421,12 @@ class OpenCLPrinter(ExprPrinter):
         bits = e.dtype.itemsize * 8
         t = VALUE[e.dtype.name]
         fill = "0" if op == "<<" else f"(({a}) < 0 ? ({t})-1 : ({t})0)"
-        return f"((({b}) < 0 || ({b}) >= {bits}) ? {fill} : ({t})(({a}) {op} ({b})))"
+        # a left shift of a negative value is undefined in C: shift its unsigned bits
+        shifted = f"(({WRAP[t]})({a}) << ({b}))" if op == "<<" else f"(({a}) >> ({b}))"
+        count = e.args[1]
+        if count.op == "const":  # decided here: a constant condition only draws a warning
+            return f"({t}){fill}" if not 0 <= count.value < bits else f"(({t}){shifted})"
+        return f"((({b}) < 0 || ({b}) >= {bits}) ? {fill} : ({t}){shifted})"
 
     def op_left_shift(self, e, a, b):
         return self._shift(e, a, b, "<<")
@@ -310,8 +458,17 @@ class OpenCLPrinter(ExprPrinter):
             if kind in ("max", "min", "unkey"):
                 parts.append(_key_helper(kind, t))
                 continue
-            parts.append((FLOAT_DIVMOD if kind == "float" else INT_HELPERS).replace("{T}", t)
-                         .replace("{{", "{").replace("}}", "}"))
+            if kind == "half64":
+                parts.append(HALF_FROM_DOUBLE)
+                continue
+            if kind == "float":
+                text = FLOAT_DIVMOD
+            else:
+                signed = t != "uchar"
+                text = INT_HELPERS.replace("{NEG_ONE_DIV}", NEG_ONE_DIV if signed else "") \
+                    .replace("{NEG_ONE_MOD}", NEG_ONE_MOD if signed else "") \
+                    .replace("{NEG_POW}", NEG_POW if signed else "").replace("{U}", WRAP[t])
+            parts.append(text.replace("{T}", t).replace("{{", "{").replace("}}", "}"))
         if self.math_used:
             parts.append(opencl_math.preamble(sorted(self.math_used)))
         return "\n".join(p for p in parts if p)
@@ -356,11 +513,11 @@ def render(spec: KernelSpec, name: str, params: dict | None = None) -> RenderedK
         r = _render_matmul(spec, name, params, fast)
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
+    # No option that changes float results (-cl-unsafe-math-optimizations, -cl-fast-relaxed-math,
+    # -cl-mad-enable, ...): they broke pow and the special values of the math functions. A
+    # "reassociate" parameter from older tuning caches is ignored; reductions get their
+    # vectors from explicit partial sums instead (see _pairwise_accumulate).
     options = []
-    if params.get("reassociate"):
-        # lets the compiler reorder float sums and vectorize a row loop; NaN and inf handling
-        # is kept (no finite-math assumption)
-        options.append("-cl-unsafe-math-optimizations")
     if params.get("vector_width"):
         # the requested width is applied once; the compiler's later passes then warn that the
         # already vectorized loop was "not vectorized"
@@ -538,11 +695,15 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
     width = params.get("vector_width")
     row_loop = (f"    #pragma clang loop vectorize_width({int(width)})\n" if width else "") + \
         f"    for ({it} r = {start}; r < {spec.reduce_size}; r += {step}) {{"
+    lanes = max(1, int(width or DEFAULT_LANES))
     for k, stage in enumerate(spec.stages):
         acc_t = VALUE[stage.acc_dtype.name]
         arg = stage.op in ("argmax", "argmin")
         keyed = stage.op in ("max", "min") and acc_t in FLOAT_KEYS
-        if keyed:
+        if stage.op in ("sum", "prod") and stage.acc_dtype.is_float:
+            body += _indent(_pairwise_accumulate(p, stage, k, {**bound}, r.id, spec.reduce_size,
+                                                 local if tree else 1, lanes, bool(width)), 4)
+        elif keyed:
             p.helpers_used.update({(stage.op, acc_t), ("unkey", acc_t)})
             key_t, key = FLOAT_KEYS[acc_t][0], f"lb_key_{stage.op}_{acc_t}"
             body.append(f"    {key_t} key{k} = {key}({_identity(stage, p)});")
@@ -550,25 +711,30 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
             body.append(f"    {acc_t} acc{k} = {_identity(stage, p)};")
         if arg:
             body.append(f"    {it} arg{k} = 0;")
-        lines, names = p.emit([stage.value], {**bound, r.id: "r"})
-        v = names[stage.value.id]
-        body.append(row_loop)
-        body += _indent(lines, 8)
-        cast = f"(({acc_t}){v})" if stage.acc_dtype is not stage.value.dtype else v
-        if arg:
-            body.append("        " + _arg_combine(stage, f"acc{k}", f"arg{k}", v, "r", False))
-        elif keyed:
-            body.append(f"        key{k} = {stage.op}(key{k}, {key}({cast}));")
-        else:
-            body.append("        " + _combine(stage, f"acc{k}", cast))
-        body.append("    }")
+        if not (stage.op in ("sum", "prod") and stage.acc_dtype.is_float):
+            # exact whatever the order (max, min, any, all, integer sums): one plain loop
+            lines, names = p.emit([stage.value], {**bound, r.id: "r"})
+            v = names[stage.value.id]
+            body.append(row_loop)
+            body += _indent(lines, 8)
+            cast = f"(({acc_t}){v})" if stage.acc_dtype is not stage.value.dtype else v
+            if arg:
+                body.append("        " + _arg_combine(stage, f"acc{k}", f"arg{k}", v, "r",
+                                                      False))
+            elif keyed:
+                body.append(f"        key{k} = {stage.op}(key{k}, {key}({cast}));")
+            else:
+                body.append("        " + _combine(stage, f"acc{k}", cast))
+            body.append("    }")
         if keyed:
             body.append(f"    {acc_t} acc{k} = lb_unkey_{acc_t}(key{k});")
         if tree:
             body += _tree_combine(stage, k, local, acc_t, it)
         out_t = VALUE[stage.dtype.name]
-        result = f"arg{k}" if arg else f"acc{k}"
-        body.append(f"    const {out_t} stage{k} = ({out_t}){result};")
+        result = f"(({out_t})arg{k})" if arg else f"(({out_t})acc{k})"
+        if stage.dtype.name in HALF_ROUND:
+            result = f"{HALF_ROUND[stage.dtype.name]}({result})"
+        body.append(f"    const {out_t} stage{k} = {result};")
         bound[_reduced_expr_id(spec, k)] = f"stage{k}"
     row_outs = [o for o in spec.outputs if o.index is None]
     full_outs = [o for o in spec.outputs if o.index is not None]
@@ -588,6 +754,126 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
     if tree:
         return RenderedKernel(name, _finish(p, body), (spec.rows * local,), (local,))
     return RenderedKernel(name, _finish(p, body), (max(spec.rows, 1),), None)
+
+
+DEFAULT_LANES = 8  # partial sums per work-item when the launch names no vector width
+BLOCK_CHUNKS = 16  # terms each partial sum of a block adds before the block is folded
+
+
+def _pairwise_accumulate(p: OpenCLPrinter, stage: Stage, k: int, bound: dict, r_id: int,
+                         n: int, local: int, lanes: int, pragma: bool) -> list[str]:
+    """Statements leaving in ``acc<k>`` a work-item's float sum (or product) of ``stage``'s
+    value over its share of a row of ``n`` elements, as pairwise summation bounds its error.
+
+    The row is cut into chunks of ``lanes`` consecutive elements; work-item ``lid`` of a
+    group of ``local`` takes chunks ``lid``, ``lid + local``, ... (one work-item per row:
+    ``local`` = 1, every chunk). ``lanes`` partial sums, one per position in a chunk, each add
+    ``BLOCK_CHUNKS`` chunks: a *block*. Those independent partial sums are the vector lanes of
+    the loop (no reassociation needed); the block's lanes are folded pairwise, and the blocks
+    are combined pairwise through a binary counter (``lvl[j]`` holds the sum of 2^j blocks,
+    cascade summation). The chunks left over after the whole blocks, the chunk only some
+    work-items have, and the last ``n % lanes`` elements form one more block.
+
+    A product's lanes multiply their terms in order, without blocks, each with the exact
+    error of its steps carried aside (compensated product, S. Graillat, "Accurate
+    floating-point product and exponentiation", IEEE TC 2009): the result is within about
+    (log2(lanes) + log2(local) + 1) u of the exact product, plus second-order terms in
+    (n / (lanes local)) u.
+
+    Error bound of a sum: each term passes through at most ``BLOCK_CHUNKS + log2(lanes) +
+    2 log2(blocks) + 2`` roundings here and ``log2(local)`` in the work-group tree, so that
+    |computed - exact| <= (BLOCK_CHUNKS + log2(lanes) + 2 log2(n / (lanes BLOCK_CHUNKS)) +
+    log2(local) + 2) u sum|x_i| (u = 2^-24 for float32) to first order: like log n, as
+    NumPy's pairwise sum (blocks of 128 in 8 partial sums) -- about 40 u at n = 2^24.
+    """
+    acc_t = VALUE[stage.acc_dtype.name]
+    it = p.index_type
+    ident = _identity(stage, p)
+    op = "+" if stage.op == "sum" else "*"
+    chunks = n // lanes  # whole chunks in a row
+    per_item = chunks // local  # whole chunks every work-item has
+    blocks = per_item // BLOCK_CHUNKS
+    extra_items = chunks % local  # work-items with one more chunk
+    tail = n % lanes  # elements after the last whole chunk
+    lid = "lid" if local > 1 else "0"
+    lane = f"lane{k}"
+
+    def add_term(r_text: str, target: str) -> list[str]:
+        lines, names = p.emit([stage.value], {**bound, r_id: "r"})
+        v = names[stage.value.id]
+        if stage.acc_dtype is not stage.value.dtype:
+            v = f"(({acc_t}){v})"
+        if stage.op == "prod":  # the product's rounding error, exact by fma, carried aside
+            comp = target.replace(lane, f"comp{k}")
+            update = [f"const {acc_t} q = {target} * {v};",
+                      f"{comp} = fma({comp}, {v}, fma({target}, {v}, -q));",
+                      f"{target} = q;"]
+        else:
+            update = [f"{target} = {target} {op} {v};"]
+        return [f"const {it} r = {r_text};"] + lines + update
+
+    def chunk_loop(first: str, count: str) -> list[str]:
+        # one term per lane for each chunk g in [first, first + count)
+        return [f"for ({it} g = {first}; g < {first} + {count}; ++g) {{",
+                *([f"    #pragma clang loop vectorize_width({lanes})"] if pragma else []),
+                f"    for (int l = 0; l < {lanes}; ++l) {{"] + \
+            _indent(add_term(f"(g * {local} + {lid}) * {lanes} + l", f"{lane}[l]"), 8) + \
+            ["    }", "}"]
+
+    clear = [f"for (int l = 0; l < {lanes}; ++l) {lane}[l] = {ident};"]
+    fold = f"{acc_t} s = {_fold(lane, lanes, op)};"
+    out = [f"{acc_t} acc{k} = {ident};", "{", f"    {acc_t} {lane}[{lanes}];"]
+    if stage.op == "prod":
+        # Every multiplication's rounding reaches a product's relative error whatever the
+        # order, and products that stay near 1 drop the same cross terms again and again
+        # (measured: -2e-2 relative for 2^24 factors 1 +- 1e-4 multiplied in 2048 lanes).
+        # Each lane multiplies in order and carries the exact error of every step (fma)
+        # in comp (Graillat's compensated product), added back before the lanes are folded.
+        blocks, rest = 0, per_item
+        out += [f"    {acc_t} comp{k}[{lanes}];",
+                f"    for (int l = 0; l < {lanes}; ++l) comp{k}[l] = 0;"]
+        fold = (f"for (int l = 0; l < {lanes}; ++l)\n"
+                f"    if (isfinite({lane}[l]) && {lane}[l] != 0)\n"
+                f"        {lane}[l] = {lane}[l] + comp{k}[l];\n"
+                f"{acc_t} s = {_fold(lane, lanes, op)};")
+    else:
+        rest = per_item - blocks * BLOCK_CHUNKS
+    if blocks:
+        levels = blocks.bit_length()
+        out += [f"    {acc_t} lvl[{levels}];",
+                f"    for ({it} b = 0; b < {blocks}; ++b) {{"]
+        out += _indent(clear + chunk_loop(f"b * {BLOCK_CHUNKS}", str(BLOCK_CHUNKS)), 8)
+        out += ["        " + fold,
+                "        int j = 0;",
+                f"        for ({it} c = b; c & 1; c >>= 1) s = lvl[j++] {op} s;",
+                "        lvl[j] = s;",
+                "    }",
+                f"    for (int j = {levels - 1}; j >= 0; --j)",
+                f"        if (({blocks} >> j) & 1) acc{k} = acc{k} {op} lvl[j];"]
+    if rest or extra_items or tail:
+        out += _indent(clear, 4)
+        if rest:
+            out += _indent(chunk_loop(str(blocks * BLOCK_CHUNKS), str(rest)), 4)
+        if extra_items:
+            out += [f"    if ({lid} < {extra_items}) {{"]
+            out += _indent(chunk_loop(str(per_item), "1"), 8) + ["    }"]
+        if tail:
+            out += [f"    for (int l = {lid}; l < {tail}; l += {local}) {{"]
+            out += _indent(add_term(f"{chunks * lanes} + l", f"{lane}[l]"), 8) + ["    }"]
+        out += ["    {"] + _indent(fold.split("\n"), 8)
+        out += [f"        acc{k} = acc{k} {op} s;", "    }"]
+    out.append("}")
+    return out
+
+
+def _fold(name: str, n: int, op: str) -> str:
+    """``name[0] op ... op name[n - 1]`` as a balanced tree (pairwise)."""
+    def tree(lo, hi):
+        if hi - lo == 1:
+            return f"{name}[{lo}]"
+        mid = (lo + hi) // 2
+        return f"({tree(lo, mid)} {op} {tree(mid, hi)})"
+    return tree(0, n)
 
 
 def _reduced_expr_id(spec: ReductionSpec, k: int) -> int:

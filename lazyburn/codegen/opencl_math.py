@@ -575,7 +575,7 @@ static inline float lb_pow(float x, float y)
     v = x < 0.0f && y_odd ? -v : v;
     /* a negative zero base keeps its sign for odd integer exponents */
     v = x == 0.0f && y_odd ? copysign(v, x) : v;
-    v = x < 0.0f && !y_int ? NAN : v;
+    v = x < 0.0f && !y_int && x != -INFINITY ? NAN : v;
     v = isnan(x) || isnan(y) ? x + y : v;
     return (y == 0.0f || x == 1.0f) ? 1.0f : v;
 }}

@@ -1,0 +1,380 @@
+"""The OpenCL C renderer gives NumPy's answers where C, the OpenCL compiler or a careless
+spelling would not: pow and the math functions at their special values (also inside reduction
+kernels, which once were built with unsafe-math options), ``~`` of bools, rounding to
+float16/bfloat16 inside a kernel, IEEE zeros, infinities and nans, integer division at its
+edges, clip of small integer types, float-to-integer casts out of range, and the accuracy of
+long float reductions.
+
+Every value is compared with the NumPy reference device on the same graph (exactly, signed
+zeros included, unless a tolerance in ulps is named) on fresh random data mixed with the
+special values.
+"""
+from __future__ import annotations
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lazyburn as lb
+from fused_devices import FUSED_DEVICES
+
+DEVICE = "opencl:0"
+pytestmark = pytest.mark.skipif(DEVICE not in FUSED_DEVICES, reason="no OpenCL device")
+
+INF, NAN = np.inf, np.nan
+SPECIAL = np.array([0.0, -0.0, INF, -INF, NAN, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1e-40,
+                    -1e-40, 100.0, -100.0, 88.8, -104.0, 3.0e38, -8.0], np.float32)
+
+
+@pytest.fixture
+def rng(request):
+    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
+
+
+def on(device, fn, *arrays):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn(*[lb.tensor(a, device=device) for a in arrays]).numpy()
+
+
+def both(fn, *arrays):
+    """``fn`` on the OpenCL device and on the NumPy reference: (got, expected)."""
+    return on(DEVICE, fn, *arrays), on("numpy", fn, *arrays)
+
+
+def assert_same(got, want, ulps=0):
+    """Equal values (nan where nan, zeros of the same sign), or within ``ulps`` of ``want``
+    where it is finite and nonzero."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind != "f" and want.dtype != ml_dtypes.bfloat16:
+        np.testing.assert_array_equal(got, want)
+        return
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    exact = ~np.isfinite(w) | (w == 0) | (ulps == 0)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+    bad = exact & ~np.isnan(w) & ((g != w) | (np.signbit(g) != np.signbit(w)))
+    assert not bad.any(), f"got {got[bad]} where NumPy gives {want[bad]}"
+    if ulps:
+        ulp = np.spacing(np.abs(want[~exact])).astype(np.float64)
+        err = np.abs(g[~exact] - w[~exact]) / ulp
+        assert err.size == 0 or err.max() <= ulps, f"{err.max()} ulps"
+
+
+def with_specials(rng, n=1000, scale=10.0):
+    x = (rng.standard_normal(n) * scale).astype(np.float32)
+    x[:SPECIAL.size] = SPECIAL
+    return rng.permutation(x)
+
+
+# pow and the math functions ----------------------------------------------------------------
+
+def test_pow_inside_a_reduction():
+    x = np.array([-2.0, -1.5, 3.0], np.float32)
+    assert on(DEVICE, lambda t: (t ** 2).sum(), x) == np.float32(15.25)
+    np.testing.assert_allclose(on(DEVICE, lambda t: (t ** 3).sum(), x), 15.625, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(512, 96), (3, 5000)])  # one work-item / a group per row
+@pytest.mark.parametrize("exponent", [2, 3, 0.5, -1, 2.5])
+def test_pow_sums_and_variance(rng, shape, exponent):
+    x = rng.standard_normal(shape, dtype=np.float32)
+    if exponent in (0.5, 2.5):
+        x = np.abs(x)
+    got, want = both(lambda t: (t ** exponent).sum(-1), x)
+    scale = np.sum(np.abs(x.astype(np.float64)) ** exponent, axis=-1)  # the sums cancel
+    assert np.all(np.abs(got - want) <= 1e-5 * scale)
+    got, want = both(lambda t: ((t - t.mean(-1, keepdims=True)) ** 2).mean(-1), x)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+UNARY = ["exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh",
+         "sigmoid", "erf", "sqrt", "rsqrt", "floor", "ceil", "round", "sign", "abs", "neg"]
+# the documented bounds of lazyburn.codegen.opencl_math (and OpenCL's for rsqrt) plus one for
+# NumPy's own float32 rounding
+ULPS = {"exp": 3, "exp2": 2, "expm1": 3, "log": 2, "log2": 3, "log1p": 2, "sin": 3, "cos": 3,
+        "tan": 5, "tanh": 4, "sigmoid": 4, "erf": 3, "rsqrt": 3, "sqrt": 1}
+# sin, cos and tan reduce their argument with a 72-bit pi/2: documented up to |x| = 1e5
+REDUCED = ("sin", "cos", "tan")
+
+
+@pytest.mark.parametrize("op", UNARY)
+def test_math_functions_at_special_values(rng, op):
+    """Alone, fused with a following op, and read into a sum (rows of two equal values, whose
+    sum is exact) and a max: special values exactly, the rest within the function's bound."""
+    x = with_specials(rng)
+    if op in REDUCED:
+        x = np.where(np.abs(x) > 1e5, np.float32(1e5), x)
+    f = getattr(lb, op)
+    got, want = both(f, x)
+    assert_same(got, want, ULPS.get(op, 0))
+    got, want = both(lambda t: f(t) * 2.0, x)
+    assert_same(got, want, ULPS.get(op, 0))
+    pairs = np.repeat(x[:, None], 2, axis=1)
+    got, want = both(lambda t: f(t).sum(-1), pairs)
+    assert_same(got, want, ULPS.get(op, 0))
+    got, want = both(lambda t: f(t).max(-1), pairs)
+    assert_same(got, want, ULPS.get(op, 0))
+
+
+POW_X = np.array([0.0, -0.0, INF, -INF, NAN, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, -8.0, 1e-40, 3.0],
+                 np.float32)
+POW_Y = np.array([0.0, -0.0, INF, -INF, NAN, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 0.5, -0.5,
+                  1.0 / 3.0, 2.5, 1e10], np.float32)
+
+
+def test_pow_special_values():
+    """C99 Annex F pow, as NumPy: pow(x, 0) = 1 and pow(1, y) = 1 even for nan, a negative
+    base with a non-integer exponent is nan (pow(-8, 1/3)), zeros keep their sign for odd
+    integer exponents."""
+    got, want = both(lambda a, b: a[:, None] ** b[None, :], POW_X, POW_Y)
+    assert_same(got, want, 3)
+    got, want = both(lambda a, b: (a[:, None] ** b[None, :]).max(-1), POW_X, POW_Y)
+    assert_same(got, want, 3)
+
+
+@pytest.mark.parametrize("exponent", [0.0, -0.0, 1.0, 2.0, -1.0, 3.0, 0.5])
+def test_pow_by_a_constant(rng, exponent):
+    x = with_specials(rng)
+    got, want = both(lambda t: t ** exponent, x)
+    assert_same(got, want, 3)
+    got, want = both(lambda t: (t ** exponent).sum(-1), np.repeat(x[:, None], 2, axis=1))
+    assert_same(got, want, 3)
+
+
+# bool not ----------------------------------------------------------------------------------
+
+def test_invert_of_bool_is_logical_not(rng):
+    b = rng.random(1000) < 0.5
+    got, want = both(lambda t: ~t, b)
+    assert_same(got, want)
+    assert got.sum() == (~b).sum()
+    x = rng.standard_normal(1000, dtype=np.float32)
+    got, want = both(lambda t, m: lb.where(~m, t, -t).sum(), x, b)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+# rounding to half types --------------------------------------------------------------------
+
+HALF_EDGES = np.array([65504.0, 65519.0, 65520.0, 70000.0, -70000.0, 1e-5, 6.1e-5, 6.2e-5,
+                       1e-7, 5.96e-8, 2.98e-8, 2.99e-8, -3e-8, 1.0 + 2.0 ** -11,
+                       1.0 + 3 * 2.0 ** -11, 3e38, -3.4e38, 1e-40, 0.0, -0.0, INF, -INF, NAN],
+                      np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cast_to_half_rounds_inside_a_kernel(rng, dtype):
+    x = np.concatenate([HALF_EDGES, (rng.standard_normal(4000) *
+                                     np.exp(rng.uniform(-25, 25, 4000))).astype(np.float32)])
+    got, want = both(lambda t: t.astype(dtype).astype(lb.float32), x)
+    assert_same(got, want)
+    got, want = both(lambda t: (t.astype(dtype) * 3.0).astype(lb.float32), x)
+    assert_same(got, want)
+    got, want = both(lambda t: t.astype(lb.float64).astype(dtype).astype(lb.float32), x)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_arithmetic_rounds_each_operation(rng, dtype):
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    a, b, c = (rng.standard_normal(4096).astype(np_dtype) for _ in range(3))
+    got, want = both(lambda x, y, z: ((x * y + z) * 0.1 - x.exp()).astype(lb.float32), a, b, c)
+    assert_same(got, want)
+    got, want = both(lambda x, y: (x * y).sum(-1), a.reshape(64, 64), b.reshape(64, 64))
+    assert_same(got, want)
+
+
+# IEEE zeros, infinities and nans -----------------------------------------------------------
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x / 0.0, lambda x: x / -0.0, lambda x: x * 0.0, lambda x: x * -0.0,
+    lambda x: x + 0.0, lambda x: x + -0.0, lambda x: x - 0.0, lambda x: x - -0.0,
+    lambda x: x - x, lambda x: x * 0.0 + x, lambda x: 0.0 - x, lambda x: -x,
+    lambda x: x * float("inf"), lambda x: x + float("inf") - float("inf"),
+    lambda x: x / x, lambda x: lb.sign(x), lambda x: abs(x), lambda x: lb.where(x > 0, x, -0.0),
+])
+def test_ieee_arithmetic_with_special_values(rng, fn):
+    x = with_specials(rng)
+    got, want = both(fn, x)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: lb.minimum(x, float("nan")), lambda x: lb.maximum(x, float("nan")),
+    lambda x: lb.minimum(float("nan"), x), lambda x: lb.maximum(x[::-1], x),
+    lambda x: lb.minimum(x, -x), lambda x: lb.maximum(x, -x), lambda x: lb.minimum(x, 0.0),
+    lambda x: lb.maximum(-0.0, x),
+])
+def test_minimum_maximum_propagate_nan(rng, fn):
+    """nan from either side, as NumPy. Which zero comes out of minimum(-0.0, 0.0) is left
+    open: NumPy's own loops differ (a broadcast scalar operand gives the other one)."""
+    x = with_specials(rng)
+    got, want = both(fn, x)
+    assert_same(np.where(want == 0, 0, got), np.where(want == 0, 0, want))
+
+
+@pytest.mark.parametrize("op", ["floor", "ceil", "round"])
+def test_rounding_functions(rng, op):
+    x = np.concatenate([SPECIAL, np.arange(-8, 8, 0.25, dtype=np.float32),
+                        rng.standard_normal(200, dtype=np.float32) * 4])
+    got, want = both(getattr(lb, op), x)
+    assert_same(got, want)
+
+
+# division ----------------------------------------------------------------------------------
+
+INT_DTYPES = ["int8", "int16", "int32", "int64", "uint8"]
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_integer_floor_division_and_remainder_edges(rng, dtype):
+    info = np.iinfo(dtype)
+    edges = np.array(sorted({info.min, info.min + 1, info.max, 0, 1, 7, 100 % info.max,
+                             max(info.min, -1), max(info.min, -7)}), dtype)
+    a = np.concatenate([edges, rng.integers(info.min, info.max, 64, dtype=dtype,
+                                            endpoint=True)])
+    b = np.array(sorted({0, 1, 2, 3, info.max, max(info.min, -1), max(info.min, -3),
+                         info.min}), dtype)
+    for fn in (lambda x, y: x[:, None] // y[None, :], lambda x, y: x[:, None] % y[None, :]):
+        got, want = both(fn, a, b)
+        assert_same(got, want)
+
+
+def test_float_floor_division_and_remainder():
+    v = np.array([0.0, -0.0, 1.0, -1.0, 5.5, -5.5, 3.0, -3.0, 0.5, INF, -INF, NAN, 1e-40, 7.0],
+                 np.float32)
+    for fn in (lambda x, y: x[:, None] // y[None, :], lambda x, y: x[:, None] % y[None, :]):
+        got, want = both(fn, v, v)
+        assert_same(got, want)
+
+
+# clip and min/max of small integer types ---------------------------------------------------
+
+@pytest.mark.parametrize("dtype", INT_DTYPES + ["bool"])
+def test_clip_and_min_max_of_each_integer_type(rng, dtype):
+    if dtype == "bool":
+        a, b = rng.random(500) < 0.5, rng.random(500) < 0.5
+        for fn in (lb.minimum, lb.maximum):
+            got, want = both(fn, a, b)
+            assert_same(got, want)
+        return
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, 500, dtype=dtype, endpoint=True)
+    lo, hi = (0, 50) if dtype == "uint8" else (-20, 50)
+    got, want = both(lambda t: lb.clip(t, lo, hi), a)
+    assert_same(got, want)
+    got, want = both(lambda t: lb.clip(t, lo, hi).max(), a)
+    assert_same(got, want)
+
+
+# wrapping integer arithmetic ---------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_integer_arithmetic_wraps(rng, dtype):
+    info = np.iinfo(dtype)
+    a = np.concatenate([np.array([info.min, info.max, info.max - 1, 0, 1], dtype),
+                        rng.integers(info.min, info.max, 200, dtype=dtype, endpoint=True)])
+    for fn in (lambda x: x + 1, lambda x: x - 1, lambda x: x * 3, lambda x: -x,
+               lambda x: (x + 1) > x, lambda x: x * x, lambda x: x << 3, lambda x: x >> 2,
+               lambda x: abs(x)):
+        got, want = both(fn, a)
+        assert_same(got, want)
+
+
+# float to integer casts --------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+@pytest.mark.parametrize("src", ["float32", "float64"])
+def test_float_to_integer_casts_saturate(dtype, src):
+    """The documented rule: nan gives 0, values past the type's range (infinities included)
+    its highest or lowest value, the rest truncate toward zero."""
+    info = np.iinfo(dtype)
+    x = np.array([NAN, INF, -INF, 1e30, -1e30, float(info.max) * 2, float(info.min) * 2 - 4,
+                  2.9, -2.9, 0.5, -0.5, -0.0, 100.7, -100.7], src)
+    got = on(DEVICE, lambda t: t.astype(dtype), x)
+    want = [0 if np.isnan(v) else info.max if v >= info.max else info.min if v <= info.min
+            else int(v) for v in x.tolist()]
+    np.testing.assert_array_equal(got, np.array(want, dtype))
+
+
+# long reductions ---------------------------------------------------------------------------
+
+LONG = 2 ** 24
+
+
+def _forced(monkeypatch, params):
+    """Reductions launched with ``params`` (None: the heuristic default)."""
+    if params is None:
+        return
+    from lazyburn.runtime import opencl_tuning
+
+    default = opencl_tuning.default_params
+
+    def patched(backend, k):
+        if k.kind == "reduction":
+            return dict(params)
+        return default(backend, k)
+
+    monkeypatch.setattr(opencl_tuning, "default_params", patched)
+    lb.runtime.backend(DEVICE).plans.clear()
+
+
+LAUNCHES = [None, {"strategy": "sequential", "local": None},
+            {"strategy": "tree", "local": 16}, {"strategy": "tree", "local": 256}]
+
+
+@pytest.mark.parametrize("params", LAUNCHES, ids=["default", "sequential", "tree16", "tree256"])
+@pytest.mark.parametrize("data", ["zero-mean", "near-1"])
+def test_long_sums_are_accurate(rng, monkeypatch, params, data):
+    """The sum and mean of 2^24 float32 values (one row: a pairwise bound of about 40 ulps of
+    sum|x|, where a plain running sum is off by up to 2^24 ulps) within 1e-6 of sum|x|, as
+    NumPy's pairwise sum is; their product about as close as NumPy's."""
+    _forced(monkeypatch, params)
+    x = rng.standard_normal(LONG, dtype=np.float32)
+    if data == "near-1":
+        x = (1.0 + x * 1e-2).astype(np.float32)
+    exact = np.sum(x, dtype=np.float64)
+    scale = np.sum(np.abs(x), dtype=np.float64)
+    t = lb.tensor(x, device=DEVICE)
+    assert abs(float(t.sum().numpy()) - exact) <= 1e-6 * scale
+    assert abs(float(t.mean().numpy()) - exact / LONG) <= 1e-6 * scale / LONG
+    if data == "near-1":
+        # a product's rounding errors add up whatever the order: as close as NumPy's
+        small = (1.0 + (x - 1.0) * 1e-2).astype(np.float32)  # product about e^(+-0.4)
+        exact_prod = np.exp(np.sum(np.log(small.astype(np.float64))))
+        got = float(lb.tensor(small, device=DEVICE).prod().numpy())
+        reference = abs(float(np.prod(small)) - exact_prod)
+        assert abs(got - exact_prod) <= max(4 * reference, 1e-5 * exact_prod)
+
+
+@pytest.mark.parametrize("params", LAUNCHES, ids=["default", "sequential", "tree16", "tree256"])
+def test_long_multi_pass_reductions_are_accurate(rng, monkeypatch, params):
+    """softmax, layer norm and variance over rows of 2^22 (looped multi-pass kernels)."""
+    _forced(monkeypatch, params)
+    x = (3.0 + rng.standard_normal((2, 2 ** 22), dtype=np.float32)).astype(np.float32)
+    ex = x.astype(np.float64)
+    t = lb.tensor(x, device=DEVICE)
+    var = ((t - t.mean(-1, keepdims=True)) ** 2).mean(-1).numpy()
+    np.testing.assert_allclose(var, ex.var(-1), rtol=1e-5)
+    e = np.exp(ex - ex.max(-1, keepdims=True))
+    np.testing.assert_allclose(lb.softmax(t, -1).numpy(), e / e.sum(-1, keepdims=True),
+                               rtol=1e-5)
+    centered = ex - ex.mean(-1, keepdims=True)
+    ln = centered / np.sqrt((centered ** 2).mean(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(lb.layer_norm(t, (2 ** 22,)).numpy(), ln, rtol=1e-4, atol=1e-5)
+
+
+def test_products_with_special_values(rng):
+    """The compensated product keeps zeros, infinities, nans and overflow as NumPy's."""
+    x = rng.uniform(0.5, 2.0, (12, 300)).astype(np.float32)
+    x[1, 7], x[2, 9], x[3, 100], x[4, 0] = 0.0, INF, NAN, -0.0
+    x[5, 3], x[5, 200] = 0.0, INF  # 0 * inf
+    x[6] = 1e4  # overflows to inf
+    x[7, 50] = -INF
+    x[8] = rng.uniform(1e-3, 1e-2, 300)  # underflows to 0
+    got, want = both(lambda t: t.prod(-1), x)
+    assert_same(np.where(np.isfinite(want) & (want != 0), want, got), want)
+    with np.errstate(invalid="ignore"):  # closer to the exact product than NumPy's in order
+        exact = np.prod(x.astype(np.float64), axis=-1).astype(np.float32)
+    assert_same(got, exact, ulps=4)
