@@ -514,7 +514,10 @@ class TritonKernel:
         self.label = label
         self.grid = tuple(rendered.grid) + (1,) * (3 - len(rendered.grid))
         self.empty = any(g == 0 for g in self.grid)
-        self.options = {"num_warps": rendered.num_warps, "num_stages": rendered.num_stages}
+        # No multiply-add contraction: an FMA rounds once where the reference rounds twice, so
+        # a fused a * b + c differs from NumPy's (Triton contracts by default).
+        self.options = {"num_warps": rendered.num_warps, "num_stages": rendered.num_stages,
+                        "enable_fp_fusion": False}
         self.fast = None
 
     def __call__(self, backend, args) -> None:
