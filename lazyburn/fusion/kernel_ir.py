@@ -215,9 +215,10 @@ def iteration_space(spec: KernelSpec) -> dict:
 def check_index_bounds(spec: KernelSpec, seed: int = 0) -> int:
     """Evaluate every index expression of ``spec`` over its whole iteration space (NumPy) and
     check that each load reads, and each store writes, inside its buffer wherever its mask
-    holds, and that every ``idx_div``/``idx_mod`` operand is non-negative (renderers spell them
-    as truncating division). A data-dependent index (``wrap_clamp``) takes random values of
-    its range. Returns the number of loads checked.
+    holds, that every ``idx_div``/``idx_mod`` operand is non-negative (renderers spell them
+    as truncating division) and that no index arithmetic overflows the kernel's index dtype.
+    A data-dependent index (``wrap_clamp``) takes random values of its range. Returns the
+    number of loads checked.
 
     Meant for tests and debugging: the cost is the size of the iteration space.
 
@@ -226,6 +227,8 @@ def check_index_bounds(spec: KernelSpec, seed: int = 0) -> int:
     rng = np.random.default_rng(seed)
     full = np.broadcast_shapes(*[v.shape for v in env.values()])
     values: dict[int, np.ndarray] = {}
+    info = np.iinfo(spec.index_dtype.np)
+    lo, hi = int(info.min), int(info.max)
 
     def where(bad):
         point = np.unravel_index(int(np.argmax(np.broadcast_to(bad, full))), full)
@@ -242,6 +245,10 @@ def check_index_bounds(spec: KernelSpec, seed: int = 0) -> int:
                 v = np.int64(e.value) if not e.dtype.is_bool else np.bool_(e.value)
             elif e.op in _INDEX_OPS:
                 v = _INDEX_OPS[e.op](a[0], a[1])
+                over = (v < lo) | (v > hi)
+                if e.dtype is spec.index_dtype and np.any(over):
+                    raise IndexOutOfBounds(f"{format_expr(e)} overflows "
+                                           f"{spec.index_dtype.name} at {where(over)}")
             elif e.op in ("idx_div", "idx_mod"):
                 bad = a[0] < 0
                 if np.any(bad):
