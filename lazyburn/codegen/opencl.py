@@ -514,9 +514,9 @@ def render(spec: KernelSpec, name: str, params: dict | None = None) -> RenderedK
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
     # No option that changes float results (-cl-unsafe-math-optimizations, -cl-fast-relaxed-math,
-    # -cl-mad-enable, ...): they broke pow and the special values of the math functions. A
-    # "reassociate" parameter from older tuning caches is ignored; reductions get their
-    # vectors from explicit partial sums instead (see _pairwise_accumulate).
+    # -cl-mad-enable, ...): they broke pow and the special values of the math functions.
+    # Reductions get their vectors from explicit partial sums instead (see
+    # _pairwise_accumulate).
     options = []
     if params.get("vector_width"):
         # the requested width is applied once; the compiler's later passes then warn that the

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DeviceError
+from ..errors import DeviceError, kernel_fault
 from ..fusion.plan import PlanCache
 from . import dump
 
@@ -81,11 +81,16 @@ class FusedBackend:
                     if plan.last_use.get(p) == i and p not in out_set and \
                             order[p].buffer is None:
                         self.release(values.pop(p))
-            self.end_sync()
-            self.dump(plan)
-        except self.device_errors() as e:
+        except self.device_errors() as e:  # raised by the launch of k itself
             origin = getattr(k.compiled, "origin", None) if k is not None else None
             raise DeviceError(f"{self.device_string}: kernel failed: {e}", origin) from None
+        try:
+            self.end_sync()
+        except self.device_errors() as e:  # any kernel of the plan may have faulted
+            raise kernel_fault(self.device_string, str(e), [
+                (getattr(k.compiled, "label", "") or k.kind, getattr(k.compiled, "origin", None))
+                for k in plan.kernels if k.kind != "copy"], exact=False) from None
+        self.dump(plan)
         return [values[p] for p in plan.output_pos]
 
     def _as_local(self, n):

@@ -25,10 +25,9 @@ def default_params(backend, k) -> dict:
     if k.kind == "reduction":
         many_rows = spec.rows >= 4 * backend.compute_units
         if spec.reduce_size <= 32 or (cpu and many_rows):
-            return {"strategy": "sequential", "local": None, "reassociate": cpu,
-                    **_row_vectors(backend)}
+            return {"strategy": "sequential", "local": None, **_row_vectors(backend)}
         local = min(256, backend.max_local, _pow2_at_least(spec.reduce_size))
-        return {"strategy": "tree", "local": local, "reassociate": cpu}
+        return {"strategy": "tree", "local": local}
     if k.kind == "matmul":
         flops = 2 * spec.batch * spec.m * spec.n * spec.k
         return {"tile": 16, "library": cpu and flops >= LIBRARY_MATMUL_MIN_FLOPS}
@@ -95,13 +94,11 @@ def candidates(backend, k) -> list[Candidate]:
             out.append(Candidate(f"local={local},per_item={per_item}",
                                  {"local": local, "per_item": per_item}, 2))
     elif k.kind == "reduction":
-        reassociate = bool(default.get("reassociate"))
         for local in (16, 64, 128, 256):
             if local <= 4 * _pow2_at_least(spec.reduce_size) and local <= backend.max_local:
-                out.append(Candidate(f"tree,local={local}", {
-                    "strategy": "tree", "local": local, "reassociate": reassociate}, 1))
+                out.append(Candidate(f"tree,local={local}",
+                                     {"strategy": "tree", "local": local}, 1))
         out.append(Candidate("sequential", {"strategy": "sequential", "local": None,
-                                            "reassociate": reassociate,
                                             **_row_vectors(backend)}, 1))
     elif k.kind == "matmul":
         out.append(Candidate("tile=8", {"tile": 8, "library": False}, 1))
