@@ -190,7 +190,14 @@ class Partitioner:
         """(is cheap, op count) of recomputing ``n`` down to stored values, anchors and
         leaves. The walk stops early once ``most`` ops are counted, or (``until_dear``) at
         the first op that is not cheap: callers that only compare the count with a bound or
-        only need the cheapness pay for that much of the cone, not all of it."""
+        only need the cheapness pay for that much of the cone, not all of it.
+
+        Within one ``_partition`` the stored set only grows, so an answer stays right while
+        none of the ops it counted has been stored since: answers are kept with those ops."""
+        key = (id(n), most, until_dear)
+        kept = self._costs.get(key)
+        if kept is not None and not any(i in stored for i in kept[2]):
+            return kept[0], kept[1]
         cheap, count, stack, seen = True, 0, [n], set()
         while stack:
             x = stack.pop()
@@ -206,6 +213,8 @@ class Partitioner:
             if count == most:
                 break
             stack.extend(x.inputs)
+        seen.discard(id(n))
+        self._costs[key] = (cheap, count, seen)
         return cheap, count
 
     # 1. anchors --------------------------------------------------------------------------------
@@ -267,6 +276,7 @@ class Partitioner:
             self.force_stored.add(too_big)
 
     def _partition(self) -> Partition:
+        self._costs: dict = {}  # _inline_cost's answers (valid while ``stored`` only grows)
         stored = {id(n) for n in self.order
                   if not self.is_leaf(n) and (id(n) in self.out_ids or id(n) in
                                               self.force_stored or not self.fuse and
