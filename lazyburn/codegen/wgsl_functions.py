@@ -61,6 +61,48 @@ def _erfc_chain() -> str:
     return "\n".join(lines)
 
 
+# Loops. Mesa's lavapipe stops an invocation's loops after 65535 iterations in all (see
+# ``wgsl.LOOP_CAP``), so these functions, which a reduction may call for every element of its
+# row, have none: their iterations are written out (a bounded number of steps, each skipped
+# once there is nothing left to do).
+def _ipow_i32_steps() -> str:
+    return "\n".join(f"    if ((b >> {k}u) == 0i) {{ return r; }}\n"
+                     f"    if (((b >> {k}u) & 1i) != 0i) {{ r = r * x; }}\n"
+                     f"    x = x * x;" for k in range(31))
+
+
+def _ipow_i64_steps() -> str:
+    return "\n".join("    if (e.x == 0u && e.y == 0u) { return r; }\n"
+                     "    if ((e.x & 1u) != 0u) { r = lb_i64_mul(r, x); }\n"
+                     "    x = lb_i64_mul(x, x);\n"
+                     "    e = vec2<u32>((e.x >> 1u) | (e.y << 31u), e.y >> 1u);"
+                     for _ in range(63))
+
+
+def _divmod_steps() -> str:
+    steps = []
+    for i in range(63, -1, -1):
+        word, bit = ("y", i - 32) if i >= 32 else ("x", i)
+        steps.append(f"    r = vec2<u32>((r.x << 1u) | ((n.{word} >> {bit}u) & 1u), "
+                     f"(r.y << 1u) | (r.x >> 31u));\n"
+                     f"    if (!lb_u64_lt(r, d)) {{ r = lb_i64_sub(r, d); "
+                     f"q.{word} = q.{word} | {1 << bit:#x}u; }}")
+    return "\n".join(steps)
+
+
+def _fmod_steps() -> str:
+    return "\n".join("    if (d > 0i) { r = (r << u32(min(d, 8i))) % mb; d = d - 8i; }"
+                     for _ in range(32))
+
+
+def _scale2_steps() -> str:
+    return "\n".join("    if (k != 0i) {\n"
+                     "        let step = clamp(k, -126i, 127i);\n"
+                     "        v = v * bitcast<f32>(u32(step + 127i) << 23u);\n"
+                     "        k = k - step;\n"
+                     "    }" for _ in range(5))
+
+
 FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
@@ -166,22 +208,16 @@ fn lb_mod_i32(a: i32, b: i32) -> i32 {
     return select(m, m + b, m != 0i && ((m < 0i) != (b < 0i)));
 }
 """, ("lb_divmod_i32",))
-_define("lb_ipow_i32", """
-fn lb_ipow_i32(a: i32, b: i32) -> i32 {
-    if (b < 0) { return select(select(0, select(1, -1, (b & 1) != 0), a == -1), 1, a == 1); }
+_define("lb_ipow_i32", f"""
+// Square-and-multiply, one step per bit of b (below 2^31), stopping once no bit is left
+fn lb_ipow_i32(a: i32, b: i32) -> i32 {{
+    if (b < 0) {{ return select(select(0, select(1, -1, (b & 1) != 0), a == -1), 1, a == 1); }}
     var r = 1;
     var x = a;
-    var e = b;
-    loop {
-        if (e == 0) { break; }
-        if ((e & 1) != 0) { r = r * x; }
-        x = x * x;
-        e = e >> 1u;
-    }
+{_ipow_i32_steps()}
     return r;
-}
+}}
 """)
-
 _define("lb_int_from_f32", """
 // Truncation toward zero, saturating into [lo, hi]: nan gives 0, inf and values beyond the
 // range the nearest end (C leaves these undefined; NumPy on x86 gives INT_MIN). f32(hi) may
@@ -216,26 +252,31 @@ fn lb_two_prod_err(a: f32, b: f32, p: f32, z: u32) -> f32 {
 """, ("lb_split",))
 
 # NumPy float semantics -------------------------------------------------------------------------
-_define("lb_fmod", """
-// C's fmod, exact: subtract from |a| the largest |b| * 2^k not above it until what is left is
-// below |b|. Each difference is exact (Sterbenz), so no fused multiply-add is needed (WGSL
-// allows fma to round twice).
-fn lb_fmod(a: f32, b: f32) -> f32 {
-    if (lb_isnan(a) || lb_isnan(b) || lb_isinf(a) || b == 0.0f) { return bitcast<f32>(0x7fc00000u); }
-    let y = abs(b);
-    var r = abs(a);
-    let ey = lb_exponent(y);
-    // at most one pass per binade; the bound also ends the loop where a device flushes a
-    // subnormal b to zero
-    for (var n = 0i; n < 300i; n = n + 1i) {
-        if (r < y) { break; }
-        var s = ldexp(y, lb_exponent(r) - ey);
-        if (s > r) { s = s * 0.5f; }
-        r = r - s;
-    }
-    return lb_copysign(r, a);
-}
-""", ("lb_isnan", "lb_isinf", "lb_copysign", "lb_exponent"))
+_define("lb_fmod", f"""
+// C's fmod, exact, in integers: with |a| = ma 2^(ea - 150) and |b| = mb 2^(eb - 150) (ma, mb
+// the 24-bit significands, ea >= eb the exponent fields, 1 for subnormals), the remainder is
+// (ma 2^(ea - eb) mod mb) 2^(eb - 150). The power of two enters 8 bits at a time (r < 2^24, so
+// r << 8 fits in 32 bits), at most 32 steps for ea - eb <= 253; the result is put together on
+// the bits, so no float arithmetic (which a device may flush to zero) touches it.
+fn lb_fmod(a: f32, b: f32) -> f32 {{
+    if (lb_isnan(a) || lb_isnan(b) || lb_isinf(a) || b == 0.0f) {{ return {NAN}; }}
+    let ua = bitcast<u32>(a) & 0x7fffffffu;
+    let ub = bitcast<u32>(b) & 0x7fffffffu;
+    if (ua < ub) {{ return a; }}
+    let sign = bitcast<u32>(a) & 0x80000000u;
+    let eb = max(i32(ub >> 23u), 1i);
+    let ma = select(ua, (ua & 0x7fffffu) | 0x800000u, ua >= 0x800000u);
+    let mb = select(ub, (ub & 0x7fffffu) | 0x800000u, ub >= 0x800000u);
+    var r = ma % mb;
+    var d = max(i32(ua >> 23u), 1i) - eb;
+{_fmod_steps()}
+    if (r == 0u) {{ return bitcast<f32>(sign); }}
+    let shift = i32(countLeadingZeros(r)) - 8i;  // brings the leading bit to bit 23
+    let e = eb - shift;
+    if (e >= 1i) {{ return bitcast<f32>(sign | (u32(e) << 23u) | ((r << u32(shift)) & 0x7fffffu)); }}
+    return bitcast<f32>(sign | (r << u32(eb - 1i)));
+}}
+""", ("lb_isnan", "lb_isinf"))
 _define("lb_mod_f32", """
 // NumPy's remainder (npy_divmod): the result takes the divisor's sign.
 fn lb_mod_f32(a: f32, b: f32) -> f32 {
@@ -391,19 +432,15 @@ fn lb_pow(x: f32, y: f32) -> f32 {{
     return select(v, -v, y_odd && (bitcast<u32>(x) & 0x80000000u) != 0u);
 }}
 """, ("lb_isnan", "lb_isinf", "lb_log2", "lb_exponent", "lb_scale2"))
-_define("lb_scale2", """
+_define("lb_scale2", f"""
 // x * 2^n for |n| <= 512, in steps a float exponent can hold (ldexp's result is undefined
-// where it overflows)
-fn lb_scale2(x: f32, n: i32) -> f32 {
+// where it overflows); no step once n is used up (x * 1 could flush a subnormal x)
+fn lb_scale2(x: f32, n: i32) -> f32 {{
     var v = x;
     var k = n;
-    for (var i = 0; i < 5 && k != 0i; i = i + 1) {
-        let step = clamp(k, -126i, 127i);
-        v = v * bitcast<f32>(u32(step + 127i) << 23u);
-        k = k - step;
-    }
+{_scale2_steps()}
     return v;
-}
+}}
 """)
 _define("lb_pcg", """
 fn lb_pcg(x: u32) -> u32 {
@@ -493,22 +530,16 @@ fn lb_i64_shr(a: vec2<u32>, n: u32) -> vec2<u32> {
     return vec2<u32>((a.x >> n) | (a.y << (32u - n)), bitcast<u32>(hi >> n));
 }
 """)
-_define("lb_u64_divmod", """
-// Unsigned 64-bit quotient (xy) and remainder (zw): one word when both fit, else long division.
-fn lb_u64_divmod(n: vec2<u32>, d: vec2<u32>) -> vec4<u32> {
-    if (n.y == 0u && d.y == 0u) { return vec4<u32>(n.x / d.x, 0u, n.x % d.x, 0u); }
+_define("lb_u64_divmod", f"""
+// Unsigned 64-bit quotient (xy) and remainder (zw): one word when both fit, else long
+// division, one step per bit from the top.
+fn lb_u64_divmod(n: vec2<u32>, d: vec2<u32>) -> vec4<u32> {{
+    if (n.y == 0u && d.y == 0u) {{ return vec4<u32>(n.x / d.x, 0u, n.x % d.x, 0u); }}
     var q = vec2<u32>(0u, 0u);
     var r = vec2<u32>(0u, 0u);
-    for (var i = 63u; i < 64u; i = i - 1u) {
-        let bit = select(n.x >> i, n.y >> (i - 32u), i >= 32u) & 1u;
-        r = vec2<u32>((r.x << 1u) | bit, (r.y << 1u) | (r.x >> 31u));
-        if (!lb_u64_lt(r, d)) {
-            r = lb_i64_sub(r, d);
-            if (i >= 32u) { q.y = q.y | (1u << (i - 32u)); } else { q.x = q.x | (1u << i); }
-        }
-    }
+{_divmod_steps()}
     return vec4<u32>(q, r);
-}
+}}
 """, ("lb_u64_lt", "lb_i64_sub"))
 _define("lb_floordiv_i64", """
 fn lb_floordiv_i64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
@@ -532,25 +563,21 @@ fn lb_mod_i64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
     return select(rt, lb_i64_add(rt, b), na != nb);
 }
 """, ("lb_u64_divmod", "lb_i64_abs", "lb_i64_neg", "lb_i64_add"))
-_define("lb_ipow_i64", """
-fn lb_ipow_i64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+_define("lb_ipow_i64", f"""
+// Square-and-multiply, one step per bit of b (below 2^63), stopping once no bit is left
+fn lb_ipow_i64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {{
     let one = vec2<u32>(1u, 0u);
-    if (bitcast<i32>(b.y) < 0i) {
-        if (a.x == 1u && a.y == 0u) { return one; }
-        if (a.x == 0xffffffffu && a.y == 0xffffffffu) { return select(one, a, (b.x & 1u) != 0u); }
+    if (bitcast<i32>(b.y) < 0i) {{
+        if (a.x == 1u && a.y == 0u) {{ return one; }}
+        if (a.x == 0xffffffffu && a.y == 0xffffffffu) {{ return select(one, a, (b.x & 1u) != 0u); }}
         return vec2<u32>(0u, 0u);
-    }
+    }}
     var r = one;
     var x = a;
     var e = b;
-    loop {
-        if (e.x == 0u && e.y == 0u) { break; }
-        if ((e.x & 1u) != 0u) { r = lb_i64_mul(r, x); }
-        x = lb_i64_mul(x, x);
-        e = vec2<u32>((e.x >> 1u) | (e.y << 31u), e.y >> 1u);
-    }
+{_ipow_i64_steps()}
     return r;
-}
+}}
 """, ("lb_i64_mul",))
 _define("lb_i64_from_f32", """
 // Truncation toward zero, saturating: nan gives 0, values beyond the range the nearest end.
