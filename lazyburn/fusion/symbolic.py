@@ -10,10 +10,14 @@ so that ``(k*m + rest) // k`` becomes ``m`` and ``(k*m + rest) % k`` becomes ``r
 ``0 <= rest < k``. This is what makes a reshape, a broadcast or a split of heads cost no
 division at run time in the common cases.
 
-Index ops are ``idx_add``, ``idx_mul``, ``idx_div``, ``idx_mod`` (operands known non-negative
-where the result is used, so C's truncating ``/`` and ``%`` are right), ``idx_lt``, ``idx_ge``
-and ``idx_and`` (bool masks), and ``idx_min``/``idx_max``. Value ops are the op table's
-element-wise names.
+Index ops are ``idx_add``, ``idx_mul``, ``idx_div``, ``idx_mod``, ``idx_lt``, ``idx_ge`` and
+``idx_and`` (bool masks), and ``idx_min``/``idx_max``. ``div`` and ``mod`` mean floor division,
+but every ``idx_div``/``idx_mod`` the builder emits has a non-negative operand (a split leaves
+a non-negative remainder; an operand that may still be negative is shifted by a multiple of
+the divisor), so the renderers' truncating ``/`` and ``%`` compute them exactly: a flipped or
+negatively strided view of a tiled, repeated or padded tensor stays in bounds.
+``kernel_ir.check_index_bounds`` checks this over a kernel's whole iteration space. Value ops
+are the op table's element-wise names.
 """
 from __future__ import annotations
 
