@@ -375,6 +375,10 @@ def test_python_scalars_are_weak(op, dtype, scalar, reflected, shape, seed):
     if dtype == "uint8" and isinstance(scalar, int) and scalar < 0:
         scalar = 2
     x = make(host)
+    if op == "**" and dtype in INTS and not reflected and type(scalar) is int and scalar < 0:
+        with pytest.raises(ValueError, match="negative integer powers"):  # as NumPy
+            x ** scalar
+        return
     out = eval(f"scalar {op} x" if reflected else f"x {op} scalar")
     if isinstance(scalar, float) and dtype in INTS:
         sd = "float32"
