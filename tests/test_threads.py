@@ -101,3 +101,59 @@ def test_threads_sync_on_one_device_from_a_cold_start(device, tmp_path):
         assert written and all(p.endswith(".py") for p in written), written  # no temporaries
         for p in kernels.iterdir():
             compile(p.read_text(), str(p), "exec")  # every file whole
+
+SHARED = textwrap.dedent("""
+    import os, sys, threading, traceback
+    try:
+        import triton
+    except ImportError:
+        pass
+    if sys.argv[1].startswith("cuda"):
+        os.environ["TRITON_INTERPRET"] = "1"
+    import numpy as np
+    import lazyburn as lb
+
+    device, threads, syncs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    failures = []
+
+    def work(t):
+        rng = np.random.default_rng(2000 + t)
+        try:
+            for i in range(syncs):
+                a = rng.standard_normal(64).astype(np.float32)
+                base = lb.exp(lb.tensor(a, device=device)) * 2.0  # pending, shared by two threads
+                got = []
+                side = threading.Thread(target=lambda: got.append(base.numpy()))
+                side.start()
+                total = (base + 1.0).sum().numpy()  # realizes a graph that contains base's node
+                side.join()
+                np.testing.assert_allclose(got[0], np.exp(a) * 2.0, rtol=1e-5)
+                np.testing.assert_allclose(total, (np.exp(a) * 2.0 + 1.0).sum(), rtol=1e-4)
+        except BaseException:
+            failures.append(f"thread {t}: " + traceback.format_exc())
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    if failures:
+        print("\\n".join(failures))
+        sys.exit(1)
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("device", FUSED_DEVICES)
+def test_threads_realizing_a_shared_pending_node(device, tmp_path):
+    """One thread syncs a pending tensor while another syncs a graph that contains it: each
+    plan is built from the graph its key was made from (a plan keyed while the node was pending
+    but built after it was realized would read a missing buffer at the next hit)."""
+    env = dict(os.environ, LAZYBURN_CACHE_DIR=str(tmp_path / "cache"), LAZYBURN_AUTOTUNE="0")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", SHARED, device, str(THREADS), "30"], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, \
+        f"exit status {done.returncode}:\n{done.stdout}{done.stderr[-6000:]}"
+    assert "ok" in done.stdout

@@ -128,16 +128,24 @@ def _realize_on(device: str, nodes: Sequence[Node]) -> None:
             return
     # only planning backends need the structural key; the reference needs the order
     walk = structural_key if hasattr(b, "plans") else _order_only
-    key, order = walk(nodes)
-    # a copy from another device needs its source realized first
-    sources = [n.inputs[0] for n in order
-               if n.op == "copy" and n.inputs[0].device != device and n.inputs[0].pending]
-    if sources:
+    # Nodes are realized only under their device's lock, so the graph a key is made from is the
+    # graph its plan is built from and run on, even while another thread realizes shared nodes.
+    while True:
+        with b.lock:
+            nodes = [n for n in nodes if n.buffer is None]  # realized meanwhile by another thread
+            if not nodes:
+                return
+            key, order = walk(nodes)
+            # a copy from another device needs its source realized first, outside this
+            # device's lock (the source's device takes its own)
+            sources = [n.inputs[0] for n in order
+                       if n.op == "copy" and n.inputs[0].device != device and n.inputs[0].pending]
+            if not sources:
+                buffers = b.run(nodes, key, order)
+                for n, buf in zip(nodes, buffers):
+                    n.realize_to(buf)
+                return
         realize(sources)
-        key, order = walk(nodes)
-    buffers = b.run(nodes, key, order)
-    for n, buf in zip(nodes, buffers):
-        n.realize_to(buf)
 
 
 def _order_only(nodes: Sequence[Node]):

@@ -12,6 +12,7 @@ truncate toward zero and saturate (nan gives 0, values beyond the integer range 
 """
 from __future__ import annotations
 
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -223,6 +224,7 @@ class NumpyBackend:
 
     def __init__(self):
         self.nodes_executed = 0
+        self.lock = threading.RLock()  # one sync at a time, as on every device
 
     def upload(self, host: np.ndarray) -> np.ndarray:
         a = np.array(host, copy=True, order="C")
