@@ -312,6 +312,24 @@ def _trust_graphs():
     return outs
 
 
+@pytest.mark.parametrize("shape", [(1, 2, 1), (5, 37, 3), (2, 20, 33)])
+def test_half_matmul(dev, shape):
+    """bfloat16 and float16 products accumulate in float32 and round once to the half type (the
+    interpreter's tl.dot misread bfloat16 tiles: 1.48 came out 2.7e9)."""
+    m, k, n = shape
+    rng = np.random.default_rng(31 + m * k * n)
+    for half in ("bfloat16", "float16"):
+        np_half = lb.dtype(half).np
+        a = rng.uniform(-2, 2, (m, k)).astype(np_half)
+        b = rng.uniform(-2, 2, (k, n)).astype(np_half)
+        ref, got = both(lambda x, y: x @ y, a, b)
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        tol = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+        u = 2.0 ** -8 if half == "bfloat16" else 2.0 ** -11
+        for out in (ref, got):
+            assert (np.abs(out.astype(np.float64) - exact) <= u * tol + 1e-30).all(), half
+
+
 def test_trust_kernels_compile_for_sm90():
     """The kernels of the graphs above, looped reductions included, compile for sm_90."""
     j = 0

@@ -236,6 +236,10 @@ def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, tma: di
         loop += lines
         tile = names[expr.id]
         operand_t = TL[expr.dtype.name] if dot else acc_t
+        if dot and p.target == "interpret" and expr.dtype.name == "bfloat16":
+            # the interpreter's tl.dot misreads bfloat16 tiles (values come out ~1e9); a
+            # product of two bfloat16 values is exact in float32, so the sums are the same
+            operand_t = "tl.float32"
         have_t = TL[expr.dtype.name] if expr.id in p.raw_loads else VALUE[expr.dtype.name]
         if expr.is_const:
             tile = f"tl.full([{shape[0]}, {shape[1]}], {number_text(expr.value, operand_t)}, " \
