@@ -134,8 +134,13 @@ class _Gen:
             if v is not None:
                 prog.steps.append(v)
                 vals.append(v)
+        # every value no later step reads (else it is never computed), plus a few the "user"
+        # holds too: intermediates stored while still read inside kernels
         k = len(vals)
-        outs = {k - 1}
+        read = set()
+        for st in prog.steps:
+            read |= _deps(st.expr)
+        outs = {i for i in range(n_in, k) if i not in read} or {k - 1}
         for _ in range(int(rng.integers(0, 3))):
             outs.add(int(rng.integers(n_in, k)) if k > n_in else k - 1)
         prog.outputs = sorted(outs)
