@@ -169,3 +169,29 @@ def test_long_chain_after_a_reduction(rng):
         want = want * np.float32(0.999) + np.float32(0.001)
     explain_shallow(y)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", FUSED_DEVICES)
+def test_stage_reading_a_value_stored_from_an_earlier_stage(device, rng):
+    """``max`` and a later ``sum`` over the same rows share a kernel only while the sum reads
+    the max's result inline; here the sum's input is a stored output built from the max (and
+    from a second reduction that itself reads the max), so the sum needs a kernel of its own.
+    Planning this once failed with "the fusion groups depend on each other in a cycle"."""
+    a = rng.standard_normal(3, dtype=np.float32)
+    b = rng.standard_normal(1, dtype=np.float32)
+    c = rng.standard_normal(3, dtype=np.float32)
+
+    def program(device):
+        x, y, z = (lb.tensor(v, device=device) for v in (a, b, c))
+        flags = (x > 0).any(0, keepdims=True).astype("float32")
+        pair = lb.concat([y, lb.flip(y, axis=0)], axis=0)
+        top = pair.max(0, keepdims=False)
+        centred = top - lb.where(flags + (y >= -0.2).astype("float32") > 1.5, pair, pair)
+        picked = lb.where(flags + (z[2:] >= -0.2).astype("float32") > 1.5, top, y)
+        return [pair, top, centred, z.mean(0), picked, centred.mean(0, keepdims=True)]
+
+    got, want = program(device), program("numpy")
+    assert "reduction(max)" in [k.label for k in explain_shallow(*got).kernels]
+    lb.sync(*got)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6, atol=1e-6)

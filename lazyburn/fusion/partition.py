@@ -40,8 +40,12 @@ MAX_DEPTH = 96  # ops in the longest chain one kernel computes inline
 
 
 class _Cycle(Exception):
-    def __init__(self, written: set):
+    """The groups depend on each other in a cycle: ``written`` are the values anchor groups
+    store besides their anchors, ``staged`` the anchor lists of its multi-stage reductions."""
+
+    def __init__(self, written: set, staged: list):
         self.written = written
+        self.staged = staged
 
 
 @dataclass(eq=False)
@@ -251,7 +255,30 @@ class Partitioner:
     def run(self) -> Partition:
         self.force_stored |= self._split_long_chains()
         self._sets = self._anchor_sets()
-        # anchor bit -> its set, and per set the anchors its anchors depend on
+        self._index_sets()
+        while True:
+            try:
+                part = self._partition()
+            except _Cycle as cycle:
+                # a fuse-on-write closed a cycle: store those values from their own kernels
+                fresh = cycle.written - self.no_write_fusion
+                if fresh:
+                    self.no_write_fusion |= fresh
+                    continue
+                # else a later stage of a reduction reads a value that another kernel stores
+                # from an earlier stage: that stage starts a kernel of its own
+                if not cycle.staged:
+                    raise FusionIllegal("the fusion groups depend on each other in a cycle")
+                self._split_last_stages(cycle.staged)
+                continue
+            too_big = self._over_limit(part)
+            if too_big is None:
+                return part
+            self.force_stored.add(too_big)
+
+    def _index_sets(self) -> None:
+        """Anchor bit -> its set (``_set_of``), and per set the anchors its anchors depend on
+        (``_set_up``)."""
         self._set_of = [0] * len(self.anchor_bit)
         self._set_up = []
         for j, (_, anchors, _) in enumerate(self._sets):
@@ -260,20 +287,18 @@ class Partitioner:
                 self._set_of[self.anchor_bit[id(a)].bit_length() - 1] = j
                 up |= self.anc[id(a)]
             self._set_up.append(up)
-        while True:
-            try:
-                part = self._partition()
-            except _Cycle as cycle:
-                # a fuse-on-write closed a cycle: store those values from their own kernels
-                fresh = cycle.written - self.no_write_fusion
-                if not fresh:
-                    raise FusionIllegal("the fusion groups depend on each other in a cycle")
-                self.no_write_fusion |= fresh
-                continue
-            too_big = self._over_limit(part)
-            if too_big is None:
-                return part
-            self.force_stored.add(too_big)
+
+    def _split_last_stages(self, staged: list) -> None:
+        """Move the last anchor of each anchor list in ``staged`` to a set of its own (sets stay
+        in the topological order of their first anchors)."""
+        for anchors in staged:
+            j = self._set_of[self.anchor_bit[id(anchors[0])].bit_length() - 1]
+            kind, members, space = self._sets[j]
+            last = members.pop()
+            at = next((i for i, s in enumerate(self._sets)
+                       if self.pos[id(s[1][0])] > self.pos[id(last)]), len(self._sets))
+            self._sets.insert(at, (kind, [last], space))
+            self._index_sets()
 
     def _partition(self) -> Partition:
         self._costs: dict = {}  # _inline_cost's answers (valid while ``stored`` only grows)
@@ -635,7 +660,9 @@ class Partitioner:
             cycle = nx.find_cycle(gg)
             written = {id(n) for a, _ in cycle for n in by_id[a].outputs
                        if by_id[a].kind != "elementwise" and n not in by_id[a].anchors}
-            raise _Cycle(written) from None
+            staged = [list(by_id[a].anchors) for a, _ in cycle
+                      if by_id[a].kind == "reduction" and len(by_id[a].anchors) > 1]
+            raise _Cycle(written, staged) from None
         return [by_id[i] for i in order]
 
     def _over_limit(self, part: Partition):
