@@ -97,8 +97,11 @@ def float_literal(value: float, suffix: str = "", inf: str = "INFINITY", nan: st
 
 
 def rounded_to(value: float, dtype) -> float:
-    """A float constant ``value`` as float ``dtype`` holds it (rounded to nearest even, too
-    large for the type: inf, as NumPy converts a Python float), returned as a Python float."""
+    """A float constant ``value`` as float ``dtype`` (float16, bfloat16, float32 or float64)
+    holds it, returned as a Python float: rounded to nearest even in one step from the float64
+    value, inf where it is too large for the type, as NumPy converts a Python float. Renderers
+    spell constants of the half types through it, so a float16 0.1 is the float16 value
+    0.0999755859375 even where the kernel computes in float32."""
     with np.errstate(over="ignore"):
         return float(dtype.np.type(value))
 

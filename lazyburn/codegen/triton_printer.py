@@ -7,12 +7,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import ml_dtypes
-import numpy as np
-
 from ..fusion.kernel_ir import KernelSpec
 from ..fusion.symbolic import Expr, topo_exprs
-from .common import INFIX, INT_LIMITS, ExprPrinter, float_literal
+from .common import INFIX, INT_LIMITS, ExprPrinter, float_literal, rounded_to
 from .triton_helpers import HELPERS
 
 TL = {"bool": "tl.int1", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32",
@@ -51,18 +48,6 @@ PORTABLE = {"expm1": "lb_expm1", "log1p": "lb_log1p", "tanh": "lb_tanh", "tan": 
 # ops spelled as a call of a helper, of libdevice or of a tl.math function
 CALLS = frozenset(LIBDEVICE) | {"floordiv", "mod", "minimum", "maximum", "pow", "div", "rsqrt",
                                 "sigmoid", "exp"}
-
-
-def round_to(value: float, dtype) -> float:
-    """``value`` rounded to float ``dtype`` (a constant of a half type is the half value)."""
-    with np.errstate(over="ignore"):  # too large for the type: inf, as NumPy converts
-        if dtype.name == "float16":
-            return float(np.float16(value))
-        if dtype.name == "bfloat16":
-            return float(ml_dtypes.bfloat16(value))
-        if dtype.name == "float32":
-            return float(np.float32(value))
-    return float(value)
 
 
 def negative_zero(work: str) -> str:
@@ -174,7 +159,7 @@ class TritonPrinter(ExprPrinter):
             return f"tl.full([], {value}, {TL[dtype.name]})"
         if value == 0 and math.copysign(1.0, value) < 0:
             return negative_zero(VALUE[dtype.name])
-        text = float_literal(round_to(value, dtype), "", INF, NAN)
+        text = float_literal(rounded_to(value, dtype), "", INF, NAN)
         if dtype.name == "float64":  # a bare Python float would be rounded to float32 first
             return f"tl.full([], {text}, tl.float64)"
         return text
@@ -187,7 +172,7 @@ class TritonPrinter(ExprPrinter):
             return f"tl.full([], {value}, {TL[dtype.name]})"
         if value == 0 and math.copysign(1.0, value) < 0:
             return negative_zero(VALUE[dtype.name])
-        text = float_literal(round_to(value, dtype), "", INF, NAN)
+        text = float_literal(rounded_to(value, dtype), "", INF, NAN)
         return f"tl.full([], {text}, {VALUE[dtype.name]})"
 
     def mask_arg(self, masks: list, computed: bool = False) -> str | None:
