@@ -600,7 +600,11 @@ def host_inputs(prog: Program) -> list:
     out = []
     for shape, dtype, lo, hi in prog.inputs:
         if dtype in INT_DTYPES:
-            out.append(rng.integers(lo, hi, size=shape, endpoint=True, dtype=dtype))
+            a = rng.integers(lo, hi, size=shape, endpoint=True, dtype=dtype)
+            if a.size:  # the range's ends and 0, -1 somewhere: overflow and sign edge cases
+                edges = np.array([lo, hi, 0, -1 if lo < 0 else 1], dtype=dtype)
+                a.reshape(-1)[rng.integers(0, a.size, size=4)] = edges
+            out.append(a)
         else:
             npd = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
             out.append(rng.uniform(lo, hi, size=shape).astype(npd))
@@ -641,7 +645,7 @@ def check(prog: Program, device: str) -> str | None:
         refs = [ref[i] for i in prog.outputs]
         lb.sync(*refs)
         want = [r.numpy() for r in refs]
-    except LazyburnError:
+    except (LazyburnError, ValueError, TypeError):
         return None  # not a valid program (e.g. shapes that do not meet): nothing to compare
     vals = prog.values
     try:
@@ -798,8 +802,12 @@ def reproducer(prog: Program, device: str, failure: str) -> str:
     ]
     for shape, dtype, lo, hi in prog.inputs:
         if dtype in INT_DTYPES:
-            lines.append(f"    out.append(rng.integers({lo}, {hi}, size={shape}, endpoint=True, "
-                         f"dtype={dtype!r}))")
+            lines += [f"    a = rng.integers({lo}, {hi}, size={shape}, endpoint=True, "
+                      f"dtype={dtype!r})",
+                      "    if a.size:",
+                      f"        a.reshape(-1)[rng.integers(0, a.size, size=4)] = np.array("
+                      f"[{lo}, {hi}, 0, {-1 if lo < 0 else 1}], dtype={dtype!r})",
+                      "    out.append(a)"]
         elif dtype == "bfloat16":
             lines.append(f"    out.append(rng.uniform({lo}, {hi}, size={shape}).astype("
                          f"lb.bfloat16.np))")
