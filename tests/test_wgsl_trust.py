@@ -289,3 +289,207 @@ def test_long_products_stay_accurate(rng):
     idx = rng.choice(y.size, 30, replace=False)
     y[idx[:15]], y[idx[15:]] = 2.0, 0.25
     assert float(lb.tensor(y, device=DEV).prod().numpy()) == float(np.prod(y))
+
+
+# loop cap ----------------------------------------------------------------------------------
+# Mesa's llvmpipe ends an invocation's loops after 65535 iterations in all, silently (see
+# ``codegen/wgsl.py``, "Loops"). Kernels loop little on every adapter; where the adapter has the
+# cap, a kernel that would loop more renders otherwise or raises.
+wgsl = webgpu.wgsl
+
+
+def _device(monkeypatch, name, loop_cap, **params):
+    """A WebGPU device on adapter 0 registered as ``name``, whose target has ``loop_cap``, with
+    ``params`` over the launch defaults."""
+    import dataclasses
+
+    b = webgpu.WebGPUBackend(webgpu.adapters()[0], 0)
+    b.device_string = name
+    b.target = dataclasses.replace(b.target, loop_cap=loop_cap)
+    monkeypatch.setitem(runtime._backends, name, b)
+    monkeypatch.setitem(record.UNSUPPORTED, name, frozenset(b.unsupported_dtypes))
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
+    if params:
+        monkeypatch.setattr(b, "launch_params", lambda k: {**tuning.default_params(b, k),
+                                                            **params})
+    return b
+
+
+def _adapter_cap():
+    """The cap of adapter 0 as the runtime is to see it (None on a GPU)."""
+    return wgsl.loop_cap(webgpu.adapters()[0].info)
+
+
+def _probe(b, body: str) -> int:
+    """What one invocation's ``c`` ends as after ``body`` (an i32 counter from 0; ``ns[0]`` is
+    100000, ``ns[1]`` 40000, read at run time so that nothing is folded)."""
+    import wgpu
+
+    src = ("@group(0) @binding(0) var<storage, read_write> out: array<i32>;\n"
+           "@group(0) @binding(1) var<storage, read> ns: array<i32>;\n"
+           "@compute @workgroup_size(1)\nfn main() {\n    var c = ns[2];\n"
+           f"    {body}\n    out[0] = c;\n}}")
+    d = b.device
+    pipeline = d.create_compute_pipeline(layout="auto", compute={
+        "module": d.create_shader_module(code=src), "entry_point": "main"})
+    out = d.create_buffer(size=4, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    ns = d.create_buffer_with_data(data=np.int32([100000, 40000, 0]).tobytes(),
+                                   usage=wgpu.BufferUsage.STORAGE)
+    group = d.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
+        {"binding": 0, "resource": {"buffer": out}}, {"binding": 1, "resource": {"buffer": ns}}])
+    encoder = d.create_command_encoder()
+    compute = encoder.begin_compute_pass()
+    compute.set_pipeline(pipeline)
+    compute.set_bind_group(0, group)
+    compute.dispatch_workgroups(1)
+    compute.end()
+    d.queue.submit([encoder.finish()])
+    return int(np.frombuffer(d.queue.read_buffer(out), np.int32)[0])
+
+
+def test_the_loop_cap_is_llvmpipes_and_counts_every_loop():
+    assert wgsl.loop_cap({"vendor": "llvmpipe", "device": "llvmpipe (LLVM 15.0.6, 256 bits)",
+                          "adapter_type": "CPU"}) == wgsl.LOOP_CAP == 65535
+    assert wgsl.loop_cap({"vendor": "NVIDIA", "device": "NVIDIA H100 80GB HBM3",
+                          "adapter_type": "DiscreteGPU"}) is None
+    if _adapter_cap() is None:
+        pytest.skip("the adapter has no loop cap")
+    b = runtime.backend(DEV)
+    one = "for (var k = 0i; k < ns[0]; k++) { c += 1i; }"
+    assert _probe(b, one) == 65535  # one loop of 100000 additions
+    two = "for (var k = 0i; k < ns[1]; k++) { c += 1i; } " * 2
+    assert _probe(b, two) < 2 * 40000  # two loops of 40000: one count for both
+    written_out = "for (var k = 0i; k < ns[0] / 10i; k++) { " + "c += 1i; " * 10 + "}"
+    assert _probe(b, written_out) == 100000  # a body written out is not counted
+
+
+def test_library_functions_loop_only_where_counted():
+    import re
+
+    from lazyburn.codegen import wgsl_functions as functions
+
+    looping = {name for name, (source, _) in functions.FUNCTIONS.items()
+               if re.search(r"\bfor \(|\bloop \{|\bwhile\b", source)}
+    assert looping == set(functions.LOOP_TRIPS) == {"lb_fmod"}
+    assert functions.loop_trips("lb_mod_f32(a, b) + lb_floordiv_f32(a, lb_fmod(a, b))") == 99
+
+
+def test_fmod_is_exact_on_any_bits(rng):
+    """Remainders of random bit patterns (subnormals, huge quotients) and ordinary values,
+    bit for bit; the largest exponent gaps take fmod's longest loop."""
+    def floats(n):
+        return rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+
+    x = np.concatenate([floats(20000), (rng.standard_normal(2000) * 10).astype(np.float32),
+                        np.float32([3.4e38, -3.4e38, 1e-40, 7e-45, 5.0, -0.0])])
+    y = np.concatenate([floats(20000), rng.choice(np.float32([1.0, -0.3, 2.5, 1e-40]), 2000),
+                        np.float32([1.4e-45, 1e-45, 3e-41, 1.5, 2.0, 3.0])])
+    got = (lb.tensor(x, device=DEV) % lb.tensor(y, device=DEV)).numpy()
+    with np.errstate(all="ignore"):
+        want = np.remainder(x, y)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), (x[~same][:5], y[~same][:5], got[~same][:5], want[~same][:5])
+
+
+@pytest.mark.parametrize("cap", ["adapter", "none"])
+def test_sums_of_rows_longer_than_the_cap_in_the_sequential_strategy(monkeypatch, rng, cap):
+    """2 x 100000: one invocation per row used to stop after 65535 elements (a relative error
+    of 1e-3); max, argmax and min of a row whose extreme is near its end too."""
+    name = f"webgpu:7{len(cap)}"
+    _device(monkeypatch, name, _adapter_cap() if cap == "adapter" else None,
+            strategy="sequential")
+    x = rng.standard_normal((2, 100000)).astype(np.float32)
+    x[0, -7], x[1, -3] = 50.0, -50.0
+    t = lb.tensor(x, device=name)
+    assert relative_error(t.sum(-1).numpy(), x, axis=-1) <= 1e-6
+    np.testing.assert_array_equal(t.max(-1).numpy(), x.max(-1))
+    np.testing.assert_array_equal(t.argmax(-1).numpy(), x.argmax(-1))
+    np.testing.assert_array_equal(t.min(-1).numpy(), x.min(-1))
+    p = (1.0 + 1e-4 * rng.standard_normal((2, 100000))).astype(np.float32)
+    got = lb.tensor(p, device=name).prod(-1).numpy().astype(np.float64)
+    exact = np.prod(p.astype(np.float64), axis=-1)
+    assert np.max(np.abs(got - exact) / exact) <= 1e-5
+
+
+@pytest.mark.parametrize("workgroup", [32, 256, None])
+def test_a_row_of_2_to_the_25_in_one_tree(monkeypatch, rng, workgroup):
+    """2^25 elements, the most a float32 buffer of lavapipe holds: 256 invocations used to stop
+    after 65535 elements each (relative error 6e-5)."""
+    name = f"webgpu:6{workgroup or 0}"
+    params = {"strategy": "tree", "workgroup": workgroup} if workgroup else {}
+    _device(monkeypatch, name, _adapter_cap(), **params)
+    x = rng.standard_normal(2 ** 25).astype(np.float32)
+    t = lb.tensor(x, device=name)
+    assert relative_error(t.sum().numpy(), x) <= 1e-6
+    assert float(t.max().numpy()) == float(x.max())
+
+
+def test_a_sequential_reduction_beyond_the_budget_becomes_a_tree(monkeypatch, rng):
+    """Rows of 2^21: 65536 blocks of 32 for one invocation. Where the adapter's cap is not
+    known the same holds (past lavapipe's budget, nothing is sequential)."""
+    from lazyburn.codegen import wgsl_reduction
+
+    b = _device(monkeypatch, "webgpu:59", wgsl.LOOP_CAP, strategy="sequential")
+    x = rng.standard_normal((3, 2 ** 21)).astype(np.float32)
+    spec = lb.explain(lb.tensor(x, device="webgpu:59").sum(-1)).kernels[0].spec
+    plain = wgsl_reduction._render(spec, "k", {"strategy": "sequential"}, b.target)
+    assert "let lid = 0i;" in plain.source and plain.loop_trips > wgsl.LOOP_CAP
+    for target in (b.target, wgsl.Target()):
+        r = wgsl.render(spec, "k", {"strategy": "sequential"}, target)
+        assert "let lid = i32(lid_u);" in r.source  # one workgroup per row
+        assert r.loop_trips <= wgsl.form_budget(target)
+    got = lb.tensor(x, device="webgpu:59").sum(-1).numpy()
+    assert relative_error(got, x, axis=-1) <= 1e-6
+
+
+def test_what_cannot_fit_the_cap_raises_naming_it(monkeypatch, rng):
+    """A small cap stands for lavapipe's (whose buffers are too small to exceed it with a sum):
+    a reduction calling fmod per element, and a matmul with a long K, raise DeviceError."""
+    b = _device(monkeypatch, "webgpu:58", 3000)
+    x = rng.standard_normal((1, 200000)).astype(np.float32)
+    t = lb.tensor(x, device="webgpu:58")
+    with pytest.raises(lb.errors.DeviceError, match="3000"):
+        (t % 1.5).sum(-1).numpy()
+    assert relative_error(t.sum(-1).numpy(), x, axis=-1) <= 1e-6  # a plain sum still fits
+    # K / 32 (the largest tile) iterations: 2188 fit in the budget (3/4 of 3000), 3125 not
+    a = lb.tensor(rng.standard_normal((4, 100000)).astype(np.float32), device="webgpu:58")
+    with pytest.raises(lb.errors.DeviceError, match="K = 100000.*3000"):
+        (a @ a.T).numpy()
+    spec = lb.explain(a @ a.T).kernels[-1].spec
+    with pytest.raises(wgsl.LoopLimitError):
+        wgsl.render(spec, "k", {}, b.target)
+    assert issubclass(wgsl.LoopLimitError, lb.errors.DeviceError)
+    c = a[:, :70000]
+    got = (c @ c.T).numpy()
+    want = c.numpy().astype(np.float64) @ c.numpy().T.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.parametrize("m,k,micro,cap", [(64, 70000, None, "adapter"),
+                                           (8, 300000, None, "adapter"),
+                                           (16, 70000, 4, "adapter"), (16, 70000, 4, "none")])
+def test_matmul_with_a_long_k(monkeypatch, rng, m, k, micro, cap):
+    """64 x 70000 @ 70000 x 64 used to stop after a quarter of K (four or more outputs per
+    invocation: the driver kept the loop over the tile, 16 iterations a tile); with one output
+    per invocation it unrolled that loop itself. A prologue and an epilogue fused in."""
+    name = f"webgpu:5{m}{len(cap)}"
+    _device(monkeypatch, name, _adapter_cap() if cap == "adapter" else None,
+            **({"micro": micro} if micro else {}))
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    c = rng.standard_normal((k, m)).astype(np.float32)
+    got = (lb.tanh(lb.tensor(a, device=name) * 0.5) @ lb.tensor(c, device=name) + 1.0).numpy()
+    ta = np.tanh(a.astype(np.float64) * 0.5)
+    want = ta @ c.astype(np.float64) + 1.0
+    scale = np.abs(ta) @ np.abs(c.astype(np.float64)) + 1.0
+    assert np.max(np.abs(got - want) / scale) <= 1e-5
+
+
+def test_a_large_element_wise_kernel_with_fmod(monkeypatch, rng):
+    """2^24 elements, 8 per invocation, each through fmod's loop (element-wise kernels loop
+    only there), at its longest where a huge value meets the smallest subnormal."""
+    _device(monkeypatch, "webgpu:57", _adapter_cap(), per_item=8)
+    n = 2 ** 24
+    x = (rng.standard_normal(n) * 10.0 ** rng.uniform(-30, 37, n)).astype(np.float32)
+    y = np.where(rng.random(n) < 0.01, np.float32(1.4e-45), np.float32(0.37))
+    got = (lb.tensor(x, device="webgpu:57") % lb.tensor(y, device="webgpu:57") * 2.0).numpy()
+    np.testing.assert_array_equal(got, np.remainder(x, y) * np.float32(2.0))

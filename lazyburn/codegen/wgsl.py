@@ -54,6 +54,32 @@ linear workgroup id; invocations past the end store nothing. Launch parameters:
   ``micro`` x ``micro`` outputs, so a workgroup covers ``tile * micro`` squared), with tiles of A
   and B staged through workgroup memory.
 
+Loops. Mesa's llvmpipe (lavapipe, its Vulkan driver: the software adapter of CI machines)
+caps the loop iterations of an invocation: its shader compiler (gallivm) gives each invocation
+one counter, set to ``LP_MAX_TGSI_LOOP_ITERATIONS`` = 65535 (``lp_bld_limits.h``) and decremented
+at every iteration of every loop, nested ones and those of called functions included; at zero,
+each loop leaves after its current iteration, with no error, so the results are silently wrong.
+A loop costs its iterations plus one (the test that ends it), and at least one wherever it
+stands: the driver runs both sides of a branch, masked, so a loop in a branch not taken counts
+too. Loops the driver unrolls itself (a small constant trip count) do not count. ``LOOP_CAP``
+holds the figure, as measured on Mesa 22.3.6: a loop adding 1 100000 times returns 65535; two
+loops of 40000 iterations 65534 in all; a 400 x 400 nest 65209; a loop of 40000 whose body
+holds a loop that never runs, in a branch not taken, 32768; a loop of 10000 iterations whose
+body adds 32 times, written out, 320000. Kernels are rendered so that an invocation
+loops little whatever the adapter: the library functions have no loops but fmod's (at most 32
+passes, ``wgsl_functions.LOOP_TRIPS``); a reduction's pass over a long share of the row
+takes ``UNROLL`` elements (``wgsl_reduction.BLOCK`` in a blocked sum) per loop iteration,
+written out.
+``RenderedKernel.loop_trips`` bounds the iterations of one invocation, the library's included.
+On a target with a cap (``Target.loop_cap``, from ``loop_cap(adapter_info)``) a kernel must stay
+within ``loop_budget`` (three quarters of the cap): a sequential reduction whose rows are too
+long is rendered as a tree, a tree and a matmul take larger workgroups, matmul's tile of K is
+written out (one loop iteration per tile of K, where the loop over the tile would count too),
+an element-wise kernel takes one element per invocation, and what still does not fit raises
+``LoopLimitError``, naming the limit, rather than running to a wrong answer. Other adapters
+have no cap: the same forms are taken past lavapipe's budget (``form_budget``; only kernels
+that long change), and nothing is refused.
+
 Reductions render in :mod:`.wgsl_reduction` over the same printer.
 """
 from __future__ import annotations
@@ -62,6 +88,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import DeviceError
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec
 from ..fusion.symbolic import Expr, topo_exprs
 from . import wgsl_functions
@@ -101,31 +128,83 @@ class UnsupportedKernel(ValueError):
     """A spec WGSL cannot express (a 64-bit dtype, or indices beyond 32 bits)."""
 
 
+# see the module doc, "Loops"
+LOOP_CAP = 65535  # Mesa's LP_MAX_TGSI_LOOP_ITERATIONS: loop iterations per llvmpipe invocation
+UNROLL = 8  # elements a reduction pass takes per loop iteration, written out (outside sums)
+
+
+class LoopLimitError(UnsupportedKernel, DeviceError):
+    """A kernel whose invocations would loop more often than the adapter runs loops (Mesa's
+    llvmpipe: ``LOOP_CAP`` iterations per invocation, see the module doc); raised when it is
+    rendered, instead of a kernel that would silently stop early."""
+
+
+def loop_cap(adapter_info) -> int | None:
+    """The most loop iterations one invocation may run on the adapter with ``adapter_info``
+    (wgpu's ``GPUAdapter.info``): ``LOOP_CAP`` on Mesa's llvmpipe, None (no cap) elsewhere."""
+    info = dict(adapter_info or {})
+    names = " ".join(str(info.get(k, "")) for k in ("vendor", "device", "description"))
+    return LOOP_CAP if "llvmpipe" in names.lower() else None
+
+
+def loop_budget(target: "Target") -> int | None:
+    """Loop iterations a kernel's invocation may run on ``target`` (None: no limit): three
+    quarters of the cap. ``RenderedKernel.loop_trips`` is an upper bound (every loop at its
+    longest, its exit test included); the quarter left is a margin for a driver that counts
+    differently from the measured one (a loop's entry, say)."""
+    return None if target.loop_cap is None else target.loop_cap * 3 // 4
+
+
+def form_budget(target: "Target") -> int:
+    """Loop iterations past which a kernel takes its low-loop form (matmul's tile of K written
+    out, a tree for a sequential reduction, a larger workgroup): ``loop_budget`` where the
+    target has a cap, else lavapipe's, so that an adapter whose cap went unnoticed runs those
+    kernels right too. Only kernels this long change, and the forms suit any GPU."""
+    budget = loop_budget(target)
+    return LOOP_CAP * 3 // 4 if budget is None else budget
+
+
+def check_loops(r: "RenderedKernel", target: "Target", what: str) -> "RenderedKernel":
+    """``r`` when its invocations loop within ``loop_budget(target)``; else LoopLimitError
+    naming ``what`` (the size that needs the iterations) and the adapter's cap."""
+    budget = loop_budget(target)
+    if budget is not None and r.loop_trips > budget:
+        raise LoopLimitError(
+            f"{what} needs up to {r.loop_trips} loop iterations per invocation, and this "
+            f"adapter (Mesa's llvmpipe) ends every invocation's loops after {target.loop_cap} "
+            f"in all, silently (kernels keep to {budget}); run it on another device")
+    return r
+
+
 @dataclass(frozen=True)
 class Target:
     """What the device allows: ``native_f16`` (the ``shader-f16`` feature), ``subgroups``
     (the ``subgroup`` feature: reductions combine within subgroups before workgroup memory),
-    the largest workgroup (``max_workgroup_size`` invocations), bytes of workgroup memory, and
-    workgroups per grid dimension."""
+    the largest workgroup (``max_workgroup_size`` invocations), bytes of workgroup memory,
+    workgroups per grid dimension, and ``loop_cap``: the most loop iterations an invocation
+    runs (``loop_cap(adapter_info)``; None where there is no such cap, see the module doc)."""
 
     native_f16: bool = False
     subgroups: bool = False
     max_workgroup_size: int = 256
     workgroup_storage: int = 16384
     max_groups_per_dim: int = 65535
+    loop_cap: int | None = None
 
 
 @dataclass
 class RenderedKernel:
     """WGSL ``source`` with entry point ``name``; ``workgroups`` is the ``(x, y, z)`` to
     dispatch (a zero means nothing to run); ``read_only`` says, per kernel argument in binding
-    order, whether the kernel only reads it."""
+    order, whether the kernel only reads it; ``loop_trips`` bounds the loop iterations one
+    invocation runs, all its loops together (see the module doc, "Loops")."""
 
     name: str
     source: str
     workgroups: tuple
     workgroup_size: int
     read_only: list
+    loop_trips: int = 0
 
 
 def value_type(dtype) -> str:
@@ -168,6 +247,10 @@ class WGSLPrinter(ExprPrinter):
         unused = {e.id: "" for e in topo_exprs(roots) if e.id not in needed}
         lines, names = super().emit(roots, {**unused, **bound})
         return lines, {i: n for i, n in names.items() if i not in unused}
+
+    def loop_trips(self, lines) -> int:
+        """The most loop iterations the library functions called in ``lines`` run."""
+        return wgsl_functions.loop_trips("\n".join(lines))
 
     def call(self, function: str, *args) -> str:
         if function.startswith("lb_"):
@@ -535,17 +618,33 @@ def pow2_at_most(n: int) -> int:
 def render(spec: KernelSpec, name: str, params: dict | None = None,
            target: Target | None = None) -> RenderedKernel:
     """WGSL for ``spec`` as entry point ``name`` with launch ``params`` (see the module doc) on
-    a device allowing ``target``. Raises UnsupportedKernel for what WGSL cannot express."""
+    a device allowing ``target``. Raises UnsupportedKernel for what WGSL cannot express, and
+    LoopLimitError (a DeviceError) for a kernel whose invocations would loop more than the
+    target's ``loop_cap`` allows."""
     params = dict(params or {})
     target = target or Target()
     if isinstance(spec, ElementwiseSpec):
-        return _render_elementwise(spec, name, params, target)
+        r = _render_elementwise(spec, name, params, target)
+        if r.loop_trips > form_budget(target):
+            r = _render_elementwise(spec, name, {**params, "per_item": 1}, target)
+        return check_loops(r, target, "an element-wise kernel's expression")
     if isinstance(spec, ReductionSpec):
         from .wgsl_reduction import render_reduction  # it builds on this module
 
         return render_reduction(spec, name, params, target)
     if isinstance(spec, MatmulSpec):
-        return _render_matmul(spec, name, params, target)
+        r = _render_matmul(spec, name, params, target)
+        budget = form_budget(target)
+        if r.loop_trips > budget:
+            # the tile of K written out, one loop iteration per tile; then larger tiles, while
+            # the workgroup may grow
+            params = {**params, "write_out_k": True}
+            r = _render_matmul(spec, name, params, target)
+            tile = int(params.get("tile") or 16)
+            while r.loop_trips > budget and (2 * tile) ** 2 <= target.max_workgroup_size:
+                tile *= 2
+                r = _render_matmul(spec, name, {**params, "tile": tile}, target)
+        return check_loops(r, target, f"a matmul with K = {spec.k}")
     raise TypeError(f"cannot render {type(spec).__name__}")
 
 
@@ -585,7 +684,8 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, target) -> Rendered
         else:
             body += indent(lines, 4)
     body.append("}")
-    return RenderedKernel(name, p.module([], body), dims, size, read_only(spec))
+    return RenderedKernel(name, p.module([], body), dims, size, read_only(spec),
+                          loop_trips=p.loop_trips(body))
 
 
 # matmul ----------------------------------------------------------------------------------------
@@ -622,45 +722,60 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
             f"    let ty = lid / {tile}i;"]
     body += [f"    var acc_{i}_{j}: {acc_t} = {zero};"
              for i in range(micro) for j in range(micro)]
-    body += [f"    for (var k0 = 0i; k0 < {K}i; k0 = k0 + {tile}i) {{",
-             f"        for (var l = 0i; l < {micro}i; l = l + 1i) {{",
-             f"            let e = lid + l * {threads}i;",
-             f"            let kk = e % {tile}i;",
-             f"            let mm = e / {tile}i;",
-             "            let m = m0 + mm;",
-             "            let k = k0 + kk;",
-             f"            var v: {acc_t} = {zero};",
-             f"            if (m < {M}i && k < {K}i) {{"]
-    body += indent(a_lines + [f"v = {p.convert(a_names[spec.a.id], spec.a.dtype, spec.acc_dtype)};"], 16)
-    body += ["            }", f"            As[kk * {block}i + mm] = v;", "        }",
-             f"        for (var l = 0i; l < {micro}i; l = l + 1i) {{",
-             f"            let e = lid + l * {threads}i;",
-             f"            let nn = e % {block}i;",
-             f"            let kk = e / {block}i;",
-             "            let n = n0 + nn;",
-             "            let k = k0 + kk;",
-             f"            var v: {acc_t} = {zero};",
-             f"            if (k < {K}i && n < {N}i) {{"]
-    body += indent(b_lines + [f"v = {p.convert(b_names[spec.b.id], spec.b.dtype, spec.acc_dtype)};"], 16)
-    body += ["            }", f"            Bs[kk * {block}i + nn] = v;", "        }",
-             "        workgroupBarrier();",
-             f"        for (var kk = 0i; kk < {tile}i; kk = kk + 1i) {{"]
-    body += [f"            let a{i} = As[kk * {block}i + ty + {i * tile}i];" for i in range(micro)]
-    body += [f"            let b{j} = Bs[kk * {block}i + tx + {j * tile}i];" for j in range(micro)]
-    for i in range(micro):
-        for j in range(micro):
-            acc = f"acc_{i}_{j}"
-            if spec.acc_dtype.is_float:
-                body.append(f"            {acc} = fma(a{i}, b{j}, {acc});")
-            else:
-                product = p.mul(f"a{i}", f"b{j}", spec.acc_dtype)
-                body.append(f"            {acc} = {p.add(acc, product, spec.acc_dtype)};")
-    body += ["        }", "        workgroupBarrier();", "    }"]
+    # per iteration of the loop over K: one tile of K, micro loads of A and of B per
+    # invocation, then tile steps of micro x micro multiply-adds. Written out where a loop cap
+    # needs it (``write_out_k``, see the module doc), else loops, as the driver may unroll them
+    write_out = bool(params.get("write_out_k"))
+    body.append(f"    for (var k0 = 0i; k0 < {K}i; k0 = k0 + {tile}i) {{")
+    loads = [(a_lines, a_names, spec.a, "kk", f"e % {tile}i", "mm", f"e / {tile}i",
+              "m = m0 + mm", f"m < {M}i && k < {K}i", "As", "mm"),
+             (b_lines, b_names, spec.b, "nn", f"e % {block}i", "kk", f"e / {block}i",
+              "n = n0 + nn", f"k < {K}i && n < {N}i", "Bs", "nn")]
+    for lines, names, operand, v1, e1, v2, e2, pos, inside, array, col in loads:
+        load = [f"let {v1} = {e1};", f"let {v2} = {e2};", f"let {pos};", "let k = k0 + kk;",
+                f"var v: {acc_t} = {zero};", f"if ({inside}) {{"] + \
+            indent(lines + [f"v = {p.convert(names[operand.id], operand.dtype, spec.acc_dtype)};"],
+                   4) + ["}", f"{array}[kk * {block}i + {col}] = v;"]
+        if write_out:
+            for l in range(micro):
+                body += ["        {", f"            let e = lid + {l * threads}i;"] + \
+                    indent(load, 12) + ["        }"]
+        else:
+            body += [f"        for (var l = 0i; l < {micro}i; l = l + 1i) {{",
+                     f"            let e = lid + l * {threads}i;"] + indent(load, 12) + ["        }"]
+    body.append("        workgroupBarrier();")
+
+    def step(kk: str) -> list[str]:
+        out = [f"let a{i} = As[{kk} * {block}i + ty + {i * tile}i];" for i in range(micro)]
+        out += [f"let b{j} = Bs[{kk} * {block}i + tx + {j * tile}i];" for j in range(micro)]
+        for i in range(micro):
+            for j in range(micro):
+                acc = f"acc_{i}_{j}"
+                if spec.acc_dtype.is_float:
+                    out.append(f"{acc} = fma(a{i}, b{j}, {acc});")
+                else:
+                    product = p.mul(f"a{i}", f"b{j}", spec.acc_dtype)
+                    out.append(f"{acc} = {p.add(acc, product, spec.acc_dtype)};")
+        return out
+    if write_out:
+        for kk in range(tile):
+            body += ["        {"] + indent(step(f"{kk}i"), 12) + ["        }"]
+    else:
+        body += [f"        for (var kk = 0i; kk < {tile}i; kk = kk + 1i) {{"] + \
+            indent(step("kk"), 12) + ["        }"]
+    body += ["        workgroupBarrier();", "    }"]
+    # loop iterations: per tile of K, the loads' library calls, and the inner loops unless
+    # written out; then the epilogue's calls
+    per_tile = 1 + micro * (p.loop_trips(a_lines) + p.loop_trips(b_lines))
+    if not write_out:
+        per_tile += 2 * (micro + 1) + tile + 1
     acc_id = acc_expr_id(spec)
+    epilogue = 0
     for i in range(micro):
         for j in range(micro):
             e_lines, e_names = p.emit([o.value for o in spec.outputs],
                                       {**base, vm.id: "m", vn.id: "n", acc_id: "acc"})
+            epilogue += p.loop_trips(e_lines)
             body += ["    {", f"        let m = m0 + ty + {i * tile}i;",
                      f"        let n = n0 + tx + {j * tile}i;",
                      f"        if (m < {M}i && n < {N}i) {{",
@@ -670,4 +785,5 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
                                        for o in spec.outputs], 12)
             body += ["        }", "    }"]
     body.append("}")
-    return RenderedKernel(name, p.module(shared, body), dims, threads, read_only(spec))
+    return RenderedKernel(name, p.module(shared, body), dims, threads, read_only(spec),
+                          loop_trips=-(-K // tile) * per_tile + 1 + epilogue)

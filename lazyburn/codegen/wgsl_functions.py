@@ -20,7 +20,9 @@ for GPU Rendering", JCGT 2020), the same hash as the NumPy reference backend.
 """
 from __future__ import annotations
 
+import functools
 import math
+import re
 from typing import Iterable
 
 NAN = "bitcast<f32>(0x7fc00000u)"
@@ -62,9 +64,13 @@ def _erfc_chain() -> str:
 
 
 # Loops. Mesa's lavapipe stops an invocation's loops after 65535 iterations in all (see
-# ``wgsl.LOOP_CAP``), so these functions, which a reduction may call for every element of its
-# row, have none: their iterations are written out (a bounded number of steps, each skipped
-# once there is nothing left to do).
+# ``wgsl.LOOP_CAP``), and a reduction may call these functions for every element of its row, so
+# they have no loops but fmod's: their iterations are written out (a bounded number of steps,
+# each skipped once there is nothing left to do). fmod keeps a loop of at most 32 passes, one
+# for most operands: written out, a CPU device runs all 32 (a 3x slower x % y on lavapipe).
+# ``LOOP_TRIPS`` bounds the iterations of each function's own loops in one call (the exit's
+# test included); ``loop_trips`` adds them up over the calls in a kernel's text.
+LOOP_TRIPS = {"lb_fmod": 33}
 def _ipow_i32_steps() -> str:
     return "\n".join(f"    if ((b >> {k}u) == 0i) {{ return r; }}\n"
                      f"    if (((b >> {k}u) & 1i) != 0i) {{ r = r * x; }}\n"
@@ -88,11 +94,6 @@ def _divmod_steps() -> str:
                      f"    if (!lb_u64_lt(r, d)) {{ r = lb_i64_sub(r, d); "
                      f"q.{word} = q.{word} | {1 << bit:#x}u; }}")
     return "\n".join(steps)
-
-
-def _fmod_steps() -> str:
-    return "\n".join("    if (d > 0i) { r = (r << u32(min(d, 8i))) % mb; d = d - 8i; }"
-                     for _ in range(32))
 
 
 def _scale2_steps() -> str:
@@ -255,9 +256,10 @@ fn lb_two_prod_err(a: f32, b: f32, p: f32, z: u32) -> f32 {
 _define("lb_fmod", f"""
 // C's fmod, exact, in integers: with |a| = ma 2^(ea - 150) and |b| = mb 2^(eb - 150) (ma, mb
 // the 24-bit significands, ea >= eb the exponent fields, 1 for subnormals), the remainder is
-// (ma 2^(ea - eb) mod mb) 2^(eb - 150). The power of two enters 8 bits at a time (r < 2^24, so
-// r << 8 fits in 32 bits), at most 32 steps for ea - eb <= 253; the result is put together on
-// the bits, so no float arithmetic (which a device may flush to zero) touches it.
+// (ma 2^(ea - eb) mod mb) 2^(eb - 150). The power of two enters 8 bits a pass (r < 2^24, so
+// r << 8 fits in 32 bits): one pass for operands within 2^8 of each other, at most 32 for
+// ea - eb <= 253 (LOOP_TRIPS). The result is put together on the bits, so no float arithmetic
+// (which a device may flush to zero) touches it.
 fn lb_fmod(a: f32, b: f32) -> f32 {{
     if (lb_isnan(a) || lb_isnan(b) || lb_isinf(a) || b == 0.0f) {{ return {NAN}; }}
     let ua = bitcast<u32>(a) & 0x7fffffffu;
@@ -268,8 +270,9 @@ fn lb_fmod(a: f32, b: f32) -> f32 {{
     let ma = select(ua, (ua & 0x7fffffu) | 0x800000u, ua >= 0x800000u);
     let mb = select(ub, (ub & 0x7fffffu) | 0x800000u, ub >= 0x800000u);
     var r = ma % mb;
-    var d = max(i32(ua >> 23u), 1i) - eb;
-{_fmod_steps()}
+    for (var d = max(i32(ua >> 23u), 1i) - eb; d > 0i; d = d - 8i) {{
+        r = (r << u32(min(d, 8i))) % mb;
+    }}
     if (r == 0u) {{ return bitcast<f32>(sign); }}
     let shift = i32(countLeadingZeros(r)) - 8i;  // brings the leading bit to bit 23
     let e = eb - shift;
@@ -618,6 +621,24 @@ fn lb_i64_to_index(a: vec2<u32>) -> i32 {
     return select(2147483647i, -2147483647i - 1i, bitcast<i32>(a.y) < 0i);
 }
 """)
+
+
+_CALL = re.compile(r"\b(lb_\w+)\(")
+
+
+@functools.lru_cache(maxsize=None)
+def function_trips(name: str) -> int:
+    """The most loop iterations one call of ``name`` runs, those of the functions it calls
+    included."""
+    own = FUNCTIONS[name][0].split("{", 1)[1]  # the body, past the signature
+    return LOOP_TRIPS.get(name, 0) + sum(function_trips(c) for c in _CALL.findall(own)
+                                         if c != name)
+
+
+def loop_trips(text: str) -> int:
+    """The most loop iterations that the library functions called in WGSL ``text`` run, each
+    call counted (a call inside a loop of ``text`` counts once: multiply by its trips)."""
+    return sum(function_trips(c) for c in _CALL.findall(text) if c in FUNCTIONS)
 
 
 def library(names: Iterable[str]) -> str:

@@ -2,7 +2,18 @@
 parameters): one workgroup per row (``tree``) or one invocation per row (``sequential``), every
 stage a pass over the row, combined across the workgroup through subgroup operations and
 workgroup memory, then a pass storing the full-size outputs; a persistent variant keeps what
-later passes need in registers."""
+later passes need in registers.
+
+Loops (see :mod:`.wgsl`, "Loops"): where an invocation's share of the row is
+``WRITE_OUT_MIN`` elements or more, a pass looping over it takes a chunk of elements per
+iteration, written out -- ``BLOCK`` in a blocked sum, ``UNROLL`` otherwise -- and the last,
+partial chunk in a loop of its own, so an invocation with m elements of the row loops about
+m / ``BLOCK`` + ``BLOCK`` times in such a pass. The strategy follows the count (past
+``wgsl.form_budget``): a sequential reduction whose rows need more is rendered as a tree, a
+tree takes a larger workgroup, and, on a target with a loop cap, a row longer than even the
+largest workgroup allows raises ``LoopLimitError``. At lavapipe's cap and 1024 invocations, a
+pass of ``UNROLL`` takes rows of 4 * 10^8 elements, beyond the 2^25 float32 it holds in one
+buffer, but a row calling fmod per element (up to 33 iterations) stops near 1.5 * 10^6."""
 from __future__ import annotations
 
 import math
@@ -10,12 +21,17 @@ import math
 from ..fusion.kernel_ir import ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
 from .common import find_var, reduced_expr_id, reduction_identity
-from .wgsl import (OPAQUE, WRAP, RenderedKernel, WGSLPrinter, entry_point, grid, indent,
-                   linear_group, pow2_at_least, pow2_at_most, reachable, read_only, value_type)
+from .wgsl import (OPAQUE, UNROLL, WRAP, RenderedKernel, WGSLPrinter, check_loops, entry_point,
+                   form_budget, grid, indent, linear_group, pow2_at_least, pow2_at_most,
+                   reachable, read_only, value_type)
 
 # Long rows: each invocation sums its share of a float row in blocks of BLOCK elements, and
 # adds the blocks with Neumaier's compensated sum (see _blocked_loop)
 BLOCK = 32
+# An invocation's share of the row from which a pass writes its chunks out (see the module
+# doc): below it a pass loops at most about this many times, and its code stays short (a
+# kernel compiles about twice as slowly written out on lavapipe)
+WRITE_OUT_MIN = 512
 
 
 def _identity(stage: Stage, p: WGSLPrinter) -> str:
@@ -30,8 +46,42 @@ def _blocked(stage: Stage) -> bool:
     return stage.acc_dtype.is_float and stage.op in ("sum", "prod")
 
 
+def _chunked_loop(start: str, step: int, n: int, chunk: int, element: list[str],
+                  before=(), after=(), written_out: bool = True) -> tuple[list[str], int]:
+    """The loop over an invocation's share of the row (``start``, ``start + step``, ... below
+    ``n``), ``chunk`` elements per iteration: ``before``, the ``element`` lines (which use
+    ``r``) once per element, ``after``. ``written_out``: whole chunks are written out, so that
+    their loop runs share / chunk times (see the module doc), and the last, partial chunk
+    follows, a loop of its own (with ``before`` and ``after`` too, even when it is empty);
+    else each chunk is a loop inside the loop over chunks (less code, for short shares).
+    Returns the lines and the most loop iterations an invocation runs through them.
+
+    Counted as llvmpipe counts: a loop of t iterations costs t + 1 (the test that ends it), and
+    a loop costs at least 1 wherever it stands, in a branch not taken too (the driver runs
+    both sides of a branch, masked), so the partial chunk's loop is not inside the other."""
+    span = step * chunk
+    share = -(-n // step)
+    chunks = -(-share // chunk)
+    if not written_out:
+        lines = [f"for (var rb = {start}; rb < {n}i; rb = rb + {span}i) {{"] + \
+            indent(list(before), 4) + \
+            [f"    for (var r = rb; r < min(rb + {span}i, {n}i); r = r + {step}i) {{"] + \
+            indent(element, 8) + ["    }"] + indent(list(after), 4) + ["}"]
+        return lines, chunks + 1 + share + chunks
+    lines = ["{", f"    var rb = {start};",
+             f"    for (; rb + {span - step}i < {n}i; rb = rb + {span}i) {{"] + \
+        indent(list(before), 8)
+    for j in range(chunk):
+        lines += ["        {", f"            let r = rb + {j * step}i;" if j else
+                  "            let r = rb;"] + indent(element, 12) + ["        }"]
+    lines += indent(list(after), 8) + ["    }"] + indent(list(before), 4) + \
+        [f"    for (var r = rb; r < {n}i; r = r + {step}i) {{"] + indent(element, 8) + \
+        ["    }"] + indent(list(after), 4) + ["}"]
+    return lines, share // chunk + 1 + chunk
+
+
 def _blocked_loop(stage: Stage, p: WGSLPrinter, k: int, start: str, step: int, n: int,
-                  body: list[str], value: str) -> list[str]:
+                  body: list[str], value: str, written_out: bool) -> tuple[list[str], int]:
     """The loop over an invocation's share of the row (``start``, ``start + step``, ... below
     ``n``) accumulating ``stage`` into ``acc{k}`` so that the rounding error does not grow
     with the length of the row; ``body`` are the lines computing an element's values at ``r``,
@@ -49,7 +99,11 @@ def _blocked_loop(stage: Stage, p: WGSLPrinter, k: int, start: str, step: int, n
     The compensations are computed through the opaque identity (see ``wgsl``): a compiler
     that reassociates would cancel them to 0. What is left of them is added once, at the end,
     unless the result is not finite (then they are nan) or they are 0 (which would turn a
-    -0.0 into 0.0)."""
+    -0.0 into 0.0).
+
+    A block of a sum, and ``UNROLL`` elements of a product, are one iteration of the loop,
+    written out where ``written_out`` (``_chunked_loop``). Returns the lines and the loop
+    iterations they take."""
     acc, comp = f"acc{k}", f"cmp{k}"
     ident = _identity(stage, p)
     finite = p.call("lb_isfinite", acc)
@@ -57,27 +111,25 @@ def _blocked_loop(stage: Stage, p: WGSLPrinter, k: int, start: str, step: int, n
         blk = f"blk{k}"
         t = OPAQUE.format(f"{acc} + {blk}")
         lost = f"select(({blk} - t) + {acc}, ({acc} - t) + {blk}, abs({acc}) >= abs({blk}))"
-        lines = [f"var {comp}: f32 = {ident};",
-                 f"for (var rb = {start}; rb < {n}i; rb = rb + {step * BLOCK}i) {{",
-                 f"    var {blk}: f32 = {ident};",
-                 f"    let re = min(rb + {step * BLOCK}i, {n}i);",
-                 f"    for (var r = rb; r < re; r = r + {step}i) {{"] + \
-            indent(body + [f"{blk} = {blk} + {value};"], 8) + [
-                "    }", f"    let t = {t};", f"    {comp} = {comp} + {lost};",
-                f"    {acc} = t;", "}",
-                f"{acc} = select({acc} + {comp}, {acc}, !{finite} || {comp} == 0.0f);"]
-        return indent(lines, 4)
+        loop, trips = _chunked_loop(
+            start, step, n, BLOCK, body + [f"{blk} = {blk} + {value};"],
+            before=[f"var {blk}: f32 = {ident};"],
+            after=[f"let t = {t};", f"{comp} = {comp} + {lost};", f"{acc} = t;"],
+            written_out=written_out)
+        lines = [f"var {comp}: f32 = {ident};"] + loop + \
+            [f"{acc} = select({acc} + {comp}, {acc}, !{finite} || {comp} == 0.0f);"]
+        return indent(lines, 4), trips
     v = f"x{k}"
     hi = OPAQUE.format(f"{acc} * {v}")
-    lines = [f"var {comp}: f32 = {p.literal(0.0, stage.acc_dtype)};",
-             f"for (var r = {start}; r < {n}i; r = r + {step}i) {{"] + \
-        indent(body + [f"let {v} = {value};", f"let hi = {hi};",
-                       f"{comp} = {comp} * {v} + "
-                       f"{p.call('lb_two_prod_err', acc, v, 'hi', 'lb_z')};",
-                       f"{acc} = hi;"], 4) + ["}",
+    loop, trips = _chunked_loop(
+        start, step, n, UNROLL,
+        body + [f"let {v} = {value};", f"let hi = {hi};",
+                f"{comp} = {comp} * {v} + {p.call('lb_two_prod_err', acc, v, 'hi', 'lb_z')};",
+                f"{acc} = hi;"], written_out=written_out)
+    lines = [f"var {comp}: f32 = {p.literal(0.0, stage.acc_dtype)};"] + loop + [
         f"{acc} = select({acc} + {comp}, {acc}, !{finite} || "
         f"!{p.call('lb_isfinite', comp)} || {comp} == 0.0f);"]
-    return indent(lines, 4)
+    return indent(lines, 4), trips
 
 
 def _combine(stage: Stage, p: WGSLPrinter, acc: str, v: str) -> str:
@@ -167,6 +219,32 @@ def _register_cache(passes: list[list[Expr]], varying: set[int], per_item: int):
 
 
 def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKernel:
+    """``_render`` within the target's loop budget (see the module doc): a sequential kernel
+    that loops too often becomes a tree, a tree takes larger workgroups; LoopLimitError when
+    none fits."""
+    r = _render(spec, name, params, target)
+    budget = form_budget(target)
+    if r.loop_trips <= budget:
+        return r
+    tree = (params.get("strategy") or _default_strategy(spec)) == "tree"
+    # from the tree's own size, or from the default tree's (a sequential kernel's workgroup
+    # counts rows, not invocations per row)
+    size = r.workgroup_size if tree else min(256, pow2_at_least(spec.reduce_size)) // 2
+    largest = pow2_at_most(target.max_workgroup_size)
+    while size < largest:
+        size *= 2
+        r = _render(spec, name, {**params, "strategy": "tree", "workgroup": size}, target)
+        if r.loop_trips <= budget:
+            break
+    return check_loops(r, target, f"a reduction over rows of {spec.reduce_size} elements "
+                                  f"({len(spec.stages)} stage(s))")
+
+
+def _default_strategy(spec: ReductionSpec) -> str:
+    return "sequential" if spec.reduce_size <= 32 else "tree"
+
+
+def _render(spec: ReductionSpec, name, params, target) -> RenderedKernel:
     """One kernel for all stages: a pass over the row per stage, combined across the workgroup
     (tree) or within one invocation (sequential), then a pass storing the full outputs. When
     later passes need values an earlier pass computed and each invocation's share of a row is
@@ -177,7 +255,7 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
     cannot spill to local memory. What does not vary along the row (``row * n``, the results of
     earlier stages) is computed once per pass, outside the loop."""
     p = WGSLPrinter(spec, target)
-    strategy = params.get("strategy") or ("sequential" if spec.reduce_size <= 32 else "tree")
+    strategy = params.get("strategy") or _default_strategy(spec)
     size = int(params.get("workgroup") or min(256, pow2_at_least(spec.reduce_size)))
     size = pow2_at_most(min(size, target.max_workgroup_size))
     row, r = find_var(spec, "row"), find_var(spec, "r")
@@ -216,6 +294,7 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
         plan = None
     cache: dict[int, str] = {}  # expression id -> the name of its registers, with _j appended
     bound = {row.id: "row"}
+    trips = [0]  # the loop iterations of one invocation, as the passes add them
 
     def render_pass(k: int, finish) -> list[str]:
         """Pass ``k`` over the row; ``finish(names, index)`` gives the lines using its values
@@ -229,13 +308,24 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
         lines, names = p.emit(invariant, bound)
         bound.update({e.id: names[e.id] for e in invariant})
         out = indent(lines, 4)
+        counted = len(out)
+        trips[0] += p.loop_trips(lines)
         if plan is None:
             lines, names = p.emit(roots, {**bound, r.id: "r"})
+            trips[0] += per_item * p.loop_trips(lines)  # the library's loops, per element
             if k < len(spec.stages) and _blocked(spec.stages[k]):
                 stage = spec.stages[k]
                 value = p.convert(names[stage.value.id], stage.value.dtype, stage.acc_dtype)
-                return out + _blocked_loop(stage, p, k, start, step, spec.reduce_size, lines,
-                                           value)
+                loop, n = _blocked_loop(stage, p, k, start, step, spec.reduce_size, lines,
+                                        value, per_item >= WRITE_OUT_MIN)
+                trips[0] += n
+                return out + loop
+            if per_item >= WRITE_OUT_MIN:
+                loop, n = _chunked_loop(start, step, spec.reduce_size, UNROLL,
+                                        lines + finish(names, "r"))
+                trips[0] += n
+                return out + indent(loop, 4)
+            trips[0] += per_item + 1
             return out + [f"    for (var r = {start}; r < {spec.reduce_size}i; "
                           f"r = r + {step}i) {{"] + indent(lines + finish(names, "r"), 8) + \
                 ["    }"]
@@ -264,6 +354,7 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
                 out += [f"    let {index} = {offset};"] + indent(lines + keep, 4)
                 combines += indent(finish(names, index), 4)
         out += combines + last
+        trips[0] += p.loop_trips(out[counted:])
         return out
 
     for k, stage in enumerate(spec.stages):
@@ -288,12 +379,16 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
                 shared.append(f"var<workgroup> ridx{k}: array<i32, {size}>;")
             body += _subgroup_combine(stage, p, k, subgroup_ops[k]) if subgroup_ops[k] else \
                 _tree_combine(stage, p, k, size)
+            # the rounds of the tree, or the partial results of the subgroups (at least 4
+            # invocations each) that each invocation combines
+            trips[0] += (size // 16 + 2) if subgroup_ops[k] else size.bit_length() + 1
         value = p.convert(f"arg{k}", spec.index_dtype, stage.dtype) if arg else \
             p.convert(f"acc{k}", stage.acc_dtype, stage.dtype)
         body.append(f"    let stage{k}: {value_type(stage.dtype)} = {value};")
         bound[reduced_expr_id(spec, k)] = f"stage{k}"
     if row_outs:
         lines, names = p.emit([o.value for o in row_outs], bound)
+        trips[0] += p.loop_trips(lines)
         body.append("    if (lid == 0i) {")
         body += indent(lines + [p.store(o.arg, "row", names[o.value.id]) for o in row_outs], 8)
         body.append("    }")
@@ -301,7 +396,8 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
         body += render_pass(len(spec.stages), lambda names, index: [
             p.store(o.arg, names[o.index.id], names[o.value.id]) for o in full_outs])
     body.append("}")
-    return RenderedKernel(name, p.module(shared, body), dims, size, read_only(spec))
+    return RenderedKernel(name, p.module(shared, body), dims, size, read_only(spec),
+                          loop_trips=trips[0])
 
 
 def _tree_combine(stage: Stage, p: WGSLPrinter, k: int, size: int) -> list[str]:
