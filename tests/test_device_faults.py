@@ -269,6 +269,8 @@ def kernel_caches(device):
 def test_kernel_caches_stay_bounded_when_scalars_vary(device, rng, monkeypatch):
     module, bound, caches = kernel_caches(device)
     monkeypatch.setattr(module, bound, CACHE_BOUND)
+    plans = lb.runtime.backend(device).plans
+    monkeypatch.setattr(plans, "capacity", CACHE_BOUND)
     a = rng.standard_normal(257).astype(np.float32)
     x = lb.tensor(a, device=device)
     graphs = GRAPHS.get(device.split(":")[0], DEFAULT_GRAPHS)
@@ -278,6 +280,7 @@ def test_kernel_caches_stay_bounded_when_scalars_vary(device, rng, monkeypatch):
         np.testing.assert_allclose(got, (a * np.float32(s)) + np.float32(s * 0.5), rtol=1e-6,
                                    atol=1e-6, err_msg=f"graph {i}")
         assert all(len(c) <= CACHE_BOUND for c in caches), [len(c) for c in caches]
+        assert len(plans) <= CACHE_BOUND
     # the first scalars' kernels were evicted: built again, still right
     for s in scalars[:3]:
         got = ((x * s) + s * 0.5).numpy()

@@ -42,10 +42,11 @@ class Explanation:
 
     def __str__(self) -> str:
         p = self.plan
-        ratio = p.bytes_unfused / p.bytes_fused if p.bytes_fused else float("nan")
+        moved = f"{_mb(p.bytes_fused)} moved fused vs {_mb(p.bytes_unfused)} unfused"
+        if p.bytes_fused:
+            moved += f" ({p.bytes_unfused / p.bytes_fused:.1f}x less)"
         lines = [f"plan for {self.device}: {p.n_nodes} nodes -> {self.kernel_count} kernels; "
-                 f"{_mb(p.bytes_fused)} moved fused vs {_mb(p.bytes_unfused)} unfused "
-                 f"({ratio:.1f}x less)"]
+                 + moved]
         for i, k in enumerate(p.kernels):
             lines.append(f"[{i}] {k.label}" + (f"  ({_mb(k.bytes_moved())})" if k.spec else ""))
             for info in k.ops:

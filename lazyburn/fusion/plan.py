@@ -6,6 +6,7 @@ key (the same model on fresh data): no partitioning, no lowering, no rendering, 
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ..graph.graph import structural_key
@@ -69,8 +70,9 @@ class Plan:
 
 
 def build_plan(order, outputs, fuse: bool = True, max_args: int | None = None) -> Plan:
-    """Partition and lower the pending graph (``order``, ``outputs``) into a Plan."""
-    part = partition(order, outputs, fuse, max_args)
+    """Partition and lower the pending graph (``order``, ``outputs``) into a Plan. An empty
+    output needs no kernel (the front end records it as an input-less constant)."""
+    part = partition(order, [o for o in outputs if 0 not in o.shape], fuse, max_args)
     pos = {id(n): i for i, n in enumerate(order)}
     kernels = []
     for g in part.groups:
@@ -145,10 +147,13 @@ def _unfused_bytes(order) -> int:
 
 
 class PlanCache:
-    """Plans by structural key. ``hits`` and ``misses`` count lookups (tests assert them)."""
+    """Plans by structural key, the ``capacity`` most recently used kept (a plan holds its
+    compiled kernels, and every new Python scalar in a graph is a new key). ``hits`` and
+    ``misses`` count lookups (tests assert them)."""
 
-    def __init__(self):
-        self._plans: dict = {}
+    def __init__(self, capacity: int = 512):
+        self._plans: OrderedDict = OrderedDict()
+        self.capacity = capacity
         self.hits = 0
         self.misses = 0
 
@@ -164,8 +169,11 @@ class PlanCache:
             self.misses += 1
             plan = build_plan(order, outputs, fuse, max_args)
             self._plans[key] = plan
+            if len(self._plans) > self.capacity:
+                self._plans.popitem(last=False)
         else:
             self.hits += 1
+            self._plans.move_to_end(key)
         return plan, order
 
     def clear(self) -> None:
