@@ -157,3 +157,43 @@ def test_threads_realizing_a_shared_pending_node(device, tmp_path):
     assert done.returncode == 0, \
         f"exit status {done.returncode}:\n{done.stdout}{done.stderr[-6000:]}"
     assert "ok" in done.stdout
+
+
+def test_recording_threads_lose_no_tensor_to_a_concurrent_sync():
+    """Threads record into the default graph while another syncs it over and over (each sync
+    and every 512th recording compacts the graph's list of live tensors): a global sync at the
+    end reaches every tensor, so none was dropped by a compaction racing an append."""
+    import threading
+
+    import numpy as np
+
+    import lazyburn as lb
+
+    kept, stop = [[] for _ in range(THREADS)], threading.Event()
+
+    def record(t):
+        x = lb.tensor(np.arange(4.0, dtype=np.float32) + t, device="numpy")
+        for i in range(3000):
+            kept[t].append(x * float(i))
+
+    def syncing():
+        while not stop.is_set():
+            lb.graph.sync()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch every few bytecodes: races show up
+    try:
+        syncer = threading.Thread(target=syncing)
+        syncer.start()
+        pool = [threading.Thread(target=record, args=(t,)) for t in range(THREADS)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+        stop.set()
+        syncer.join()
+    finally:
+        sys.setswitchinterval(interval)
+    lb.graph.sync()
+    assert not [y for ys in kept for y in ys if y._node.pending]
+    np.testing.assert_array_equal(kept[2][7].numpy(), (np.arange(4.0) + 2) * 7.0)

@@ -8,6 +8,7 @@ reaches has already been freed by Python and is never computed.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Callable, Iterable, Sequence
 
@@ -28,6 +29,9 @@ class Graph:
     """A recording scope. Tensors created while a graph is current (``with Graph() as g:``) are
     tracked by it; ``g.sync()`` realizes those still pending. The default graph is always current
     outside any ``with`` block; ``lazyburn.graph.sync()`` syncs it.
+
+    Threads may record into one graph and sync it at once. ``with Graph()`` scopes are the
+    process's, not a thread's: while one is open, every thread records into it.
     """
 
     # Dead weak references are dropped every this many recorded tensors (or twice the number
@@ -38,9 +42,12 @@ class Graph:
     def __init__(self):
         self._live: list[weakref.ref] = []
         self._compact_at = self._COMPACT_AT
+        self._compacting = threading.Lock()
 
     # recording -------------------------------------------------------------------------------
     def track(self, tensor) -> None:
+        # Appends take no lock (one list append is atomic); compactions edit the same list in
+        # place under a lock, so a reference another thread appends meanwhile is never lost.
         live = self._live
         live.append(_weakref(tensor))
         if len(live) >= self._compact_at:
@@ -48,13 +55,16 @@ class Graph:
 
     def _compact(self) -> None:
         """Drop references to dead or realized tensors; amortized O(1) per recorded op."""
-        kept = []
-        for r in self._live:
-            t = r()
-            if t is not None and t._node.buffer is None:
-                kept.append(r)
-        self._live = kept
-        self._compact_at = max(self._COMPACT_AT, 2 * len(kept))
+        with self._compacting:
+            live = self._live
+            n = len(live)
+            kept = []
+            for r in live[:n]:
+                t = r()
+                if t is not None and t._node.buffer is None:
+                    kept.append(r)
+            live[:n] = kept  # one step: what was appended after the first n stays
+            self._compact_at = max(self._COMPACT_AT, 2 * len(kept))
 
     def pending_nodes(self) -> list[Node]:
         """Nodes of live tensors that are still pending, each once, in recording order."""
@@ -85,7 +95,7 @@ class Graph:
         if outputs:
             realize(outputs)
         if not tensors:
-            self._live = [r for r in self._live if r() is not None and r()._node.buffer is None]
+            self._compact()
 
     def has_pending(self) -> bool:
         return any(t is not None and t._node.buffer is None for t in (r() for r in self._live))
