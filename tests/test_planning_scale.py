@@ -195,3 +195,21 @@ def test_stage_reading_a_value_stored_from_an_earlier_stage(device, rng):
     lb.sync(*got)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_printing_a_5000_deep_expression():
+    """The kernel IR prints expressions without recursion (a stage may fuse thousands of ops)."""
+    from lazyburn.graph import dtypes as dt
+    from lazyburn.fusion.symbolic import ExprBuilder, format_expr
+
+    b = ExprBuilder()
+    x = b.load(0, b.var("i", 10), dt.float32)
+    for k in range(5000):
+        x = b.op("add", (x, b.const(float(k % 7), dt.float32)), dt.float32)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(_stack_depth() + 150)
+    try:
+        text = format_expr(x)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert text.startswith("add(add(") and text.count("add(") == 5000 and "in0[i]" in text

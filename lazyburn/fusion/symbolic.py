@@ -63,25 +63,35 @@ class Expr:
         return format_expr(self)
 
 
+_INDEX_SYMBOLS = {"idx_add": "+", "idx_mul": "*", "idx_div": "//", "idx_mod": "%",
+                  "idx_lt": "<", "idx_ge": ">=", "idx_and": "&"}
+
+
 def format_expr(e: Expr) -> str:
-    """A readable one-line form of ``e`` (for the printed kernel IR and error messages)."""
+    """A readable one-line form of ``e`` (for the printed kernel IR and error messages), built
+    operands first, without recursion (a kernel may fuse thousands of ops)."""
+    text: dict[int, str] = {}
+    for x in topo_exprs([e]):
+        text[x.id] = _format_one(x, text)
+    return text[e.id]
+
+
+def _format_one(e: Expr, text: dict) -> str:
     op, a = e.op, e.args
     if op == "var":
         return a[0]
     if op == "const":
         return repr(a[0])
     if op == "load":
-        mask = f", mask={format_expr(a[2])}" if a[2] is not None else ""
-        return f"in{a[0]}[{format_expr(a[1])}{mask}]"
+        mask = f", mask={text[a[2].id]}" if a[2] is not None else ""
+        return f"in{a[0]}[{text[a[1].id]}{mask}]"
     if op == "reduced":
         return f"stage{a[0]}"
     if op == "acc":
         return "acc"
-    symbols = {"idx_add": "+", "idx_mul": "*", "idx_div": "//", "idx_mod": "%", "idx_lt": "<",
-               "idx_ge": ">=", "idx_and": "&"}
-    if op in symbols:
-        return f"({format_expr(a[0])} {symbols[op]} {format_expr(a[1])})"
-    inner = ", ".join(format_expr(x) if isinstance(x, Expr) else repr(x) for x in a)
+    if op in _INDEX_SYMBOLS:
+        return f"({text[a[0].id]} {_INDEX_SYMBOLS[op]} {text[a[1].id]})"
+    inner = ", ".join(text[x.id] if isinstance(x, Expr) else repr(x) for x in a)
     return f"{op}({inner})"
 
 
