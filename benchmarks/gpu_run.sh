@@ -70,9 +70,15 @@ case "${1:-check}" in
       | tee "$OUT/wgsl.txt" || failed benchmarks/wgsl_gpu.py
     ;;
   sanitize)
-    timeout 560 compute-sanitizer --tool memcheck --error-exitcode 86 --print-limit 20 \
-      python3 -m pytest -q -x -p no:cacheprovider tests/test_op_sweep.py -k cuda 2>&1 \
-      | tail -25 | tee "$OUT/sanitize.txt" || failed tests/test_op_sweep.py
+    # the sweep's failures first (fast), then the same sweep under memcheck; -rfE lists every
+    # failure and error at the end, each run's whole log is kept under $OUT
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line tests/test_op_sweep.py \
+      -k cuda > "$OUT/sweep_cuda.txt" 2>&1 || failed tests/test_op_sweep.py
+    grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/sweep_cuda.txt" | cut -c1-300 | tail -40
+    timeout 380 compute-sanitizer --tool memcheck --error-exitcode 86 --print-limit 20 \
+      python3 -m pytest -q -p no:cacheprovider -rfE --tb=no tests/test_op_sweep.py -k cuda \
+      > "$OUT/sanitize.txt" 2>&1 || failed compute-sanitizer
+    grep -E "^=+ (ERROR|Invalid)|Invalid|passed|failed" "$OUT/sanitize.txt" | head -20
     ;;
   trust)
     # NVIDIA's OpenCL driver is installed but not registered with the ICD loader
