@@ -237,11 +237,39 @@ def test_special_values(device, op, x, expected):
     _assert_special(device.apply(op, np.array([x]))[0], expected, FUNCTIONS[op].max_ulp)
 
 
-@pytest.mark.parametrize("op", ["sin", "cos"])
-def test_sin_cos_beyond_supported_range_stay_in_unit_interval(device, rng, op):
-    x = _symmetric_log_uniform(1e5, 3e38)(rng).astype(np.float32)
+TRIG_SPECIALS = np.array([0.0, -0.0, INF, -INF, NAN, 2.0**-149, -(2.0**-149), 1e-40, -1e-40,
+                          1.1754942e-38, 3.4028235e38, -3.4028235e38, 4096.0, 4095.9998,
+                          6.6e6, 1e5, 21999384576.0, 252.89821, 7.7291789e28], np.float32)
+"""Zeros, infinities, nan, subnormals, the largest floats, both sides of the switch between the
+two reductions (2^12), and floats close to multiples of pi/2 (21999384576 is the closest of
+all relative to its size)."""
+
+
+@pytest.mark.parametrize("op", ["sin", "cos", "tan"])
+def test_trigonometric_functions_over_every_binade(device, rng, seed, op):
+    """Random mantissas and signs in every binade from the subnormals to 3.4e38, against the
+    float64 NumPy value: within ``max_ulp`` of it, so within ``max_ulp + 0.5`` of its rounding
+    to float32."""
+    exponents = np.repeat(np.arange(255, dtype=np.uint32), N >> 8)
+    bits = (exponents << 23) | rng.integers(0, 1 << 23, exponents.size, dtype=np.uint32)
+    bits |= rng.integers(0, 2, exponents.size, dtype=np.uint32) << 31
+    x = np.concatenate([bits.view(np.float32), TRIG_SPECIALS])
     got = device.apply(op, x)
-    assert np.all(np.abs(got) <= 1.0)
+    with np.errstate(all="ignore"):
+        exact = REFERENCE[op](x.astype(np.float64))
+        rounded = exact.astype(np.float32).astype(np.float64)
+    bound = FUNCTIONS[op].max_ulp
+    error = ulp_error(got, exact)
+    assert error.max() <= bound, f"{op}, seed {seed}: " + _worst([x], got, exact, error)
+    error = ulp_error(got, rounded)
+    assert error.max() <= bound + 0.5, f"{op}, seed {seed}: " + _worst([x], got, rounded, error)
+    at_specials = got[x.size - TRIG_SPECIALS.size:]
+    assert np.array_equal(np.isnan(at_specials), ~np.isfinite(TRIG_SPECIALS))
+    if op == "cos":
+        assert np.all(at_specials[:2] == 1.0)
+    else:  # the sign of a zero argument is kept
+        assert np.all(at_specials[:2] == 0.0)
+        assert np.array_equal(np.signbit(at_specials[:2]), [False, True])
 
 
 def test_pow_positive_base(device, rng, seed):

@@ -2,18 +2,23 @@
 
 OpenCL CPU runtimes (PoCL among them) implement ``exp``, ``tanh``, ``sin`` and friends as scalar
 library calls, which stops the compiler from vectorizing the work-item loop of a kernel that uses
-them. The functions here are written with arithmetic, ``fma``, comparisons, ``?:`` selects and
-bit casts (``as_int``/``as_float``) only, so a kernel that calls them stays a straight-line loop
-body that LLVM vectorizes like plain arithmetic.
+them. The functions here are written with float and integer arithmetic, ``fma``, comparisons,
+``?:`` selects and bit casts (``as_int``/``as_float``) only, without tables (a table read would be
+a gather), so a kernel that calls them stays a straight-line loop body that LLVM vectorizes like
+plain arithmetic.
 
 Every function is the classic recipe: reduce the argument into a small interval with an exact or
-extra-precise step (Cody–Waite for exp and the trigonometric functions, exponent/mantissa split
-for the logarithms), evaluate a minimax polynomial with Horner's rule in ``fma``, rebuild the
-result by exponent arithmetic, then patch the IEEE special values with selects. The polynomial
+extra-precise step (Cody–Waite for exp and the trigonometric functions, the latter switching to
+Payne–Hanek in 64-bit integer arithmetic for large arguments; exponent/mantissa split for the
+logarithms), evaluate a minimax polynomial with Horner's rule in ``fma``, rebuild the result by
+exponent arithmetic, then patch the IEEE special values with selects. The polynomial
 coefficients are Stephen L. Moshier's single-precision Cephes ones (``expf.c``, ``exp2f.c``,
 ``logf.c``, ``log2f.c``, ``sinf.c``, ``tanf.c``); see https://www.netlib.org/cephes/ and each
 function's ``reference``. ``erf`` uses N. Juffa's published minimax fits; ``pow`` carries its
-logarithm in double-float arithmetic.
+logarithm in double-float arithmetic. Both reductions of the trigonometric functions run for
+every argument (Cody–Waite alone is wrong beyond about 1e5): on PoCL that makes sin, cos and tan
+about three times the cost of a Cody–Waite-only version, still 10 to 30 times faster than
+PoCL's built-ins.
 
 Error bounds (``MathFunction.max_ulp``) are measured, in units in the last place of the float32
 result, against the float64 NumPy/SciPy value on the stated domain; the tests assert them. They
@@ -51,8 +56,8 @@ class MathFunction:
         arity: number of float arguments.
         max_ulp: maximum error in float32 ulps of the exact result over ``domain``, measured
             on every float32 of the function's working interval (for instance all positive
-            floats for the logarithms, |x| <= 1e5 for sin) plus 2^26 random bit patterns;
-            ``pow`` on 2^28 random pairs. ``None`` for internal helpers.
+            floats for the logarithms, all floats for sin, cos and tan) plus 2^26 random bit
+            patterns; ``pow`` on 2^28 random pairs. ``None`` for internal helpers.
         domain: the inputs over which ``max_ulp`` holds, and what happens outside them.
         reference: where the algorithm and its coefficients come from.
     """
@@ -181,20 +186,97 @@ static inline float lb_log_split(float x, float *k)
     reference=_LOG_NORMAL_KERNEL.reference,
 )
 
-_SIN_KERNEL = MathFunction(
-    op="sin_kernel",
-    name="lb_sin_quadrant",
+_REM_PIO2 = MathFunction(
+    op="rem_pio2",
+    name="lb_rem_pio2",
     source=f"""\
-/* sin(x + q0 * pi/2). x = j pi/2 + r with |r| <= pi/4 (Cody–Waite, three fma steps with a
-   72-bit pi/2), then sin or cos of r by the quadrant (j + q0) mod 4. */
-static inline float lb_sin_quadrant(float x, int q0)
+/* x = q pi/2 + r: returns r and stores q (only q mod 4 is meaningful), for every finite float x
+   (inf and nan give garbage: the callers return nan for them). Both reductions below run for
+   every x and a select keeps one, so the work-item loop stays straight-line code.
+
+   |x| < 2^12: Cody–Waite. j = round(x 2/pi) from a float product, then r = x - j pi/2 in three
+   fma steps with pi/2 split in 72 bits; the first step is exact, the other two round once
+   each: r differs from the Payne–Hanek one (same quadrant) by at most 1 ulp on every float in
+   that range, and the functions built on it are as accurate as with Payne–Hanek there. j may
+   be one off next to a quadrant boundary, so |r| reaches 0.7856 (the polynomials hold there).
+   From 2^12 on the rounding of the last steps costs tan up to 0.8 ulp more by 2^17, and past
+   2^22 j itself loses bits; both reductions run anyway, so the switch sits where Cody–Waite
+   stops being as good.
+
+   |x| >= 2^12: Payne–Hanek in integer arithmetic. x = m 2^(e - 150) with the 24-bit integer
+   mantissa m and biased exponent e, so x 2/pi 2^62 = m 2^(e - 88) 2/pi. Bits of 2/pi that make
+   multiples of 4 in x 2/pi cannot change the quadrant and are skipped: m times the 96-bit
+   window of 2/pi that starts e - 88 bits into (64 zero bits, 2/pi), shifted down 32 bits, is
+   x 2/pi mod 4 in 2.62 fixed point, low by less than 2 units (the bits past the window and
+   the dropped product bits). Rounding to the nearest quadrant leaves a signed fraction f,
+   |f| <= 2^61, which has at least 33 significant bits for every float (checked on all of
+   them: no float32 lies closer to a multiple of pi/2), turned into float as fh + fl and
+   multiplied by pi/2 2^-62 in double-float arithmetic: r to about 2^-31 relative before its
+   final rounding. */
+static inline float lb_rem_pio2(float x, int *q)
 {{
     float t = fma(x, 0.636619772367581343f, {_ROUND_MAGIC});
     float j = t - {_ROUND_MAGIC};
-    int q = as_int(t) + q0;
     float r = fma(j, -1.57079637050628662f, x);
     r = fma(j, 4.3711388286737929e-8f, r);
     r = fma(j, 1.7151245100058819e-15f, r);
+
+    uint ix = as_uint(x) & 0x7fffffffu;
+    uint e = ix >> 23;
+    ulong m = (ix & 0x007fffffu) | 0x00800000u;
+    /* e >= 139 here: the window starts o = 51 ... 166 bits in, inside word k = 0, 1 or 2 of
+       (0, 2/pi), at bit s of it; words chosen by selects keep the loop free of gathers */
+    uint o = e - 88u;
+    uint k = o >> 6;
+    ulong s = o & 63u;
+    /* 2/pi = 0x0.a2f9836e4e441529 fc2757d1f534ddc0 db6295993c439041 fe5163abdebbc561 ...
+       (floor(2/pi 2^256), computed with mpmath) */
+    ulong w0 = k == 0u ? 0ul : (k == 1u ? 0xa2f9836e4e441529ul : 0xfc2757d1f534ddc0ul);
+    ulong w1 = k == 0u ? 0xa2f9836e4e441529ul
+                       : (k == 1u ? 0xfc2757d1f534ddc0ul : 0xdb6295993c439041ul);
+    ulong w2 = k == 0u ? 0xfc2757d1f534ddc0ul
+                       : (k == 1u ? 0xdb6295993c439041ul : 0xfe5163abdebbc561ul);
+    /* shifting right by 64 - s in two steps keeps s = 0 defined */
+    ulong hi = (w0 << s) | ((w1 >> 1) >> (63u - s));
+    ulong lo = ((w1 << s) | ((w2 >> 1) >> (63u - s))) >> 32;
+    ulong p = m * hi + ((m * lo) >> 32);
+    ulong n = (p + 0x2000000000000000ul) >> 62;
+    long f = (long)(p - (n << 62));
+    float fh = (float)f;
+    float fl = (float)(f - (long)fh);
+    /* pi/2 2^-62 = 0x1.921fb6p-62 - 0x1.777a5cp-87 */
+    float rh = fh * 0x1.921fb6p-62f;
+    float rl = fma(fh, 0x1.921fb6p-62f, -rh);
+    rl = fma(fl, 0x1.921fb6p-62f, rl);
+    rl = fma(fh, -0x1.777a5cp-87f, rl);
+    float rp = rh + rl;
+    int qp = (int)n;
+    rp = x < 0.0f ? -rp : rp;
+    qp = x < 0.0f ? -qp : qp;
+
+    int large = ix >= 0x45800000u;  /* 2^12 */
+    *q = large ? qp : as_int(t);
+    return large ? rp : r;
+}}
+""",
+    reference="Cody–Waite reduction with fma (W. J. Cody and W. Waite, Software Manual for the "
+              "Elementary Functions, 1980); Payne–Hanek reduction (M. Payne and R. Hanek, "
+              "'Radian reduction for trigonometric functions', SIGNUM Newsletter 18, 1983) in "
+              "the 2.62 fixed-point form of ARM optimized-routines' sinf (reduce_large), "
+              "with the bits of 2/pi taken by shifts instead of a table.",
+)
+
+_SIN_KERNEL = MathFunction(
+    op="sin_kernel",
+    name="lb_sin_quadrant",
+    deps=("lb_rem_pio2",),
+    source=f"""\
+/* sin(x + q0 * pi/2): sin or cos of the reduced argument by the quadrant (q + q0) mod 4. */
+static inline float lb_sin_quadrant(float x, int q0)
+{{
+    int q;
+    float r = lb_rem_pio2(x, &q);
+    q += q0;
     float z = r * r;
 {_poly("z", _SIN_P, "ps")}
     float s = fma(ps * z, r, r);
@@ -202,18 +284,15 @@ static inline float lb_sin_quadrant(float x, int q0)
     float c = fma(pc * z, z, -0.5f * z) + 1.0f;
     float v = (q & 1) ? c : s;
     v = (q & 2) ? -v : v;
-    /* Beyond the supported range r is not reduced any more: keep the meaningless result of
-       a finite x inside [-1, 1]; inf and nan give nan. */
-    return isfinite(x) ? fmin(fmax(v, -1.0f), 1.0f) : NAN;
+    return isfinite(x) ? v : NAN;
 }}
 """,
-    reference="Cephes sinf.c/cosf polynomials; three-constant Cody–Waite reduction with fma "
-              "(W. J. Cody and W. Waite, Software Manual for the Elementary Functions, 1980).",
+    reference="Cephes sinf.c/cosf polynomials (S. L. Moshier) on the reduction of lb_rem_pio2.",
 )
 
 HELPERS: dict[str, MathFunction] = {
     f.name: f
-    for f in (_LDEXP, _EXP_KERNEL, _LOG_NORMAL_KERNEL, _LOG_KERNEL, _SIN_KERNEL)
+    for f in (_LDEXP, _EXP_KERNEL, _LOG_NORMAL_KERNEL, _LOG_KERNEL, _REM_PIO2, _SIN_KERNEL)
 }
 """Internal building blocks, keyed by C name; ``preamble`` pulls them in through ``deps``."""
 
@@ -392,10 +471,8 @@ static inline float lb_sin(float x)
     return x == 0.0f ? x : lb_sin_quadrant(x, 0);
 }
 """,
-    max_ulp=1.54,
-    domain="|x| <= 1e5; up to 1e6 the error stays below 2 ulp (sampled), beyond that it "
-           "grows and past 2^22 pi/2 = 6.6e6 the value is meaningless (kept in [-1, 1]); "
-           "nan for inf and nan",
+    max_ulp=1.55,
+    domain="all floats (every float32 checked); nan for inf and nan",
     reference=_SIN_KERNEL.reference,
 )
 
@@ -409,7 +486,7 @@ static inline float lb_cos(float x)
     return lb_sin_quadrant(x, 1);
 }
 """,
-    max_ulp=1.53,
+    max_ulp=1.54,
     domain=_SIN.domain,
     reference=_SIN_KERNEL.reference,
 )
@@ -417,26 +494,24 @@ static inline float lb_cos(float x)
 _TAN = MathFunction(
     op="tan",
     name="lb_tan",
+    deps=("lb_rem_pio2",),
     source=f"""\
 static inline float lb_tan(float x)
 {{
-    float t = fma(x, 0.636619772367581343f, {_ROUND_MAGIC});
-    float j = t - {_ROUND_MAGIC};
-    float r = fma(j, -1.57079637050628662f, x);
-    r = fma(j, 4.3711388286737929e-8f, r);
-    r = fma(j, 1.7151245100058819e-15f, r);
+    int q;
+    float r = lb_rem_pio2(x, &q);
     float z = r * r;
 {_poly("z", _TAN_P)}
     float y = fma(p * z, r, r);
     /* odd quadrant: tan(r + pi/2) = -1/tan(r) */
-    y = (as_int(t) & 1) ? -1.0f / y : y;
+    y = (q & 1) ? -1.0f / y : y;
+    y = isfinite(x) ? y : NAN;
     return x == 0.0f ? x : y;
 }}
 """,
-    max_ulp=3.09,
-    domain="|x| <= 1e5; up to 1e6 the error stays below 13 ulp (sampled), beyond that it "
-           "grows and past 2^22 pi/2 = 6.6e6 the value is meaningless; nan for inf and nan",
-    reference="Cephes tanf polynomial (S. L. Moshier) with the sin/cos Cody–Waite reduction.",
+    max_ulp=2.8,
+    domain=_SIN.domain,
+    reference="Cephes tanf polynomial (S. L. Moshier) on the reduction of lb_rem_pio2.",
 )
 
 _TANH = MathFunction(
