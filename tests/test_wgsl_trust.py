@@ -347,6 +347,11 @@ def _probe(b, body: str) -> int:
     return int(np.frombuffer(d.queue.read_buffer(out), np.int32)[0])
 
 
+def test_the_device_knows_its_adapters_loop_cap():
+    assert runtime.backend("webgpu:0").target.loop_cap == \
+        wgsl.loop_cap(webgpu.adapters()[0].info)
+
+
 def test_the_loop_cap_is_llvmpipes_and_counts_every_loop():
     assert wgsl.loop_cap({"vendor": "llvmpipe", "device": "llvmpipe (LLVM 15.0.6, 256 bits)",
                           "adapter_type": "CPU"}) == wgsl.LOOP_CAP == 65535

@@ -270,7 +270,8 @@ class WebGPUBackend(FusedBackend):
             max_workgroup_size=min(limits["max-compute-invocations-per-workgroup"],
                                    limits["max-compute-workgroup-size-x"]),
             workgroup_storage=limits["max-compute-workgroup-storage-size"],
-            max_groups_per_dim=limits["max-compute-workgroups-per-dimension"])
+            max_groups_per_dim=limits["max-compute-workgroups-per-dimension"],
+            loop_cap=wgsl.loop_cap(adapter.info))
         self.unsupported_dtypes = {dt.float64}
         self._usage = (wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC |
                        wgpu.BufferUsage.COPY_DST)
@@ -446,6 +447,9 @@ class WebGPUBackend(FusedBackend):
         """Compile planned kernel ``k`` with launch ``params``."""
         try:
             r = wgsl.render(k.spec, name, params, self.target)
+        except wgsl.LoopLimitError as e:
+            raise wgsl.LoopLimitError(f"{self.device_string}: {k.label} kernel: {e}",
+                                      origin) from None
         except wgsl.UnsupportedKernel as e:
             raise DeviceError(f"{self.device_string}: {k.label} kernel: {e}", origin) from None
         pipeline, layout = self._pipeline(r, k, origin)

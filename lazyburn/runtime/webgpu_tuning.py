@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from ..autotune import Candidate
+from ..codegen import wgsl
 from .fused import FirstLaunchTuner
 
 SEQUENTIAL_MIN_ROWS = 4096  # enough invocations to fill a GPU with one row each
@@ -50,11 +51,16 @@ def candidates(backend, k) -> list[Candidate]:
                                          {"workgroup": size, "per_item": per_item},
                                          1 if size <= 256 else 2))
     elif k.kind == "reduction":
+        # a candidate past the loop budget would render as a larger tree (see wgsl.form_budget):
+        # it is left out rather than timed twice
+        budget = wgsl.form_budget(backend.target)
         for size in (32, 64, 128, 256, 512, 1024):
-            if size <= largest and size <= 4 * (1 << (spec.reduce_size - 1).bit_length()):
+            if size <= largest and size <= 4 * (1 << (spec.reduce_size - 1).bit_length()) \
+                    and spec.reduce_size // (size * wgsl.UNROLL) < budget:
                 out.append(Candidate(f"tree,workgroup={size}",
                                      {"strategy": "tree", "workgroup": size}, 1))
-        out.append(Candidate("sequential", {"strategy": "sequential", "workgroup": 64}, 1))
+        if spec.reduce_size // wgsl.UNROLL < budget:
+            out.append(Candidate("sequential", {"strategy": "sequential", "workgroup": 64}, 1))
         out.append(Candidate("tree,no cache", {**default, "strategy": "tree", "cache": False},
                              2))
     elif k.kind == "matmul":
