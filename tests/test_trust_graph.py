@@ -569,3 +569,26 @@ def test_data_dependent_negative_integer_powers_follow_the_reference(device):
     got, want = run_both(lambda x, y: lb.pow(x, y), device, a, b)
     assert np.array_equal(want, [1, -1, 1, 0, 0, 0, 9, 1, 1, 0])
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_a_recorded_exponent_of_one_half_is_sqrt_a_tensor_exponent_is_pow(device, rng, dtype):
+    """NumPy's scalar power (``x ** 0.5``, ``np.power(x, 0.5)``) is sqrt: (-0) ** 0.5 is -0 and
+    (-inf) ** 0.5 is nan; with an array of exponents it is C's pow (+0 and +inf). The reference
+    and every device agree on both, for every float dtype."""
+    if dtype == "float64" and device.startswith("webgpu"):
+        pytest.skip("WebGPU has no float64")
+    np_t = lb.dtype(dtype).np
+    a = np.concatenate([[-0.0, -np.inf, np.inf, 0.0], rng.uniform(0, 9, 12)]).astype(np_t)
+    half = np.full(a.shape, 0.5, np_t)
+    with np.errstate(invalid="ignore"):
+        want_scalar = np.sqrt(a.astype(np.float64)).astype(np_t)
+        want_array = np.power(a.astype(np.float64), half.astype(np.float64)).astype(np_t)
+    for dev in ("numpy", device):
+        x, y = lb.tensor(a, device=dev), lb.tensor(half, device=dev)
+        for got, want in (((x ** 0.5).numpy(), want_scalar), (lb.pow(x, y).numpy(), want_array)):
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            ok = ~np.isnan(want[:4])  # (a NaN's sign bit means nothing)
+            np.testing.assert_array_equal(np.signbit(got[:4][ok]), np.signbit(want[:4][ok]))
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                       rtol=1e-2 if dtype in ("float16", "bfloat16") else 1e-6)
