@@ -446,7 +446,12 @@ def _sum_rows_overflow(terms: np.ndarray, dtype: str) -> np.ndarray:
     """Rows whose float sum may overflow in one order and not another (see module doc)."""
     t = terms.astype(np.float64)
     mag = np.where(np.isfinite(t), np.abs(t), 0).sum(-1)
-    return np.isfinite(t).all(-1) & (mag > float_info(dtype)[2] / 4)
+    return (mag > float_info(dtype)[2] / 4) & ~_nan_in_any_order(t)
+
+
+def _nan_in_any_order(t: np.ndarray) -> np.ndarray:
+    """Rows whose sum is nan whatever the order: a nan, or infinities of both signs."""
+    return np.isnan(t).any(-1) | ((t == np.inf).any(-1) & (t == -np.inf).any(-1))
 
 
 # --- running a batch -----------------------------------------------------------------------
@@ -701,7 +706,7 @@ def run_reductions(device: str, place: str, lengths=None, dtypes=ALL) -> list[st
                     # finite rows whose magnitudes add up near the range's end: order decides
                     big = np.abs(fin).sum(-1) > float_info(dtype if dtype in FLOATS else
                                                            "float32")[2] / 8
-                    keep = ~(np.isfinite(x64).all(-1) & big)
+                    keep = ~big | _nan_in_any_order(x64)
             if name == "prod":
                 # a partial product may overflow or underflow in one order and not another
                 # unless the row's result is nan whatever the order (a nan, or 0 with inf)
