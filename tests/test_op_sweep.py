@@ -36,6 +36,9 @@ at a time (``BATCH``), and one by one only when a batch fails to run, to name th
 The scalar family (an op with a Python constant: 0.0, -0.0, inf, nan, ...) sits in the places
 where a constant is rendered differently (element-wise, reduction and matmul kernels), not in
 on_write and mm_prologue, which render it as element-wise code again.
+
+One module past the usual size on purpose: the op table, the places, the tolerance table and the
+runner are read together when a case fails.
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ import numpy as np
 import pytest
 
 import lazyburn as lb
-from core_support import (ALL, FLOATS, INTS, edge_inputs, edge_pairs, float_info,
+from core_support import (ALL, FLOATS, edge_inputs, edge_pairs, float_info,
                           float_mismatches, np_dtype)
 from fused_devices import FUSED_DEVICES
 from lazyburn.errors import DTypeError, LazyburnError
@@ -743,7 +746,8 @@ def test_reductions(place, device):
     _report(run_reductions(device, place))
 
 
-@pytest.mark.parametrize("what, device", _params(("reduction_is_one_kernel_with_its_producer",), FUSED_DEVICES))
+@pytest.mark.parametrize("what, device", _params(
+    ("reduction_is_one_kernel_with_its_producer",), FUSED_DEVICES))
 def test_reduction_is_one_kernel_with_its_producer(what, device):
     """The on-read place of a reduction: the element-wise producer is inside the reduction's
     kernel (checked on the plan), for every reduction."""
