@@ -10,11 +10,14 @@ reference device on fresh random data with the special values mixed in.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
+tl = triton.language
 
 import lazyburn as lb  # noqa: E402
 from test_triton import compile_for_sm90, dev  # noqa: E402, F401
@@ -192,11 +195,10 @@ def test_astype_half_rounds_inside_a_kernel(dev, half):
     assert_exact(got, ref)
     ref, got = both(lambda t: (t * 3.0).astype(half), x)  # rounded at the store
     assert_exact(got.astype(np.float32), ref.astype(np.float32))
-    # arithmetic on half values computes in float32 and rounds at casts and stores (as Inductor
-    # does); NumPy rounds after every op, so one op differs by at most half an ulp of the half
+    # arithmetic on half values computes in float32 and rounds each result, as NumPy does
     h = rng.standard_normal(100).astype(np.float32)
     ref, got = both(lambda t: (t.astype(half) * 0.1).astype("float32"), h)
-    assert_close(got, ref, rtol=2.0 ** -11 if half == "float16" else 2.0 ** -8)
+    assert_exact(got, ref)
 
 
 # integers --------------------------------------------------------------------------------------
@@ -293,6 +295,250 @@ def test_long_multi_pass_reductions(dev):
         np.testing.assert_allclose(got, ref, rtol=rtol, atol=1e-6 * np.abs(ref).max())
 
 
+# half types round after every operation ----------------------------------------------------------
+HALF_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
+def _near_half_max(rng, half, shape):
+    """Values of ``half`` near its largest finite value, of both signs: sums and differences of
+    two of them overflow to inf in the half type but not in float32."""
+    top = HALF_MAX[half]
+    x = rng.uniform(0.55, 0.95, shape) * top * rng.choice([-1, 1], shape)
+    return x.astype(lb.dtype(half).np)
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_half_ops_round_after_each_operation(dev, half):
+    """Each operation on float16/bfloat16 values rounds its float32 result to the half type, as
+    NumPy does: a sum of two large values is inf, and stays inf after subtracting one of them
+    again -- alone, fused on read into a sum and a max, and around a matmul (prologue and
+    epilogue)."""
+    rng = np.random.default_rng(40)
+    a, b = _near_half_max(rng, half, (6, 40)), _near_half_max(rng, half, (6, 40))
+    small = rng.uniform(-2, 2, (6, 40)).astype(lb.dtype(half).np)
+    for j, fn in enumerate((lambda x, y, z: (x + y) - y, lambda x, y, z: ((x + y) - y).sum(-1),
+                            lambda x, y, z: (x - y + z).max(-1),
+                            lambda x, y, z: (x * z * 0.1).sum(-1),
+                            lambda x, y, z: lb.exp(z) * 3.0 - z)):
+        ref, got = both(fn, a, b, small)
+        if j < 3:  # the cases rounding once would miss (inf, or nan from inf - inf)
+            assert not np.isfinite(ref.astype(np.float32)).all()
+        assert_exact(got.astype(np.float32), ref.astype(np.float32))
+    # a matmul's product is rounded before its epilogue reads it, prologue values after each
+    # op: with a bias far larger than the product, p + c - c keeps only the bits of p above
+    # the bias's ulp (rounded once, it would be p)
+    np_half = lb.dtype(half).np
+    m = rng.uniform(0.5, 1.0, (8, 16)).astype(np_half)
+    w = rng.uniform(0.5, 1.0, (16, 4)).astype(np_half)
+    bias = np.full((4,), 1000.0 if half == "float16" else 3000.0, np_half)
+    for fn in (lambda x, y, c: x @ y + c - c, lambda x, y, c: ((x + c[0]) - c[0]) @ y,
+               lambda x, y, c: ((x * 0.3 + 0.1) @ (y * 0.5)) * 0.7):
+        ref, got = both(fn, m, w, bias)
+        assert_exact(got.astype(np.float32), ref.astype(np.float32))
+    ref, _ = both(lambda x, y, c: x @ y + c - c, m, w, bias)
+    once = (m.astype(np.float32) @ w.astype(np.float32)).astype(np_half)
+    assert (ref.astype(np.float32) != once.astype(np.float32)).any()
+
+
+# narrow integers wrap after every operation ------------------------------------------------------
+NARROW = ["int8", "int16", "uint8"]
+
+
+def _narrow_graphs(dtype):
+    neg = dtype != "uint8"
+    return [lambda x: (0 - x).astype("int64").sum(-1), lambda x: (x * (-1 if neg else 255)).sum(-1),
+            lambda x: (x // (-1 if neg else 1)).sum(-1), lambda x: (-x).sum(-1),
+            lambda x: lb.abs(x).sum(-1), lambda x: (x + x).sum(-1), lambda x: (x * x).sum(-1),
+            lambda x: (x ** 3).sum(-1), lambda x: (x << 3).sum(-1), lambda x: (x - 100) * 3]
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_narrow_integers_wrap_after_each_operation(dev, dtype):
+    """int8/int16/uint8 results wrap to their type before anything widens them (an int64
+    sum): -(-32768) is -32768 in int16, as NumPy gives. The CUDA spelling computes these ops in
+    int32 and wraps them by the conversion back (an H100 left -(-32768) at +32768 inside a sum);
+    the interpreter computes in the narrow type itself."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(41)
+    x = rng.integers(info.min, info.max, (4, 50), endpoint=True).astype(dtype)
+    x[:, :4] = [info.min, info.max, info.min, info.min + 1]
+    for fn in _narrow_graphs(dtype):
+        with np.errstate(all="ignore"):
+            ref, got = both(fn, x)
+        assert_exact(got, ref)
+    from lazyburn.codegen import triton as tr
+
+    t = lb.tensor(x, device="numpy")
+    (k,) = lb.explain((-t).sum(-1)).kernels
+    src = tr.render(k.spec, "k", target="cuda").source
+    assert re.search(r"\(-t\d+\.to\(tl\.int32\)\)\.to\(tl\.%s\)" % dtype, src), src
+
+
+# pow by constants known when the graph is recorded -------------------------------------------
+@pytest.mark.parametrize("c", [0.5, 2.0, -1.0, 1.0, 0.0, -0.0])
+def test_pow_by_exact_constants_is_numpy(dev, c):
+    """x ** c for c in 0.5, 2, -1, 1, 0 is NumPy's x ** c: sqrt (sqrt(-0.0) = -0.0,
+    sqrt(-inf) = nan, where C's pow gives +0.0 and +inf), x * x, 1 / x, x, 1 -- exactly, alone
+    and fused on read into a reduction."""
+    rng = np.random.default_rng(42)
+    x = with_random(rng, SPECIAL)
+    for dtype in ("float32", "float64", "float16"):
+        v = x.astype(dtype)
+        ref, got = both(lambda t: t ** c, v)
+        assert_exact(got, ref)
+        ref, got = both(lambda t: (t ** c).reshape(-1, 1).max(-1), v)
+        assert_exact(got, ref)
+
+
+# take with int64 indices -----------------------------------------------------------------------
+def test_take_with_int64_indices_beyond_int32(dev):
+    """An int64 index is wrapped and clamped as int64 before it becomes the kernel's int32
+    offset: 2**32 + 1 reads the last element (clamped), not element 1."""
+    rng = np.random.default_rng(43)
+    x = rng.standard_normal(10).astype(np.float32)
+    idx = np.array([2 ** 32 + 1, -2 ** 32 - 1, 2 ** 31, -2 ** 31 - 5, 3, -3, 11, -11,
+                    2 ** 62, -2 ** 62, 9, -10], np.int64)
+    ref, got = both(lambda a, i: lb.take(a, i), x, idx)
+    assert_exact(got, ref)
+    np.testing.assert_array_equal(ref[:4], x[[9, 0, 9, 0]])
+    ref, got = both(lambda a, i: lb.take(a * 2.0, i).sum(), x, idx)
+    assert_exact(got, ref)
+
+
+# float64 matmul ---------------------------------------------------------------------------------
+def test_float64_matmul_with_prologue_and_epilogue(dev):
+    """float64 products (Triton 3.6 does not compile a float64 tl.dot for sm_90: their tiles
+    are multiplied and summed element-wise) match the reference, with a prologue and an
+    epilogue fused."""
+    from lazyburn.codegen import triton as tr
+
+    rng = np.random.default_rng(44)
+    a, b = rng.standard_normal((37, 19)), rng.standard_normal((19, 23))
+    c = rng.standard_normal(23)
+    fn = lambda x, y, z: lb.relu(lb.exp(x * 0.5) @ (y - 1.0) + z)  # noqa: E731
+    ref, got = both(fn, a, b, c)
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    specs = [k.spec for k in lb.explain(fn(*[lb.tensor(v, device="numpy") for v in (a, b, c)]))
+             .kernels if k.spec.kind == "matmul"]
+    assert specs and all("tl.dot(" not in tr.render(s, "k", target="cuda").source for s in specs)
+
+
+# long sums holding infinities --------------------------------------------------------------------
+@pytest.mark.parametrize("params", [{"looped": True, "RBLOCK": 16, "XBLOCK": 2},
+                                    {"looped": True, "RBLOCK": 32, "XBLOCK": 1}],
+                         ids=lambda p: f"RBLOCK={p['RBLOCK']}")
+def test_compensated_sums_of_infinities(dev, params):
+    """A looped (compensated) sum of a row holding +-inf is that infinity (nan with both): the
+    TwoSum error term of an infinite sum is nan, and only a finite sum adds it."""
+    from test_triton import launch_params
+
+    rng = np.random.default_rng(45)
+    x = rng.standard_normal((7, 77 + params["RBLOCK"])).astype(np.float32)
+    x[1, 3] = -np.inf
+    x[2, -1] = np.inf
+    x[3, [0, 40]] = -np.inf
+    x[4, [5, 6]] = [np.inf, -np.inf]
+    x[5, 10] = np.nan
+    x[6, ::9] = np.inf
+    with launch_params("reduction", **params):
+        for fn in (lambda t: t.sum(-1), lambda t: lb.where(t > 1.0, t, -t).sum(-1),
+                   lambda t: t.mean(-1)):
+            ref, got = both(fn, x)
+            assert_close(got, ref, rtol=1e-6)
+
+
+# subnormals through libdevice's flush-to-zero functions ----------------------------------------
+def _flushed(x):
+    # libdevice's float32 functions as Triton links them: subnormals in and out read as 0
+    # (plain Python over tl: the interpreter runs it as it runs the kernel)
+    if x.dtype == tl.float32:
+        x = tl.where(tl.abs(x) < 1.1754943508222875e-38, x * 0.0, x)
+    return x
+
+
+def _ftz(fn):
+    return lambda x: _flushed(fn(_flushed(x)))
+
+
+FTZ_FUNCTIONS = {
+    "exp": _ftz(lambda x: tl.exp(x)), "exp2": _ftz(lambda x: tl.exp2(x)),
+    "sin": _ftz(lambda x: tl.sin(x)), "cos": _ftz(lambda x: tl.cos(x)),
+    "tan": _ftz(lambda x: tl.sin(x) / tl.cos(x)), "erf": _ftz(lambda x: tl.erf(x)),
+    # expm1, log1p, tanh: the inputs checked are subnormal or zero, where each is x itself
+    "expm1": _ftz(lambda x: x), "log1p": _ftz(lambda x: x), "tanh": _ftz(lambda x: x)}
+
+
+def run_cuda_spelling_flushing(fn, x: np.ndarray) -> np.ndarray:
+    """``fn`` of ``x`` (one element-wise kernel) in its CUDA spelling, run by Triton's
+    interpreter with libdevice's float32 functions and tl.exp2/sin/cos/erf replaced by models
+    that flush subnormal inputs and results to zero, as on a GPU (an H100 flushed those; its
+    log and log2 kept subnormal inputs, and sqrt_rn and division keep them)."""
+    import types
+
+    from lazyburn.codegen import triton as tr
+    from lazyburn.runtime.cuda import load_kernel
+
+    (k,) = lb.explain(fn(lb.tensor(x, device="numpy"))).kernels
+    assert k.spec.kind == "elementwise" and len(k.spec.args) == 2
+    src = tr.render(k.spec, "k", {"BLOCK": 256}, target="cuda").source
+    for name in ("exp2", "exp", "sin", "cos", "erf"):
+        src = src.replace(f"tl.{name}(", f"ftz.{name}(")
+    src = src.replace("libdevice.", "ftz.")
+    kernel, _ = load_kernel(src, "k", interpret=True)
+    kernel.fn.__globals__["ftz"] = types.SimpleNamespace(**FTZ_FUNCTIONS)
+    out_dtype = k.spec.args[1].dtype
+
+    def bits(a):  # torch reads no ml_dtypes array: bfloat16 goes by its bits
+        if a.dtype == lb.dtype("bfloat16").np:
+            return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+        return torch.from_numpy(a.copy())
+
+    out = bits(np.zeros(x.size, out_dtype.np))
+    kernel[(-(-x.size // 256),)](bits(x), out)
+    if out_dtype.name == "bfloat16":
+        return out.view(torch.int16).numpy().view(out_dtype.np)
+    return out.numpy()
+
+
+SUBNORMAL_FUNCTIONS = {"sin": lb.sin, "tan": lb.tan, "tanh": lb.tanh, "expm1": lb.expm1,
+                       "log1p": lb.log1p, "erf": lb.erf, "cos": lb.cos, "exp": lb.exp,
+                       "exp2": lb.exp2, "sigmoid": lb.sigmoid}
+
+
+@pytest.mark.parametrize("name", list(SUBNORMAL_FUNCTIONS))
+def test_subnormals_survive_flush_to_zero_libdevice(name):
+    """Subnormal inputs and results of the float32 functions are NumPy's on a GPU, whose
+    libdevice flushes them: f(x) = x below 2**-126 for the functions that are x there, erf as
+    2 / sqrt(pi) * x, exp, exp2 and sigmoid of large negative arguments subnormal (not 0).
+    Checked by running the CUDA spelling under a flushing model of libdevice
+    (see run_cuda_spelling_flushing)."""
+    fn = SUBNORMAL_FUNCTIONS[name]
+    rng = np.random.default_rng(46)
+    tiny = np.concatenate([[1e-45, -1e-45, 1e-40, -1e-40, 5.877473e-39, -2.938736e-39, 0.0,
+                            -0.0, 1.1754942e-38, -1.1754942e-38],
+                           rng.uniform(-1.1754942e-38, 1.1754942e-38, 40)])
+    if name in ("exp", "sigmoid"):
+        tiny = np.concatenate([tiny, [-87.5, -90.0, -95.5, -100.0, -103.0, -104.0],
+                               rng.uniform(-103.9, -87.4, 40)])
+    if name == "exp2":
+        tiny = np.concatenate([tiny, [-126.5, -127.0, -128.0, -140.25, -149.0, -150.0],
+                               rng.uniform(-149.9, -126.1, 40)])
+    # (bfloat16 and float16 values compute in float32 too; the interpreter's conversion of
+    # bfloat16 subnormals to float32 loses them, so float32 values stand for all three here)
+    for dtype in ("float32",):
+        x = tiny.astype(np.float32).astype(lb.dtype(dtype).np)
+        ref = fn(lb.tensor(x, device="numpy")).numpy()
+        got = run_cuda_spelling_flushing(fn, x)
+        assert got.dtype == ref.dtype
+        g, r = got.astype(np.float64), ref.astype(np.float64)
+        if name in ("exp", "exp2", "sigmoid", "cos"):  # a few ulps, where normal
+            np.testing.assert_allclose(g, r, rtol=3e-6, atol=2.0 ** -148)
+        else:
+            assert_exact(g, r)
+        if name != "cos":  # the cases a flushing GPU got wrong
+            assert ((r != 0) & (np.abs(r) < 2.0 ** -126)).any()
+
+
 # the GPU spelling --------------------------------------------------------------------------------
 def _trust_graphs():
     rng = np.random.default_rng(12)
@@ -309,6 +555,28 @@ def _trust_graphs():
         outs += [i // (i + 1), i % (i - 3), lb.clip(i, 1, 50), x.astype(dtype), d.astype(dtype)]
     b = lb.tensor(rng.random(50) < 0.5, device="numpy")
     outs += [~b, (~b).any()]
+    # float64 matmuls (element-wise products, no tl.dot), with a prologue and an epilogue
+    a64 = lb.tensor(rng.standard_normal((37, 19)), device="numpy")
+    b64 = lb.tensor(rng.standard_normal((19, 23)), device="numpy")
+    c64 = lb.tensor(rng.standard_normal(23), device="numpy")
+    outs += [a64 @ b64, lb.relu(lb.exp(a64 * 0.5) @ (b64 - 1.0) + c64),
+             (lb.sigmoid(a64) @ b64).sum(-1)]
+    # the functions that keep subnormals past libdevice, in every float type; pow by constants
+    for dtype in ("float32", "bfloat16", "float16", "float64"):
+        t = x.astype(dtype)
+        outs += [lb.sin(t) + lb.tan(t) + lb.tanh(t) + lb.expm1(t) + lb.log1p(t) + lb.erf(t),
+                 lb.exp(t) + lb.exp2(t) + lb.sigmoid(t), (lb.erf(t) * lb.exp2(t)).sum(-1),
+                 t ** 0.5 + t ** -1 + t ** 0 + t ** 2, (t - t * 3.0 + 1.0).sum(-1)]
+    # half types rounded per operation, around a matmul too
+    for half in ("float16", "bfloat16"):
+        h = x[:, :64].astype(half)
+        outs += [(h @ h.T + 1.0) * 0.5, (h * 2.0 + 1.0) @ h.T, (h * h - h).max(-1)]
+    # narrow integers wrapped per operation, fused on read too; int64 indices of take
+    for dtype in ("int8", "int16", "uint8"):
+        i = lb.tensor(rng.integers(0, 100, (8, 50)).astype(dtype), device="numpy")
+        outs += [(0 - i).sum(-1), (i * 3 - i).sum(-1), (i // 7 + (i << 2)) * i, abs(i) ** 3]
+    idx = lb.tensor(np.array([2 ** 32 + 1, -3, 5], np.int64), device="numpy")
+    outs += [lb.take(x.reshape(-1), idx), lb.take(x.reshape(-1) * 2.0, idx).sum()]
     return outs
 
 

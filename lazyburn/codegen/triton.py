@@ -26,15 +26,19 @@ pointers; the grid and the compile options (``num_warps``, ``num_stages``) come 
   accelerator copies each tile, zero-filling past the edges) instead of pointer blocks. float16/bfloat16 operands feed the tensor cores with float32
   accumulation, and the epilogue computes in float32; float32 operands
   use ``input_precision="tf32"`` only when ``allow_tf32`` is set (``"ieee"`` otherwise, as
-  PyTorch's default). Integer matmuls multiply and sum tiles in their accumulation type.
+  PyTorch's default). Integer and float64 matmuls multiply and sum tiles in their
+  accumulation type (see :func:`.triton_matmul.uses_dot`).
 
 Semantics follow the OpenCL renderer and the NumPy reference: NumPy's floor division and
 modulo (exact fmod; integer division by 0 and INT_MIN // -1 as NumPy gives them), C99's pow,
 correctly rounded division and square root, NaN-propagating min/max and max/min reductions,
 first-index argmax/argmin with NaN as the extreme, shifts by out-of-range amounts giving 0 (or
 -1), float-to-integer conversion saturating (NaN -> 0, see :func:`.triton_printer.saturate`),
-float16/bfloat16 stored in their own type and computed in float32 (rounded at every cast to a
-half type and at stores), and the counter-based ``random_uniform`` hash. The accuracy of the
+float16/bfloat16 stored in their own type and computed in float32, each operation's result
+rounded to its half type (as NumPy rounds it), int8/int16/uint8 results wrapped to their type
+after each operation, ``x ** c`` for c in 0, 1, 2, -1, 0.5 as NumPy computes it, subnormals
+kept through libdevice's flush-to-zero functions, and the counter-based ``random_uniform``
+hash. The accuracy of the
 transcendental functions on a GPU is listed in :mod:`.triton_printer`, that of long sums in
 :mod:`.triton_reduction`.
 
@@ -50,13 +54,13 @@ from ``tl`` builtins (Kahan's expm1/log1p forms), so CPU tests run the same kern
 from __future__ import annotations
 
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec
-from .triton_matmul import matmul_params, render_matmul, tma_operands
+from .triton_matmul import matmul_params, render_matmul, tma_operands, uses_dot
 from .triton_printer import (TL_MATH, RenderedKernel, TritonPrinter, cdiv, indent, loop_vars,
                              next_pow2, program_id)
 from .triton_reduction import PERSISTENT_MAX, outer_reduction, reduction_params, render_reduction
 
 __all__ = ["PERSISTENT_MAX", "TL_MATH", "RenderedKernel", "TritonPrinter", "cdiv",
-           "default_params", "next_pow2", "outer_reduction", "render", "tma_operands"]
+           "default_params", "next_pow2", "outer_reduction", "render", "tma_operands", "uses_dot"]
 
 
 def render(spec: KernelSpec, name: str, params: dict | None = None,

@@ -156,6 +156,13 @@ def lb_round_bf16(x):
     up = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return tl.where(x != x, x, up.to(tl.float32, bitcast=True))
 '''),
+    # bfloat16 to float32 by its bits, for the interpreter (whose conversion mangles subnormals
+    # and infinities)
+    "lb_from_bf16": ((), '''
+def lb_from_bf16(x):
+    bits = x.to(tl.uint16, bitcast=True).to(tl.uint32)
+    return (bits << 16).to(tl.float32, bitcast=True)
+'''),
     # the same, as a bfloat16 value (by its bits: the interpreter mangles subnormals)
     "lb_to_bf16": (("lb_round_bf16",), '''
 def lb_to_bf16(x):

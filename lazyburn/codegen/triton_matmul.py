@@ -4,6 +4,7 @@ matmul launch parameters."""
 from __future__ import annotations
 
 from ..fusion.kernel_ir import MatmulSpec
+from ..fusion.symbolic import topo_exprs
 from .triton_printer import (HALF, TL, VALUE, TritonPrinter, cdiv, expr_ids, indent, loop_vars,
                              next_pow2, number_text)
 
@@ -16,15 +17,13 @@ def matmul_params(spec: MatmulSpec, interpret: bool) -> dict:
         return max(16, min(block, next_pow2(dim)))
 
     half = spec.a is not None and spec.a.dtype.name in HALF
-    if not spec.acc_dtype.is_float:  # multiply-and-sum tiles live in registers: keep them small
+    if not uses_dot(spec):  # multiply-and-sum tiles live in registers: keep them small
         bm, bn, bk, warps, stages = 32, 32, 8, 4, 1
         return {"BLOCK_M": min(bm, max(16, next_pow2(spec.m))),
                 "BLOCK_N": min(bn, max(16, next_pow2(spec.n))), "BLOCK_K": bk, "GROUP_M": 8,
                 "num_warps": warps, "num_stages": stages, "EPILOGUE_SUBTILES": 1}
     if interpret:
         bm, bn, bk, warps, stages = 64, 64, 64, 4, 1
-    elif spec.acc_dtype.name == "float64":
-        bm, bn, bk, warps, stages = 64, 64, 16, 4, 2
     elif half:
         bm, bn, bk, warps, stages = 128, 256, 64, 8, 3
     else:
@@ -34,6 +33,14 @@ def matmul_params(spec: MatmulSpec, interpret: bool) -> dict:
         warps = 4
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps,
             "num_stages": stages, "EPILOGUE_SUBTILES": epilogue_subtiles(bm, bn, warps)}
+
+
+def uses_dot(spec: MatmulSpec) -> bool:
+    """True when the tiles' products go through ``tl.dot`` (float16, bfloat16 and float32
+    operands); integer and float64 tiles are multiplied and summed element-wise (Triton 3.6
+    does not compile a float64 ``tl.dot`` for sm_90; the sums of each K step are a tree over
+    BLOCK_K products, then added in order, as exact as a dot's)."""
+    return spec.acc_dtype.is_float and spec.acc_dtype.name != "float64"
 
 
 def epilogue_subtiles(block_m: int, block_n: int, num_warps: int) -> int:
@@ -215,7 +222,7 @@ def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, tma: di
         body.append(f"a_mmask = a_m < {M}")
     if ragged["n"]:
         body.append(f"b_nmask = b_n < {N}")
-    dot = spec.acc_dtype.is_float  # else: integers multiply and sum tiles
+    dot = uses_dot(spec)  # else: integers and float64 multiply and sum tiles
     acc_t = _acc_type(spec)
     body.append(f"acc = tl.full(({BM}, {BN}), 0, {acc_t})")
     base = {v["b"].id: "pid_b"} if "b" in v else {}
@@ -245,7 +252,9 @@ def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, tma: di
             tile = f"tl.full([{shape[0]}, {shape[1]}], {number_text(expr.value, operand_t)}, " \
                    f"{operand_t})"
         else:
-            if have_t != operand_t:
+            if have_t == "tl.bfloat16" and operand_t == "tl.float32":
+                tile = p.widen_half("bfloat16", tile)
+            elif have_t != operand_t:
                 tile = f"{tile}.to({operand_t})"
             tile = f"tl.broadcast_to({tile}, [{shape[0]}, {shape[1]}])"
         masked_load = expr.op == "load" and "k" in p.deps(expr.args[1])
@@ -254,7 +263,7 @@ def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, tma: di
         loop.append(f"{which}_tile = {tile}")
     if dot:
         precision = ""
-        if spec.a.dtype.name in ("float32", "float64"):
+        if spec.a.dtype.name == "float32":
             tf32 = params.get("allow_tf32") and spec.a.dtype.name == "float32"
             precision = f', input_precision="{"tf32" if tf32 else "ieee"}"'
         loop.append(f"acc = tl.dot(a_tile, b_tile, acc{precision})")
@@ -296,6 +305,7 @@ def _epilogue(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, suffix: 
         parts = halves
     v = loop_vars(spec)
     acc_ids = expr_ids(spec, "acc")
+    acc_dtype = next((e.dtype for e in topo_exprs(spec.roots()) if e.op == "acc"), None)
     cast = ".to(tl.int64)" if spec.index_dtype.name == "int64" else ""
     body.append(f"m = rm{suffix}[:, None]")
     for j, part in enumerate(parts):
@@ -316,6 +326,11 @@ def _epilogue(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, suffix: 
         scope.update({v[var].id: var for var in ("m", "n") if var in v})
         if acc_ids:
             scope[acc_ids[0]] = part
+            if acc_dtype.name in HALF:
+                # the product rounded to its half type before the epilogue reads it, as the
+                # reference rounds each node's result (the store rounds it anyway)
+                body.append(f"{part}_h = {p.round_half(acc_dtype.name, part)}")
+                scope[acc_ids[0]] = f"{part}_h"
         lines, names = p.emit([o.value for o in spec.outputs], scope)
         body += lines
         body.append(f"flat = (pid_b{suffix} * {M} + m) * {N} + n")

@@ -49,6 +49,35 @@ PORTABLE = {"expm1": "lb_expm1", "log1p": "lb_log1p", "tanh": "lb_tanh", "tan": 
 CALLS = frozenset(LIBDEVICE) | {"floordiv", "mod", "minimum", "maximum", "pow", "div", "rsqrt",
                                 "sigmoid", "exp"}
 
+# The smallest normal float32, 2**-126. Triton links libdevice in its flush-to-zero form
+# (Triton 3.6 has no option to change that), so its float32 functions read a subnormal input
+# as 0 and flush a subnormal result to 0. sin, tan, tanh, expm1 and log1p are
+# x * (1 + O(x**2)) near 0: below 2**-126 the O(x**2) term is under 2**-252 relative, far below
+# half an ulp (2**-25 relative at least), so each rounds to x itself, as NumPy returns; erf is
+# x * 2 / sqrt(pi) there, rounded once from float64.
+SMALLEST_NORMAL = "1.1754943508222875e-38"
+TWO_OVER_SQRT_PI = "1.1283791670955126"
+NEAR_IDENTITY = frozenset({"sin", "tan", "tanh", "expm1", "log1p"})
+
+# Float ops whose result on values of a half type is a value of that type already (a cast
+# rounds itself; a stage result is rounded by the reduction); every other op on float16 or
+# bfloat16 is computed in float32 and rounded to its type, as NumPy rounds each operation.
+EXACT_IN_HALF = frozenset({"load", "const", "var", "cast", "where", "neg", "abs", "sign",
+                           "minimum", "maximum", "floor", "ceil", "round", "reduced", "acc"})
+NARROW_INT = ("int8", "int16", "uint8")
+# integer ops whose result can leave a narrow type's range (-x of -128, x * -1, x // -1, x << k,
+# sums and products): computed in int32, where they cannot overflow (int32 powers wrap, which
+# wraps the low bits as the narrow type would), then wrapped to the type by the conversion.
+# Left in int8/int16 arithmetic, a GPU result widened later (an int64 sum) kept the overflow:
+# -(-32768) read as +32768 on an H100
+WIDENED = frozenset({"add", "sub", "mul", "neg", "square", "abs", "floordiv", "pow",
+                     "left_shift"})
+
+# Constant float exponents computed as NumPy computes ``x ** c`` for them (its fast paths: ones,
+# copy, square, reciprocal, sqrt), each the correctly rounded pow; sqrt differs from C's pow
+# only where NumPy's does too (sqrt(-0.0) = -0.0, sqrt(-inf) = nan).
+EXACT_POW = (0.0, 1.0, 2.0, -1.0, 0.5)
+
 
 def negative_zero(work: str) -> str:
     """-0.0 as a constant of Triton type ``work``, spelled by its bits: Triton 3.6 turns a
@@ -118,6 +147,7 @@ class TritonPrinter(ExprPrinter):
         self.raw_loads: set[int] = set()  # loads kept in their storage type (dot operands)
         self.eviction: dict[int, str] = {}  # load id -> L2 eviction policy hint
         self._deps: dict[int, frozenset] = {}
+        self.named: dict[int, str] = {}  # expression id -> the name a statement bound it to
 
     # dependence on loop variables ----------------------------------------------------------
     def deps(self, e: Expr) -> frozenset:
@@ -147,6 +177,7 @@ class TritonPrinter(ExprPrinter):
 
     # spelling --------------------------------------------------------------------------------
     def assign(self, name, e, rhs):
+        self.named[e.id] = name
         return f"{name} = {rhs}"
 
     def literal(self, value, dtype):
@@ -199,8 +230,15 @@ class TritonPrinter(ExprPrinter):
             opts += f', eviction_policy="{self.eviction[e.id]}"'
         text = f"tl.load({arg.name} + {index}{opts})"
         if arg.dtype.name in HALF and e.id not in self.raw_loads:
-            text += ".to(tl.float32)"
+            text = self.widen_half(arg.dtype.name, text)
         return text
+
+    def widen_half(self, half: str, x: str) -> str:
+        """Float16 or bfloat16 ``x`` as float32 (exact)."""
+        if half == "bfloat16" and self.target == "interpret":
+            # by its bits: the interpreter's conversion loses subnormals and infinities
+            return self.helper("lb_from_bf16", x)
+        return f"{x}.to(tl.float32)"
 
     def store(self, arg_index: int, index: str, value: Expr, value_text: str,
               mask: str | None) -> str:
@@ -222,6 +260,25 @@ class TritonPrinter(ExprPrinter):
             # tensors there, not Python numbers
             args = [self.typed_literal(a.value, a.dtype) if isinstance(a, Expr) and a.is_const
                     else x for a, x in zip(e.args, args)]
+        if e.dtype.name in NARROW_INT and e.op in WIDENED:
+            args = [f"{x}.to(tl.int32)" if isinstance(a, Expr) else x
+                    for a, x in zip(e.args, args)]
+            return f"{self._render_value(e, args)}.to({TL[e.dtype.name]})"
+        text = self._render_value(e, args)
+        if e.dtype.name in HALF and e.op not in EXACT_IN_HALF:
+            return self.round_half(e.dtype.name, text)
+        return text
+
+    def round_half(self, half: str, x: str) -> str:
+        """Float32 ``x`` rounded to the nearest value of ``half`` (float16 or bfloat16, ties to
+        even, overflow to inf), as a float32 value."""
+        if half == "float16":
+            return f"{x}.to(tl.float16).to(tl.float32)"
+        if self.target == "interpret":
+            return self.helper("lb_round_bf16", x)  # the interpreter's conversion truncates
+        return f"{x}.to(tl.bfloat16).to(tl.float32)"
+
+    def _render_value(self, e: Expr, args: list) -> str:
         if e.op in ("floor", "ceil"):
             return getattr(self, "op_" + e.op)(e, *args)
         if e.op in TL_MATH:
@@ -230,13 +287,28 @@ class TritonPrinter(ExprPrinter):
             if e.op == "sqrt" and e.dtype.name != "float64":
                 return f"tl.sqrt_rn({args[0]})"  # tl.sqrt is approximate (and flushes denormals)
             if e.op == "exp":
-                return self._exp(args[0])
-            return f"{TL_MATH[e.op]}({args[0]})"
+                return self._exp(args[0], VALUE[e.dtype.name])
+            if e.op == "exp2":
+                return self._exp2(args[0], VALUE[e.dtype.name])
+            return self._keep_subnormals(e, args[0], f"{TL_MATH[e.op]}({args[0]})")
         if e.op in LIBDEVICE and e.op != "pow":
             if not e.dtype.is_float:
                 return args[0]
-            return self._math(e.op, args)
+            return self._keep_subnormals(e, args[0], self._math(e.op, args))
         return super().render(e, args)
+
+    def _keep_subnormals(self, e: Expr, x: str, text: str) -> str:
+        """``text`` (function ``e.op`` of ``x``) with subnormal ``x`` answered without libdevice,
+        whose float32 functions flush them (see SMALLEST_NORMAL)."""
+        if self.target != "cuda" or VALUE[e.dtype.name] != "tl.float32":
+            return text
+        tiny = f"tl.abs({x}) < {SMALLEST_NORMAL}"
+        if e.op in NEAR_IDENTITY:
+            return f"tl.where({tiny}, {x}, {text})"
+        if e.op == "erf":
+            return (f"tl.where({tiny}, ({x}.to(tl.float64) * {TWO_OVER_SQRT_PI})"
+                    f".to(tl.float32), {text})")
+        return text
 
     def _math(self, op, args) -> str:
         if self.target == "cuda":
@@ -282,11 +354,25 @@ class TritonPrinter(ExprPrinter):
     def op_isfinite(self, e, x):
         return f"(tl.abs({x}) < {INF})" if e.args[0].dtype.is_float else "True"
 
-    def _exp(self, x: str) -> str:
-        if self.target == "cuda":
-            self.uses_libdevice = True  # tl.exp is ex2.approx(x * log2(e)): see the top
+    def _exp(self, x: str, work: str) -> str:
+        if self.target != "cuda":
+            return f"{TL_MATH['exp']}({x})"
+        self.uses_libdevice = True  # tl.exp is ex2.approx(x * log2(e)): see the top
+        if work != "tl.float32":
             return f"libdevice.exp({x})"
-        return f"tl.exp({x})"
+        # below -87.0 (exp(-87.34) is 2**-126) expf's result is subnormal and flushed to 0:
+        # there the float64 exp, rounded once to float32
+        return (f"tl.where({x} < -87.0, libdevice.exp({x}.to(tl.float64)).to(tl.float32), "
+                f"libdevice.exp({x}))")
+
+    def _exp2(self, x: str, work: str) -> str:
+        fn = TL_MATH["exp2"]
+        if self.target != "cuda" or work != "tl.float32":
+            return f"{fn}({x})"
+        # exp2 below -126 is subnormal, which the float32 exp2 flushes: 2**(x + 64) * 2**-64
+        # instead (x + 64 is exact there, and the product keeps subnormals: plain float
+        # arithmetic does not flush)
+        return f"tl.where({x} < -126.0, {fn}({x} + 64.0) * 5.421010862427522e-20, {fn}({x}))"
 
     def _div(self, e, a, b) -> str:
         """``a / b`` correctly rounded (float32's `/` is div.full.f32 on NVIDIA, 2 ulp)."""
@@ -298,6 +384,10 @@ class TritonPrinter(ExprPrinter):
         if not e.dtype.is_float:
             return f"({a} / {b})"
         return self._div(e, a, b)
+
+    def _sqrt(self, e, x) -> str:
+        """Correctly rounded sqrt (tl.sqrt is approximate on float32 and flushes subnormals)."""
+        return f"tl.sqrt({x})" if e.dtype.name == "float64" else f"tl.sqrt_rn({x})"
 
     def op_rsqrt(self, e, x):
         if e.dtype.name == "float64":
@@ -322,9 +412,7 @@ class TritonPrinter(ExprPrinter):
                 return f"{x}.to(tl.float16).to(tl.float32)"
             if VALUE[src.dtype.name] != "tl.float32":
                 x = f"{x}.to(tl.float32)"  # as ml_dtypes converts: through float32
-            if self.target == "interpret":
-                return self.helper("lb_round_bf16", x)
-            return f"{x}.to(tl.bfloat16).to(tl.float32)"
+            return self.round_half("bfloat16", x)
         if VALUE[src.dtype.name] == VALUE[e.dtype.name]:
             return x
         return f"{x}.to({VALUE[e.dtype.name]})"
@@ -342,7 +430,7 @@ class TritonPrinter(ExprPrinter):
 
     def op_sigmoid(self, e, x):
         # the reference's stable form: exp of -|x| only, so no overflow to inf
-        ex = self._exp(f"(-tl.abs({x}))")
+        ex = self._exp(f"(-tl.abs({x}))", VALUE[e.dtype.name])
         one = "tl.full([], 1.0, tl.float32)" if VALUE[e.dtype.name] == "tl.float32" else "1.0"
         pos = self._div(e, one, f"(1.0 + {ex})")
         neg = self._div(e, ex, f"(1.0 + {ex})")
@@ -411,6 +499,13 @@ class TritonPrinter(ExprPrinter):
         exponent = e.args[1]
         if exponent.is_const and exponent.value in (1, 2):  # exact as a product
             return a if exponent.value == 1 else f"({a} * {a})"
+        if e.dtype.is_float and exponent.is_const and exponent.value in EXACT_POW:
+            c = exponent.value  # 0.0 (-0.0 too), -1.0 or 0.5 here; see EXACT_POW
+            if c == 0:
+                return f"tl.full([], 1.0, {VALUE[e.dtype.name]})"
+            if c == -1:
+                return self._div(e, f"tl.full([], 1.0, {VALUE[e.dtype.name]})", a)
+            return self._sqrt(e, a)
         if e.dtype.is_float:
             if self.target == "cuda" and e.dtype.name != "float64":
                 # libdevice's powf flushes subnormals and is off by up to 4 ulp (2.5 ** 2 is
@@ -435,7 +530,16 @@ class TritonPrinter(ExprPrinter):
         return self._shift(e, a, b, ">>")
 
     def op_wrap_clamp(self, e, x, n):
-        return f"tl.minimum(tl.maximum(tl.where({x} < 0, {x} + {n}, {x}), 0), {n} - 1)"
+        src = e.args[0]
+        if src.op == "cast" and src.args[0].dtype.is_int and \
+                src.args[0].dtype.bits > e.dtype.bits and src.args[0].id in self.named:
+            # an int64 index of an int32-indexed kernel: wrapped and clamped in int64, then
+            # narrowed (narrowed first, 2**32 + 1 would read element 1)
+            src, x = src.args[0], self.named[src.args[0].id]
+        text = f"tl.minimum(tl.maximum(tl.where({x} < 0, {x} + {n}, {x}), 0), {n} - 1)"
+        if src.dtype.name != e.dtype.name:
+            text = f"{text}.to({TL[e.dtype.name]})"
+        return text
 
     def op_random_uniform(self, e, seed, offset, index):
         from ..runtime.numpy_backend import seed32

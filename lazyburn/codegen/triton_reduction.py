@@ -22,7 +22,7 @@ from __future__ import annotations
 from ..fusion.kernel_ir import ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
 from .common import reduction_identity
-from .triton_printer import (INF, VALUE, TritonPrinter, cdiv, expr_ids, indent, loop_vars,
+from .triton_printer import (HALF, INF, VALUE, TritonPrinter, cdiv, expr_ids, indent, loop_vars,
                              next_pow2, number_text, program_id)
 
 PERSISTENT_MAX = 16384  # longest row a persistent reduction holds in registers
@@ -202,7 +202,7 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
             body += lines
             x = _lanes(p, stage, names[stage.value.id], shape, rmask)
             result = _reduce_lanes(p, stage, x, idx)
-            body.append(f"stage{k} = {_stage_cast(stage, result)}")
+            body.append(f"stage{k} = {_stage_cast(p, stage, result)}")
             names[reduced.get(k, -1 - k)] = f"stage{k}"
         body += _reduction_outputs(p, spec, names, None, shape)
     else:
@@ -235,7 +235,7 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
                 result = f"tot{k}"
             else:
                 result = _reduce_lanes(p, stage, f"acc{k}", f"arg{k}")
-            body.append(f"stage{k} = {_stage_cast(stage, result)}")
+            body.append(f"stage{k} = {_stage_cast(p, stage, result)}")
             bound[reduced.get(k, -1 - k)] = f"stage{k}"
         p.eviction = eviction[-1]
         body += _reduction_outputs(p, spec, bound, (r_id, r_lines, size, R), shape)
@@ -283,11 +283,16 @@ def _eviction_per_pass(p: TritonPrinter, spec: ReductionSpec, looped: bool) -> l
     return out
 
 
-def _stage_cast(stage: Stage, result: str) -> str:
-    """A reduced value (or index) converted to the stage's result type."""
+def _stage_cast(p: TritonPrinter, stage: Stage, result: str) -> str:
+    """A reduced value (or index) converted to the stage's result type; a float16 or bfloat16
+    sum or product rounded to it (accumulated in float32, rounded once, as the reference)."""
     out_t = VALUE[stage.dtype.name]
     if stage.op in ("argmax", "argmin"):
         return f"{result}.to({out_t})"
+    if stage.dtype.name in HALF and stage.op in ("sum", "prod"):
+        if _work_type(stage) != "tl.float32":
+            result = f"{result}.to(tl.float32)"
+        return p.round_half(stage.dtype.name, result)
     return result if _work_type(stage) == out_t else f"{result}.to({out_t})"
 
 
