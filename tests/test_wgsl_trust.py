@@ -498,3 +498,180 @@ def test_a_large_element_wise_kernel_with_fmod(monkeypatch, rng):
     y = np.where(rng.random(n) < 0.01, np.float32(1.4e-45), np.float32(0.37))
     got = (lb.tensor(x, device="webgpu:57") % lb.tensor(y, device="webgpu:57") * 2.0).numpy()
     np.testing.assert_array_equal(got, np.remainder(x, y) * np.float32(2.0))
+
+
+# comparisons -------------------------------------------------------------------------------
+HALF_AND_FULL = ["float32", "float16", "bfloat16"]
+COMPARISONS = {"lt": lb.lt, "le": lb.le, "gt": lb.gt, "ge": lb.ge, "eq": lb.eq, "ne": lb.ne}
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_FULL)
+@pytest.mark.parametrize("op", sorted(COMPARISONS))
+def test_comparisons_with_nan_are_false_as_numpy(rng, dtype, op):
+    """Every ordered comparison with a nan operand is False (ne: True), element-wise, counted
+    in a reduction, and as the condition of a where; -0 equals +0."""
+    f = COMPARISONS[op]
+    x = specials_and_random(rng, 30).astype(dtype)
+    compare(lambda a, b: f(a[:, None], b[None, :]), x, x)
+    compare(lambda a, b: f(a[:, None], b[None, :]).astype("int32").sum(1), x, x)
+    compare(lambda a: lb.where(f(a, 0.5), a, -a), x)
+    compare(lambda a: f(a, a), x)  # one value on both sides
+
+
+# accuracy of the math functions ---------------------------------------------------------------
+def ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| in units in the last place of float32 at the exact (float64) ``want``;
+    0 where both are the same infinity or both nan, inf where only one is nan or infinite."""
+    got, want = got.astype(np.float64), np.asarray(want, np.float64)
+    with np.errstate(all="ignore"):
+        want32 = want.astype(np.float32)
+        unit = np.spacing(np.maximum(np.abs(want32), np.float32(2.0 ** -126))).astype(np.float64)
+        err = np.abs(got - want) / unit
+    same_inf = np.isinf(got) & np.isinf(want32) & (np.signbit(got) == np.signbit(want))
+    err[same_inf | (np.isnan(got) & np.isnan(want))] = 0.0
+    err[np.isnan(err)] = np.inf
+    return err
+
+
+def assert_within_ulps(got, x, want, bound: float):
+    """``got`` within ``bound`` ulps of ``want`` everywhere, zeros of the same sign."""
+    err = ulps(got, want)
+    k = int(np.argmax(err))
+    assert err[k] <= bound, f"{err[k]:.2f} ulps at x = {x[k]!r}: {got[k]!r}, want {want[k]!r}"
+    zero = want == 0
+    np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]))
+
+
+def every_binade(rng, per_binade=300, top=254):
+    """Random float32 of both signs with every exponent field 0 (subnormals) .. ``top``."""
+    e = np.repeat(np.arange(top + 1, dtype=np.uint32), per_binade)
+    m = rng.integers(0, 2 ** 23, e.size, dtype=np.uint32)
+    sign = rng.integers(0, 2, e.size, dtype=np.uint32) << np.uint32(31)
+    return (sign | (e << np.uint32(23)) | m).view(np.float32)
+
+
+EXPONENTIALS = {  # op -> (float64 reference, the domain worth sampling, ulp bound)
+    "exp": (np.exp, (-104.0, 89.0), 1.5),
+    "exp2": (np.exp2, (-152.0, 129.0), 1.5),
+    "expm1": (np.expm1, (-30.0, 89.0), 2.0),
+    "tanh": (np.tanh, (-10.0, 10.0), 3.0),
+    "sigmoid": (lambda v: 1.0 / (1.0 + np.exp(-v)), (-105.0, 20.0), 3.0),
+}
+
+
+@pytest.mark.parametrize("op", sorted(EXPONENTIALS))
+def test_exponentials_within_their_bound_subnormal_results_included(rng, op):
+    """exp(-100) = 3.8e-44 and exp2(-127) are subnormal, not 0; exp(88.7) is within an ulp or
+    two (the driver's exp2(x log2 e) was 25 ulps off); -0 stays -0 where the function is odd."""
+    reference, (lo, hi), bound = EXPONENTIALS[op]
+    x = np.concatenate([rng.uniform(lo, hi, 200000), rng.uniform(-1, 1, 20000),
+                        rng.uniform(-1e-3, 1e-3, 5000), every_binade(rng, 20, 133),
+                        [88.7, 88.72283, 88.72284, -17.5, -87.33, -100.0, -103.9, -127.0,
+                         -149.0, -149.5, 127.99, 0.0, -0.0, 1e-40, -1e-40, np.inf, -np.inf,
+                         np.nan]]).astype(np.float32)
+    got = getattr(lb, op)(lb.tensor(x, device=DEV)).numpy()
+    with np.errstate(all="ignore"):
+        want = reference(x.astype(np.float64))
+    assert_within_ulps(got, x, want, bound)
+    compare(lambda a: getattr(lb, op)(a), x[-7:])  # specials as the NumPy device
+    # fused on read into a reduction (rows of moderate terms), and on write after one
+    rows = x[200000:204096].reshape(64, 64)
+    sums = getattr(lb, op)(lb.tensor(rows, device=DEV)).sum(1).numpy()
+    terms = want[200000:204096].reshape(64, 64)
+    np.testing.assert_allclose(sums, terms.sum(1), rtol=0, atol=1e-6 * np.abs(terms).sum(1).max())
+    after = getattr(lb, op)(lb.tensor(rows, device=DEV).max(1)).numpy()
+    assert_within_ulps(after, rows.max(1), reference(rows.max(1).astype(np.float64)), bound)
+
+
+TRIGONOMETRIC = {"sin": (np.sin, 2.2), "cos": (np.cos, 2.2), "tan": (np.tan, 3.0)}
+
+
+@pytest.mark.parametrize("op", sorted(TRIGONOMETRIC))
+def test_trigonometric_functions_over_every_binade(rng, op):
+    """sin, cos, tan within their bound (``wgsl_functions``: lb_rem_pio2) for arguments of
+    every binade up to 3.4e38 (the driver's were only right within about [-pi, pi]: sin(1e10)
+    gave 1.0), and near multiples of pi/2 where the reduction cancels most."""
+    reference, bound = TRIGONOMETRIC[op]
+    k = np.arange(1, 20000, dtype=np.float64) * (np.pi / 2)
+    near = k.astype(np.float32)
+    x = np.concatenate([every_binade(rng), near, np.nextafter(near, np.float32(0)),
+                        (rng.standard_normal(20000) * 10).astype(np.float32),
+                        np.float32([1e10, -1e10, 2.0 ** 31, 2147483647, 9.2233720e18,
+                                    3.4028235e38, -3.4028235e38, np.pi / 4, -np.pi / 4,
+                                    0.0, -0.0, 1e-45, -1e-45, np.inf, -np.inf, np.nan])])
+    got = getattr(lb, op)(lb.tensor(x, device=DEV)).numpy()
+    with np.errstate(all="ignore"):
+        want = reference(x.astype(np.float64))
+    assert_within_ulps(got, x, want, bound)
+    compare(lambda a: getattr(lb, op)(a), x[-7:])  # specials as the NumPy device
+    # integers cast to float32 first, as the NumPy device does
+    ints = np.array([2 ** 31 - 1, -2 ** 31, 10 ** 9, 123456789, -7, 0], np.int32)
+    got = getattr(lb, op)(lb.tensor(ints, device=DEV)).numpy()
+    assert_within_ulps(got, ints, reference(ints.astype(np.float32).astype(np.float64)), bound)
+    # fused on read into a reduction
+    rows = x[:64 * 255].reshape(64, 255)
+    sums = getattr(lb, op)(lb.tensor(rows, device=DEV)).sum(1).numpy()
+    with np.errstate(all="ignore"):
+        terms = reference(rows.astype(np.float64))
+    finite = np.isfinite(terms).all(1) & (np.abs(terms).max(1) < 1e6)
+    np.testing.assert_allclose(sums[finite], terms.sum(1)[finite], rtol=0,
+                               atol=1e-5 * np.abs(terms).sum(1)[finite].max())
+
+
+ODD = ["sin", "tan", "tanh", "expm1", "log1p", "erf", "sign", "sqrt", "neg", "round", "floor",
+       "ceil"]
+
+
+@pytest.mark.parametrize("dtype", HALF_AND_FULL)
+def test_odd_functions_keep_the_sign_of_zero(rng, dtype):
+    """f(-0) = -0 for the odd functions (and sqrt, rounding), in every float dtype; small
+    values of both signs keep theirs."""
+    x = np.concatenate([np.float32([0.0, -0.0, 1e-40, -1e-40, 1e-6, -1e-6, 1e-3, -1e-3]),
+                        (rng.standard_normal(40) * 0.5).astype(np.float32)]).astype(dtype)
+    rtol = {"float32": 4e-7, "float16": 1e-3, "bfloat16": 8e-3}[dtype]
+    for op in ODD:
+        compare(lambda a: getattr(lb, op)(a), x, rtol=rtol)
+
+
+# pow at its edges -----------------------------------------------------------------------------
+def test_pow_of_tiny_bases_by_huge_exponents(rng):
+    """pow(1e-45, 3.4e38) = 0 and pow(1e-45, -3.4e38) = inf (were nan): once |y log2 x| passes
+    300 the result is 0 or inf by its sign alone; rows of such terms sum to inf, not nan."""
+    x = np.concatenate([np.float32([1e-45, -1e-45, 1e-40, 3e-39, 1e-38, 0.5, 0.999, 0.99999994,
+                                    1.0000001, 1.0001, 2.0, -2.0, 1e10, 3.4e38]),
+                        specials_and_random(rng, 10)])
+    y = np.concatenate([np.float32([3.4e38, -3.4e38, 1e30, -1e30, 4.3e9, -4.3e9, 1e6, -1e6,
+                                    255.0, -255.0, 150.0, -150.0, 3.0, -3.0]),
+                        (rng.standard_normal(8) * 50).astype(np.float32)])
+    compare(lambda a, b: a[:, None] ** b[None, :], x, y, rtol=4e-7)
+    compare(lambda a, b: (a[:, None] ** b[None, :]).sum(1), x, y[:10], rtol=2e-6)
+    compare(lambda a, b: (a[:, None] ** b[None, :]).max(0), x, y, rtol=4e-7)
+
+
+def test_pow_is_accurate_where_its_exponent_is_large(rng):
+    """pow(x, y) within 3 ulps wherever the result is finite, for bases of every binade
+    (subnormals included) and |y log2 x| up to 150, where one float t = y log2 x would be 70
+    ulps off (pow(1e10, 3) gave 9.9999586e29)."""
+    x = np.abs(every_binade(rng, 2000, 253))
+    t = rng.uniform(-155.0, 130.0, x.size)
+    with np.errstate(all="ignore"):
+        y = (t / np.log2(x.astype(np.float64))).astype(np.float32)
+    y[~np.isfinite(y)] = 2.5
+    x = np.concatenate([x, (1 + rng.uniform(-1e-3, 1e-3, 20000)).astype(np.float32),
+                        np.float32([1e10, 3.0, 10.0, 0.1])])
+    y = np.concatenate([y, rng.uniform(-1e5, 1e5, 20000).astype(np.float32),
+                        np.float32([3.0, 80.0, 38.0, -38.0])])
+    got = (lb.tensor(x, device=DEV) ** lb.tensor(y, device=DEV)).numpy()
+    with np.errstate(all="ignore"):
+        want = np.power(x.astype(np.float64), y.astype(np.float64))
+    assert_within_ulps(got, x, want, 3.0)
+    compare(lambda a: a ** 3.0, x[-4:], rtol=2e-7)
+
+
+def test_float_mod_of_the_largest_values(rng):
+    """The remainder of +-3.4e38 is exact (a - b floor(a / b) overflows to 3.4e38)."""
+    big = np.float32([3.4028235e38, -3.4028235e38, 1.7e38, -1e38, 3e37])
+    y = np.concatenate([np.float32([1.5, 2.5, -1.5, 0.1, 7.0, 1e-45]),
+                        (rng.standard_normal(10) * 3).astype(np.float32)])
+    compare(lambda a, b: a[:, None] % b[None, :], big, y)
+    compare(lambda a, b: (a[:, None] % b[None, :]).sum(0), big, y, rtol=1e-6)

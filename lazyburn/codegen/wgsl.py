@@ -33,9 +33,14 @@ operation whose two operands are one value (``x - x``, ``x / x``) sees the secon
 identity too. Special values are tested on the bits (``lb_isnan``), and the functions WGSL
 lacks use series and exact steps instead (see ``wgsl_functions``). Only what each invocation
 computes is protected this way: an opaque identity inside the library functions would cost
-more than it saves, and those functions are written not to depend on reassociation. ``sin``,
-``cos``, ``tan``, ``exp``, ``exp2`` are the driver's built-ins: a few ulp for moderate
-arguments, poor for huge ones (|x| > 1e5 for the trigonometric functions).
+more than it saves, and those functions are written not to depend on reassociation (where a
+correction step would be folded away, they take the kernel's ``lb_z`` as an argument).
+Comparisons are written as they read (``a <= b``, never ``!(b < a)``, which is true for nan).
+``exp``, ``exp2``, ``expm1``, ``sin``, ``cos``, ``tan`` and ``pow`` are ours too, within a few
+ulps for every float32 (bounds in ``wgsl_functions``): lavapipe's exp is exp2(x log2 e), 25 ulps
+off near 88, and flushes subnormal results; its sin and cos are accurate only in about
+[-pi, pi] (sin(1e10) gave 1.0); and its ``fma`` is a multiply and an add, so no function here
+relies on a fused multiply-add being exact.
 
 Dispatch. A device allows at most ``Target.max_groups_per_dim`` workgroups per grid dimension
 (65535 by default), so the workgroup count is spread over x, y and z and the kernel rebuilds the
@@ -108,7 +113,7 @@ I64_CALLS = {"add": "lb_i64_add", "sub": "lb_i64_sub", "mul": "lb_i64_mul", "neg
              "mod": "lb_mod_i64", "pow": "lb_ipow_i64"}
 
 # built-ins where WGSL's definition is NumPy's, and our functions where it is not
-MATH = {"exp": "exp", "exp2": "exp2", "sin": "sin", "cos": "cos", "tan": "tan",
+MATH = {"exp": "lb_exp", "exp2": "lb_exp2", "sin": "lb_sin", "cos": "lb_cos", "tan": "lb_tan",
         "floor": "floor", "ceil": "ceil", "round": "round", "log": "lb_log", "log2": "lb_log2",
         "sqrt": "lb_sqrt", "rsqrt": "lb_rsqrt", "expm1": "lb_expm1", "log1p": "lb_log1p",
         "tanh": "lb_tanh", "sigmoid": "lb_sigmoid", "erf": "lb_erf"}
@@ -405,6 +410,12 @@ class WGSLPrinter(ExprPrinter):
             return f"(i32({a}) < i32({b}))"
         return f"({a} < {b})"
 
+    def less_equal(self, a: str, b: str, dtype) -> str:
+        """``a <= b``: false when either float is nan, so never written ``!(b < a)``."""
+        if dtype.name == "int64" or dtype.is_bool:
+            return f"(!{self.less(b, a, dtype)})"
+        return f"({a} <= {b})"
+
     def equal(self, a: str, b: str, dtype) -> str:
         return f"all({a} == {b})" if dtype.name == "int64" else f"({a} == {b})"
 
@@ -452,7 +463,7 @@ class WGSLPrinter(ExprPrinter):
                        0.0: self.literal(1, e.dtype)}
             if float(y.value) in special:
                 return special[float(y.value)]
-        return self.call("lb_pow", a, b)
+        return self.call("lb_pow", a, b, "lb_z")
 
     def op_eq(self, e, a, b):
         return self.equal(a, b, e.args[0].dtype)
@@ -464,13 +475,13 @@ class WGSLPrinter(ExprPrinter):
         return self.less(a, b, e.args[0].dtype)
 
     def op_le(self, e, a, b):
-        return f"(!{self.less(b, a, e.args[0].dtype)})"
+        return self.less_equal(a, b, e.args[0].dtype)
 
     def op_gt(self, e, a, b):
         return self.less(b, a, e.args[0].dtype)
 
     def op_ge(self, e, a, b):
-        return f"(!{self.less(a, b, e.args[0].dtype)})"
+        return self.less_equal(b, a, e.args[0].dtype)
 
     def op_bitwise_xor(self, e, a, b):
         return f"({a} != {b})" if e.dtype.is_bool else f"({a} ^ {b})"
