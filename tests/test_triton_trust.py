@@ -355,9 +355,10 @@ def _narrow_graphs(dtype):
 @pytest.mark.parametrize("dtype", NARROW)
 def test_narrow_integers_wrap_after_each_operation(dev, dtype):
     """int8/int16/uint8 results wrap to their type before anything widens them (an int64
-    sum): -(-32768) is -32768 in int16, as NumPy gives. The CUDA spelling computes these ops in
-    int32 and wraps them by the conversion back (an H100 left -(-32768) at +32768 inside a sum);
-    the interpreter computes in the narrow type itself."""
+    sum): -(-32768) is -32768 in int16, as NumPy gives. Kernels hold narrow values in int32 and
+    wrap each result there: an H100 computing in 16 bits left -(-32768) at +32768 inside an
+    int64 sum, which the interpreter (NumPy's int16) never shows, hence the check of the
+    spelling."""
     info = np.iinfo(dtype)
     rng = np.random.default_rng(41)
     x = rng.integers(info.min, info.max, (4, 50), endpoint=True).astype(dtype)
@@ -371,7 +372,12 @@ def test_narrow_integers_wrap_after_each_operation(dev, dtype):
     t = lb.tensor(x, device="numpy")
     (k,) = lb.explain((-t).sum(-1)).kernels
     src = tr.render(k.spec, "k", target="cuda").source
-    assert re.search(r"\(-t\d+\.to\(tl\.int32\)\)\.to\(tl\.%s\)" % dtype, src), src
+    # loaded into int32, negated and wrapped there, and widened from int32 for the sum
+    wrap = r"lb_wrap_signed\(\(-t\d+\), %d\)" % info.bits if dtype != "uint8" else \
+        r"\(\(-t\d+\) & 255\)"
+    assert re.search(r"tl\.load\([^\n]*\)\.to\(tl\.int32\)", src), src
+    assert re.search(r"t\d+ = " + wrap, src), src
+    assert "tl.int16" not in src and "tl.int8" not in src and "tl.uint8" not in src, src
 
 
 # pow by constants known when the graph is recorded -------------------------------------------

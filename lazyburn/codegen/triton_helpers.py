@@ -59,6 +59,14 @@ def lb_mod_int(a, b, SIGNED: tl.constexpr):
         m = tl.where((m != 0) & ((m < 0) != (safe < 0)), m + safe, m)
     return tl.where(b == 0, 0, m)
 '''),
+    # an int32 value wrapped into the range of a signed integer type of BITS bits (8 or 16), in
+    # int32: the low bits kept, the sign taken from bit BITS - 1 by a select (no 8- or 16-bit
+    # arithmetic for the compiler to narrow the computation to)
+    "lb_wrap_signed": ((), '''
+def lb_wrap_signed(v, BITS: tl.constexpr):
+    w = v & ((1 << BITS) - 1)
+    return tl.where(w >= (1 << (BITS - 1)), w - (1 << BITS), w)
+'''),
     # integer power by squaring over the exponent's bits; negative exponents as NumPy's
     "lb_ipow": ((), '''
 def lb_ipow(a, b, BITS: tl.constexpr, SIGNED: tl.constexpr):
@@ -203,6 +211,19 @@ def lb_rint(x):
     odd = (r - 2.0 * tl.floor(r * 0.5)) != 0
     r = tl.where((d > 0.5) | ((d == 0.5) & odd), r + 1.0, r)
     return tl.where(r == 0, x * 0.0, r)  # rint(-0.4) is -0.0
+'''),
+    # float64 pow under the interpreter only: NumPy's own pow on the values the interpreter
+    # holds (it computes every tl builtin with NumPy; tl has no pow, and lb_pow's
+    # exp2(y * log2(x)) is off by up to ~1e-13 of a float64 result where |y * log2(x)| is
+    # large). Never compiled: the CUDA spelling calls libdevice's pow
+    "lb_pow_f64_interpreted": ((), '''
+def lb_pow_f64_interpreted(a, b):
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+    x, y = tl.broadcast(a, b)
+    with np.errstate(all="ignore"):
+        r = np.power(x.handle.data, y.handle.data)
+    return tl.tensor(TensorHandle(r, x.dtype), x.type)
 '''),
     # pow with C99's special cases (NumPy's powf): 1 for pow(x, 0) and pow(1, y), NaN for a
     # finite negative base and a finite non-integer exponent, the base's sign (-0.0's included)

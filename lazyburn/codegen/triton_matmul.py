@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ..fusion.kernel_ir import MatmulSpec
 from ..fusion.symbolic import topo_exprs
-from .triton_printer import (HALF, TL, VALUE, TritonPrinter, cdiv, expr_ids, indent, loop_vars,
-                             next_pow2, number_text)
+from .triton_printer import (HALF, NARROW_INT, TL, VALUE, TritonPrinter, cdiv, expr_ids,
+                             indent, loop_vars, next_pow2, number_text)
 
 
 def matmul_params(spec: MatmulSpec, interpret: bool) -> dict:
@@ -271,7 +271,9 @@ def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, tma: di
         loop.append("acc += tl.reduce(a_tile[:, :, None] * b_tile[None, :, :], 1, "
                     f"{p.use('lb_add')})")
     body += [f"for k0 in range(0, {K}, {BK}):"] + indent(loop)
-    if acc_t != VALUE[spec.acc_dtype.name]:
+    if spec.acc_dtype.name in NARROW_INT:  # int32 sums wrapped as the narrow type's would be
+        body.append(f"acc = {p.wrap_narrow(spec.acc_dtype.name, 'acc')}")
+    elif acc_t != VALUE[spec.acc_dtype.name]:
         body.append(f"acc = acc.to({VALUE[spec.acc_dtype.name]})")
     return body
 

@@ -15,9 +15,12 @@ from .triton_helpers import HELPERS
 TL = {"bool": "tl.int1", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32",
       "int64": "tl.int64", "uint8": "tl.uint8", "float16": "tl.float16",
       "bfloat16": "tl.bfloat16", "float32": "tl.float32", "float64": "tl.float64"}
-# the type a value has inside a kernel: half types compute in float32
-VALUE = dict(TL, float16="tl.float32", bfloat16="tl.float32")
+# the type a value has inside a kernel: half types compute in float32; int8, int16 and uint8 in
+# int32, wrapped to their type's range after each op that can leave it (see WIDENED)
+VALUE = dict(TL, float16="tl.float32", bfloat16="tl.float32", int8="tl.int32",
+             int16="tl.int32", uint8="tl.int32")
 HALF = ("float16", "bfloat16")
+NARROW_INT = ("int8", "int16", "uint8")
 INF, NEG_INF, NAN = 'float("inf")', 'float("-inf")', 'float("nan")'
 
 # Accuracy on NVIDIA GPUs (float32; CUDA's documented bounds for libdevice, measured against a
@@ -64,14 +67,15 @@ NEAR_IDENTITY = frozenset({"sin", "tan", "tanh", "expm1", "log1p"})
 # bfloat16 is computed in float32 and rounded to its type, as NumPy rounds each operation.
 EXACT_IN_HALF = frozenset({"load", "const", "var", "cast", "where", "neg", "abs", "sign",
                            "minimum", "maximum", "floor", "ceil", "round", "reduced", "acc"})
-NARROW_INT = ("int8", "int16", "uint8")
-# integer ops whose result can leave a narrow type's range (-x of -128, x * -1, x // -1, x << k,
-# sums and products): computed in int32, where they cannot overflow (int32 powers wrap, which
-# wraps the low bits as the narrow type would), then wrapped to the type by the conversion.
-# Left in int8/int16 arithmetic, a GPU result widened later (an int64 sum) kept the overflow:
-# -(-32768) read as +32768 on an H100
+# int8/int16/uint8 ops whose result can leave the type's range (-x of -128, x * -1, x // -1,
+# x << k, ~x of a uint8, sums and products): computed on the int32 values, where nothing but a
+# power overflows (and a power wraps the low bits as the narrow type would), then wrapped into
+# the type's range by masks and a select, still in int32. Narrow values never go through
+# 8- or 16-bit arithmetic: LLVM narrows `(-x32).to(tl.int16)` back to a 16-bit negation, and
+# on an H100 (Triton 3.6) a 16-bit result then widened for an int64 sum kept its overflow:
+# -(-32768) read as +32768.
 WIDENED = frozenset({"add", "sub", "mul", "neg", "square", "abs", "floordiv", "pow",
-                     "left_shift"})
+                     "left_shift", "bitwise_not"})
 
 # Constant float exponents computed as NumPy computes ``x ** c`` for them (its fast paths: ones,
 # copy, square, reciprocal, sqrt), each the correctly rounded pow; sqrt differs from C's pow
@@ -185,9 +189,9 @@ class TritonPrinter(ExprPrinter):
             return "True" if value else "False"
         if dtype.is_int:
             small = -2 ** 31 <= value < 2 ** 31
-            if small and (dtype.name == "int32" or dtype is self.spec.index_dtype):
+            if small and (VALUE[dtype.name] == "tl.int32" or dtype is self.spec.index_dtype):
                 return str(value)  # a weak Python int takes the other operand's type
-            return f"tl.full([], {value}, {TL[dtype.name]})"
+            return f"tl.full([], {value}, {VALUE[dtype.name]})"
         if value == 0 and math.copysign(1.0, value) < 0:
             return negative_zero(VALUE[dtype.name])
         text = float_literal(rounded_to(value, dtype), "", INF, NAN)
@@ -200,7 +204,7 @@ class TritonPrinter(ExprPrinter):
         if dtype.is_bool:
             return f"tl.full([], {1 if value else 0}, tl.int1)"
         if dtype.is_int:
-            return f"tl.full([], {value}, {TL[dtype.name]})"
+            return f"tl.full([], {value}, {VALUE[dtype.name]})"
         if value == 0 and math.copysign(1.0, value) < 0:
             return negative_zero(VALUE[dtype.name])
         text = float_literal(rounded_to(value, dtype), "", INF, NAN)
@@ -231,6 +235,8 @@ class TritonPrinter(ExprPrinter):
         text = f"tl.load({arg.name} + {index}{opts})"
         if arg.dtype.name in HALF and e.id not in self.raw_loads:
             text = self.widen_half(arg.dtype.name, text)
+        elif arg.dtype.name in NARROW_INT:
+            text += ".to(tl.int32)"
         return text
 
     def widen_half(self, half: str, x: str) -> str:
@@ -260,14 +266,18 @@ class TritonPrinter(ExprPrinter):
             # tensors there, not Python numbers
             args = [self.typed_literal(a.value, a.dtype) if isinstance(a, Expr) and a.is_const
                     else x for a, x in zip(e.args, args)]
-        if e.dtype.name in NARROW_INT and e.op in WIDENED:
-            args = [f"{x}.to(tl.int32)" if isinstance(a, Expr) else x
-                    for a, x in zip(e.args, args)]
-            return f"{self._render_value(e, args)}.to({TL[e.dtype.name]})"
         text = self._render_value(e, args)
+        if e.dtype.name in NARROW_INT and e.op in WIDENED:
+            return self.wrap_narrow(e.dtype.name, text)
         if e.dtype.name in HALF and e.op not in EXACT_IN_HALF:
             return self.round_half(e.dtype.name, text)
         return text
+
+    def wrap_narrow(self, name: str, x: str) -> str:
+        """Int32 ``x`` wrapped into the range of int8, int16 or uint8 (``name``), as int32."""
+        if name == "uint8":
+            return f"({x} & 255)"
+        return self.helper("lb_wrap_signed", x, 8 if name == "int8" else 16)
 
     def round_half(self, half: str, x: str) -> str:
         """Float32 ``x`` rounded to the nearest value of ``half`` (float16 or bfloat16, ties to
@@ -400,7 +410,15 @@ class TritonPrinter(ExprPrinter):
             value = src.value
             if e.dtype.is_int and src.dtype.is_float:
                 value = saturate(value, e.dtype)
+            elif e.dtype.is_int and src.dtype.is_int:
+                lo, hi = INT_LIMITS[e.dtype.name]
+                value = (value - lo) % (hi - lo + 1) + lo  # wrapped, as NumPy's astype
             return self.literal(value, e.dtype)
+        if e.dtype.name in NARROW_INT and src.dtype.is_int and \
+                (INT_LIMITS[src.dtype.name][0] < INT_LIMITS[e.dtype.name][0] or
+                 INT_LIMITS[src.dtype.name][1] > INT_LIMITS[e.dtype.name][1]):
+            return self.wrap_narrow(e.dtype.name, x if VALUE[src.dtype.name] == "tl.int32"
+                                    else f"{x}.to(tl.int32)")
         if e.dtype.is_bool:
             return f"({x} != 0)"
         if e.dtype.is_int and src.dtype.is_float:
@@ -426,7 +444,7 @@ class TritonPrinter(ExprPrinter):
         top, low = float(hi + 1), float(lo)
         inside = f"tl.where({x} < {top}, tl.where({x} >= {low}, {x}, 0.0), 0.0)"  # NaN: 0
         return (f"tl.where({x} >= {top}, {self.typed_literal(hi, dtype)}, tl.where({x} < {low}, "
-                f"{self.typed_literal(lo, dtype)}, {inside}.to({TL[dtype.name]})))")
+                f"{self.typed_literal(lo, dtype)}, {inside}.to({VALUE[dtype.name]})))")
 
     def op_sigmoid(self, e, x):
         # the reference's stable form: exp of -|x| only, so no overflow to inf
@@ -515,6 +533,8 @@ class TritonPrinter(ExprPrinter):
                 self.uses_libdevice = True
                 return (f"libdevice.pow({a}.to(tl.float64), {b}.to(tl.float64))"
                         f".to(tl.float32)")
+            if self.target == "interpret" and e.dtype.name == "float64":
+                return self.helper("lb_pow_f64_interpreted", a, b)
             return self._math("pow", [a, b])
         return self.helper("lb_ipow", a, b, e.dtype.bits, e.dtype.kind == "i")
 
