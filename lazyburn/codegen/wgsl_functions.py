@@ -14,7 +14,7 @@ definitions of ``names`` and everything they call, once each, dependencies first
 Accuracy, in float32 ulps of the exact result (measured against float64 on lavapipe: every
 float32 for sin, cos and tan from 2^-2 to 2^24, every binade up to 3.4e38 sampled, and millions
 of random arguments for the others; the WebGPU tests assert them): exp 1.3, exp2 1.2, expm1 1.5,
-tanh 2.3, sigmoid 2.6, sin 2.1, cos 2.1, tan 2.8, pow 2.7 (for every base, subnormals included,
+tanh 2.3, sigmoid 2.6, sin 2.1, cos 2.1, tan 2.9, pow 2.7 (for every base, subnormals included,
 wherever the result is finite). Subnormal results are kept (the scaling by 2^k is two exact
 steps), and -0 stays -0 through the odd functions. None of them relies on a fused multiply-add
 (lavapipe's ``fma`` rounds twice): exact products are of 12-bit halves, and the reduction of
