@@ -616,26 +616,7 @@ SWEPT = [(f, p) for f in FAMILIES for p in PLACES
 
 # Known defects, by test id (the part in brackets): each case fails today for the reason given;
 # strict, so a fix makes its test fail until its line here goes.
-_SCALAR_CL = ("OpenCL: float64 pow next to a float constant does not compile ('_cl_pow is "
-              "ambiguous'); x // nan returns unwritten memory instead of nan")
-_POW_WGSL = ("WGSL pow: pow(subnormal, +-huge) and pow(3, +-1e10) give nan; pow(1e10, 3.0) is "
-             "~40 ulp off")
-_UNARY_WGSL = ("WGSL: sin/cos/tan of large arguments (1e10, 2^31) are wrong; exp/expm1/exp2 ~25 "
-               "ulp off near overflow and flush subnormal results; tanh(-0.0) is +0.0")
-_POW64_CUDA = "Triton: float64 pow is ~100 ulp off for large and small results"
-KNOWN: dict[str, str] = {
-    **{f"scalar-{p}-opencl:0": _SCALAR_CL for p in ("alone", "fused", "on_read",
-                                                     "mm_epilogue")},
-    "unary_arith-on_read-opencl:0": "OpenCL: abs(int32) widens as unsigned (abs(INT_MIN) "
-                                    "cast to int64 is +2^31)",
-    **{f"binary_arith-{p}-webgpu:0": _POW_WGSL for p in PLACES},
-    **{f"scalar-{p}-webgpu:0": _POW_WGSL for p in ("alone", "fused", "on_read", "mm_epilogue")},
-    **{f"unary_float-{p}-webgpu:0": _UNARY_WGSL for p in PLACES},
-    "shapes-webgpu:0": _UNARY_WGSL,
-    "binary_arith-alone-cuda:0": _POW64_CUDA,
-    "binary_arith-on_read-cuda:0": _POW64_CUDA,
-    "scalar-alone-cuda:0": _POW64_CUDA,
-}
+KNOWN: dict[str, str] = {}
 
 
 def _params(*axes):
