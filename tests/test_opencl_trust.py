@@ -164,6 +164,49 @@ def test_pow_by_a_constant(rng, exponent):
     assert_same(got, want, 3)
 
 
+FLOATS = ["float32", "float64", "float16", "bfloat16"]
+NP_FLOAT = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
+            "bfloat16": ml_dtypes.bfloat16}
+# constants the compiler sees: the special values, and finite values past every integer
+# conversion (built-ins that round through an integer folded them to garbage)
+CONSTANTS = [NAN, INF, -INF, -0.0, 3e38, -1e30, 1e10, -2.5, 0.75]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", [op for op in UNARY if op not in ("sign", "abs", "neg")])
+def test_math_functions_of_constants(rng, dtype, op):
+    """A math function of a constant (or of x - nan, which the compiler folds to nan) gives
+    what it gives on the same value read from memory: PoCL's built-ins folded exp, exp2,
+    expm1 and tanh of float64 nan or inf, and rint, floor and ceil of nan, inf or 1e10, to
+    garbage. Each constant is selected against fresh data in one kernel, and the data minus
+    nan is passed through the function too."""
+    x = (rng.standard_normal(256) * 4).astype(NP_FLOAT[dtype])
+    f = getattr(lb, op)
+
+    def per_constant(t):
+        return lb.stack([lb.where(t < 0.5, f(lb.full_like(t, c)), t) for c in CONSTANTS] +
+                        [f(t - NAN), f(t * NAN)])
+    got, want = both(per_constant, x)
+    assert_same(got, want, ULPS.get(op, 0))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_pow_with_a_special_constant(rng, dtype):
+    """x ** c and c ** x for c = +-inf and nan, every value special (no rounding): float64
+    did not compile (INFINITY and NAN are float constants, and pow(double, float) is
+    ambiguous). Alone and read into a max over rows."""
+    with np.errstate(over="ignore"):
+        x = np.concatenate([POW_Y, with_specials(rng, 240)]).astype(NP_FLOAT[dtype])
+
+    def powers(t):
+        return lb.stack([t ** c for c in (INF, -INF, NAN)] +
+                        [lb.pow(lb.full_like(t, c), t) for c in (INF, -INF, NAN)])
+    got, want = both(powers, x)
+    assert_same(got, want)
+    got, want = both(lambda t: powers(t).max(-1), x.reshape(-1, 8))
+    assert_same(got, want)
+
+
 # bool not ----------------------------------------------------------------------------------
 
 def test_invert_of_bool_is_logical_not(rng):
@@ -270,6 +313,28 @@ def test_float_floor_division_and_remainder():
         assert_same(got, want)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_floor_division_by_special_constants(rng, dtype):
+    """NumPy's floor_divide and remainder with a constant operand: x // nan is nan, x // +-inf
+    is 0, -0.0 or -1 by the signs, inf // x is nan, and the zeros keep NumPy's signs. Alone
+    and read into a sum over rows."""
+    with np.errstate(over="ignore"):
+        x = with_specials(rng, 256).astype(NP_FLOAT[dtype])
+    consts = (NAN, INF, -INF, 0.0, -0.0, 3e38)
+
+    def divisions(t):
+        return lb.stack([t // c for c in consts] + [t % c for c in consts] +
+                        [lb.full_like(t, c) // t for c in consts] +
+                        [lb.full_like(t, c) % t for c in consts] + [t // (t - NAN)])
+    got, want = both(divisions, x)
+    assert_same(got, want)
+    got, want = both(lambda t: divisions(t).sum(-1), np.repeat(x[:, None], 2, axis=1))
+    assert_same(got, want)
+    for c in consts:  # one division a kernel: the compiler inlines it and sees the constant
+        got, want = both(lambda t: t // c, x)
+        assert_same(got, want)
+
+
 # clip and min/max of small integer types ---------------------------------------------------
 
 @pytest.mark.parametrize("dtype", INT_DTYPES + ["bool"])
@@ -300,6 +365,29 @@ def test_integer_arithmetic_wraps(rng, dtype):
                lambda x: (x + 1) > x, lambda x: x * x, lambda x: x << 3, lambda x: x >> 2,
                lambda x: abs(x)):
         got, want = both(fn, a)
+        assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_integer_results_wrap_before_widening(rng, dtype):
+    """Each op's result wraps to its own type before a cast to int64 (or an int64 sum) reads
+    it, as NumPy's: abs(MIN) is MIN (OpenCL's abs returns the unsigned type, and widened it
+    to +2^31), -(-32768) of int16 is -32768. Alone, and summed over rows."""
+    info = np.iinfo(dtype)
+    a = np.concatenate([np.array([info.min, info.min + 1, info.max, 0, 1, info.max - 1, 2, 3],
+                                 dtype),
+                        rng.integers(info.min, info.max, 248, dtype=dtype, endpoint=True)])
+    fns = [lambda x: abs(x), lambda x: 0 - x, lambda x: x * x, lambda x: x + x,
+           lambda x: x - 3, lambda x: x << 3, lambda x: x ** 3, lambda x: x * 5]
+    if info.min < 0:
+        fns += [lambda x: -x, lambda x: x * -1, lambda x: x // -1, lambda x: x % -1,
+                lambda x: lb.sign(x) * x]
+    for fn in fns:
+        got, want = both(lambda t: fn(t).astype(lb.int64), a)
+        assert_same(got, want)
+        got, want = both(lambda t: fn(t).astype(lb.int64).sum(-1), a.reshape(32, 8))
+        assert_same(got, want)
+        got, want = both(lambda t: fn(t).sum(-1), a.reshape(32, 8))
         assert_same(got, want)
 
 
@@ -399,3 +487,27 @@ def test_products_with_special_values(rng):
     with np.errstate(invalid="ignore"):  # closer to the exact product than NumPy's in order
         exact = np.prod(x.astype(np.float64), axis=-1).astype(np.float32)
     assert_same(got, exact, ulps=4)
+
+
+# gathers -----------------------------------------------------------------------------------
+
+BIG_INDICES = np.array([2 ** 32 + 1, -2 ** 32 - 1, 2 ** 31, -2 ** 31 - 5, 2 ** 31 - 1, -2 ** 31,
+                        2 ** 63 - 1, -2 ** 63, 3, -3, 11, -11, 0, -1], np.int64)
+
+
+def test_take_with_int64_indices_past_int32(rng):
+    """An int64 index of a kernel with 32-bit indices is wrapped and clamped in int64, then
+    narrowed: 2**32 + 1 reads the last element, not element 1. take and take_along_axis,
+    alone, fused with a following op and read into a sum."""
+    x = rng.integers(-1000, 1000, (6, 10)).astype(np.float32)  # sums exact in any order
+    idx = np.concatenate([BIG_INDICES, rng.integers(-2 ** 40, 2 ** 40, 106),
+                          rng.integers(-12, 12, 120)])
+    for fn in (lambda t, i: lb.take(t, i, axis=1), lambda t, i: lb.take(t, i, axis=1) * 2.0,
+               lambda t, i: lb.take(t, i, axis=1).sum(-1)):
+        got, want = both(fn, x, idx)
+        assert_same(got, want)
+    along = rng.permutation(idx).reshape(6, 40)
+    for fn in (lambda t, i: lb.take_along_axis(t, i, 1),
+               lambda t, i: lb.take_along_axis(t, i, 1).max(-1)):
+        got, want = both(fn, x, along)
+        assert_same(got, want)

@@ -23,7 +23,8 @@ each operation's result rounded to its half type as NumPy rounds it.
 
 Semantics C leaves undefined follow NumPy: int32/int64 arithmetic wraps (computed unsigned),
 integer division by zero gives 0, ``MIN // -1`` wraps, float-to-integer casts saturate (nan
-gives 0). No build option that changes IEEE results is used.
+gives 0), ``abs(MIN)`` is ``MIN``. No build option that changes IEEE results is used, and
+OpenCL's built-in math functions are called on finite arguments only (see ``AT_INFINITY``).
 Float32 transcendentals use the vectorizable implementations of ``opencl_math`` where one exists.
 
 A float max or min over a row accumulates an integer *key* of each value (the float's bits,
@@ -33,6 +34,7 @@ only when it may assume no NaNs. NaN still wins, as in NumPy.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
@@ -119,6 +121,7 @@ static inline {T} lb_floordiv_{T}({T} a, {T} b) {{
     {T} d = (a - m) / b;
     if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
     if (d == 0) return copysign(({T})0, a / b);
+    if (!(fabs(d) < {BIG})) return d;  /* nan, +-inf, or an integer already (AT_INFINITY) */
     {T} f = floor(d);
     return (d - f > 0.5) ? f + 1 : f;
 }}
@@ -178,6 +181,21 @@ UNARY_BUILTIN = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "
                  "tan": "tan", "tanh": "tanh", "erf": "erf", "floor": "floor", "ceil": "ceil",
                  "round": "rint"}
 
+# PoCL's built-ins give garbage when the compiler can see their argument (a constant, or an
+# operation on one: x - NAN is NAN for every x): exp, exp2, expm1 and tanh of float64 at nan or
+# +-inf, rint at nan, +-inf and large finite values (float and double), floor and ceil at nan;
+# the same functions are right on the same values read from memory. So a built-in is called on
+# finite arguments only, the special values selected by the IEEE rules below (a select on a
+# known condition folds away, the call with it), and floor, ceil and rint only below 2^mantissa
+# bits, past which every float is an integer already.
+AT_INFINITY = {"exp": (math.inf, 0.0), "exp2": (math.inf, 0.0), "expm1": (math.inf, -1.0),
+               "log": (math.inf, math.nan), "log2": (math.inf, math.nan),
+               "log1p": (math.inf, math.nan), "rsqrt": (0.0, math.nan),
+               "sin": (math.nan, math.nan), "cos": (math.nan, math.nan),
+               "tan": (math.nan, math.nan), "tanh": (1.0, -1.0),
+               "erf": (1.0, -1.0)}  # op -> (f(+inf), f(-inf)); f(nan) is nan
+INTEGRAL_FROM = {"float": "8388608.0f", "double": "4503599627370496.0"}  # 2^23, 2^52
+
 
 @dataclass
 class RenderedKernel:
@@ -210,8 +228,10 @@ class OpenCLPrinter(ExprPrinter):
         self.rows = None  # element-wise in rows: i = o * rows + j (see _render_elementwise_rows)
         self.math_used: set[str] = set()
         self.helpers_used: set[tuple] = set()
+        self.named: dict[int, str] = {}  # expression id -> the name a statement bound it to
 
     def assign(self, name, e, rhs):
+        self.named[e.id] = name
         return f"const {VALUE[e.dtype.name]} {name} = {rhs};"
 
     def literal(self, value, dtype):
@@ -227,7 +247,12 @@ class OpenCLPrinter(ExprPrinter):
             # the constant as the type holds it (a float16 0.1 is 0.0999755859375), so that
             # the compiler's own rounding of the decimal never enters
             value = rounded_to(value, dtype)
-            text = float_literal(value, "" if t == "float64" else "f", "INFINITY", "NAN")
+            if t == "float64":
+                # INFINITY and NAN are float constants: beside a double, an overloaded builtin
+                # (pow(x, INFINITY)) is ambiguous, and a lone one picks the float overload
+                text = float_literal(value, "", "((double)INFINITY)", "((double)NAN)")
+            else:
+                text = float_literal(value, "f", "INFINITY", "NAN")
         # parenthesized when negative: "-(-1.0f)" and "x - -0.0f" must not read as "--"
         return f"({text})" if text.startswith("-") else text
 
@@ -264,7 +289,19 @@ class OpenCLPrinter(ExprPrinter):
                 op in opencl_math.FUNCTIONS:
             self.math_used.add(op)
             return f"{opencl_math.FUNCTIONS[op].name}({x})"
-        return f"{UNARY_BUILTIN[op]}({x})"
+        return self._builtin(op, x, e.dtype)
+
+    def _builtin(self, op, x, dtype) -> str:
+        """OpenCL's built-in ``op`` of ``x`` (of float ``dtype``), called on finite arguments
+        only (see AT_INFINITY)."""
+        call = f"{UNARY_BUILTIN[op]}({x})"
+        if op == "sqrt":  # the compiler's own correctly rounded operation, folded by IEEE rules
+            return call
+        if op in ("floor", "ceil", "round"):
+            big = INTEGRAL_FROM["double" if dtype.name == "float64" else "float"]
+            return f"(fabs({x}) < {big} ? {call} : ({x}))"
+        pos, neg = (self.literal(v, dtype) for v in AT_INFINITY[op])
+        return f"(isfinite({x}) ? {call} : (isnan({x}) ? ({x}) : (({x}) > 0 ? {pos} : {neg})))"
 
     def render(self, e: Expr, args: list) -> str:
         if e.op in UNARY_BUILTIN:
@@ -328,7 +365,14 @@ class OpenCLPrinter(ExprPrinter):
     def op_abs(self, e, x):
         if e.dtype.is_float:
             return f"fabs({x})"
-        return f"(({VALUE[e.dtype.name]})abs({x}))"
+        t = VALUE[e.dtype.name]
+        if t in ("uchar", "bool"):
+            return x
+        # Not OpenCL's abs: it returns the unsigned type, and PoCL's lets the compiler assume
+        # a non-negative result, so abs(INT_MIN) widened to int64 read +2^31. Negated in the
+        # unsigned type, abs(MIN) wraps to MIN, as NumPy's.
+        u = WRAP[t]
+        return f"(({x}) < 0 ? ({t})(({u})0 - ({u})({x})) : ({x}))"
 
     def op_sign(self, e, x):
         t = VALUE[e.dtype.name]
@@ -341,7 +385,7 @@ class OpenCLPrinter(ExprPrinter):
             self.math_used.add("sigmoid")
             return f"{opencl_math.FUNCTIONS['sigmoid'].name}({x})"
         one = "1.0" if e.dtype.name == "float64" else "1.0f"
-        return f"({one} / ({one} + exp(-({x}))))"
+        return f"({one} / ({one} + {self._builtin('exp', f'(-({x}))', e.dtype)}))"
 
     # NumPy's minimum/maximum: nan wins from either side; of two equal values (-0.0 and 0.0)
     # the second operand is returned
@@ -435,8 +479,17 @@ class OpenCLPrinter(ExprPrinter):
         return self._shift(e, a, b, ">>")
 
     def op_wrap_clamp(self, e, x, n):
-        return f"clamp(({x}) < 0 ? ({x}) + {n} : ({x}), ({self.index_type})0, " \
-               f"({self.index_type})(({n}) - 1))"
+        it = self.index_type
+        src = e.args[0]
+        if src.op == "cast" and src.args[0].dtype.is_int and src.args[0].id in self.named and \
+                src.args[0].dtype.itemsize > e.dtype.itemsize:
+            # an int64 index of an int32-indexed kernel: wrapped and clamped in int64, then
+            # narrowed (narrowed first, 2**32 + 1 would read element 1)
+            wide = VALUE[src.args[0].dtype.name]
+            x = self.named[src.args[0].id]
+            return f"(({it})clamp(({x}) < 0 ? ({x}) + {n} : ({x}), ({wide})0, " \
+                   f"({wide})(({n}) - 1)))"
+        return f"clamp(({x}) < 0 ? ({x}) + {n} : ({x}), ({it})0, ({it})(({n}) - 1))"
 
     def op_random_uniform(self, e, seed, offset, index):
         from ..runtime.numpy_backend import seed32
@@ -462,7 +515,7 @@ class OpenCLPrinter(ExprPrinter):
                 parts.append(HALF_FROM_DOUBLE)
                 continue
             if kind == "float":
-                text = FLOAT_DIVMOD
+                text = FLOAT_DIVMOD.replace("{BIG}", INTEGRAL_FROM[t])
             else:
                 signed = t != "uchar"
                 text = INT_HELPERS.replace("{NEG_ONE_DIV}", NEG_ONE_DIV if signed else "") \
