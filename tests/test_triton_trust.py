@@ -356,9 +356,9 @@ def _narrow_graphs(dtype):
 def test_narrow_integers_wrap_after_each_operation(dev, dtype):
     """int8/int16/uint8 results wrap to their type before anything widens them (an int64
     sum): -(-32768) is -32768 in int16, as NumPy gives. Kernels hold narrow values in int32 and
-    wrap each result there: an H100 computing in 16 bits left -(-32768) at +32768 inside an
-    int64 sum, which the interpreter (NumPy's int16) never shows, hence the check of the
-    spelling."""
+    wrap each result there: an H100 computing in 16 bits (neg.s16) left -(-32768) at +32768
+    inside an int64 sum, which the interpreter (NumPy's int16) never shows, hence the check of
+    the CUDA spelling (see TritonPrinter.wrap_narrow)."""
     info = np.iinfo(dtype)
     rng = np.random.default_rng(41)
     x = rng.integers(info.min, info.max, (4, 50), endpoint=True).astype(dtype)
@@ -372,11 +372,13 @@ def test_narrow_integers_wrap_after_each_operation(dev, dtype):
     t = lb.tensor(x, device="numpy")
     (k,) = lb.explain((-t).sum(-1)).kernels
     src = tr.render(k.spec, "k", target="cuda").source
-    # loaded into int32, negated and wrapped there, and widened from int32 for the sum
-    wrap = r"lb_wrap_signed\(\(-t\d+\), %d\)" % info.bits if dtype != "uint8" else \
-        r"\(\(-t\d+\) & 255\)"
+    # loaded into int32, negated there and wrapped by 32-bit instructions LLVM cannot narrow,
+    # widened from int32 for the sum
+    asm = {"int8": "shl.b32 $0, $1, 24; shr.s32 $0, $0, 24;",
+           "int16": "shl.b32 $0, $1, 16; shr.s32 $0, $0, 16;", "uint8": "and.b32 $0, $1, 255;"}
     assert re.search(r"tl\.load\([^\n]*\)\.to\(tl\.int32\)", src), src
-    assert re.search(r"t\d+ = " + wrap, src), src
+    assert re.search(r"t\d+ = tl\.inline_asm_elementwise\(%s, \"=r,r\", \[\(-t\d+\)\]"
+                     % re.escape(f'"{asm[dtype]}"'), src), src
     assert "tl.int16" not in src and "tl.int8" not in src and "tl.uint8" not in src, src
 
 
@@ -580,7 +582,8 @@ def _trust_graphs():
     # narrow integers wrapped per operation, fused on read too; int64 indices of take
     for dtype in ("int8", "int16", "uint8"):
         i = lb.tensor(rng.integers(0, 100, (8, 50)).astype(dtype), device="numpy")
-        outs += [(0 - i).sum(-1), (i * 3 - i).sum(-1), (i // 7 + (i << 2)) * i, abs(i) ** 3]
+        outs += [(0 - i).sum(-1), (i * 3 - i).sum(-1), (i // 7 + (i << 2)) * i, abs(i) ** 3,
+                 (i * 3 - i) @ i.T * 2 - 1, (i.astype("int64") * 1000).astype(dtype)]
     idx = lb.tensor(np.array([2 ** 32 + 1, -3, 5], np.int64), device="numpy")
     outs += [lb.take(x.reshape(-1), idx), lb.take(x.reshape(-1) * 2.0, idx).sum()]
     return outs

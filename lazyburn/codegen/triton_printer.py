@@ -274,7 +274,20 @@ class TritonPrinter(ExprPrinter):
         return text
 
     def wrap_narrow(self, name: str, x: str) -> str:
-        """Int32 ``x`` wrapped into the range of int8, int16 or uint8 (``name``), as int32."""
+        """Int32 ``x`` wrapped into the range of int8, int16 or uint8 (``name``), as int32.
+
+        On a GPU by two 32-bit instructions in inline PTX: written in Triton, LLVM sees that
+        only the low bits matter and computes the op itself in 16 bits again (``neg.s16``),
+        and ptxas then reads the 16-bit result's sign wrongly (an H100 summed -(-32768) as
+        +32768). The asm's operand is a whole int32, so the op stays 32-bit."""
+        if self.target == "cuda":
+            if name == "uint8":
+                asm = "and.b32 $0, $1, 255;"
+            else:
+                shift = 24 if name == "int8" else 16
+                asm = f"shl.b32 $0, $1, {shift}; shr.s32 $0, $0, {shift};"
+            return (f'tl.inline_asm_elementwise("{asm}", "=r,r", [{x}], dtype=tl.int32, '
+                    f'is_pure=True, pack=1)')
         if name == "uint8":
             return f"({x} & 255)"
         return self.helper("lb_wrap_signed", x, 8 if name == "int8" else 16)
