@@ -277,9 +277,10 @@ class TritonPrinter(ExprPrinter):
         """Int32 ``x`` wrapped into the range of int8, int16 or uint8 (``name``), as int32.
 
         On a GPU by two 32-bit instructions in inline PTX: written in Triton, LLVM sees that
-        only the low bits matter and computes the op itself in 16 bits again (``neg.s16``),
-        and ptxas then reads the 16-bit result's sign wrongly (an H100 summed -(-32768) as
-        +32768). The asm's operand is a whole int32, so the op stays 32-bit."""
+        only the low bits matter and computes the op itself in 16 bits again (``neg.s16``,
+        then a 16-bit sign test to widen it), and an H100 (Triton 3.6) read that result with
+        the wrong sign: -(-32768) summed as +32768. The asm's operand is a whole int32, so the
+        op stays 32-bit."""
         if self.target == "cuda":
             if name == "uint8":
                 asm = "and.b32 $0, $1, 255;"
