@@ -24,8 +24,9 @@ NARROW_INT = ("int8", "int16", "uint8")
 INF, NEG_INF, NAN = 'float("inf")', 'float("-inf")', 'float("nan")'
 
 # Accuracy on NVIDIA GPUs (float32; CUDA's documented bounds for libdevice, measured against a
-# correctly rounded result; Triton builds libdevice with flush-to-zero, so results below 2**-126
-# may flush to 0 and subnormal inputs count as 0 in libdevice calls):
+# correctly rounded result; Triton builds libdevice with flush-to-zero, so the renderer answers
+# subnormal inputs and results of the float32 functions itself: see SMALLEST_NORMAL, _exp,
+# _exp2):
 #   + - * and `/` (div_rn), sqrt (sqrt_rn), rsqrt (1 / sqrt, both rounded), floor, ceil, rint,
 #   abs, neg, casts, fmod (float64 libdevice): exact (correctly rounded), as NumPy's; floor and
 #   ceil keep subnormals (libdevice's would flush them).
