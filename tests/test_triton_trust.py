@@ -106,6 +106,21 @@ def test_invert_of_bool_is_logical_not(dev):
         assert_exact(got, ref)
 
 
+def test_bool_ops_of_a_scalar_and_a_block(dev):
+    """and, or, xor of a bool computed once per program (from a reduced value loaded as a
+    scalar) with a block of bools, in a matmul epilogue and element-wise: found by the
+    random-graph test (the interpreter rejected `^` between the two)."""
+    rng = np.random.default_rng(47)
+    v = rng.uniform(-2.0, 2.0, (25, 1)).astype(np.float32)
+    for fn in (lambda b: lb.where(lb.logical_xor(b.min() > 0.1, ~(b < -0.2)), b @ b.mT, b),
+               lambda b: lb.where(lb.logical_and(b.max() > 0.1, b < 0.5), b @ b.mT, -b),
+               lambda b: lb.where(lb.logical_or(b.min() > 0.1, b < 0.5), b @ b.mT, -b),
+               lambda b: ((b.max() > 0.0) ^ (b > 0.3)) | ((b.min() < 0) & (b < -1.0)),
+               lambda b: lb.where((b.sum() > 0) & (b > 0), b, 2 * b) * 3):
+        ref, got = both(fn, v)
+        assert_close(got, ref, rtol=1e-6) if ref.dtype.kind == "f" else assert_exact(got, ref)
+
+
 IEEE_OPS = {
     "div0": lambda x, y: x / 0.0,
     "div-0": lambda x, y: x / -0.0,

@@ -358,14 +358,26 @@ class TritonPrinter(ExprPrinter):
     def op_logical_not(self, e, x):
         return f"({x} == 0)"
 
+    # bool and, or, xor as selects and a comparison: the interpreter rejects `&`, `|` and `^`
+    # between a scalar bool (a value loaded once per program) and a block of them; compiled,
+    # the selects are the same and/or instructions
     def op_logical_and(self, e, a, b):
-        return f"({self._truth(e.args[0], a)} & {self._truth(e.args[1], b)})"
+        return f"tl.where({self._truth(e.args[0], a)}, {self._truth(e.args[1], b)}, False)"
 
     def op_logical_or(self, e, a, b):
-        return f"({self._truth(e.args[0], a)} | {self._truth(e.args[1], b)})"
+        return f"tl.where({self._truth(e.args[0], a)}, True, {self._truth(e.args[1], b)})"
 
     def op_logical_xor(self, e, a, b):
-        return f"({self._truth(e.args[0], a)} ^ {self._truth(e.args[1], b)})"
+        return f"({self._truth(e.args[0], a)} != {self._truth(e.args[1], b)})"
+
+    def op_bitwise_and(self, e, a, b):
+        return self.op_logical_and(e, a, b) if e.dtype.is_bool else f"({a} & {b})"
+
+    def op_bitwise_or(self, e, a, b):
+        return self.op_logical_or(e, a, b) if e.dtype.is_bool else f"({a} | {b})"
+
+    def op_bitwise_xor(self, e, a, b):
+        return self.op_logical_xor(e, a, b) if e.dtype.is_bool else f"({a} ^ {b})"
 
     def op_where(self, e, c, a, b):
         return f"tl.where({self._truth(e.args[0], c)}, {a}, {b})"
