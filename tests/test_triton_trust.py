@@ -426,6 +426,9 @@ def test_take_with_int64_indices_beyond_int32(dev):
     np.testing.assert_array_equal(ref[:4], x[[9, 0, 9, 0]])
     ref, got = both(lambda a, i: lb.take(a * 2.0, i).sum(), x, idx)
     assert_exact(got, ref)
+    # the index's int32 cast also read as a value in the same kernel: the value wraps
+    ref, got = both(lambda a, i: lb.take(a, i) + i.astype("int32").astype("float32"), x, idx)
+    assert_exact(got, ref)
 
 
 # float64 matmul ---------------------------------------------------------------------------------
