@@ -549,8 +549,8 @@ def test_tf32_is_opt_in():
 
 def test_half_matmul_accumulates_in_float32():
     """float16 operands go to tl.dot as they are, the accumulator is float32, and the epilogue
-    (bias, gelu) runs on float32 values in slices of the tile, rounded to float16 only at the
-    store."""
+    (bias, gelu) runs in slices of the tile, rounded to float16 after each operation, as NumPy
+    rounds it."""
     rng = np.random.default_rng(23)
     a = lb.tensor(rand(rng, (256, 64), "float16"), device="numpy")
     b = lb.tensor(rand(rng, (64, 512), "float16"), device="numpy")
@@ -561,7 +561,9 @@ def test_half_matmul_accumulates_in_float32():
     src = r.source
     assert "acc = tl.full((128, 256), 0, tl.float32)" in src
     assert "acc = tl.dot(a_tile, b_tile, acc)" in src and "a_tile = tl.broadcast_to(t" in src
-    assert src.count("tl.erf(") == 4 and src.count(".to(tl.float16)") == 4
+    assert src.count("tl.erf(") == 4 and all(
+        line.rstrip().endswith(".to(tl.float16))") for line in src.splitlines()
+        if "tl.store(" in line)
     assert src.count("tl.store(") == 4
 
 

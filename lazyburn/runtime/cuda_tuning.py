@@ -108,9 +108,9 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
             if rblock < size:
                 add({"XBLOCK": 1, "RBLOCK": rblock, "looped": True, "num_warps": warps},
                     1 if size > tr.PERSISTENT_MAX else 2)
-    elif isinstance(spec, MatmulSpec) and spec.acc_dtype.is_float:
-        # (integer matmuls multiply and sum tiles in registers: their small default tile is
-        # the only sensible one)
+    elif isinstance(spec, MatmulSpec) and tr.uses_dot(spec):
+        # (integer and float64 matmuls multiply and sum tiles in registers: their small
+        # default tile is the only sensible one)
         def fit(block, dim):
             return max(16, min(block, tr.next_pow2(dim)))
 
@@ -122,8 +122,7 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
                     "EPILOGUE_SUBTILES": epilogue_subtiles(bm, bn, warps)}
             tiles.append(tile)
             add(tile, priority)
-        if spec.acc_dtype.name != "float64":
-            out.append(at.Candidate("library", {**default, "library": True}, 1))
+        out.append(at.Candidate("library", {**default, "library": True}, 1))
         if sm_count:
             for j, per_sm in PERSISTENT_TILES:
                 t = tiles[j]
