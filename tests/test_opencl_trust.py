@@ -44,6 +44,16 @@ def both(fn, *arrays):
     return on(DEVICE, fn, *arrays), on("numpy", fn, *arrays)
 
 
+def both_rounded(fn, *arrays):
+    """``fn`` of float32 ``arrays`` on the OpenCL device, and on the NumPy reference in
+    float64 rounded once to float32: (got, expected). The reference is then within half an ulp
+    of the exact value, where NumPy's own float32 functions are not (its float32 log is 3.4
+    ulps off near 0.78), so a bound in ulps measures the kernel alone."""
+    def wide(*ts):
+        return fn(*[t.astype(lb.float64) for t in ts]).astype(lb.float32)
+    return on(DEVICE, fn, *arrays), on("numpy", wide, *arrays)
+
+
 def assert_same(got, want, ulps=0):
     """Equal values (nan where nan, zeros of the same sign), or within ``ulps`` of ``want``
     where it is finite and nonzero."""
@@ -92,7 +102,7 @@ def test_pow_sums_and_variance(rng, shape, exponent):
 UNARY = ["exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos", "tan", "tanh",
          "sigmoid", "erf", "sqrt", "rsqrt", "floor", "ceil", "round", "sign", "abs", "neg"]
 # the documented bounds of lazyburn.codegen.opencl_math (and OpenCL's for rsqrt) plus one for
-# NumPy's own float32 rounding
+# the rounding of the float64 reference (both_rounded)
 ULPS = {"exp": 3, "exp2": 2, "expm1": 3, "log": 2, "log2": 3, "log1p": 2, "sin": 3, "cos": 3,
         "tan": 5, "tanh": 4, "sigmoid": 4, "erf": 3, "rsqrt": 3, "sqrt": 1}
 
@@ -103,14 +113,14 @@ def test_math_functions_at_special_values(rng, op):
     sum is exact) and a max: special values exactly, the rest within the function's bound."""
     x = with_specials(rng)
     f = getattr(lb, op)
-    got, want = both(f, x)
+    got, want = both_rounded(f, x)
     assert_same(got, want, ULPS.get(op, 0))
-    got, want = both(lambda t: f(t) * 2.0, x)
+    got, want = both_rounded(lambda t: f(t) * 2.0, x)
     assert_same(got, want, ULPS.get(op, 0))
     pairs = np.repeat(x[:, None], 2, axis=1)
-    got, want = both(lambda t: f(t).sum(-1), pairs)
+    got, want = both_rounded(lambda t: f(t).sum(-1), pairs)
     assert_same(got, want, ULPS.get(op, 0))
-    got, want = both(lambda t: f(t).max(-1), pairs)
+    got, want = both_rounded(lambda t: f(t).max(-1), pairs)
     assert_same(got, want, ULPS.get(op, 0))
 
 
@@ -131,11 +141,11 @@ def test_trigonometric_functions_over_the_whole_float_range(rng, op):
     only up to about 1e5): alone, fused with a following op, and read into a sum of pairs."""
     x = every_binade(rng)
     f = getattr(lb, op)
-    got, want = both(f, x)
+    got, want = both_rounded(f, x)
     assert_same(got, want, ULPS[op])
-    got, want = both(lambda t: f(t) * 2.0, x)
+    got, want = both_rounded(lambda t: f(t) * 2.0, x)
     assert_same(got, want, ULPS[op])
-    got, want = both(lambda t: f(t).sum(-1), np.repeat(x[:, None], 2, axis=1))
+    got, want = both_rounded(lambda t: f(t).sum(-1), np.repeat(x[:, None], 2, axis=1))
     assert_same(got, want, ULPS[op])
 
 
@@ -485,8 +495,13 @@ def test_products_with_special_values(rng):
     got, want = both(lambda t: t.prod(-1), x)
     assert_same(np.where(np.isfinite(want) & (want != 0), want, got), want)
     with np.errstate(invalid="ignore"):  # closer to the exact product than NumPy's in order
-        exact = np.prod(x.astype(np.float64), axis=-1).astype(np.float32)
-    assert_same(got, exact, ulps=4)
+        exact = np.prod(x.astype(np.float64), axis=-1)
+    finite = np.isfinite(exact) & (exact != 0) & (np.abs(exact) < 3e38)
+    assert_same(got[~finite], exact[~finite].astype(np.float32))
+    # the documented bound of the compensated product for a launch of up to 16 lanes and
+    # work-groups of up to 256: (log2(16) + log2(256) + 1) u, u = 2^-24 (measured: 9 u)
+    rel = np.abs(got[finite] - exact[finite]) / np.abs(exact[finite])
+    assert rel.max() <= 13 * 2.0 ** -24, f"{rel.max() / 2.0 ** -24} u"
 
 
 # gathers -----------------------------------------------------------------------------------
