@@ -528,3 +528,22 @@ def test_take_with_int64_indices_past_int32(rng):
                lambda t, i: lb.take_along_axis(t, i, 1).max(-1)):
         got, want = both(fn, x, along)
         assert_same(got, want)
+
+
+def test_division_and_sqrt_are_correctly_rounded():
+    """OpenCL allows float32 division 2.5 ulps and sqrt 3 (NVIDIA's driver uses that licence);
+    programs are built asking for IEEE's correctly rounded ones wherever the device offers
+    them, and the results are NumPy's exactly."""
+    b = lb.runtime.backend(DEVICE)
+    cl = b.cl
+    offered = bool(b.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT)
+    assert ("-cl-fp32-correctly-rounded-divide-sqrt" in b.build_options) == offered
+    if not offered:
+        pytest.skip("the device does not offer correctly rounded division and sqrt")
+    rng = np.random.default_rng(2024)
+    x = (rng.standard_normal(1 << 16) * 10.0 ** rng.integers(-30, 30, 1 << 16)).astype(np.float32)
+    y = (rng.standard_normal(1 << 16) * 10.0 ** rng.integers(-30, 30, 1 << 16)).astype(np.float32)
+    tx, ty = lb.tensor(x, device=DEVICE), lb.tensor(y, device=DEVICE)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal((tx / ty).numpy(), x / y)
+        np.testing.assert_array_equal(lb.sqrt(lb.abs(tx)).numpy(), np.sqrt(np.abs(x)))

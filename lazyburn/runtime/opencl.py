@@ -111,6 +111,11 @@ class OpenCLBackend(FusedBackend):
         self.max_local = device.max_work_group_size
         self.compute_units = device.max_compute_units
         self.vector_width = device.preferred_vector_width_float
+        # OpenCL lets float32 division and sqrt be off by 2.5 and 3 ulps (NVIDIA's are) unless
+        # this is asked for; it makes them IEEE's correctly rounded operations, as NumPy's
+        correctly_rounded = cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
+        self.build_options = ("-cl-fp32-correctly-rounded-divide-sqrt",) \
+            if device.single_fp_config & correctly_rounded else ()
         self.lock = threading.RLock()  # the device's submissions, one thread at a time
         self._programs: collections.OrderedDict[str, object] = collections.OrderedDict()
         self.pool = BufferPool(min(POOL_FRACTION * device.global_mem_size, POOL_MAX_BYTES))
@@ -208,6 +213,7 @@ class OpenCLBackend(FusedBackend):
 
     # compiling ---------------------------------------------------------------------------------
     def _program(self, source: str, kernel, origin, options=()):
+        options = tuple(options) + self.build_options
         key = hashlib.sha256((source + " ".join(options)).encode()).hexdigest()
         prg = self._programs.get(key)
         if prg is not None:
