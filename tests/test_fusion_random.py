@@ -173,6 +173,15 @@ BLOCK = 32
 BLOCKS = 10
 
 
+# Programs known to fail, each with its defect: the test asserts that they still fail (so a fix
+# shows up as a failure here until its entry is removed) and that every other program passes.
+KNOWN = {
+    ("webgpu:0", 90): "lavapipe: tanh(where(c, exp(tanh(x) * 2), x)) fused in one kernel gives "
+                      "2.0005 for tanh at x = 0.785 (each part alone, and other nestings, are "
+                      "right); cause not found yet",
+}
+
+
 @pytest.mark.parametrize("block", range(BLOCKS))
 @pytest.mark.parametrize("device", FUSED_DEVICES)
 def test_generated_programs(device, block):
@@ -180,6 +189,9 @@ def test_generated_programs(device, block):
     for seed in range(block * BLOCK, (block + 1) * BLOCK):
         prog = fuzz_graphs.generate(seed)
         msg = fuzz_graphs.check(prog, device)
+        if (device, seed) in KNOWN:
+            assert msg is not None, f"seed {seed} now passes: remove it from KNOWN"
+            continue
         if msg is None:
             continue
         small = fuzz_graphs.shrink(prog, device, budget_s=30)
