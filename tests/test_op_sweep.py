@@ -633,8 +633,19 @@ def _params(*axes):
     return params
 
 
+def _skip_interpreted_matmul(device: str, place: str) -> None:
+    """Triton's interpreter takes minutes for a matmul place of the sweep (a dot per program
+    over every op of a family): on cuda:0 without a GPU those places are left to the GPU run
+    (``benchmarks/gpu_run.sh trust``, which sweeps every place); the interpreter's matmuls are
+    checked by tests/test_triton.py and tests/test_triton_trust.py."""
+    if device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") == "1" and \
+            place.startswith("mm_"):
+        pytest.skip("matmul places of the sweep run on a GPU (benchmarks/gpu_run.sh trust)")
+
+
 @pytest.mark.parametrize("family, place, device", _params(SWEPT, FUSED_DEVICES))
 def test_sweep(family, place, device):
+    _skip_interpreted_matmul(device, place)
     _report(run_batch(family, device, place))
 
 
@@ -743,6 +754,7 @@ def run_reductions(device: str, place: str, lengths=None, dtypes=ALL) -> list[st
     tuple(f"reduce_{p}" for p in REDUCE_PLACES), FUSED_DEVICES))
 def test_reductions(place, device):
     place = place[len("reduce_"):]
+    _skip_interpreted_matmul(device, place)
     _report(run_reductions(device, place))
 
 
