@@ -54,7 +54,7 @@ bench: $(STAMP) opencl-runtime
 N      ?= 1000
 DEVICE ?= opencl:0
 START  ?= 0
-fuzz: $(STAMP)
+fuzz: $(STAMP) opencl-runtime webgpu-runtime
 	LAZYBURN_AUTOTUNE=0 $(PY) tests/fuzz_graphs.py --n $(N) --device $(DEVICE) --start $(START) \
 	  --out fuzz-failures
 
