@@ -319,7 +319,6 @@ class CudaBackend(FusedBackend):
             self._current = lambda: (current_device(), raw(index))
         # id(plan) -> Program (which holds the plan), the KERNEL_CACHE_SIZE most recently used
         self._programs: collections.OrderedDict[int, object] = collections.OrderedDict()
-        self.lock = threading.RLock()  # the device's submissions, one thread at a time
         self.compiles = 0
         super().__init__()
 

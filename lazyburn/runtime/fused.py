@@ -7,6 +7,8 @@ device's stream) and ``device_errors`` (the exception types a launch may raise).
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..errors import DeviceError, kernel_fault
@@ -25,6 +27,7 @@ class FusedBackend:
         self.plans = PlanCache()
         self.fuse = True
         self.kernels_launched = 0
+        self.lock = threading.RLock()  # the device's submissions, one thread at a time
 
     def compile(self, plan, order) -> None:
         """Compile every kernel of ``plan`` not compiled yet (a cached plan keeps its
@@ -49,18 +52,25 @@ class FusedBackend:
         self.finish()
 
     def run(self, outputs, key=None, order=None) -> list:
-        plan, order = self.prepare(outputs, key, order)
-        return self.execute(plan, order, {p: self._as_local(order[p]) for p in plan.leaf_pos})
+        with self.lock:
+            plan, order = self.prepare(outputs, key, order)
+            return self.execute(plan, order,
+                                {p: self._as_local(order[p]) for p in plan.leaf_pos})
 
     def prepare(self, outputs, key=None, order=None):
         """``(plan, order)`` for the pending graph of ``outputs``, compiled."""
-        plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
-        self.compile(plan, order)
-        return plan, order
+        with self.lock:
+            plan, order = self.plans.lookup(outputs, self.fuse, self.max_args, key, order)
+            self.compile(plan, order)
+            return plan, order
 
     def execute(self, plan, order, values: dict) -> list:
         """Run a compiled ``plan`` with ``values`` (graph position -> buffer) for its realized
         inputs; returns the output buffers. ``order`` is needed only by cross-device copies."""
+        with self.lock:
+            return self._execute(plan, order, values)
+
+    def _execute(self, plan, order, values: dict) -> list:
         values = dict(values)
         out_set = set(plan.output_pos)
         k = None

@@ -116,7 +116,6 @@ class OpenCLBackend(FusedBackend):
         correctly_rounded = cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
         self.build_options = ("-cl-fp32-correctly-rounded-divide-sqrt",) \
             if device.single_fp_config & correctly_rounded else ()
-        self.lock = threading.RLock()  # the device's submissions, one thread at a time
         self._programs: collections.OrderedDict[str, object] = collections.OrderedDict()
         self.pool = BufferPool(min(POOL_FRACTION * device.global_mem_size, POOL_MAX_BYTES))
         self.compiles = 0
@@ -127,19 +126,6 @@ class OpenCLBackend(FusedBackend):
         self._freed: list[int] = []
         self._in_flight: list[tuple] = []  # (event, kernel label, user line) since the last wait
         super().__init__()
-
-    # the device's lock -------------------------------------------------------------------------
-    def run(self, outputs, key=None, order=None) -> list:
-        with self.lock:
-            return super().run(outputs, key, order)
-
-    def prepare(self, outputs, key=None, order=None):
-        with self.lock:
-            return super().prepare(outputs, key, order)
-
-    def execute(self, plan, order, values: dict) -> list:
-        with self.lock:
-            return super().execute(plan, order, values)
 
     # memory ------------------------------------------------------------------------------------
     def _alloc(self, nbytes: int, origin=None):

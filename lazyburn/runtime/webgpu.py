@@ -277,7 +277,6 @@ class WebGPUBackend(FusedBackend):
                        wgpu.BufferUsage.COPY_DST)
         self._pipelines: collections.OrderedDict[str, tuple] = collections.OrderedDict()
         self._encoder = None
-        self.lock = threading.RLock()  # the device's submissions, one thread at a time
         # (kernel label, user line) of the kernels recorded since the last wait: the latest
         # IN_FLIGHT_NOTED (syncs that do not wait, ``synchronous = False``, add to it)
         self._in_flight = collections.deque(maxlen=IN_FLIGHT_NOTED)
@@ -335,14 +334,6 @@ class WebGPUBackend(FusedBackend):
         finally:
             for name, value in saved.items():
                 setattr(self, name, value)
-
-    def prepare(self, outputs, key=None, order=None):
-        with self.lock:
-            return super().prepare(outputs, key, order)
-
-    def execute(self, plan, order, values: dict) -> list:
-        with self.lock:
-            return super().execute(plan, order, values)
 
     # memory ------------------------------------------------------------------------------------
     def _alloc(self, nbytes: int, origin=None) -> "DeviceBuffer":
