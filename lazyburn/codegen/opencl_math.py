@@ -57,7 +57,9 @@ class MathFunction:
         max_ulp: maximum error in float32 ulps of the exact result over ``domain``, measured
             on every float32 of the function's working interval (for instance all positive
             floats for the logarithms, all floats for sin, cos and tan) plus 2^26 random bit
-            patterns; ``pow`` on 2^28 random pairs. ``None`` for internal helpers.
+            patterns; ``pow`` on 4.6e8 random pairs (largest seen 2.92 ulps, where |y log2 x|
+            nears 127: the double-float logarithm's 2^-30 error is magnified by y log2 x).
+            ``None`` for internal helpers.
         domain: the inputs over which ``max_ulp`` holds, and what happens outside them.
         reference: where the algorithm and its coefficients come from.
     """
@@ -655,7 +657,7 @@ static inline float lb_pow(float x, float y)
     return (y == 0.0f || x == 1.0f) ? 1.0f : v;
 }}
 """,
-    max_ulp=2.5,
+    max_ulp=3.0,
     domain="x > 0 with finite results (|y log2 x| < 128), x < 0 with integer y; C99 special "
            "cases for zeros, infinities, nan, x = +-1 and y = 0",
     reference="exp2(y log2 x) with log2 x and the product in double-float arithmetic (T. J. "
