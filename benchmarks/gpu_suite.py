@@ -199,7 +199,7 @@ def check(torch, w: Workload, lb_inputs, torch_inputs) -> str:
     """"ok" or "FAIL (...)": lazyburn's output against PyTorch's at the workload's tolerance,
     element by element, leaving out the elements ``w.unstable`` marks (their count goes to
     ``w.results["excluded"]``)."""
-    from lazyburn.runtime.cuda import to_torch
+    from lazyburn.frontend.interop import to_torch
 
     want = w.torch_fn(*torch_inputs).float()
     got = to_torch(w.lb_fn(*lb_inputs)).float()
@@ -218,7 +218,7 @@ def bench_workload(torch, w: Workload, compile_too: bool, reps: tuple) -> None:
     from triton.testing import do_bench
 
     from lazyburn.runtime import backend
-    from lazyburn.runtime.cuda import from_torch
+    from lazyburn.frontend.interop import from_torch
 
     warmup, rep = reps
 
@@ -292,7 +292,7 @@ def bench_launch(torch, n_iter: int) -> dict:
     compiled Triton launcher a cached plan's step calls; Triton's JIT launch of the same kernel;
     torch eager."""
     from lazyburn.runtime import backend, cuda
-    from lazyburn.runtime.cuda import from_torch
+    from lazyburn.frontend.interop import from_torch
 
     out = {}
     xt = torch.randn(1024, device="cuda")
@@ -427,8 +427,8 @@ def dry_run(ws, bandwidth, peak) -> None:
 
 def _placeholder(shape, dtype):
     """A realized tensor of ``shape`` and ``dtype`` without data: planning reads shapes only."""
-    from lazyburn.graph.node import Node
-    from lazyburn.record import wrap
+    from lazyburn.ir.node import Node
+    from lazyburn.frontend.record import wrap
 
     n = Node("buffer", (), (), tuple(shape), getattr(lb, dtype), "numpy")
     n.buffer = np.empty(0, dtype=n.dtype.np)

@@ -25,7 +25,7 @@ import pytest
 import lazyburn as lb
 from lazyburn.codegen import opencl as cl_codegen
 from lazyburn.fusion.plan import build_plan
-from lazyburn.graph.graph import structural_key
+from lazyburn.ir.graph import structural_key
 
 
 def centre_through_transposes(x, ops):
@@ -74,7 +74,7 @@ def test_plan_deep_graph(benchmark, family, ops):
     y = family(lb.tensor(a, device="numpy"), ops)
     outputs = [y._node]
     kernels = benchmark.pedantic(plan_and_render, args=(outputs,), rounds=3, iterations=1)
-    from lazyburn.graph.graph import topo_order
+    from lazyburn.ir.graph import topo_order
 
     recorded = sum(1 for n in topo_order(outputs) if n.buffer is None)
     benchmark.extra_info["ops"] = recorded

@@ -7,75 +7,38 @@ pending graph into fusion groups and runs each as one generated kernel on the te
     x = lb.tensor([[1.0, 2.0], [3.0, 4.0]])
     y = (x * 2 + 1).softmax(axis=-1)   # recorded, not computed
     print(y.numpy())                    # computed here
+
+This module only names the public API; the layers below are described in ARCHITECTURE.md.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from . import errors, graph, random, runtime
-from .creation import (arange, asarray, empty, empty_like, eye, full, full_like, linspace, ones,
-                       ones_like, tensor, zeros, zeros_like)
-from .elementwise import FUNCTIONS as _EW
-from .elementwise import astype, where
-from .errors import (DeviceError, DTypeError, KernelCompileError, OutOfMemoryError,
-                     ShapeError)
-from .functional import (clip, dropout, embedding, gelu, layer_norm, linear, log_softmax, relu,
-                         silu, softmax, softplus)
-from .graph.dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, int32,
-                           int64, uint8)
-from .graph.dtypes import dtype as dtype
-from .graph.graph import Graph
-from .linalg import matmul
-from .movement import (broadcast_to, concat, expand_dims, flatten, flip, index_select,
-                       matrix_transpose, pad, permute_dims, repeat, reshape, squeeze, stack,
-                       take, take_along_axis, tile, transpose)
-from .random import Generator, default_rng, manual_seed
-from .reduction import (all, any, argmax, argmin, logsumexp, max, mean, min, prod, std, sum,
-                        var)
-from .fusion.explain import explain
-from .lazytensor import Tensor
-from .replay import jit
-from .runtime import set_default_device
+from . import errors, graph, runtime
+from .errors import DeviceError, DTypeError, KernelCompileError, OutOfMemoryError, ShapeError
+from .frontend import random
+from .frontend.capture import Graph, sync
+from .frontend.creation import (arange, asarray, empty, empty_like, eye, full, full_like,
+                                linspace, ones, ones_like, tensor, zeros, zeros_like)
+from .frontend.elementwise import FUNCTIONS as _EW
+from .frontend.elementwise import astype, result_type, where
+from .frontend.explain import explain
+from .frontend.interop import from_torch, to_torch
+from .frontend.functional import (clip, dropout, embedding, gelu, layer_norm, linear,
+                                  log_softmax, relu, silu, softmax, softplus)
+from .frontend.linalg import matmul
+from .frontend.movement import (broadcast_to, concat, expand_dims, flatten, flip, index_select,
+                                matrix_transpose, pad, permute_dims, repeat, reshape, squeeze,
+                                stack, take, take_along_axis, tile, transpose, unsqueeze)
+from .frontend.random import Generator, default_rng, manual_seed
+from .frontend.reduction import (all, any, argmax, argmin, logsumexp, max, mean, min, prod, std,
+                                 sum, var)
+from .frontend.replay import jit
+from .frontend.tensor import Tensor
+from .ir.dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64,
+                        uint8)
+from .ir.dtypes import dtype as dtype
+from .runtime import default_device, set_default_device
 from .runtime.dump import dump
+from .version import __version__
 
 globals().update(_EW)
 bool = bool_  # noqa: A001 - the array API spells it ``bool``
-
-graph.graph.set_realizer(runtime.realize)
-
-
-def default_device() -> str:
-    """The device used when an op is given none (see ``lazyburn.runtime``)."""
-    return runtime.default_device()
-
-
-def result_type(*arrays_and_dtypes):
-    """The dtype of an operation on ``arrays_and_dtypes`` (Tensors, dtypes, dtype names and weak
-    Python scalars), by the promotion rules of ``lazyburn.graph.dtypes`` (array API).
-
-    Raises DTypeError when only Python scalars are given."""
-    from .graph import dtypes as _dt
-    from .record import is_scalar, py_scalar
-
-    strong = [a.dtype if isinstance(a, Tensor) else _dt.dtype(a)
-              for a in arrays_and_dtypes if not is_scalar(a)]
-    if not strong:
-        raise DTypeError("result_type: needs at least one tensor or dtype")
-    d = strong[0]
-    for other in strong[1:]:
-        d = _dt.promote(d, other)
-    for a in arrays_and_dtypes:
-        if is_scalar(a):
-            d = _dt.promote(d, _dt.scalar_dtype(py_scalar(a), d))
-    return d
-
-
-def unsqueeze(x, axis):
-    """PyTorch's name for ``expand_dims``."""
-    return expand_dims(x, axis)
-
-
-def sync(*tensors) -> None:
-    """Same as ``lazyburn.graph.sync``."""
-    graph.sync(*tensors)
-

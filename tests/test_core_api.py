@@ -156,7 +156,7 @@ PROMOTIONS = [
     ("uint8", "int64", "int64"), ("uint8", "uint8", "uint8"),
     ("float16", "float32", "float32"), ("float32", "float64", "float64"),
     ("float16", "float64", "float64"), ("bool", "bool", "bool"),
-    # implementation-defined, as documented in lazyburn.graph.dtypes
+    # implementation-defined, as documented in lazyburn.ir.dtypes
     ("float16", "bfloat16", "float32"), ("bfloat16", "float32", "float32"),
     ("bool", "int8", "int8"), ("bool", "uint8", "uint8"), ("bool", "float16", "float16"),
     ("int64", "float16", "float16"), ("uint8", "bfloat16", "bfloat16"),

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import lazyburn as lb
-import lazyburn.graph.graph as graph_module
+import lazyburn.ir.graph as graph_module
 from fused_devices import FUSED_DEVICES
 
 pytestmark = pytest.mark.skipif(not FUSED_DEVICES, reason="no fused device on this machine")
@@ -31,7 +31,7 @@ def test_replays_match_numpy_and_skip_recording(device, monkeypatch):
     def f(x, bias):
         h = x @ w + bias
         return lb.softmax(h, -1), h.sum()
-    import lazyburn.replay as jit_module
+    import lazyburn.frontend.replay as jit_module
     monkeypatch.setattr(jit_module, "structural_key", counting)
     for i in range(4):
         x = rng.standard_normal((5, 24), dtype=np.float32)

@@ -57,7 +57,7 @@ from core_support import (ALL, FLOATS, edge_inputs, edge_pairs, float_info,
 from fused_devices import FUSED_DEVICES
 from lazyburn.errors import DTypeError, LazyburnError
 from lazyburn.fusion.partition import CHEAP_OPS
-from lazyburn.graph.ops import OPS
+from lazyburn.ir.ops import OPS
 
 pytestmark = pytest.mark.skipif(not FUSED_DEVICES, reason="no fused device on this machine")
 

@@ -246,7 +246,7 @@ def test_representative_specs():
                                    "float16", "bfloat16", "float32", "float64"])
 def test_device_comparison_follows_the_host_rule(dtype):
     """OpenCL compares candidates' outputs on the device; its count is the host rule's."""
-    from lazyburn.graph import dtypes as dt
+    from lazyburn.ir import dtypes as dt
     from lazyburn.fusion.kernel_ir import KernelArg
     from lazyburn.runtime import opencl_tuning
 

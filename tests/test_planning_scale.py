@@ -72,7 +72,7 @@ def transpose_and_centre_np(a, repeats):
 
 
 def _graph_ops(y) -> int:
-    from lazyburn.graph.graph import topo_order
+    from lazyburn.ir.graph import topo_order
 
     return sum(1 for n in topo_order([y._node]) if n.buffer is None)
 
@@ -199,7 +199,7 @@ def test_stage_reading_a_value_stored_from_an_earlier_stage(device, rng):
 
 def test_printing_a_5000_deep_expression():
     """The kernel IR prints expressions without recursion (a stage may fuse thousands of ops)."""
-    from lazyburn.graph import dtypes as dt
+    from lazyburn.ir import dtypes as dt
     from lazyburn.fusion.symbolic import ExprBuilder, format_expr
 
     b = ExprBuilder()

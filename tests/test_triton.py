@@ -568,7 +568,7 @@ def test_half_matmul_accumulates_in_float32():
 
 
 def test_torch_interop_shares_memory(dev):
-    from lazyburn.runtime.cuda import from_torch, to_torch
+    from lazyburn.frontend.interop import from_torch, to_torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t = torch.linspace(-2, 2, 30, device=device).reshape(5, 6)

@@ -255,7 +255,7 @@ def test_bounds_check_catches_an_out_of_bounds_load():
     """The checker fails on a spec that reads one element past its buffer (a checker that
     cannot fail proves nothing)."""
     from lazyburn.fusion.kernel_ir import ElementwiseSpec, KernelArg, Output
-    from lazyburn.graph import dtypes as dt
+    from lazyburn.ir import dtypes as dt
 
     b = ExprBuilder()
     i = b.var("i", 8)

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lazyburn as lb
-from lazyburn import record, runtime
+from lazyburn import runtime
+from lazyburn.frontend import record
 from lazyburn.fusion.lower import FusionIllegal
 
 webgpu = pytest.importorskip("lazyburn.runtime.webgpu")

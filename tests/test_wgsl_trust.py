@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import lazyburn as lb
-from lazyburn import record, runtime
+from lazyburn import runtime
+from lazyburn.frontend import record
 
 webgpu = pytest.importorskip("lazyburn.runtime.webgpu")
 from lazyburn.runtime import webgpu_tuning as tuning  # noqa: E402
@@ -240,7 +241,7 @@ def relative_error(got, x: np.ndarray, axis=None) -> float:
 @pytest.mark.parametrize("kind", ["zero_mean", "near_one"])
 def test_long_sums_stay_accurate(rng, kind):
     """2^24 float32 values: the error stays within 1e-6 of sum|x| (the bound of
-    ``wgsl_reduction._blocked_loop`` is about (BLOCK + 1 + log2 workgroup) 2^-24 sum|x|)."""
+    ``wgsl._blocked_loop`` is about (BLOCK + 1 + log2 workgroup) 2^-24 sum|x|)."""
     x = rng.standard_normal(2 ** 24).astype(np.float32)
     if kind == "near_one":
         x = (1.0 + 0.1 * x).astype(np.float32)
@@ -432,7 +433,7 @@ def test_a_row_of_2_to_the_25_in_one_tree(monkeypatch, rng, workgroup):
 def test_a_sequential_reduction_beyond_the_budget_becomes_a_tree(monkeypatch, rng):
     """Rows of 2^21: 65536 blocks of 32 for one invocation. Where the adapter's cap is not
     known the same holds (past lavapipe's budget, nothing is sequential)."""
-    from lazyburn.codegen import wgsl_reduction
+    from lazyburn.codegen import wgsl as wgsl_reduction
 
     b = _device(monkeypatch, "webgpu:59", wgsl.LOOP_CAP, strategy="sequential")
     x = rng.standard_normal((3, 2 ** 21)).astype(np.float32)

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .. import __version__
+from ..version import __version__
 from .candidates import Candidate, candidates_checksum
 
 

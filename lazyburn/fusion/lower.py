@@ -14,9 +14,9 @@ instead. Inside a matmul group the matmul node is the accumulator, legal only at
 """
 from __future__ import annotations
 
-from ..graph import dtypes as dt
-from ..graph.node import Node
-from ..graph.shapes import prod
+from ..ir import dtypes as dt
+from ..ir.node import Node
+from ..ir.shapes import prod
 from .kernel_ir import (ElementwiseSpec, KernelArg, MatmulSpec, Output, ReductionSpec, Stage)
 from .symbolic import Expr, ExprBuilder
 

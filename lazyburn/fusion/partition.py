@@ -25,9 +25,9 @@ from itertools import islice
 
 import networkx as nx
 
-from ..graph.node import Node
-from ..graph.ops import REDUCTIONS
-from ..graph.shapes import prod
+from ..ir.node import Node
+from ..ir.ops import REDUCTIONS
+from ..ir.shapes import prod
 from .lower import FusionIllegal, Lowering, add_stage, lower, reduction_space
 
 CHEAP_OPS = frozenset(

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from ..graph.graph import structural_key
-from ..graph.ops import VIEWS
+from ..ir.graph import structural_key
+from ..ir.ops import VIEWS
 from .kernel_ir import KernelSpec
 from .lower import lower
 from .partition import FusionGroup, external_for, partition

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from ..graph import dtypes as dt
+from ..ir import dtypes as dt
 
 INF = float("inf")
 

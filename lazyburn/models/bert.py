@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass, fields
 
-from .. import functional as F
+from ..frontend import functional as F
 from ..errors import ShapeError
 from ..nn import (GELU, Dropout, Embedding, LayerNorm, Linear, Module, ModuleList,
                   MultiHeadSelfAttention)

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..creation import tensor
+from ..frontend.creation import tensor
 from ..errors import ShapeError
-from ..graph import dtypes as dt
-from ..replay import jit
-from ..lazytensor import Tensor
+from ..ir import dtypes as dt
+from ..frontend.replay import jit
+from ..frontend.tensor import Tensor
 from ..nn import Module, additive_attention_mask
 from ..runtime import canonical
 from .bert import BertConfig, BertModel, checkpoint_name

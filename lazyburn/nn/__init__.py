@@ -7,8 +7,8 @@ forward pass is one pending graph for the fusion compiler.
 from .attention import (MultiHeadSelfAttention, additive_attention_mask, attention_probs,
                         scaled_dot_product_attention)
 from .layers import GELU, Dropout, Embedding, LayerNorm, Linear
-from .module import Module, ModuleList, WeightsError
-from .weights import read_safetensors
+from .module import Module, ModuleList
+from .weights import WeightsError, read_safetensors
 
 __all__ = ["Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "Module", "ModuleList",
            "MultiHeadSelfAttention", "WeightsError", "additive_attention_mask",

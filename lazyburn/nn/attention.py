@@ -12,12 +12,12 @@ import math
 
 import numpy as np
 
-from .. import functional as F
-from ..creation import tensor
-from ..elementwise import where
+from ..frontend import functional as F
+from ..frontend.creation import tensor
+from ..frontend.elementwise import where
 from ..errors import ShapeError
-from ..graph import dtypes as dt
-from ..lazytensor import Tensor
+from ..ir import dtypes as dt
+from ..frontend.tensor import Tensor
 from .layers import Dropout, Linear
 from .module import Module
 

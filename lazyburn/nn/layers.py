@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
-from .. import functional as F
-from ..creation import ones, zeros
-from ..random import default_generator
+from ..frontend import functional as F
+from ..frontend.creation import ones, zeros
+from ..frontend.random import default_generator
 from .module import Module
 
 

@@ -14,26 +14,10 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from ..creation import tensor
-from ..errors import LazyburnError
-from ..graph import dtypes as dt
-from ..lazytensor import Tensor
-
-
-class WeightsError(LazyburnError, ValueError):
-    """Parameters that cannot be loaded: missing, unexpected, or of the wrong shape or dtype, or
-    a weights file that cannot be read.
-
-    Attributes: ``missing`` (names the module needs and the source lacks), ``unexpected`` (names
-    the source has and the module does not), ``mismatched`` (``(name, expected, found)``
-    triples of shape/dtype descriptions). Each is empty when not the cause.
-    """
-
-    def __init__(self, message: str, missing=(), unexpected=(), mismatched=()):
-        self.missing = list(missing)
-        self.unexpected = list(unexpected)
-        self.mismatched = list(mismatched)
-        super().__init__(message)
+from ..frontend.creation import tensor
+from ..frontend.tensor import Tensor
+from ..ir import dtypes as dt
+from .weights import WeightsError, read_safetensors
 
 
 def _describe(shape, dtype) -> str:
@@ -167,8 +151,6 @@ class Module:
         Raises FileNotFoundError when ``path`` does not exist, WeightsError when the file cannot
         be read or does not fit (see ``load_state_dict``). Returns self.
         """
-        from .weights import read_safetensors
-
         arrays = read_safetensors(path)
         if rename is not None:
             renamed = {}

@@ -5,7 +5,23 @@ import os
 
 import numpy as np
 
-from .module import WeightsError
+from ..errors import LazyburnError
+
+
+class WeightsError(LazyburnError, ValueError):
+    """Parameters that cannot be loaded: missing, unexpected, or of the wrong shape or dtype, or
+    a weights file that cannot be read.
+
+    Attributes: ``missing`` (names the module needs and the source lacks), ``unexpected`` (names
+    the source has and the module does not), ``mismatched`` (``(name, expected, found)``
+    triples of shape/dtype descriptions). Each is empty when not the cause.
+    """
+
+    def __init__(self, message: str, missing=(), unexpected=(), mismatched=()):
+        self.missing = list(missing)
+        self.unexpected = list(unexpected)
+        self.mismatched = list(mismatched)
+        super().__init__(message)
 
 
 def read_safetensors(path) -> dict[str, np.ndarray]:

@@ -17,8 +17,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import DeviceError
-from ..graph.graph import structural_key, topo_order
-from ..graph.node import Node
+from ..ir.graph import structural_key, topo_order
+from ..ir.node import Node
 
 KINDS = {
     "numpy": "lazyburn.runtime.numpy_backend",
@@ -67,9 +67,6 @@ def backend(device: str):
             raise DeviceError(f"device {device} needs a package that is not installed: {e}. "
                               f"See the README for the optional extras.") from e
         b = module.open_device(int(index or 0))
-        from ..record import UNSUPPORTED
-
-        UNSUPPORTED[device] = frozenset(b.unsupported_dtypes)
         _backends[device] = b
     return b
 
@@ -157,20 +154,18 @@ def download(n: Node):
     return backend(n.device).download(n)
 
 
+# where each kind's ``describe()`` lives (modules that need their kind's package when imported)
+_DESCRIBERS = {"cuda": "lazyburn.runtime.cuda", "opencl": "lazyburn.runtime.opencl_devices",
+               "webgpu": "lazyburn.runtime.webgpu"}
+
+
 def describe_devices() -> list[str]:
     """One line per device this machine offers, for ``lazyburn devices``."""
     lines = ["numpy     NumPy reference backend (node by node, unfused)"]
-    from .cuda import describe as describe_cuda
-
-    lines += describe_cuda()
-    try:
-        from .opencl_devices import describe
-
-        lines += describe()
-    except ImportError:
-        lines.append("(opencl)  pyopencl is not installed")
-    from .webgpu import describe as describe_webgpu
-
-    lines += describe_webgpu()
+    for kind, module in _DESCRIBERS.items():
+        try:
+            lines += importlib.import_module(module).describe()
+        except ImportError as e:
+            lines.append(f"({kind})  not available: {e}")
     lines.append(f"default: {default_device()}")
     return lines

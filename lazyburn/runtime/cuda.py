@@ -32,7 +32,8 @@ Without a GPU, ``TRITON_INTERPRET=1`` makes ``cuda:0`` run the same kernels thro
 interpreter on torch CPU tensors (slow, for tests: see ``tests/test_triton.py``). The device is
 never chosen by default in that mode (:func:`available` is about real GPUs).
 
-:func:`from_torch` and :func:`to_torch` share buffers with PyTorch without copies.
+``lazyburn.frontend.interop``'s ``from_torch`` and ``to_torch`` share buffers with PyTorch
+without copies.
 
 Launch parameters come from :mod:`lazyburn.runtime.cuda_tuning`; at autotune level 1 or more a
 kernel is tuned at its first launch (timings on the device; results cached on disk).
@@ -69,10 +70,17 @@ import threading
 import warnings
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
+from ..codegen import triton as tr
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
-from ..graph.node import current_origin
+from ..fusion.kernel_ir import MatmulSpec
+from ..ir import dtypes as dt
+from ..ir.node import current_origin
+from . import backend, cuda_tuning
+from .cuda_library import LibraryMatmul
+from .cuda_replay import Program
 from .fused import FusedBackend, host_value
 
 allow_tf32 = False
@@ -159,55 +167,6 @@ def _open(index: int) -> "CudaBackend":
     if index >= count:
         raise DeviceError(f"no device cuda:{index} ({count} GPU(s) visible)")
     return CudaBackend(index)
-
-
-def from_torch(t):
-    """A lazyburn tensor sharing the memory of torch tensor ``t`` (on a GPU, or on the CPU
-    under the interpreter), made contiguous first (a copy only when it is not). The device's
-    stream waits for torch's current stream, so work queued on ``t`` comes first. lazyburn
-    tensors are immutable: ``t`` must not be modified while the result is in use.
-
-    Raises DeviceError for a tensor on a device lazyburn is not running, DTypeError for a dtype
-    lazyburn does not have."""
-    from ..errors import DTypeError
-    from ..graph import dtypes as dt
-    from ..graph.node import Node
-    from ..record import wrap
-    from . import backend as backend_of
-
-    name = str(t.dtype).replace("torch.", "")
-    dtype = dt.BY_NAME.get(name)
-    if dtype is None:
-        raise DTypeError(f"from_torch: no lazyburn dtype for {t.dtype}")
-    device = f"cuda:{t.device.index or 0}" if t.device.type == "cuda" else "cuda:0"
-    b = backend_of(device)
-    if b.device != t.device and not (b.interpret and t.device.type == "cpu"):
-        raise DeviceError(f"from_torch: a tensor on {t.device} cannot back {device}")
-    if b.stream is not None:
-        b.stream.wait_stream(b.torch.cuda.current_stream(b.device))
-    flat = t.contiguous().reshape(-1)
-    if flat.data_ptr() % 16:  # kernels are specialized for aligned buffers
-        flat = flat.clone()
-    n = Node("buffer", (), (), tuple(t.shape), dtype, device)
-    n.buffer = flat
-    return wrap(n)
-
-
-def to_torch(x):
-    """The torch tensor holding lazyburn tensor ``x`` (computed first), shaped like ``x``,
-    sharing its memory; torch's current stream waits for the device's stream."""
-    from ..graph.graph import sync
-    from . import backend as backend_of
-
-    if x._node.buffer is None:
-        sync(x)
-    b = backend_of(x.device)
-    buf = x._node.buffer
-    if b.stream is not None:
-        current = b.torch.cuda.current_stream(b.device)
-        current.wait_stream(b.stream)
-        buf.record_stream(current)
-    return buf.view(x.shape)
 
 
 def kernel_cache_dir() -> Path:
@@ -339,8 +298,6 @@ class CudaBackend(FusedBackend):
                                    origin) from None
 
     def _alloc(self, nbytes: int, origin=None):
-        from ..graph import dtypes as dt
-
         return self.empty(nbytes, dt.uint8, origin)
 
     def upload(self, host: np.ndarray):
@@ -361,7 +318,7 @@ class CudaBackend(FusedBackend):
         if self.interpret:
             return t.clone()
         try:
-            with self.lock, self._on_device():
+            with self.lock, self.on_device():
                 return t.to(self.device)
         except torch.cuda.OutOfMemoryError as e:
             raise OutOfMemoryError(f"{self.device_string}: out of memory uploading "
@@ -375,15 +332,13 @@ class CudaBackend(FusedBackend):
             host = buf.clone()
         else:
             try:
-                with self._on_device():
+                with self.on_device():
                     host = buf.to("cpu")  # ordered after the stream's work; waits for it
             except RuntimeError as e:
                 raise DeviceError(f"{self.device_string}: download failed: {_first_line(e)}",
                                   n.origin_short if hasattr(n, "origin_short") else None) \
                     from None
         if host.dtype == torch.bfloat16:
-            import ml_dtypes
-
             arr = host.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
         else:
             arr = host.numpy()
@@ -402,10 +357,20 @@ class CudaBackend(FusedBackend):
 
     def is_current(self) -> bool:
         """Whether this device and its stream are torch's current ones (always, interpreting):
-        then kernels may launch and buffers be allocated without entering ``_on_device()``."""
+        then kernels may launch and buffers be allocated without entering ``on_device()``."""
         return self._current is None or self._current() == (self.index, self.stream_handle)
 
-    def _on_device(self):
+    @property
+    def synchronous(self) -> bool:
+        """The module setting ``synchronous``, read at each run."""
+        return synchronous
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """The module setting ``cuda_graphs``, read at each run."""
+        return cuda_graphs
+
+    def on_device(self):
         """A context making this device and its stream torch's current ones (nothing to do,
         and nothing entered, when they already are)."""
         if self.is_current():
@@ -417,23 +382,16 @@ class CudaBackend(FusedBackend):
 
     # compiling ---------------------------------------------------------------------------------
     def compile_kernel(self, k, name: str, origin):
-        from . import cuda_tuning
-
         return cuda_tuning.TunedKernel(self, k, name, origin)
 
     def build_kernel(self, spec, name: str, params: dict, origin, label: str = ""):
         """A launchable kernel for ``spec`` with launch ``params`` (a library matmul when
         ``params["library"]``). Raises KernelCompileError when Triton rejects the source
         (at the first launch, when Triton compiles)."""
-        from ..codegen import triton as tr
-        from ..fusion.kernel_ir import MatmulSpec
-
         params = dict(params)
         if isinstance(spec, MatmulSpec):
             params["allow_tf32"] = allow_tf32
         if params.get("library"):
-            from .cuda_library import LibraryMatmul
-
             return LibraryMatmul(self, spec, name, params, origin)
         target = "interpret" if self.interpret else "cuda"
         r = tr.render(spec, name, params, target)
@@ -460,8 +418,6 @@ class CudaBackend(FusedBackend):
         program = programs.get(id(plan))
         if program is None or program.plan is not plan:
             self.compile(plan, order)
-            from .cuda_replay import Program
-
             program = programs[id(plan)] = Program(self, plan, order)
             if len(programs) > KERNEL_CACHE_SIZE:
                 programs.popitem(last=False)
@@ -482,9 +438,7 @@ class CudaBackend(FusedBackend):
         made the two backends' streams here)."""
         other = n.device
         if other.startswith("cuda:") and not self.interpret:
-            from . import backend as backend_of
-
-            src = backend_of(other)
+            src = backend(other)
             if not src.interpret:
                 torch = self.torch
                 with torch.cuda.stream(self.stream), torch.cuda.stream(src.stream):
@@ -539,15 +493,6 @@ class TritonKernel:
             raise
         if not backend.interpret and compiled is not None and hasattr(compiled, "__getitem__"):
             self.fast = compiled[self.grid]
-
-
-def direct_launch(kernel):
-    """The compiled Triton launcher behind ``kernel`` (a TritonKernel, or a TunedKernel that has
-    chosen one), called as ``launch(*buffers, stream=handle)``, once its first launch has
-    compiled it; None before that, for a library kernel and for an empty grid (nothing to
-    launch)."""
-    k = getattr(kernel, "kernel", kernel)
-    return k.fast if isinstance(k, TritonKernel) and not k.empty else None
 
 
 _NO_CONTEXT = contextlib.nullcontext()

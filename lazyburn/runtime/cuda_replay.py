@@ -3,7 +3,7 @@
 A :class:`Program` is built once per plan: one closure per planned kernel with the graph
 positions of its inputs, the sizes and dtypes of the buffers it allocates, and the temporaries
 that die after it. Running the plan again on fresh data is a walk over those closures. With
-``lazyburn.runtime.cuda.cuda_graphs`` set, a plan run a third time is captured into a CUDA graph
+``lazyburn.runtime.b.cuda_graphs`` set, a plan run a third time is captured into a CUDA graph
 (:class:`GraphReplay`) and replayed as one launch.
 
 A kernel's fault may surface at a later launch or at the wait for the stream; the error then
@@ -13,10 +13,11 @@ kernel.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 from ..errors import DeviceError, LazyburnError, OutOfMemoryError, kernel_fault, sync_each
-from . import cuda, dump
+from . import dump
 from .fused import kernel_origin
 
 CAPTURE_AFTER_RUNS = 2  # runs of a plan before it is captured (the first ones compile)
@@ -73,11 +74,11 @@ class Program:
         self.runs += 1
         if self.graph is not None and not sync_each():
             out = self.graph.replay(values)
-            if cuda.synchronous:
+            if b.synchronous:
                 b.finish()
         else:
             out = self._launch(values, order)
-        if self.dump_env or dump._stack:
+        if self.dump_env or dump.active():
             b.dump(self.plan)  # after the run: kernels tuned at their first launch are final
         return out
 
@@ -87,14 +88,14 @@ class Program:
         i = -1
         waiting = False  # the error came from waiting for the stream, not from step i itself
         try:
-            with (_NO_CONTEXT if b.is_current() else b._on_device()):
+            with (_NO_CONTEXT if b.is_current() else b.on_device()):
                 for i, step in enumerate(self.steps):
                     step(values, order)
                     if each:
                         waiting = True
                         b.finish()
                         waiting = False
-            if cuda.synchronous and not each:
+            if b.synchronous and not each:
                 waiting = True
                 b.finish()
         except LazyburnError:
@@ -106,7 +107,7 @@ class Program:
         except RuntimeError as e:
             raise self._fault(e, i, exact=each or not waiting and (b.interpret or i == 0)) \
                 from None
-        if cuda.cuda_graphs and self.capturable and not b.interpret and not each and \
+        if b.cuda_graphs and self.capturable and not b.interpret and not each and \
                 self.runs >= CAPTURE_AFTER_RUNS:
             self.graph = GraphReplay(self, values, order)
         return [values[p] for p in self.output_pos]
@@ -125,7 +126,16 @@ class Program:
         return kernel_fault(b.device_string, _first_line(e), named, exact)
 
 
-_NO_CONTEXT = cuda._NO_CONTEXT
+_NO_CONTEXT = contextlib.nullcontext()
+
+
+def direct_launch(kernel):
+    """The compiled Triton launcher behind ``kernel`` (a TritonKernel, or a TunedKernel that has
+    chosen one), called as ``launch(*buffers, stream=handle)``, once its first launch has
+    compiled it; None before that, for a library kernel and for an empty grid (nothing to
+    launch)."""
+    k = getattr(kernel, "kernel", kernel)
+    return None if getattr(k, "empty", True) else getattr(k, "fast", None)
 
 
 def _kernel_step(backend, kernel, in_pos, outs, drop):
@@ -146,7 +156,7 @@ def _kernel_step(backend, kernel, in_pos, outs, drop):
             launch(*args, stream=backend.stream_handle)
         else:
             kernel(backend, args)
-            launch = cuda.direct_launch(kernel)
+            launch = direct_launch(kernel)
         backend.kernels_launched += 1
         for p in drop:  # temporaries die after their last reader
             values[p] = None
@@ -196,7 +206,7 @@ class GraphReplay:
 
     def replay(self, values: list) -> list:
         b = self.program.backend
-        with b._on_device():
+        with b.on_device():
             for p, buf in self.inputs.items():
                 v = values[p]
                 if v is not self.last[p]:  # weights stay the same buffers: copied once

@@ -247,7 +247,7 @@ class TunedKernel:
         driver = torch.version.cuda or getattr(torch.version, "hip", "") or ""
         key = at.TuneKey("cuda", at.device_fingerprint(name, driver, triton.__version__),
                          spec.structural_hash(), shape=_shape(spec))
-        with b._on_device():
+        with b.on_device():
             best = at.tune(key, cands, run=run, time=time, check=check)
         del scratch[:]
         entry = at.default_cache().entry(key.for_candidates(at.admitted(cands, at.level())))

@@ -23,6 +23,11 @@ def dump_dir() -> Path | None:
     return Path(env) if env else None
 
 
+def active() -> bool:
+    """Whether a ``dump()`` block is open (``LAZYBURN_DUMP`` aside)."""
+    return bool(_stack)
+
+
 @contextlib.contextmanager
 def dump(path):
     """Write every kernel launched inside the block to directory ``path`` (created)."""

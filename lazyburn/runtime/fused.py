@@ -7,13 +7,17 @@ device's stream) and ``device_errors`` (the exception types a launch may raise).
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import threading
+import time
 
 import numpy as np
 
+from .. import autotune
 from ..errors import DeviceError, kernel_fault
 from ..fusion.plan import PlanCache
-from . import dump
+from . import download, dump
 
 
 class FusedBackend:
@@ -111,8 +115,6 @@ class FusedBackend:
 
 def host_value(n) -> np.ndarray:
     """A realized node's data on the host, whatever its device."""
-    from . import download
-
     return download(n)
 
 
@@ -143,8 +145,6 @@ COMPARE_CHUNK_BYTES = 16 << 20
 def worth_tuning(k) -> bool:
     """Whether planned kernel ``k`` is tuned at its first launch: autotuning is on and the
     kernel is big enough for a launch configuration to matter."""
-    from .. import autotune
-
     spec = k.spec
     work = spec.numel if k.kind == "elementwise" else (
         spec.rows * spec.reduce_size if k.kind == "reduction" else spec.batch * spec.m * spec.n)
@@ -197,8 +197,6 @@ class _Unbounded(Exception):
 
 
 def _with_outputs(spec, sizes: dict, **fields):
-    import dataclasses
-
     args = [dataclasses.replace(a, size=sizes.get(i, a.size)) if a.is_output else a
             for i, a in enumerate(spec.args)]
     return dataclasses.replace(spec, args=args, **fields)
@@ -365,8 +363,6 @@ class FirstLaunchTuner:
         return (MAX_TUNED_WORK_CPU if self.on_cpu else MAX_TUNED_WORK)[kind]
 
     def launch_time(self, kernel, args) -> float:
-        import time
-
         b = self.backend
         b.finish()
         t0 = time.perf_counter()
@@ -394,10 +390,6 @@ class FirstLaunchTuner:
         return None
 
     def __call__(self, backend, args) -> None:
-        import copy
-
-        from .. import autotune
-
         k = self.k
         n_in = k.n_inputs
         inputs = list(args[:n_in])

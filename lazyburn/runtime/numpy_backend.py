@@ -18,9 +18,10 @@ from typing import Sequence
 import numpy as np
 import scipy.special
 
-from ..graph.dtypes import float32, float_to_int
-from ..graph.graph import topo_order
-from ..graph.node import Node
+from ..ir.dtypes import float32, float_to_int
+from ..ir.graph import topo_order
+from ..ir.node import Node
+from . import download
 
 HALF = ("float16", "bfloat16")
 
@@ -273,6 +274,4 @@ class NumpyBackend:
     def _leaf(self, n: Node) -> np.ndarray:
         if n.device == "numpy":
             return n.buffer
-        from . import download  # a copy's source realized on another device
-
-        return download(n)
+        return download(n)  # a copy's source realized on another device

@@ -41,17 +41,21 @@ import hashlib
 import os
 import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
+from ..autotune import device_fingerprint
 from ..codegen import opencl as cl_codegen
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault, sync_each
-from ..graph import dtypes as dt
-from ..graph.node import current_origin
+from ..fusion.library import split_matmul
+from ..ir import dtypes as dt
+from ..ir.node import current_origin
 from . import dump
-from .fused import FusedBackend
+from .fused import FusedBackend, worth_tuning
 from .opencl_devices import discover
+from .opencl_tuning import TunedKernel, default_params, elementwise_params
 
 
 def available() -> bool:
@@ -223,8 +227,6 @@ class OpenCLBackend(FusedBackend):
 
     def compile_kernel(self, k, name: str, origin):
         """The heuristic default's kernel, or one that autotunes at its first launch."""
-        from .fused import worth_tuning
-        from .opencl_tuning import TunedKernel, default_params
 
         if worth_tuning(k):
             return TunedKernel(self, k, name, origin)
@@ -240,7 +242,6 @@ class OpenCLBackend(FusedBackend):
 
     @property
     def fingerprint(self) -> str:
-        from ..autotune import device_fingerprint
 
         d = self.device
         return device_fingerprint(d.name, d.driver_version, d.platform.version)
@@ -368,8 +369,6 @@ class LibraryMatmul:
     product costs nothing: BLAS writes the output buffer itself."""
 
     def __init__(self, backend, k, params, origin):
-        from ..fusion.library import split_matmul
-        from .opencl_tuning import elementwise_params
 
         self.origin = origin
         self.spec = k.spec
@@ -490,7 +489,6 @@ class HostBlas:
         self.controller = blas
         self.threads = max(lib.num_threads for lib in blas.lib_controllers)
         if self.threads > 1:
-            from concurrent.futures import ThreadPoolExecutor
 
             self.pool = ThreadPoolExecutor(self.threads - 1, "lazyburn-blas")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
+
 from ..autotune import Candidate
 from ..codegen import opencl as cl_codegen
 from .fused import FirstLaunchTuner, describe_mismatch, tolerance
@@ -214,8 +216,6 @@ def count_mismatches(backend, expected, actual, karg) -> tuple[int, int]:
     bools bit for bit, floats within ``fused.tolerance`` with equal NaNs) and the index of the
     first found (the lowest index any work-item saw, capped at 2**32 - 2). ``count`` is a
     lower bound once some work-item finds 65535 (at least that many differ); 0 is exact."""
-    import numpy as np
-
     cl = backend.cl
     name = karg.dtype.name
     kernel = _compare_kernels.get((backend, name))
@@ -246,8 +246,6 @@ _compare_kernels: dict = {}
 
 
 def _read(backend, buf, karg, start=0, count=None):
-    import numpy as np
-
     count = karg.size - start if count is None else count
     host = np.empty(count, dtype=karg.dtype.np)
     view = host.view(np.uint8) if host.dtype == np.bool_ else host

@@ -78,20 +78,22 @@ from pathlib import Path
 
 import numpy as np
 
+from ..autotune import device_fingerprint
 from ..codegen import wgsl
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault, sync_each
 from ..fusion.lower import FusionIllegal
-from ..graph.graph import structural_key
-from ..graph import dtypes as dt
-from ..graph.node import current_origin
+from ..ir.graph import structural_key
+from ..ir import dtypes as dt
+from ..ir.node import current_origin
 from . import dump
-from .fused import FusedBackend
+from .fused import FusedBackend, worth_tuning
+from .webgpu_profile import MAX_TIMED_PASSES, SyncProfile
+from .webgpu_tuning import TunedKernel, default_params
 
 synchronous = True  # a sync waits for the queue (see the module doc)
 BIND_GROUPS_KEPT = 4  # bind groups a kernel keeps for the buffer sets it ran with last
 DEFAULT_STORAGE_BUFFERS = 8  # WebGPU's default limit, which every adapter offers
 POOL_BYTES = 2 << 30  # freed buffers the pool keeps for reuse; beyond this they are destroyed
-MAX_TIMED_PASSES = 256  # kernels of one sync that a profile times on the device
 PIPELINE_CACHE_SIZE = 512  # compute pipelines kept in memory per device (least recently used go)
 FALLBACKS_KEPT = 512  # graphs remembered as needing a wider or an unfused plan
 IN_FLIGHT_NOTED = 256  # kernels a fault's message can name when it surfaces at a wait
@@ -411,15 +413,10 @@ class WebGPUBackend(FusedBackend):
     # compiling ---------------------------------------------------------------------------------
     def launch_params(self, k) -> dict:
         """The heuristic launch configuration of a planned kernel."""
-        from .webgpu_tuning import default_params
-
         return default_params(self, k)
 
     def compile_kernel(self, k, name: str, origin):
         """The heuristic default's kernel, or one that autotunes at its first launch."""
-        from .fused import worth_tuning
-        from .webgpu_tuning import TunedKernel
-
         if worth_tuning(k):
             return TunedKernel(self, k, name, origin)
         return self.build(k, name, self.launch_params(k), origin)
@@ -427,8 +424,6 @@ class WebGPUBackend(FusedBackend):
     @property
     def fingerprint(self) -> str:
         import wgpu
-
-        from ..autotune import device_fingerprint
 
         info = self.adapter.info
         return device_fingerprint(f"{info.get('device')} ({info.get('backend_type')})",
@@ -667,50 +662,6 @@ class DeviceBuffer:
     def __init__(self, gpu, pool: BufferPool):
         self.gpu = gpu
         weakref.finalize(self, pool.give, gpu).atexit = False
-
-
-class SyncProfile:
-    """Where the time of each sync goes, in seconds per sync: the host's ``alloc`` (buffers,
-    from the pool or new), ``encode`` (bind groups and passes), ``submit`` and ``wait`` (for
-    the queue), and, where the adapter has ``timestamp-query``, ``device`` (the kernels'
-    passes on the device, from the first pass's start to the last one's end) and
-    ``kernels`` (the sum of the passes' own times). Only the first ``MAX_TIMED_PASSES`` kernels
-    of a sync are timed on the device. Reading the timestamps back adds to the sync it
-    profiles, so time the benchmark's runs without a profile."""
-
-    PHASES = ("alloc", "encode", "submit", "wait")
-
-    def __init__(self, backend: WebGPUBackend):
-        self.backend = backend
-        self.on_device = backend.has_timestamps
-        self.syncs: list[dict] = []
-        self._current: dict = {}
-        self.passes = 0
-        if self.on_device:
-            wgpu = backend.wgpu
-            self.queries = backend.device.create_query_set(type=wgpu.QueryType.timestamp,
-                                                           count=2 * MAX_TIMED_PASSES)
-            self.resolved = backend.device.create_buffer(
-                size=16 * MAX_TIMED_PASSES,
-                usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
-
-    def add(self, phase: str, seconds: float) -> None:
-        self._current[phase] = self._current.get(phase, 0.0) + seconds
-
-    def end_sync(self) -> None:
-        record, self._current = self._current, {}
-        if self.passes:
-            raw = self.backend.queue.read_buffer(self.resolved, 0, 16 * self.passes)
-            ns = np.frombuffer(raw, dtype=np.uint64).astype(np.int64).reshape(-1, 2)
-            record["device"] = float(ns[:, 1].max() - ns[:, 0].min()) * 1e-9
-            record["kernels"] = float((ns[:, 1] - ns[:, 0]).sum()) * 1e-9
-            self.passes = 0
-        self.syncs.append(record)
-
-    def median(self, phase: str) -> float | None:
-        """The median over the recorded syncs of ``phase``'s seconds (None if never timed)."""
-        values = sorted(s[phase] for s in self.syncs if phase in s)
-        return values[len(values) // 2] if values else None
 
 
 def _kernel_cache_dir() -> Path:

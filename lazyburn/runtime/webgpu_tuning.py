@@ -10,6 +10,7 @@ import numpy as np
 from ..autotune import Candidate
 from ..codegen import wgsl
 from .fused import FirstLaunchTuner
+from .webgpu_profile import SyncProfile
 
 SEQUENTIAL_MIN_ROWS = 4096  # enough invocations to fill a GPU with one row each
 # element-wise kernels this large take 4 elements per invocation: a memory-bound kernel needs
@@ -96,7 +97,6 @@ class TunedKernel(FirstLaunchTuner):
         return self.backend.adapter.info.get("adapter_type") == "CPU"
 
     def launch_time(self, kernel, args) -> float:
-        from .webgpu import SyncProfile
 
         backend = self.backend
         probe = SyncProfile(backend)

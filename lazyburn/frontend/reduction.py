@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import builtins
 
-from .errors import ShapeError
-from .graph import dtypes as dt
-from .graph.shapes import normalize_axes
-from .graph.shapes import prod as _prod
-from .movement import _reshape_node
+from ..errors import ShapeError
+from ..ir import dtypes as dt
+from ..ir.shapes import normalize_axes
+from ..ir.shapes import prod as _prod
+from .elementwise import where
+from .movement import reshape_node
 from .record import Origin, cast, const, node, resolve_dtype, tensor_node, wrap
 
 
@@ -46,7 +47,7 @@ def _reduce(op: str, x, axis, keepdims: bool, origin: Origin, dtype=None):
     else:
         r = node(op, (n,), (axes,), kept, d, n.device, origin) if axes else n
     if not keepdims:
-        r = _reshape_node(r, tuple(s for i, s in enumerate(n.shape) if i not in axes), origin)
+        r = reshape_node(r, tuple(s for i, s in enumerate(n.shape) if i not in axes), origin)
     return r
 
 
@@ -90,10 +91,10 @@ def min(x, axis=None, keepdims=False):  # noqa: A001
 def _arg(op, x, axis, keepdims, origin):
     n = tensor_node(op, x, origin)
     if axis is None:
-        flat = _reshape_node(n, (n.size,), origin)
+        flat = reshape_node(n, (n.size,), origin)
         r = _arg(op, wrap(flat), 0, False, origin)
         if keepdims:
-            r = _reshape_node(r, (1,) * len(n.shape), origin)
+            r = reshape_node(r, (1,) * len(n.shape), origin)
         return r
     (a,) = normalize_axes(op, axis, n.shape, origin)
     if n.shape[a] == 0:
@@ -104,7 +105,7 @@ def _arg(op, x, axis, keepdims, origin):
     kept = tuple(1 if i == a else s for i, s in enumerate(n.shape))
     r = node(op, (n,), ((a,),), kept, dt.int64, n.device, origin)
     if not keepdims:
-        r = _reshape_node(r, tuple(s for i, s in enumerate(n.shape) if i != a), origin)
+        r = reshape_node(r, tuple(s for i, s in enumerate(n.shape) if i != a), origin)
     return r
 
 
@@ -178,8 +179,6 @@ def logsumexp(x, axis=None, keepdims=False):
     ``m`` the maximum (replaced by 0 where it is not finite).
 
     Raises ShapeError for an axis out of range or an empty reduction (no maximum)."""
-    from .elementwise import where
-
     origin = Origin()
     x = _float("logsumexp", x, origin)
     axes = normalize_axes("logsumexp", axis, x.shape, origin)

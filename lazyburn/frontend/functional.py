@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 
 from .elementwise import where
-from .errors import ShapeError
-from .graph.shapes import normalize_axis
+from .movement import take
+from .random import default_generator
+from ..errors import ShapeError
+from ..ir.shapes import normalize_axis
 from .record import Origin, tensor_node, wrap
 
 
@@ -132,8 +134,6 @@ def linear(x, weight, bias=None):
 def embedding(indices, weight):
     """Rows of ``weight`` (num_embeddings, dim) at integer ``indices`` (any shape): result
     shape ``indices.shape + (dim,)``."""
-    from .movement import take
-
     return take(weight, indices, axis=0, origin=Origin())
 
 
@@ -145,8 +145,6 @@ def dropout(x, p: float = 0.5, training: bool = False, generator=None):
         return x
     if not 0 <= p < 1:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
-    from .random import default_generator
-
     g = generator or default_generator()
     keep = g.uniform(x.shape, device=x.device) >= p
     return where(keep, x * (1.0 / (1.0 - p)), 0.0)

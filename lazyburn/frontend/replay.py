@@ -17,11 +17,12 @@ import functools
 
 import numpy as np
 
-from . import runtime
-from .errors import DeviceError
-from .graph.graph import structural_key
-from .graph.node import Node
-from .lazytensor import Tensor
+from .. import runtime
+from ..errors import DeviceError
+from ..ir.graph import structural_key
+from ..ir.node import Node
+from .capture import sync
+from .tensor import Tensor
 from .record import Origin, wrap
 
 
@@ -92,8 +93,6 @@ def jit(fn=None, *, device=None):
         pending = [n for n in nodes if n.buffer is None]
         if dev == "numpy" or len(pending) != len(nodes) or \
                 any(n.device != dev or 0 in n.shape for n in nodes):
-            from .graph import sync
-
             sync(*outs)
             return out
         backend = runtime.backend(dev)
@@ -130,8 +129,6 @@ def _argument(a):
     if isinstance(a, Tensor):
         n = a._node
         if n.buffer is None:
-            from .graph import sync
-
             sync(a)
         return ("tensor", n.shape, n.dtype.name, n.device), a
     arr = np.asarray(a)

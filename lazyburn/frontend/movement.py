@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import DTypeError, ShapeError
-from .graph import dtypes as dt
-from .graph.node import ExactFloat, Node
-from .graph.shapes import infer_reshape, normalize_axes, normalize_axis, prod
+from ..errors import DTypeError, ShapeError
+from ..ir import dtypes as dt
+from ..ir.node import ExactFloat, Node
+from ..ir.shapes import broadcast_shapes, infer_reshape, normalize_axes, normalize_axis, prod
 from . import record as rec
 from .record import Origin, cast, node, record, same_device, tensor_node, wrap
 
 
-def _reshape_node(n: Node, shape: tuple, origin) -> Node:
+def reshape_node(n: Node, shape: tuple, origin) -> Node:
     if n.shape == shape:
         return n
     if n.op == "const":
@@ -34,7 +34,7 @@ def reshape(x, shape, origin=None):
     if isinstance(shape, int):
         shape = (shape,)
     shape = infer_reshape("reshape", n.shape, shape, origin)
-    return wrap(_reshape_node(n, shape, origin))
+    return wrap(reshape_node(n, shape, origin))
 
 
 def permute_dims(x, axes, origin=None):
@@ -107,7 +107,15 @@ def expand_dims(x, axis=0):
     origin = Origin()
     n = tensor_node("expand_dims", x, origin)
     a = normalize_axis("expand_dims", axis, n.shape, origin, extra=1)
-    return wrap(_reshape_node(n, n.shape[:a] + (1,) + n.shape[a:], origin))
+    return wrap(reshape_node(n, n.shape[:a] + (1,) + n.shape[a:], origin))
+
+
+def unsqueeze(x, axis):
+    """PyTorch's name for ``expand_dims``."""
+    origin = Origin()
+    n = tensor_node("unsqueeze", x, origin)
+    a = normalize_axis("unsqueeze", axis, n.shape, origin, extra=1)
+    return wrap(reshape_node(n, n.shape[:a] + (1,) + n.shape[a:], origin))
 
 
 def squeeze(x, axis=None):
@@ -125,7 +133,7 @@ def squeeze(x, axis=None):
                 raise ShapeError(f"squeeze: dimension {a} of shape {n.shape} has size "
                                  f"{n.shape[a]}, not 1", origin)
     shape = tuple(d for i, d in enumerate(n.shape) if i not in axes)
-    return wrap(_reshape_node(n, shape, origin))
+    return wrap(reshape_node(n, shape, origin))
 
 
 def flatten(x, start_dim=0, end_dim=-1):
@@ -134,13 +142,13 @@ def flatten(x, start_dim=0, end_dim=-1):
     n = tensor_node("flatten", x, origin)
     nd = len(n.shape)
     if nd == 0:
-        return wrap(_reshape_node(n, (1,), origin))
+        return wrap(reshape_node(n, (1,), origin))
     s = normalize_axis("flatten", start_dim, n.shape, origin)
     e = normalize_axis("flatten", end_dim, n.shape, origin)
     if s > e:
         raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}", origin)
     shape = n.shape[:s] + (prod(n.shape[s:e + 1]),) + n.shape[e + 1:]
-    return wrap(_reshape_node(n, shape, origin))
+    return wrap(reshape_node(n, shape, origin))
 
 
 def _slice_node(n: Node, starts, steps, shape, origin) -> Node:
@@ -198,7 +206,7 @@ def concat(tensors, axis=0):
         raise ShapeError("concat: needs at least one tensor", origin)
     device = same_device("concat", nodes, origin)
     if axis is None:
-        nodes = [_reshape_node(n, (n.size,), origin) for n in nodes]
+        nodes = [reshape_node(n, (n.size,), origin) for n in nodes]
         axis = 0
     nd = len(nodes[0].shape)
     if nd == 0:
@@ -231,7 +239,7 @@ def stack(tensors, axis=0):
         raise ShapeError(f"stack: all tensors need one shape, got {sorted(shapes)}", origin)
     a = normalize_axis("stack", axis, nodes[0].shape, origin, extra=1)
     shape = nodes[0].shape[:a] + (1,) + nodes[0].shape[a:]
-    return concat([wrap(_reshape_node(n, shape, origin)) for n in nodes], axis=a)
+    return concat([wrap(reshape_node(n, shape, origin)) for n in nodes], axis=a)
 
 
 def repeat(x, repeats: int, axis=None):
@@ -241,13 +249,13 @@ def repeat(x, repeats: int, axis=None):
     if not isinstance(repeats, (int, np.integer)) or repeats < 0:
         raise ShapeError(f"repeat: repeats must be a non-negative int, got {repeats!r}", origin)
     if axis is None:
-        n = _reshape_node(n, (n.size,), origin)
+        n = reshape_node(n, (n.size,), origin)
         axis = 0
     a = normalize_axis("repeat", axis, n.shape, origin)
-    inner = _reshape_node(n, n.shape[:a + 1] + (1,) + n.shape[a + 1:], origin)
+    inner = reshape_node(n, n.shape[:a + 1] + (1,) + n.shape[a + 1:], origin)
     big = rec.broadcast_to(inner, n.shape[:a + 1] + (int(repeats),) + n.shape[a + 1:], origin)
     out = n.shape[:a] + (n.shape[a] * int(repeats),) + n.shape[a + 1:]
-    return wrap(_reshape_node(big, out, origin))
+    return wrap(reshape_node(big, out, origin))
 
 
 def tile(x, reps):
@@ -262,16 +270,14 @@ def tile(x, reps):
     shape = (1,) * (nd - len(n.shape)) + n.shape
     inter = tuple(v for d in shape for v in (1, d))
     big = tuple(v for r, d in zip(reps, shape) for v in (r, d))
-    m = rec.broadcast_to(_reshape_node(n, inter, origin), big, origin)
-    return wrap(_reshape_node(m, tuple(r * d for r, d in zip(reps, shape)), origin))
+    m = rec.broadcast_to(reshape_node(n, inter, origin), big, origin)
+    return wrap(reshape_node(m, tuple(r * d for r, d in zip(reps, shape)), origin))
 
 
 # indexing -----------------------------------------------------------------------------------
 def _index_node(op, indices, device, origin, bound: int | None) -> Node:
     """Integer index data as a node; host data is bounds-checked against ``bound`` here."""
-    from .lazytensor import Tensor
-
-    if isinstance(indices, Tensor):
+    if rec.is_tensor(indices):
         n = indices._node
         if not n.dtype.is_int:
             raise DTypeError(f"{op}: indices must be integers, got {n.dtype.name}", origin)
@@ -288,9 +294,7 @@ def _index_node(op, indices, device, origin, bound: int | None) -> Node:
         bad = arr[(arr < -bound) | (arr >= bound)].flat[0]
         raise ShapeError(f"{op}: index {bad} is out of bounds for a dimension of size {bound}",
                          origin)
-    from .creation import _from_host
-
-    return _from_host(arr.astype(np.int64), dt.int64, device, origin)
+    return rec.from_host(arr.astype(np.int64), dt.int64, device, origin)
 
 
 def _check_gather(op, n: Node, a: int, idx: Node, origin) -> None:
@@ -310,7 +314,7 @@ def take(x, indices, axis=None, origin=None):
     origin = origin or Origin()
     n = tensor_node("take", x, origin)
     if axis is None:
-        n = _reshape_node(n, (n.size,), origin)
+        n = reshape_node(n, (n.size,), origin)
         axis = 0
     a = normalize_axis("take", axis, n.shape, origin)
     idx = _index_node("take", indices, n.device, origin, n.shape[a])
@@ -338,7 +342,6 @@ def take_along_axis(x, indices, axis=-1):
     if len(idx.shape) != nd:
         raise ShapeError(f"take_along_axis: indices of shape {idx.shape} need the rank of x "
                          f"{n.shape}", origin)
-    from .graph.shapes import broadcast_shapes
     outer = broadcast_shapes("take_along_axis", n.shape[:a] + (1,) + n.shape[a + 1:],
                              idx.shape[:a] + (1,) + idx.shape[a + 1:], origin=origin)
     xs = outer[:a] + (n.shape[a],) + outer[a + 1:]
@@ -351,8 +354,7 @@ def getitem(x, key):
     """``x[key]`` with ints, slices (any step, negative too), None, Ellipsis, and integer
     arrays on one axis. Raises ShapeError for out-of-bounds ints or too many indices,
     DTypeError for float or boolean indices."""
-    from .lazytensor import Tensor
-
+    array_like = (rec.Tensor, np.ndarray, list)
     origin = Origin()
     n = tensor_node("getitem", x, origin)
     if not isinstance(key, tuple):
@@ -368,7 +370,7 @@ def getitem(x, key):
     if consumed > nd:
         raise ShapeError(f"getitem: too many indices ({consumed}) for a tensor of shape "
                          f"{n.shape}", origin)
-    if Ellipsis in [k for k in key if not isinstance(k, (Tensor, np.ndarray, list))]:
+    if Ellipsis in [k for k in key if not isinstance(k, array_like)]:
         i = next(j for j, k in enumerate(key) if k is Ellipsis)
         key = key[:i] + (slice(None),) * (nd - consumed) + key[i + 1:]
     else:
@@ -404,7 +406,7 @@ def getitem(x, key):
             starts.append(i % size)
             steps.append(1)
             counts.append(1)
-        elif isinstance(k, (Tensor, np.ndarray, list)):
+        elif isinstance(k, array_like):
             if array_at is not None:
                 raise ShapeError("getitem: integer-array indices on more than one axis are not "
                                  "supported", origin)
@@ -437,4 +439,4 @@ def getitem(x, key):
     final = []
     for kind, v in out_shape:
         final.extend(array_shape if kind == "array" else (v,))
-    return wrap(_reshape_node(m, tuple(final), origin))
+    return wrap(reshape_node(m, tuple(final), origin))

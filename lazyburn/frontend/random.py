@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from .errors import ShapeError
-from .graph import dtypes as dt
-from .record import Origin, node, wrap
+from ..errors import ShapeError
+from ..ir import dtypes as dt
+from .record import Origin, node, resolve_device, shape_arg, wrap
 
 
 class Generator:
@@ -29,12 +29,10 @@ class Generator:
         self.offset = 0
 
     def _uniform01(self, op, shape, device, origin):
-        from .creation import _device, _shape
-
-        shape = _shape(op, shape, origin)
+        shape = shape_arg(op, shape, origin)
         size = math.prod(shape)
         n = node("random_uniform", (), (self.seed, self.offset), shape, dt.float32,
-                 _device(op, device, origin), origin)
+                 resolve_device(op, device, origin), origin)
         self.offset += size
         return wrap(n)
 

@@ -11,11 +11,11 @@ Each op's category in the op table decides its dtypes:
 """
 from __future__ import annotations
 
-from .errors import DTypeError
-from .graph import dtypes as dt
-from .graph.ops import OPS
-from .record import (Origin, binary_operands, cast, const, is_scalar, operands, py_scalar, record,
-                     resolve_dtype, tensor_node, wrap)
+from ..errors import DTypeError
+from ..ir import dtypes as dt
+from ..ir.ops import OPS
+from .record import (Origin, binary_operands, cast, const, is_scalar, is_tensor, operands,
+                     py_scalar, record, resolve_dtype, tensor_node, wrap)
 
 
 def _check_numeric(op, dtypes, origin):
@@ -152,3 +152,21 @@ ALIASES = {
 }
 for alias, op in ALIASES.items():
     FUNCTIONS[alias] = FUNCTIONS[op]
+
+
+def result_type(*arrays_and_dtypes):
+    """The dtype of an operation on ``arrays_and_dtypes`` (Tensors, dtypes, dtype names and weak
+    Python scalars), by the promotion rules of ``lazyburn.ir.dtypes`` (array API).
+
+    Raises DTypeError when only Python scalars are given."""
+    strong = [a.dtype if is_tensor(a) else dt.dtype(a)
+              for a in arrays_and_dtypes if not is_scalar(a)]
+    if not strong:
+        raise DTypeError("result_type: needs at least one tensor or dtype")
+    d = strong[0]
+    for other in strong[1:]:
+        d = dt.promote(d, other)
+    for a in arrays_and_dtypes:
+        if is_scalar(a):
+            d = dt.promote(d, dt.scalar_dtype(py_scalar(a), d))
+    return d

@@ -1,10 +1,10 @@
 """Matrix multiplication with batching and broadcasting (array-API ``matmul``)."""
 from __future__ import annotations
 
-from .errors import DTypeError, ShapeError
-from .graph import dtypes as dt
-from .graph.shapes import broadcast_shapes
-from .movement import _reshape_node
+from ..errors import DTypeError, ShapeError
+from ..ir import dtypes as dt
+from ..ir.shapes import broadcast_shapes
+from .movement import reshape_node
 from .record import Origin, broadcast_to, cast, const, node, same_device, tensor_node, wrap
 
 
@@ -29,9 +29,9 @@ def matmul(x1, x2):
     given = (a.shape, b.shape)
     a_vec, b_vec = len(a.shape) == 1, len(b.shape) == 1
     if a_vec:
-        a = _reshape_node(a, (1,) + a.shape, origin)
+        a = reshape_node(a, (1,) + a.shape, origin)
     if b_vec:
-        b = _reshape_node(b, b.shape + (1,), origin)
+        b = reshape_node(b, b.shape + (1,), origin)
     (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
     if k != k2:
         raise ShapeError(f"matmul: inner dimensions differ: {given[0]} @ {given[1]} "
@@ -44,4 +44,4 @@ def matmul(x1, x2):
     else:
         out = node("matmul", (a, b), (), batch + (m, n), d, device, origin)
     shape = batch + ((m,) if not a_vec else ()) + ((n,) if not b_vec else ())
-    return wrap(_reshape_node(out, shape, origin))
+    return wrap(reshape_node(out, shape, origin))

@@ -15,13 +15,14 @@ from sys import _getframe
 
 import numpy as np
 
-from .errors import DeviceError, DTypeError, ShapeError
-from .graph import dtypes as dt
-from .graph.graph import _stack
-from .graph.node import INTERNAL_FILES, ExactFloat, Node, classify_file
-from .graph.shapes import broadcast_shapes
+from .. import runtime
+from ..errors import DeviceError, DTypeError, ShapeError
+from ..ir import dtypes as dt
+from ..ir.node import INTERNAL_FILES, ExactFloat, Node, classify_file
+from ..ir.shapes import broadcast_shapes
+from .capture import scopes
 
-# dtypes a device cannot hold, filled in by the runtime when a device is first used
+# dtypes a device cannot hold, asked of its backend when the first op is recorded on it
 UNSUPPORTED: dict[str, frozenset] = {}
 
 # The Tensor class. lazyburn.lazytensor defines it on top of this module and registers it here
@@ -32,6 +33,11 @@ Tensor: type = None  # type: ignore[assignment]
 def set_tensor_class(cls: type) -> None:
     global Tensor
     Tensor = cls
+
+
+def is_tensor(x) -> bool:
+    """Whether ``x`` is a lazyburn Tensor (for modules imported before the class exists)."""
+    return isinstance(x, Tensor)
 
 
 class Origin:
@@ -59,12 +65,10 @@ class Origin:
 
 
 def _unsupported(device: str) -> frozenset:
-    """Open ``device`` (which fills ``UNSUPPORTED``) so that its dtype limits apply from the
-    first op recorded on it."""
-    from . import runtime
-
-    runtime.backend(device)
-    return UNSUPPORTED.get(device, frozenset())
+    """The dtypes ``device`` cannot hold, from its backend (opened here, so that its limits
+    apply from the first op recorded on it); cached in ``UNSUPPORTED``."""
+    bad = UNSUPPORTED[device] = frozenset(runtime.backend(device).unsupported_dtypes)
+    return bad
 
 
 def node(op, inputs, attrs, shape, dtype, device, origin: Origin) -> Node:
@@ -94,7 +98,7 @@ def wrap(n: Node):
     t = _new_object(Tensor)
     t._node = n
     if n.buffer is None:
-        _stack[-1].track(t)
+        scopes[-1].track(t)
     return t
 
 
@@ -111,7 +115,7 @@ def record(op, inputs, attrs, shape, dtype, device, origin: Origin):
     t = _new_object(Tensor)
     t._node = Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line) \
         if 0 not in shape else _empty(shape, dtype, device, origin)
-    _stack[-1].track(t)
+    scopes[-1].track(t)
     return t
 
 
@@ -174,6 +178,73 @@ def broadcast_to(n: Node, shape: tuple, origin) -> Node:
     return node("expand", (n,), (), shape, n.dtype, n.device, origin)
 
 
+# host data and arguments ------------------------------------------------------------------
+def resolve_device(op: str, device, origin) -> str:
+    """The canonical device string; raises DeviceError naming ``op`` and the user's line."""
+    try:
+        return runtime.canonical(device)
+    except DeviceError as e:
+        raise DeviceError(f"{op}: {e.args[0]}", str(origin)) from None
+
+
+def _host_dtype(arr: np.ndarray, obj, origin) -> dt.DType:
+    if arr.dtype == object:
+        raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor (not array-"
+                         f"like, or ragged)", origin)
+    if isinstance(obj, (list, tuple, float, int, bool)) and not isinstance(obj, np.generic):
+        # Python data: floats default to float32, ints to int64 (as in PyTorch)
+        if arr.dtype.kind == "f":
+            return dt.DEFAULT_FLOAT
+        if arr.dtype.kind in "iu":
+            return dt.DEFAULT_INT
+    try:
+        return dt.dtype(arr.dtype)
+    except DTypeError as e:
+        raise DTypeError(f"tensor: {e.args[0]}", origin) from None
+
+
+def from_host(obj, dtype, device, origin) -> Node:
+    """A ``buffer`` node holding a copy of host data ``obj`` (lists, NumPy arrays, scalars) on
+    ``device``. Raises DTypeError for objects that are not array-like or dtypes the device
+    lacks, DeviceError for an unknown device."""
+    device = resolve_device("tensor", device, origin)
+    try:
+        arr = np.asarray(obj)
+    except (ValueError, TypeError) as e:
+        raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor: {e}",
+                         origin) from None
+    if not isinstance(obj, (np.ndarray, np.generic)) and arr.dtype.kind not in "biuf":
+        raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor "
+                         f"(NumPy sees dtype {arr.dtype})", origin)
+    target = resolve_dtype("tensor", dtype, origin) if dtype is not None else \
+        _host_dtype(arr, obj, origin)
+    arr = arr.astype(target.np, copy=False)
+    b = runtime.backend(device)
+    if target in b.unsupported_dtypes:
+        raise DTypeError(f"tensor: device {device} does not support {target.name}", origin)
+    n = Node("buffer", (), (), tuple(arr.shape), target, device, origin.code, origin.line)
+    n.buffer = b.upload(np.require(arr, requirements="C"))  # keeps 0-d arrays 0-d
+    return n
+
+
+def shape_arg(op, shape, origin) -> tuple:
+    """``shape`` (an int or a sequence of ints) as a tuple; ShapeError names ``op`` otherwise."""
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        shape = tuple(int(d) if isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+                      else d for d in shape)
+    except TypeError:
+        raise ShapeError(f"{op}: shape must be an int or a sequence of ints, got {shape!r}",
+                         origin) from None
+    for d in shape:
+        if not isinstance(d, int):
+            raise ShapeError(f"{op}: shape entries must be ints, got {d!r} in {shape}", origin)
+        if d < 0:
+            raise ShapeError(f"{op}: negative dimension {d} in shape {shape}", origin)
+    return shape
+
+
 def tensor_node(op: str, x, origin, device=None) -> Node:
     """The node of ``x`` when it is a Tensor; array-likes (NumPy arrays, lists) are converted.
 
@@ -182,9 +253,7 @@ def tensor_node(op: str, x, origin, device=None) -> Node:
     if isinstance(x, Tensor):
         return x._node
     if isinstance(x, (np.ndarray, np.generic, list, tuple)) or is_scalar(x):
-        from .creation import _from_host
-
-        return _from_host(x, None, device, origin)
+        return from_host(x, None, device, origin)
     raise DTypeError(f"{op}: expected a tensor, array or number, got {type(x).__name__}",
                      str(origin))
 

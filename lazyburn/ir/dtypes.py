@@ -15,6 +15,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ..errors import DTypeError
+
 
 class DType:
     """A tensor element type.
@@ -97,8 +99,6 @@ def dtype(spec) -> DType:
             found = None
         if found is not None:
             return found
-    from ..errors import DTypeError
-
     names = ", ".join(d.name for d in ALL)
     raise DTypeError(f"unsupported dtype {spec!r}; lazyburn supports {names}")
 
@@ -129,8 +129,6 @@ def scalar_dtype(value, other: DType) -> DType:
         return other if other.kind in "iuf" else DEFAULT_INT
     if isinstance(value, float):
         return other if other.kind == "f" else DEFAULT_FLOAT
-    from ..errors import DTypeError
-
     raise DTypeError(f"unsupported scalar {value!r} of type {type(value).__name__}")
 
 

@@ -10,56 +10,12 @@ import math
 
 import numpy as np
 
-from . import runtime
-from .errors import DeviceError, DTypeError, ShapeError
-from .graph import dtypes as dt
-from .graph.node import Node
-from .record import Origin, const, is_scalar, node, resolve_dtype, wrap
-
-
-def _device(op: str, device, origin) -> str:
-    """The canonical device string; raises DeviceError naming ``op`` and the user's line."""
-    try:
-        return runtime.canonical(device)
-    except DeviceError as e:
-        raise DeviceError(f"{op}: {e.args[0]}", str(origin)) from None
-
-
-def _host_dtype(arr: np.ndarray, obj, origin) -> dt.DType:
-    if arr.dtype == object:
-        raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor (not array-"
-                         f"like, or ragged)", origin)
-    if isinstance(obj, (list, tuple, float, int, bool)) and not isinstance(obj, np.generic):
-        # Python data: floats default to float32, ints to int64 (as in PyTorch)
-        if arr.dtype.kind == "f":
-            return dt.DEFAULT_FLOAT
-        if arr.dtype.kind in "iu":
-            return dt.DEFAULT_INT
-    try:
-        return dt.dtype(arr.dtype)
-    except DTypeError as e:
-        raise DTypeError(f"tensor: {e.args[0]}", origin) from None
-
-
-def _from_host(obj, dtype, device, origin) -> Node:
-    device = _device("tensor", device, origin)
-    try:
-        arr = np.asarray(obj)
-    except (ValueError, TypeError) as e:
-        raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor: {e}",
-                         origin) from None
-    if not isinstance(obj, (np.ndarray, np.generic)) and arr.dtype.kind not in "biuf":
-        raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor "
-                         f"(NumPy sees dtype {arr.dtype})", origin)
-    target = resolve_dtype("tensor", dtype, origin) if dtype is not None else \
-        _host_dtype(arr, obj, origin)
-    arr = arr.astype(target.np, copy=False)
-    b = runtime.backend(device)
-    if target in b.unsupported_dtypes:
-        raise DTypeError(f"tensor: device {device} does not support {target.name}", origin)
-    n = Node("buffer", (), (), tuple(arr.shape), target, device, origin.code, origin.line)
-    n.buffer = b.upload(np.require(arr, requirements="C"))  # keeps 0-d arrays 0-d
-    return n
+from .. import runtime
+from ..errors import DeviceError, DTypeError, ShapeError
+from ..ir import dtypes as dt
+from ..ir.node import Node
+from .record import (Origin, const, from_host, is_scalar, is_tensor, node, resolve_device,
+                     resolve_dtype, shape_arg, tensor_node, wrap)
 
 
 def tensor(data, dtype=None, device=None):
@@ -68,36 +24,17 @@ def tensor(data, dtype=None, device=None):
     Python floats become float32 and ints int64 unless ``dtype`` is given; NumPy arrays keep
     their dtype. Raises DTypeError for objects that are not array-like or unsupported dtypes.
     """
-    from .lazytensor import Tensor
-
     origin = Origin()
-    if isinstance(data, Tensor):
+    if is_tensor(data):
         out = data.to(device) if device is not None else data
         return out.astype(dtype) if dtype is not None else out
-    return wrap(_from_host(data, dtype, device, origin))
+    return wrap(from_host(data, dtype, device, origin))
 
 
 def asarray(obj, dtype=None, device=None, copy=None):
     """Array-API ``asarray``: like ``tensor``; a Tensor on the same device with the same dtype
     is returned as it is (tensors are immutable, so no copy is ever needed)."""
     return tensor(obj, dtype=dtype, device=device)
-
-
-def _shape(op, shape, origin) -> tuple:
-    if isinstance(shape, (int, np.integer)):
-        shape = (int(shape),)
-    try:
-        shape = tuple(int(d) if isinstance(d, (int, np.integer)) and not isinstance(d, bool)
-                      else d for d in shape)
-    except TypeError:
-        raise ShapeError(f"{op}: shape must be an int or a sequence of ints, got {shape!r}",
-                         origin) from None
-    for d in shape:
-        if not isinstance(d, int):
-            raise ShapeError(f"{op}: shape entries must be ints, got {d!r} in {shape}", origin)
-        if d < 0:
-            raise ShapeError(f"{op}: negative dimension {d} in shape {shape}", origin)
-    return shape
 
 
 def full(shape, fill_value, dtype=None, device=None):
@@ -110,12 +47,12 @@ def full(shape, fill_value, dtype=None, device=None):
 
 
 def _full(op, shape, fill_value, dtype, device, origin):
-    shape = _shape(op, shape, origin)
+    shape = shape_arg(op, shape, origin)
     if not is_scalar(fill_value):
         raise DTypeError(f"{op}: fill_value must be a number, got {fill_value!r}", origin)
     value = _pyval(fill_value)
     d = resolve_dtype(op, dtype if dtype is not None else type(value), origin)
-    return wrap(const(value, shape, d, _device(op, device, origin), origin, op))
+    return wrap(const(value, shape, d, resolve_device(op, device, origin), origin, op))
 
 
 def _pyval(v):
@@ -138,8 +75,6 @@ def empty(shape, dtype=None, device=None):
 
 
 def _like(op, x, fill_value, dtype, device):
-    from .record import tensor_node
-
     origin = Origin()
     n = tensor_node(op, x, origin)
     return _full(op, n.shape, fill_value, dtype or n.dtype, device or n.device, origin)
@@ -184,16 +119,14 @@ def arange(start, stop=None, step=1, dtype=None, device=None):
         ints = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
         dtype = dt.DEFAULT_INT if ints else dt.DEFAULT_FLOAT
     dtype = resolve_dtype("arange", dtype, origin)
-    device = _device("arange", device, origin)
+    device = resolve_device("arange", device, origin)
     n = max(0, math.ceil((stop - start) / step))
     return _affine(_iota(n, dtype, device, origin), start, step, origin).astype(dtype)
 
 
 def _affine(i: Node, start, step, origin):
     """``start + i * step`` over an iota node (recorded, not computed)."""
-    from .lazytensor import Tensor
-
-    t = wrap(i) if not isinstance(i, Tensor) else i
+    t = wrap(i) if not is_tensor(i) else i
     if step != 1:
         t = t * step
     if start != 0:
@@ -212,7 +145,7 @@ def linspace(start, stop, num, dtype=None, device=None, endpoint=True):
     dtype = resolve_dtype("linspace", dtype or dt.DEFAULT_FLOAT, origin)
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
-    device = _device("linspace", device, origin)
+    device = resolve_device("linspace", device, origin)
     compute = dtype if dtype.is_float else dt.DEFAULT_FLOAT
     return _affine(_iota(num, compute, device, origin), start, step, origin).astype(dtype)
 
@@ -221,8 +154,8 @@ def eye(n_rows, n_cols=None, k=0, dtype=None, device=None):
     """A 2-D float32 (or ``dtype``) tensor with ones on diagonal ``k`` and zeros elsewhere."""
     origin = Origin()
     n_cols = n_rows if n_cols is None else n_cols
-    shape = _shape("eye", (n_rows, n_cols), origin)
-    device = _device("eye", device, origin)
+    shape = shape_arg("eye", (n_rows, n_cols), origin)
+    device = resolve_device("eye", device, origin)
     dtype = resolve_dtype("eye", dtype or dt.DEFAULT_FLOAT, origin)
     rows = wrap(node("iota", (), (0,), shape, dt.int64, device, origin))
     cols = wrap(node("iota", (), (1,), shape, dt.int64, device, origin))

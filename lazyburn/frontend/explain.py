@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..graph.graph import structural_key
-from .plan import Plan, build_plan
+from .. import runtime
+from ..fusion.plan import Plan, build_plan
+from ..ir.graph import structural_key
+from .capture import current_graph
 
 
 @dataclass
@@ -84,8 +86,6 @@ def explain(*tensors, fuse: bool = True) -> Explanation:
     whatever the tensors' device (on ``numpy`` nothing is fused when run).
 
     Raises ValueError when there is nothing pending to explain."""
-    from ..graph.graph import current_graph
-
     outputs = [t._node for t in tensors if t._node.buffer is None] if tensors else \
         current_graph().pending_nodes()
     if not outputs:
@@ -94,7 +94,5 @@ def explain(*tensors, fuse: bool = True) -> Explanation:
     max_args = None
     device = outputs[0].device
     if device != "numpy":
-        from ..runtime import backend
-
-        max_args = getattr(backend(device), "max_args", None)
+        max_args = getattr(runtime.backend(device), "max_args", None)
     return Explanation(build_plan(order, outputs, fuse, max_args), device)

@@ -7,15 +7,16 @@ Every method records a node and returns at once; values are computed at
 from __future__ import annotations
 
 import numbers
+import sys
 
 import numpy as np
 
+from .. import runtime
+from ..errors import ShapeError
 from . import elementwise as ew
 from . import functional as F
-from . import linalg, movement, reduction, runtime
-from .errors import ShapeError
-from .graph.graph import realize
-from .record import Origin, record, set_tensor_class
+from . import linalg, movement, reduction
+from .record import Origin, from_host, record, resolve_device, set_tensor_class
 
 
 class Tensor:
@@ -31,9 +32,7 @@ class Tensor:
     __array_priority__ = 1000  # NumPy defers binary operators to us
 
     def __init__(self, data, dtype=None, device=None):
-        from .creation import _from_host
-
-        self._node = _from_host(data, dtype, device, Origin())
+        self._node = from_host(data, dtype, device, Origin())
 
     # properties ----------------------------------------------------------------------------
     @property
@@ -80,17 +79,16 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __array_namespace__(self, api_version=None):
-        """The array API namespace of this tensor: the ``lazyburn`` module."""
-        import lazyburn
-
-        return lazyburn
+        """The array API namespace of this tensor: the ``lazyburn`` module (imported before any
+        Tensor can exist)."""
+        return sys.modules["lazyburn"]
 
     # reading values ----------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (a copy; syncs this tensor's pending graph)."""
         n = self._node
         if n.buffer is None:
-            realize([n])
+            runtime.realize([n])
         return np.array(runtime.download(n), copy=True)
 
     def __array__(self, dtype=None, copy=None):
@@ -137,10 +135,8 @@ class Tensor:
 
     def to(self, device) -> "Tensor":
         """This tensor on ``device`` (recorded as a copy; the same tensor if already there)."""
-        from .creation import _device
-
         origin = Origin()
-        device = _device("to", device, origin)
+        device = resolve_device("to", device, origin)
         n = self._node
         if device == n.device:
             return self
