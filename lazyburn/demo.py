@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 import lazyburn as lb
+from .models import minilm
 
 SENTENCES = [
     "A man is eating food.",
@@ -57,22 +58,18 @@ def _embed(model, sentences, batch_size, stats):
     return out
 
 
-def main(args) -> int:
-    from .models import minilm
-
-    sentences = list(SENTENCES) + list(getattr(args, "sentences", None) or [])
-    if getattr(args, "file", None):
-        with open(args.file, encoding="utf-8") as f:
-            sentences += [line.strip() for line in f if line.strip()]
-    device = lb.runtime.canonical(args.device)
-    batch_size = getattr(args, "batch_size", 32)
+def main(model, sentences, device: str, batch_size: int = 32, dump=None,
+         model_path=None) -> int:
+    """Embed the built-in sentences and ``sentences`` (a list of str) with ``model`` (a loaded
+    MiniLM on the canonical ``device``), in batches of ``batch_size``; ``dump``: a directory
+    for the fused kernels, or None; ``model_path``: the model's folder (None: the packaged
+    weights), loaded again on the NumPy reference. Returns the exit status: 1 when the fused
+    embeddings disagree with the reference's."""
+    sentences = list(SENTENCES) + list(sentences)
     print(f"device: {device} ({_describe(device)})")
-    print("loading all-MiniLM-L6-v2 ...", flush=True)
-    model = minilm.load(device=device)
-    reference = minilm.load(device="numpy") if device != "numpy" else None
+    reference = minilm.load(model_path, device="numpy") if device != "numpy" else None
 
-    dump = lb.dump(args.dump) if args.dump else _nullcontext()
-    with dump:
+    with lb.dump(dump) if dump else _nullcontext():
         if device != "numpy":
             print("first batch: planning and compiling the fused kernels "
                   "(cached on disk for later runs) ...", flush=True)
@@ -108,8 +105,8 @@ def main(args) -> int:
         if err > 1e-4:
             print("fused and reference embeddings disagree", file=sys.stderr)
             return 1
-    if args.dump:
-        print(f"fused kernels written to {args.dump}")
+    if dump:
+        print(f"fused kernels written to {dump}")
     return 0
 
 

@@ -1,20 +1,12 @@
-"""``lazyburn cache path|list|clear``: look at or empty the autotune cache."""
+"""The autotune results for ``lazyburn cache``: list, count per device, clear."""
 from __future__ import annotations
 
-import argparse
+import collections
 import sys
 import time
+from pathlib import Path
 
-from .cache import FILE_NAME, AutotuneCache, CacheEntry, cache_dir
-
-ACTIONS = ("path", "list", "clear")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``cache`` subcommand's arguments to ``parser``."""
-    parser.add_argument("action", choices=ACTIONS,
-                        help="path: print the cache file; list: print every entry; "
-                             "clear: remove every entry")
+from .cache import AutotuneCache, CacheEntry
 
 
 def _format_time(seconds: float | None) -> str:
@@ -46,29 +38,50 @@ def format_entries(entries: list[CacheEntry]) -> str:
                      for r in rows)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Carry out ``args.action``; returns the exit status."""
-    path = cache_dir() / FILE_NAME
-    if args.action == "path":
-        print(path)
-        return 0
-    if args.action == "list":
-        if not path.exists():
-            print(f"no autotune cache at {path}", file=sys.stderr)
-            return 0
-        entries = AutotuneCache(path).entries()
-        if entries:
-            print(format_entries(entries))
-        print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} in {path}",
-              file=sys.stderr)
-        return 0
-    if not path.exists():
-        print(f"no autotune cache at {path}")
-        return 0
+def read_entries(path: Path) -> list[CacheEntry]:
+    """Every entry of the cache file ``path`` (which must exist), oldest first. The file is
+    closed again, so its WAL is folded back in and the files on disk stay as they are."""
     cache = AutotuneCache(path)
-    removed = cache.clear()
-    if cache.read_only:
-        print(f"cannot clear {path}: the cache is read-only", file=sys.stderr)
-        return 1
-    print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {path}")
+    try:
+        return cache.entries()
+    finally:
+        cache.close()
+
+
+def rows_per_device(entries: list[CacheEntry]) -> list[tuple[str, str, int]]:
+    """``(backend, device fingerprint, number of entries)`` for each device, in first-seen
+    order."""
+    counts = collections.Counter((e.key.backend, e.key.device_fingerprint) for e in entries)
+    return [(backend, device, n) for (backend, device), n in counts.items()]
+
+
+def list_entries(path: Path) -> int:
+    """Print the entries of the cache file ``path`` as a table (the count on standard error);
+    returns the exit status."""
+    if not path.exists():
+        print(f"no autotune cache at {path}", file=sys.stderr)
+        return 0
+    entries = read_entries(path)
+    if entries:
+        print(format_entries(entries))
+    print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} in {path}",
+          file=sys.stderr)
     return 0
+
+
+class ReadOnlyCacheError(Exception):
+    """The cache file can be read but not written, so its entries cannot be removed."""
+
+
+def clear_entries(path: Path) -> int:
+    """Remove every entry of the cache file ``path`` (which must exist); returns how many.
+
+    Raises ReadOnlyCacheError when the file cannot be written."""
+    cache = AutotuneCache(path)
+    try:
+        removed = cache.clear()
+        if cache.read_only:
+            raise ReadOnlyCacheError(f"cannot clear {path}: the cache is read-only")
+    finally:
+        cache.close()
+    return removed

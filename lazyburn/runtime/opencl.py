@@ -80,9 +80,10 @@ def open_device(index: int) -> "OpenCLBackend":
         if b is None:
             usable, skipped = discover()
             if index >= len(usable):
-                why = "; ".join(f"{d}: {r}" for d, r in skipped) or "no OpenCL platform found"
-                raise DeviceError(f"no OpenCL device {index} (found {len(usable)} usable; "
-                                  f"{why})")
+                found = [f"opencl:{i} is {d.name.strip()}" for i, d in enumerate(usable)] \
+                    or ["no usable OpenCL device found"]
+                found += [f"skipped {d}: {r}" for d, r in skipped]
+                raise DeviceError(f"no device opencl:{index} ({'; '.join(found)})")
             b = _opened[index] = OpenCLBackend(usable[index], index)
         return b
 

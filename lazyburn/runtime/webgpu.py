@@ -183,7 +183,9 @@ def open_device(index: int) -> "WebGPUBackend":
         raise DeviceError(f"webgpu:{index} needs wgpu (pip install 'lazyburn[webgpu]'): "
                           f"{e}") from None
     if index >= len(found):
-        raise DeviceError(f"no WebGPU adapter {index} (found {len(found)})")
+        have = [f"webgpu:{i} is {a.info.get('device')}" for i, a in enumerate(found)] \
+            or ["no WebGPU adapter found"]
+        raise DeviceError(f"no device webgpu:{index} ({'; '.join(have)})")
     with _lock:
         b = _opened.get(index)
         if b is not None:
