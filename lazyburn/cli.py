@@ -19,11 +19,12 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, demo, runtime
+from . import demo, runtime
 from .autotune import cli as autotune_cli
 from .autotune.cache import FILE_NAME, cache_dir
 from .errors import DeviceError, LazyburnError
 from .models import minilm
+from .version import __version__
 
 #: Exit status of a command that was asked for something it cannot do (as argparse's).
 USAGE_STATUS = 2

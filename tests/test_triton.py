@@ -407,7 +407,7 @@ def test_dump_and_kernel_cache(dev, tmp_path):
     assert len(files) == 1
     text = files[0].read_text()
     assert "# lazyburn kernel: elementwise" in text and "@triton.jit" in text
-    cached = list((runtime.cuda.kernel_cache_dir()).glob("lb_*.py"))
+    cached = list((runtime.dump.kernel_cache_dir()).glob("lb_*.py"))
     assert any(text.split("\n\n", 1)[1].strip() in c.read_text() for c in cached)
 
 

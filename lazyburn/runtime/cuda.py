@@ -169,14 +169,6 @@ def _open(index: int) -> "CudaBackend":
     return CudaBackend(index)
 
 
-def kernel_cache_dir() -> Path:
-    """Where kernel modules are written: ``$LAZYBURN_CACHE_DIR/kernels`` (default
-    ``~/.cache/lazyburn/kernels``)."""
-    base = os.environ.get("LAZYBURN_CACHE_DIR") or os.path.join(Path.home(), ".cache",
-                                                                 "lazyburn")
-    return Path(base) / "kernels"
-
-
 # module name -> imported kernel module, the KERNEL_CACHE_SIZE most recently used
 _modules: collections.OrderedDict[str, object] = collections.OrderedDict()
 _modules_lock = threading.Lock()
@@ -219,7 +211,7 @@ def _write_source(source: str, file_name: str) -> Path:
     """``source`` as ``file_name`` in the kernel cache (else a temporary directory), written
     atomically: to a file of a unique name in the same directory, then renamed over the
     target, so a reader (another thread or process) sees the old file or the whole new one."""
-    for directory in (kernel_cache_dir(),
+    for directory in (dump.kernel_cache_dir(),
                       Path(tempfile.gettempdir()) / f"lazyburn-kernels-{os.getuid()}"):
         path = directory / file_name
         try:

@@ -11,8 +11,17 @@ import contextlib
 import os
 from pathlib import Path
 
+from ..autotune import cache_dir
+
 _stack: list[Path] = []
 _written: dict[Path, dict[str, Path]] = {}
+
+
+def kernel_cache_dir() -> Path:
+    """Where kernel files are written outside a dump (Triton modules, the source of a kernel
+    that failed to compile): ``kernels/`` in the cache directory (``$LAZYBURN_CACHE_DIR``,
+    default ``~/.cache/lazyburn``)."""
+    return cache_dir() / "kernels"
 
 
 def dump_dir() -> Path | None:

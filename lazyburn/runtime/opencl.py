@@ -88,12 +88,6 @@ def open_device(index: int) -> "OpenCLBackend":
         return b
 
 
-def kernel_cache_dir() -> Path:
-    base = os.environ.get("LAZYBURN_CACHE_DIR") or os.path.join(Path.home(), ".cache",
-                                                                 "lazyburn")
-    return Path(base) / "kernels"
-
-
 class OpenCLBackend(FusedBackend):
     """A lazyburn device over one OpenCL device."""
 
@@ -214,7 +208,7 @@ class OpenCLBackend(FusedBackend):
                 prg = self.cl.Program(self.context, source).build(options=list(options))
             except self.cl.Error as e:
                 path = dump.write(kernel, source, ".cl", "//") or \
-                    dump.write(kernel, source, ".cl", "//", kernel_cache_dir())
+                    dump.write(kernel, source, ".cl", "//", dump.kernel_cache_dir())
                 log = str(e).strip().splitlines()
                 first = next((line for line in log if "error" in line.lower()), log[0] if log
                              else "")

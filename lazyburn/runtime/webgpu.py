@@ -462,7 +462,7 @@ class WebGPUBackend(FusedBackend):
                 compute={"module": module, "entry_point": r.name})
         except (wgpu.GPUError, wgpu.GPUPipelineError) as e:
             path = dump.write(kernel, r.source, ".wgsl", "//") or \
-                dump.write(kernel, r.source, ".wgsl", "//", _kernel_cache_dir())
+                dump.write(kernel, r.source, ".wgsl", "//", dump.kernel_cache_dir())
             message = next((line.strip() for line in str(e).splitlines()
                             if "error" in line.lower() and "validation error" not in
                             line.lower()), str(e).strip().splitlines()[0] if str(e) else "")
@@ -664,13 +664,6 @@ class DeviceBuffer:
     def __init__(self, gpu, pool: BufferPool):
         self.gpu = gpu
         weakref.finalize(self, pool.give, gpu).atexit = False
-
-
-def _kernel_cache_dir() -> Path:
-    """Where a kernel that failed to compile is written when no dump directory is active."""
-    base = os.environ.get("LAZYBURN_CACHE_DIR") or os.path.join(Path.home(), ".cache",
-                                                                 "lazyburn")
-    return Path(base) / "kernels"
 
 
 if __name__ == "__main__":
