@@ -78,10 +78,10 @@ from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
 from ..fusion.kernel_ir import MatmulSpec
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
-from . import backend, cuda_tuning
-from .cuda_library import LibraryMatmul
+from . import backend, cuda_tuning, dump
+from .cuda_library import LibraryMatmul, library_execution
 from .cuda_replay import Program
-from .fused import FusedBackend, host_value
+from .fused import Execution, FusedBackend, host_value
 
 allow_tf32 = False
 cuda_graphs = False
@@ -237,6 +237,7 @@ class CudaBackend(FusedBackend):
     """A lazyburn device over one GPU (or, interpreting, the CPU)."""
 
     name = "cuda"
+    generated = "generated Triton"
 
     def __init__(self, index: int, interpret: bool = False):
         import torch
@@ -376,6 +377,29 @@ class CudaBackend(FusedBackend):
     def compile_kernel(self, k, name: str, origin):
         return cuda_tuning.TunedKernel(self, k, name, origin)
 
+    def planned_execution(self, k) -> Execution:
+        """What ``compile_kernel`` would make of ``k``, without building it."""
+        return cuda_tuning.planned_execution(self, k)
+
+    def params_execution(self, k, params: dict) -> Execution:
+        if params.get("library"):
+            return library_execution(self, k.spec)
+        return Execution(self.generated)
+
+    @property
+    def upload_ordering(self) -> str:
+        if self.interpret:
+            return "a host tensor (Triton's interpreter runs on the host)"
+        return ("copied to the device on its stream (or, from another GPU, PyTorch's "
+                "cross-device copy between the two streams), which runs the kernels after it "
+                "once the copy is done")
+
+    @property
+    def download_ordering(self) -> str:
+        if self.interpret:
+            return "a host tensor, complete when its sync returns"
+        return "copied to the host on the device's stream, after the kernel that wrote it"
+
     def build_kernel(self, spec, name: str, params: dict, origin, label: str = ""):
         """A launchable kernel for ``spec`` with launch ``params`` (a library matmul when
         ``params["library"]``). Raises KernelCompileError when Triton rejects the source
@@ -448,6 +472,7 @@ class TritonKernel:
     one) and the kernels take no scalar arguments (sizes are baked into the source)."""
 
     suffix, comment = ".py", "#"
+    execution = Execution(CudaBackend.generated)
 
     def __init__(self, backend, fn, rendered, origin, path, label=""):
         self.backend = backend

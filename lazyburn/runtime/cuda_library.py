@@ -15,6 +15,7 @@ import dataclasses
 
 from ..codegen import triton as tr
 from ..fusion.library import split_matmul
+from .fused import Execution
 
 HALF = ("float16", "bfloat16")
 
@@ -43,6 +44,7 @@ class LibraryMatmul:
                 part, f"{name}_{part_name}", tr.default_params(part, backend.interpret), origin)
         self.source = "\n".join(f"# {part_name}: library matmul part\n{k.source}"
                                 for part_name, k in self.kernels.items())
+        self.execution = library_execution(backend, spec, self.parts)
 
     def __call__(self, backend, args) -> None:
         torch = backend.torch
@@ -70,6 +72,20 @@ class LibraryMatmul:
         buf = backend.empty(out.size, operand.dtype, self.origin)
         self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf])
         return buf.reshape(shape)
+
+
+def library_execution(backend, spec, parts=None) -> Execution:
+    """A ``LibraryMatmul`` of ``spec`` on ``backend`` as explain and the dump state it: one
+    ``torch.matmul`` (cuBLAS, hipBLAS; PyTorch's CPU matmul under Triton's interpreter) and its
+    element-wise Triton kernels (the epilogue always runs)."""
+    parts = parts or split_matmul(spec)
+    if backend.interpret:
+        library = "library: PyTorch's CPU matmul (Triton interpreter)"
+    else:
+        library = "library: hipBLAS through PyTorch" if backend.torch.version.hip else \
+            "library: cuBLAS through PyTorch"
+    roles = tuple(name for name in ("a", "b", "epilogue") if name in parts.kernels)
+    return Execution(library, generated=len(roles), library_calls=1, parts=roles)
 
 
 def _with_arg_dtype(spec, index: int, dtype):

@@ -28,7 +28,8 @@ from .. import autotune as at
 from ..codegen import triton as tr
 from ..codegen.triton_matmul import epilogue_subtiles
 from ..fusion.kernel_ir import ElementwiseSpec, MatmulSpec, ReductionSpec
-from .fused import MAX_TUNED_WORK, describe_mismatch, representative, tolerance
+from .fused import (MAX_TUNED_WORK, Execution, describe_mismatch, representative,
+                    tolerance)
 
 # Matmul tiles: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps, priority), the
 # configurations of Triton's matmul tutorial for H100 first. A program's shared memory is
@@ -165,6 +166,13 @@ class TunedKernel:
     def source(self):
         return getattr(self.kernel, "source", None)
 
+    @property
+    def execution(self) -> Execution:
+        """What runs: the chosen kernel's account, else ``planned_execution``'s."""
+        if self.kernel is not None:
+            return self.kernel.execution
+        return planned_execution(self.backend, self.planned, self.candidates)
+
     def _build(self, c: at.Candidate, spec=None):
         """Candidate ``c`` built for this kernel's spec, or for ``spec`` (a representative)."""
         if c.params.get("TMA"):
@@ -265,12 +273,28 @@ class TunedKernel:
         return self._build(chosen), False
 
     def _gpu(self) -> tuple:
-        """``(sm_count, tma)`` for ``candidates``."""
-        b = self.backend
-        if b.interpret:
-            return None, False
-        props = b.torch.cuda.get_device_properties(b.index)
-        return props.multi_processor_count, b.torch.version.hip is None and props.major >= 9
+        return gpu_features(self.backend)
+
+
+def gpu_features(b) -> tuple:
+    """``(sm_count, tma)`` of backend ``b``'s GPU for ``candidates``."""
+    if b.interpret:
+        return None, False
+    props = b.torch.cuda.get_device_properties(b.index)
+    return props.multi_processor_count, b.torch.version.hip is None and props.major >= 9
+
+
+def planned_execution(backend, k, cands=None) -> Execution:
+    """What the first launch of planned kernel ``k`` will run, told from the candidates the
+    tuning level admits (the autotune cache is not consulted here): decided when they agree on
+    what executes, else the choices (``decided`` False)."""
+    cands = cands or candidates(k.spec, backend.interpret, *gpu_features(backend))
+    options = list(dict.fromkeys(backend.params_execution(k, dict(c.params))
+                                 for c in at.admitted(cands, at.level())))
+    if len(options) == 1:
+        return options[0]
+    return Execution(" or ".join(o.engine for o in options), generated=options[0].generated,
+                     decided=False)
 
 
 COMPARE_CHUNK = 1 << 24  # elements compared at a time: the temporaries stay small

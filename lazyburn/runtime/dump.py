@@ -1,7 +1,10 @@
 """Writing generated kernels to files: ``LAZYBURN_DUMP=DIR`` or ``with lazyburn.dump(DIR):``.
 
 One file per kernel, named by the order in which kernels were first launched, the group kind
-and a hash of the kernel (``0003_reduction_1a2b3c4d5e.cl``), headed by a comment listing the
+and a hash of the kernel (``0003_reduction_1a2b3c4d5e.cl``), headed by a comment saying what
+executes it (``executed by: generated OpenCL C``; for a matmul the autotuner gave to a library,
+``executed by: library: NumPy BLAS on host-mapped buffers, with generated kernels for:
+epilogue``, the file then holding the generated kernels around the library call), listing the
 fused ops, which were fused on read or on write, and the user source line of each, followed by
 the printed kernel IR. The source below the header is exactly what the backend compiled.
 """
@@ -49,9 +52,12 @@ def dump(path):
         _stack.remove(path)
 
 
-def header(kernel, comment: str) -> str:
-    """The comment block describing a planned kernel (``comment`` is the line prefix)."""
+def header(kernel, comment: str, execution=None) -> str:
+    """The comment block describing a planned kernel (``comment`` is the line prefix;
+    ``execution``, a ``fused.Execution``, what executes it)."""
     lines = [f"lazyburn kernel: {kernel.label}"]
+    if execution is not None:
+        lines.append(f"executed by: {execution}")
     if kernel.ops:
         lines.append("fused ops (role, user line):")
         lines += [f"  {info}" for info in kernel.ops]
@@ -61,10 +67,11 @@ def header(kernel, comment: str) -> str:
     return "\n".join(f"{comment} {line}".rstrip() for line in lines) + "\n\n"
 
 
-def write(kernel, source: str, suffix: str, comment: str, directory: Path | None = None):
+def write(kernel, source: str, suffix: str, comment: str, directory: Path | None = None,
+          execution=None):
     """Write ``source`` for ``kernel`` (a PlannedKernel) into ``directory`` (default: the active
-    dump directory); returns the file's path, or None when dumping is off. A kernel already
-    written there is not written again."""
+    dump directory), headed by ``header`` (``execution``: what executes it); returns the file's
+    path, or None when dumping is off. A kernel already written there is not written again."""
     directory = directory or dump_dir()
     if directory is None:
         return None
@@ -75,6 +82,6 @@ def write(kernel, source: str, suffix: str, comment: str, directory: Path | None
     if key in seen:
         return seen[key]
     path = directory / f"{len(seen) + 1:04d}_{kernel.kind}_{digest}{suffix}"
-    path.write_text(header(kernel, comment) + source)
+    path.write_text(header(kernel, comment, execution) + source)
     seen[key] = path
     return path

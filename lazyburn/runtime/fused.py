@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,12 +21,44 @@ from ..fusion.plan import PlanCache
 from . import download, dump
 
 
+@dataclass(frozen=True)
+class Execution:
+    """What executes one planned group on its device, as ``lazyburn.explain`` and the kernel
+    dump state it. ``engine``: "generated OpenCL C", "library: NumPy BLAS on host-mapped
+    buffers", "transfer"...; ``generated``: the generated kernels it launches (a library call's
+    prologue and epilogue kernels included); ``library_calls``; ``parts``: the roles of the
+    generated kernels around a library call ("a", "b", "epilogue"); ``decided``: False while
+    the autotuner has yet to choose at the group's first launch, ``engine`` then naming the
+    choices ("generated OpenCL C or library: ...")."""
+
+    engine: str
+    generated: int = 1
+    library_calls: int = 0
+    parts: tuple = ()
+    decided: bool = True
+
+    def __str__(self) -> str:
+        if not self.decided:
+            return f"{self.engine} (chosen by the autotuner at the first launch)"
+        if self.library_calls and self.parts:
+            return f"{self.engine}, with generated kernels for: {', '.join(self.parts)}"
+        return self.engine
+
+
+TRANSFER = Execution("transfer", generated=0)
+
+
 class FusedBackend:
     """Runs plans. ``fuse=False`` gives the one-kernel-per-op execution benchmarks compare
     against; ``max_args`` is the most buffers one kernel may bind (None: no limit)."""
 
     max_args: int | None = None
     device_string = "?"
+    generated = "generated kernel"  # the engine of this backend's generated kernels
+    #: how this device receives a value from another one, and what its next kernels wait on
+    upload_ordering = "uploaded"
+    #: how a value this device computed is read out for another device
+    download_ordering = "downloaded"
 
     def __init__(self):
         self.plans = PlanCache()
@@ -40,6 +73,23 @@ class FusedBackend:
             if k.compiled is None and k.kind != "copy":
                 k.compiled = self.compile_kernel(k, f"k{i}_{k.kind}", kernel_origin(k))
 
+    def execution(self, k) -> Execution:
+        """What executes planned kernel ``k`` here: the compiled kernel's own account once it
+        is compiled and its launch chosen, else what compiling it would choose
+        (``planned_execution``), the autotuner's cached choice included."""
+        if k.kind == "copy":
+            return TRANSFER
+        found = getattr(k.compiled, "execution", None)
+        return found if found is not None else self.planned_execution(k)
+
+    def planned_execution(self, k) -> Execution:
+        """What compiling planned kernel ``k`` would run (nothing is compiled)."""
+        return self.params_execution(k, {})
+
+    def params_execution(self, k, params: dict) -> Execution:
+        """What runs planned kernel ``k`` built with launch ``params``."""
+        return Execution(self.generated)
+
     def dump(self, plan) -> None:
         """Write the plan's kernels to the active dump directory (after a run, so kernels
         tuned at their first launch are written as they ran)."""
@@ -48,7 +98,8 @@ class FusedBackend:
         for k in plan.kernels:
             source = getattr(k.compiled, "source", None)
             if source is not None:
-                dump.write(k, source, k.compiled.suffix, k.compiled.comment)
+                dump.write(k, source, k.compiled.suffix, k.compiled.comment,
+                           execution=self.execution(k))
 
     def end_sync(self) -> None:
         """What a sync does once its kernels are recorded: by default, wait for them
@@ -58,8 +109,10 @@ class FusedBackend:
     def run(self, outputs, key=None, order=None) -> list:
         with self.lock:
             plan, order = self.prepare(outputs, key, order)
-            return self.execute(plan, order,
-                                {p: self._as_local(order[p]) for p in plan.leaf_pos})
+            # a copy's source is brought over by the copy itself, not as a leaf too
+            copied = {k.arg_pos[0] for k in plan.kernels if k.kind == "copy"}
+            return self.execute(plan, order, {p: self._as_local(order[p]) for p in plan.leaf_pos
+                                              if p not in copied})
 
     def prepare(self, outputs, key=None, order=None):
         """``(plan, order)`` for the pending graph of ``outputs``, compiled."""
@@ -347,6 +400,49 @@ class FirstLaunchTuner:
 
     def __init__(self, backend, k, name, origin):
         self.backend, self.k, self.name, self.origin = backend, k, name, origin
+
+    @property
+    def execution(self) -> Execution:
+        """What the first launch will run: the autotuner's cached choice when it has one,
+        else the choices it has (``decided`` False when they differ in what executes)."""
+        chosen = self.cached_choice()
+        b, k = self.backend, self.k
+        if chosen is not None:
+            return b.params_execution(k, dict(chosen.params))
+        options = list(dict.fromkeys(b.params_execution(k, dict(c.params))
+                                     for c in autotune.admitted(self.candidates(k),
+                                                                autotune.level())))
+        if len(options) == 1:
+            return options[0]
+        return dataclasses.replace(options[0], decided=False,
+                                   engine=" or ".join(o.engine for o in options))
+
+    def cached_choice(self):
+        """The candidate the first launch will run when that is known without running it
+        (tuning off, one admitted candidate, no representative, or a winner in the autotune
+        cache, as ``autotune.tune`` looks it up), else None."""
+        k = self.k
+        real = self.candidates(k)
+        lvl = autotune.level()
+        spec = representative(k.spec, self.max_work(k.kind))
+        if lvl <= autotune.OFF or spec is None:
+            return real[0]
+        proxy = spec is not k.spec
+        cands = self.candidates(dataclasses.replace(k, spec=spec, compiled=None)) if proxy \
+            else real
+        pool = autotune.admitted(cands, lvl)
+        if len(pool) == 1:
+            return real[0]
+        key = autotune.TuneKey(self.backend_kind, self.backend.fingerprint, spec.signature(),
+                               spec.problem_shape()).for_candidates(pool)
+        found = autotune.default_cache().get(key)
+        if found is None:
+            return None
+        winner = next((c for c in pool if c.name == found[0] and dict(c.params) == found[1]),
+                      None)
+        if winner is None or not proxy:
+            return winner
+        return _same_candidate(winner, real) or real[0]
 
     def candidates(self, k) -> list:
         """The candidates of planned kernel ``k`` (the kernel or its representative)."""

@@ -22,6 +22,7 @@ from ..ir.dtypes import float32, float_to_int
 from ..ir.graph import topo_order
 from ..ir.node import Node
 from . import download
+from .fused import TRANSFER, Execution
 
 HALF = ("float16", "bfloat16")
 
@@ -233,6 +234,15 @@ class NumpyBackend:
     name = "numpy"
     device = "numpy"
     unsupported_dtypes: frozenset = frozenset()
+    #: every group: its ops one at a time on the host, nothing generated (``execution``)
+    HOST = Execution("NumPy on the host, op by op", generated=0)
+    upload_ordering = "a host array, read by the ops that need it"
+    download_ordering = "the host array the NumPy sync returned"
+
+    def execution(self, k) -> Execution:
+        """What executes planned kernel ``k`` here: NumPy, one op at a time (a copy is a
+        transfer)."""
+        return TRANSFER if k.kind == "copy" else self.HOST
 
     def __init__(self):
         self.nodes_executed = 0

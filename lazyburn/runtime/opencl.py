@@ -53,7 +53,7 @@ from ..fusion.library import split_matmul
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
 from . import dump
-from .fused import FusedBackend, worth_tuning
+from .fused import Execution, FusedBackend, worth_tuning
 from .opencl_devices import discover
 from .opencl_tuning import TunedKernel, default_params, elementwise_params
 
@@ -92,6 +92,11 @@ class OpenCLBackend(FusedBackend):
     """A lazyburn device over one OpenCL device."""
 
     name = "opencl"
+    generated = "generated OpenCL C"
+    upload_ordering = ("written by a blocking enqueue_copy on the device's in-order queue, "
+                       "which runs the kernels after it once the write is done")
+    download_ordering = ("read by a blocking enqueue_copy on the device's in-order queue, "
+                         "after the kernel that wrote it")
 
     def __init__(self, device, index: int):
         import pyopencl as cl
@@ -227,6 +232,17 @@ class OpenCLBackend(FusedBackend):
             return TunedKernel(self, k, name, origin)
         return self.build(k, name, default_params(self, k), origin)
 
+    def planned_execution(self, k) -> Execution:
+        """What ``compile_kernel`` would make of ``k``, without compiling it."""
+        if worth_tuning(k):
+            return TunedKernel(self, k, "", None).execution
+        return self.params_execution(k, default_params(self, k))
+
+    def params_execution(self, k, params: dict) -> Execution:
+        if k.kind == "matmul" and params.get("library"):
+            return library_execution(split_matmul(k.spec, follow_source=True))
+        return Execution(self.generated)
+
     def build(self, k, name: str, params: dict, origin):
         """Compile planned kernel ``k`` with launch ``params``."""
         if k.kind == "matmul" and params.get("library"):
@@ -338,6 +354,7 @@ class CompiledKernel:
     """A built OpenCL kernel with its NDRange; ``source`` is what the dump shows."""
 
     suffix, comment = ".cl", "//"
+    execution = Execution(OpenCLBackend.generated)
 
     def __init__(self, program, rendered, origin, label: str = "kernel"):
         import pyopencl as cl
@@ -375,6 +392,7 @@ class LibraryMatmul:
             r = cl_codegen.render(part, f"{name}_{id(self)}", elementwise_params(backend, part))
             prg = backend._program(r.source, k, origin, r.options)
             self.kernels[name] = CompiledKernel(prg, r, origin, f"{k.label}, {name}")
+        self.execution = library_execution(self.parts)
 
     suffix, comment = ".cl", "//"
 
@@ -437,6 +455,17 @@ class LibraryMatmul:
         if parts.transposed[which]:
             return host.reshape(spec.batch, matrix[1], matrix[0]).transpose(0, 2, 1)
         return host.reshape(shape)
+
+
+LIBRARY = "library: NumPy BLAS on host-mapped buffers"
+
+
+def library_execution(parts) -> Execution:
+    """A ``LibraryMatmul`` of ``parts`` (``split_matmul``) as explain and the dump state it:
+    one BLAS call and the element-wise kernels it needs around it."""
+    roles = tuple(name for name in ("a", "b", "epilogue") if name in parts.kernels and
+                  not (name == "epilogue" and parts.product_is_output))
+    return Execution(LIBRARY, generated=len(roles), library_calls=1, parts=roles)
 
 
 def _blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:

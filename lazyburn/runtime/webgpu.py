@@ -86,7 +86,7 @@ from ..ir.graph import structural_key
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
 from . import dump
-from .fused import FusedBackend, worth_tuning
+from .fused import Execution, FusedBackend, worth_tuning
 from .webgpu_profile import MAX_TIMED_PASSES, SyncProfile
 from .webgpu_tuning import TunedKernel, default_params
 
@@ -240,6 +240,12 @@ class WebGPUBackend(FusedBackend):
     operations where the adapter has ``subgroup`` (tests use both)."""
 
     name = "webgpu"
+    generated = "generated WGSL"
+    upload_ordering = ("written into a buffer by the device's queue (created with the data, or "
+                       "queue.write_buffer after the recorded commands are submitted), which "
+                       "runs the kernels submitted after it once the write is done")
+    download_ordering = ("read back by queue.read_buffer once the device's recorded commands "
+                         "are submitted, after the kernel that wrote it")
 
     def __init__(self, adapter, index: int, storage_buffers: int | None = None,
                  use_f16: bool = True, use_subgroups: bool = True):
@@ -570,6 +576,7 @@ class CompiledKernel:
     ``clear`` (which destroys buffers) empties every kernel's entries."""
 
     suffix, comment = ".wgsl", "//"
+    execution = Execution(WebGPUBackend.generated)
 
     def __init__(self, pipeline, layout, rendered, origin, params=None, label: str = "kernel"):
         self.pipeline = pipeline

@@ -1,0 +1,276 @@
+"""``lb.explain`` and the kernel dump say what executes each group, as the runtime decides it.
+
+Generated kernels on every fused device; on the OpenCL CPU device a matmul above the library
+threshold runs NumPy's BLAS (its prologue and epilogue as generated kernels), or what the
+autotuner chose; on the CUDA device a library matmul is ``torch.matmul``. A plan over two
+devices lists every kernel of both and the transfer between them. Every value is checked
+against NumPy, and what explain claims is checked against what ran (BLAS calls, uploads).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lazyburn as lb
+from lazyburn import runtime
+from fused_devices import FUSED_DEVICES
+
+GENERATED = {"opencl": "generated OpenCL C", "webgpu": "generated WGSL",
+             "cuda": "generated Triton"}
+BLAS = "library: NumPy BLAS on host-mapped buffers"
+HOST = "NumPy on the host, op by op"
+
+needs_opencl = pytest.mark.skipif("opencl:0" not in FUSED_DEVICES, reason="no OpenCL device")
+
+
+@pytest.fixture(params=FUSED_DEVICES)
+def device(request):
+    return request.param
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
+
+
+def softmax(z):
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def engines(plan) -> list[str]:
+    return [e.engine for e in plan.executions]
+
+
+def test_every_group_and_dump_entry_names_the_generated_language(device, rng, tmp_path):
+    a = rng.standard_normal((8, 16), dtype=np.float32)
+    b = rng.standard_normal((16, 4), dtype=np.float32)
+    y = lb.softmax(lb.tensor(a, device=device) @ lb.tensor(b, device=device), -1)
+    plan = lb.explain(y)
+    generated = GENERATED[device.split(":")[0]]
+    assert plan.kinds() == ["matmul", "reduction"]
+    assert engines(plan) == [generated, generated]
+    assert (plan.generated_kernels, plan.library_calls, plan.undecided) == (2, 0, 0)
+    text = str(plan)
+    assert f"plan for {device}: " in text and "2 groups: 2 generated kernels, 0 library calls" \
+        in text
+    assert text.count(f"  {generated}\n") == 2
+    with lb.dump(tmp_path):
+        got = y.numpy()
+    np.testing.assert_allclose(got, softmax(a @ b), rtol=1e-5, atol=1e-6)
+    files = sorted(tmp_path.iterdir())
+    assert len(files) == 2
+    for f in files:
+        assert f"executed by: {generated}\n" in f.read_text()
+
+
+@needs_opencl
+@pytest.mark.parametrize("case", ["plain", "prologue and epilogue", "small"])
+def test_opencl_matmul_above_the_threshold_runs_blas_and_explain_says_so(case, rng, tmp_path,
+                                                                        monkeypatch):
+    from lazyburn.runtime import opencl
+
+    # the heuristic default (tuning off, as in the whole suite) decides by the product's size
+    m, k, n = (8, 16, 8) if case == "small" else (64, 512, 48)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((k, n), dtype=np.float32)
+    x, wt = lb.tensor(a, device="opencl:0"), lb.tensor(w, device="opencl:0")
+    if case == "prologue and epilogue":
+        y, want = lb.relu((x * 0.1) @ wt - 1.0), np.maximum((a * 0.1) @ w - 1.0, 0)
+    else:
+        y, want = x @ wt, a @ w
+    plan = lb.explain(y)
+    assert plan.kinds() == ["matmul"]
+    (e,) = plan.executions
+    text = str(plan)
+    if case == "small":
+        assert e.engine == GENERATED["opencl"]
+        assert "1 group: 1 generated kernel, 0 library calls" in text
+    elif case == "plain":  # BLAS reads the inputs and writes the output itself
+        assert (e.engine, e.generated, e.library_calls, e.parts) == (BLAS, 0, 1, ())
+        assert "1 group: 0 generated kernels, 1 library call" in text
+        assert f"[0] matmul  (0.24 MB)  {BLAS}\n" in text
+    else:
+        assert (e.engine, e.generated, e.library_calls, e.parts) == \
+            (BLAS, 2, 1, ("a", "epilogue"))
+        assert "1 group: 2 generated kernels, 1 library call" in text
+        assert f"{BLAS}, with generated kernels for: a, epilogue" in text
+    calls = count_blas_calls(monkeypatch, opencl)
+    with lb.dump(tmp_path):
+        got = y.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(calls) == e.library_calls
+    (f,) = tmp_path.iterdir()
+    assert f"executed by: {e}\n" in f.read_text()
+
+
+def count_blas_calls(monkeypatch, opencl) -> list:
+    calls = []
+    real = opencl.HOST_BLAS.matmul
+
+    def matmul(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(opencl.HOST_BLAS, "matmul", matmul)
+    return calls
+
+
+@needs_opencl
+@pytest.mark.parametrize("winner", ["library", "generated"])
+def test_explain_reports_the_autotuners_choice_before_and_after_it_is_made(winner, rng,
+                                                                          tmp_path, monkeypatch):
+    from lazyburn.runtime import opencl, opencl_tuning
+
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
+    monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
+    backend = runtime.backend("opencl:0")
+    backend.plans.clear()
+
+    # which candidate is faster is the machine's business; here the timing is made to say
+    def launch_time(self, kernel, args):
+        is_library = isinstance(kernel, opencl.LibraryMatmul)
+        return 1e-3 if is_library == (winner == "library") else 1.0
+    monkeypatch.setattr(opencl_tuning.TunedKernel, "launch_time", launch_time)
+    a = rng.standard_normal((256, 64), dtype=np.float32)
+    w = rng.standard_normal((64, 256), dtype=np.float32)
+
+    def graph():
+        return lb.relu(lb.tensor(a, device="opencl:0") @ lb.tensor(w, device="opencl:0") - 0.5)
+    want = np.maximum(a @ w - 0.5, 0)
+    expected = BLAS if winner == "library" else GENERATED["opencl"]
+    try:
+        y = graph()
+        (e,) = lb.explain(y).executions
+        assert not e.decided and e.engine == f"{BLAS} or {GENERATED['opencl']}"
+        assert "1 group the autotuner decides at first launch" in str(lb.explain(y))
+        np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)  # tuned here
+        (e,) = lb.explain(graph()).executions  # the plan that ran, with its winner
+        assert e.decided and e.engine == expected
+        backend.plans.clear()  # a new plan, not compiled: the choice is in the tuning cache
+        y = graph()
+        (e,) = lb.explain(y).executions
+        assert e.decided and e.engine == expected
+        calls = count_blas_calls(monkeypatch, opencl)
+        np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+        assert len(calls) == (1 if winner == "library" else 0)
+    finally:
+        backend.plans.clear()
+
+
+def test_cuda_library_matmul_is_named_as_such():
+    if "cuda:0" not in FUSED_DEVICES:
+        pytest.skip("no CUDA device nor Triton interpreter")
+    from lazyburn.autotune import Candidate
+    from lazyburn.fusion.kernel_ir import MatmulSpec
+    from lazyburn.runtime import cuda_tuning
+
+    backend = runtime.backend("cuda:0")
+    real = cuda_tuning.candidates
+
+    def library_first(spec, *args):
+        found = real(spec, *args)
+        if isinstance(spec, MatmulSpec):
+            return [Candidate("default", {**found[0].params, "library": True})]
+        return found
+    rng = np.random.default_rng()
+    a = rng.standard_normal((12, 20), dtype=np.float32)
+    w = rng.standard_normal((20, 8), dtype=np.float32)
+    backend.plans.clear()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(cuda_tuning, "candidates", library_first)
+            y = lb.tanh(lb.tensor(a, device="cuda:0") @ lb.tensor(w, device="cuda:0"))
+            plan = lb.explain(y)
+            (e,) = plan.executions
+            library = "library: hipBLAS through PyTorch" if backend.torch.version.hip else \
+                "library: cuBLAS through PyTorch"
+            if backend.interpret:
+                library = "library: PyTorch's CPU matmul (Triton interpreter)"
+            assert (e.engine, e.generated, e.library_calls, e.parts) == \
+                (library, 1, 1, ("epilogue",))
+            assert "1 group: 1 generated kernel, 1 library call" in str(plan)
+            np.testing.assert_allclose(y.numpy(), np.tanh(a @ w), rtol=1e-5, atol=1e-5)
+            (e2,) = lb.explain(lb.tanh(lb.tensor(a, device="cuda:0") @
+                                       lb.tensor(w, device="cuda:0"))).executions
+            assert e2 == e  # the kernel that ran says the same
+    finally:
+        backend.plans.clear()
+
+
+def count_uploads(monkeypatch, device) -> list:
+    b = runtime.backend(device)
+    uploads, real = [], b.upload
+
+    def upload(host):
+        uploads.append(np.shape(host))
+        return real(host)
+    monkeypatch.setattr(b, "upload", upload)
+    return uploads
+
+
+def test_a_plan_over_two_devices_lists_every_kernel_and_the_transfer(device, rng, monkeypatch):
+    a = rng.standard_normal((4, 8), dtype=np.float32)
+    c = rng.standard_normal((4, 8), dtype=np.float32)
+    x = lb.tensor(a, device="numpy")
+    y = lb.tensor(c, device=device)
+    z = ((lb.exp(x) * 2.0).to(device) + y).sum(axis=1)
+    plan = lb.explain(z)
+    generated = GENERATED[device.split(":")[0]]
+    assert [s.device for s in plan.steps] == ["numpy", device]
+    assert plan.kinds() == ["elementwise", "copy", "reduction"]
+    assert engines(plan) == [HOST, "transfer", generated]
+    (t,) = plan.transfers
+    assert (t.kernel, t.source, t.target, t.producer, t.nbytes) == (1, "numpy", device, 0, 128)
+    assert t.read == runtime.backend("numpy").download_ordering
+    assert t.written == runtime.backend(device).upload_ordering
+    text = str(plan)
+    assert text.startswith("plan over 2 devices, run one after the other: 1 generated kernel, "
+                           "0 library calls, 1 transfer;")
+    assert "step 1 on numpy: " in text and f"step 2 on {device}: " in text
+    assert f"[1] copy numpy -> {device} (128 B), the value [0] computes\n      waits for: " \
+        in text
+    assert f"[2] reduction(sum)  (272 B)  {generated}" in text
+    assert "k0 -> k1" in plan.to_dot() and "k1 -> k2" in plan.to_dot()
+    uploads = count_uploads(monkeypatch, device)
+    np.testing.assert_allclose(z.numpy(), (np.exp(a) * 2 + c).sum(1), rtol=1e-5, atol=1e-5)
+    assert uploads == [(4, 8)]  # the one transfer explain lists
+
+
+def test_a_value_computed_on_a_fused_device_and_read_on_numpy(device, rng):
+    a = rng.standard_normal((3, 5), dtype=np.float32)
+    x = lb.tensor(a, device=device)
+    z = (lb.sin(x) + 1.0).to("numpy") * 3.0
+    plan = lb.explain(z)
+    generated = GENERATED[device.split(":")[0]]
+    assert [s.device for s in plan.steps] == [device, "numpy"]
+    assert engines(plan) == [generated, "transfer", HOST]
+    (t,) = plan.transfers
+    assert (t.source, t.target, t.producer) == (device, "numpy", 0)
+    assert t.read == runtime.backend(device).download_ordering
+    np.testing.assert_allclose(z.numpy(), (np.sin(a) + 1) * 3, rtol=1e-5, atol=1e-6)
+
+
+def test_explain_on_numpy_says_nothing_is_generated(numpy_device, rng):
+    a = rng.standard_normal((6, 7), dtype=np.float32)
+    y = lb.softmax(lb.tensor(a) * 2.0, -1)
+    plan = lb.explain(y)
+    assert engines(plan) == [HOST]
+    assert (plan.generated_kernels, plan.library_calls) == (0, 0)
+    assert "ops run one at a time by NumPy on the host, nothing generated" in str(plan)
+    np.testing.assert_allclose(y.numpy(), softmax(a * 2), rtol=1e-5, atol=1e-6)
+
+
+def _recorded_here(x):
+    return (x * 3.0).exp().sum(-1)  # the line explain must name for this recording
+
+
+def test_explain_names_the_lines_of_its_own_recording_after_a_cached_plan(device, rng):
+    host = rng.standard_normal((6, 5)).astype(np.float32)
+    first = lb.exp(lb.tensor(host, device=device) * 3.0).sum(-1)
+    lb.sync(first)  # the device's plan cache now holds this structure, with this line
+    second = _recorded_here(lb.tensor(host, device=device))
+    text = str(lb.explain(second))
+    line = _recorded_here.__code__.co_firstlineno + 1
+    assert f"test_explain.py:{line}" in text, text
+    np.testing.assert_allclose(second.numpy(), np.exp(host.astype(np.float64) * 3).sum(-1),
+                               rtol=1e-5)
