@@ -43,7 +43,7 @@ demo: $(STAMP) opencl-runtime
 	$(VENV)/bin/lazyburn demo
 
 test: $(STAMP) opencl-runtime webgpu-runtime
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider -n auto --maxprocesses=4 tests
 
 bench: $(STAMP) opencl-runtime
 	$(PY) -m pytest -q benchmarks --benchmark-only --benchmark-columns=median,iqr,rounds

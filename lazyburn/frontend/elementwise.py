@@ -134,11 +134,10 @@ def _make_binary(op):
     return f
 
 
-_UNARY = ("neg abs sign square exp exp2 expm1 log log2 log1p sqrt rsqrt sin cos tan tanh "
-          "sigmoid erf floor ceil round isnan isinf isfinite logical_not bitwise_not").split()
-_BINARY = ("add sub mul div floordiv mod pow minimum maximum eq ne lt le gt ge logical_and "
-           "logical_or logical_xor bitwise_and bitwise_or bitwise_xor left_shift "
-           "right_shift").split()
+# every element-wise op of the table is a function of the same name (cast is ``astype``)
+_UNARY = [name for name, d in OPS.items() if d.kind == "elementwise" and d.arity == 1 and
+          name != "cast"]
+_BINARY = [name for name, d in OPS.items() if d.kind == "elementwise" and d.arity == 2]
 
 FUNCTIONS = {op: _make_unary(op) for op in _UNARY}
 FUNCTIONS.update({op: _make_binary(op) for op in _BINARY})
