@@ -266,7 +266,7 @@ def describe_kernels(inputs, w: Workload) -> str:
     from lazyburn.runtime import backend
 
     y = w.lb_fn(*inputs)
-    plan, _ = backend("cuda:0").plans.lookup([y._node])
+    plan, _ = backend("cuda:0").plans.lookup([y.node])
     parts = []
     for k in plan.kernels:
         timings = getattr(k.compiled, "timings", None)
@@ -331,7 +331,7 @@ def bench_launch(torch, n_iter: int) -> dict:
     finally:
         cuda.synchronous = mode
     b = backend("cuda:0")
-    plan, _ = b.plans.lookup([(x + 1.0)._node])
+    plan, _ = b.plans.lookup([(x + 1.0).node])
     kernel = plan.kernels[0].compiled.kernel  # the TritonKernel the plan launches
     outb = torch.empty_like(xt)
     with torch.cuda.stream(b.stream):

@@ -166,7 +166,7 @@ def webgpu_breakdown(device: str, run, repeats: int) -> dict:
         empty.append(time.perf_counter() - t0)
     phases["empty sync"] = statistics.median(empty)
     out = run()
-    plan, _ = b.plans.lookup([out._node], b.fuse, b.max_args)
+    plan, _ = b.plans.lookup([out.node], b.fuse, b.max_args)
     launches = []
     for k in plan.kernels:
         c = k.compiled

@@ -92,9 +92,9 @@ def test_reading_a_value_realizes():
 def test_realized_tensor_holds_data_not_history():
     x = fresh()
     y = (x + 1) * 2
-    middle = weakref.ref(y._node.inputs[0])
+    middle = weakref.ref(y.node.inputs[0])
     y.numpy()
-    assert y._node.inputs == () and y._node.op == "buffer"
+    assert y.node.inputs == () and y.node.op == "buffer"
     gc.collect()
     assert middle() is None
 
@@ -104,7 +104,7 @@ def test_dead_node_is_freed():
     x = fresh()
     y = x * 2
     z = y + 1
-    ref = weakref.ref(y._node)
+    ref = weakref.ref(y.node)
     del y
     gc.collect()
     assert ref() is not None  # z, still pending, reads it
@@ -130,7 +130,7 @@ def test_unreferenced_work_is_never_computed():
 
 def test_graph_does_not_keep_dead_tensors_alive():
     x = fresh()
-    refs = [weakref.ref((x + i)._node) for i in range(5000)]
+    refs = [weakref.ref((x + i).node) for i in range(5000)]
     gc.collect()
     assert all(r() is None for r in refs)
     assert len(lb.graph.current_graph()._live) < 5000  # compacted as it goes
@@ -231,7 +231,7 @@ def test_origin_is_the_users_line():
     x = fresh()
     y, line = x * 2 + 1, lineno()
     assert y.origin == f"{__file__}:{line}"
-    assert y._node.inputs[0].origin == f"{__file__}:{line}"  # the mul too
+    assert y.node.inputs[0].origin == f"{__file__}:{line}"  # the mul too
     z, line = lb.layer_norm(x, 3), lineno()
     assert z.origin.endswith(f"{os.path.basename(__file__)}:{line}")
     u, line = lb.default_rng(1).normal((3,)), lineno()

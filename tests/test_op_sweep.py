@@ -987,7 +987,7 @@ def test_sources_and_copies(what, device):
 
 # --- coverage ------------------------------------------------------------------------------
 def _graph_ops(tensors) -> set:
-    seen, stack, ops = set(), [t._node for t in tensors], set()
+    seen, stack, ops = set(), [t.node for t in tensors], set()
     while stack:
         n = stack.pop()
         if id(n) in seen:

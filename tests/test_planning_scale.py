@@ -74,7 +74,7 @@ def transpose_and_centre_np(a, repeats):
 def _graph_ops(y) -> int:
     from lazyburn.ir.graph import topo_order
 
-    return sum(1 for n in topo_order([y._node]) if n.buffer is None)
+    return sum(1 for n in topo_order([y.node]) if n.buffer is None)
 
 
 @pytest.fixture

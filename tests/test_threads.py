@@ -195,5 +195,5 @@ def test_recording_threads_lose_no_tensor_to_a_concurrent_sync():
     finally:
         sys.setswitchinterval(interval)
     lb.graph.sync()
-    assert not [y for ys in kept for y in ys if y._node.pending]
+    assert not [y for ys in kept for y in ys if y.node.pending]
     np.testing.assert_array_equal(kept[2][7].numpy(), (np.arange(4.0) + 2) * 7.0)

@@ -452,11 +452,11 @@ def test_bind_groups_are_kept_for_the_buffers_a_kernel_ran_with(monkeypatch, rng
     for _ in range(3):  # three live outputs: three buffer sets
         outs.append(tx * 1.5 + ty)
         lb.graph.sync(outs[-1])
-    plan, _ = b.plans.lookup([(tx * 1.5 + ty)._node], b.fuse, b.max_args)
+    plan, _ = b.plans.lookup([(tx * 1.5 + ty).node], b.fuse, b.max_args)
     kernel = plan.kernels[0].compiled
     assert len(kernel._groups) == 3
-    out0 = outs[0]._node.buffer
-    group = kernel.bind_group(b, [tx._node.buffer, ty._node.buffer, out0])
+    out0 = outs[0].node.buffer
+    group = kernel.bind_group(b, [tx.node.buffer, ty.node.buffer, out0])
     assert group is kernel._groups[-1][1] and len(kernel._groups) == 3  # found, not made
     del outs
     tol = {"rtol": 1e-6, "atol": 1e-6}  # a GPU may fuse the multiply-add into one rounding
@@ -534,7 +534,7 @@ def test_compile_error_names_the_line_and_writes_the_wgsl(monkeypatch, tmp_path,
     monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
     x = lb.tensor(rng.standard_normal((5, 3), dtype=np.float32), device=DEV)
     y = (x * 3.25).cos()
-    line = y._node._line
+    line = y.node._line
     with pytest.raises(lb.KernelCompileError) as err:
         y.numpy()
     assert f"test_wgsl.py:{line}" in str(err.value)

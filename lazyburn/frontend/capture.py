@@ -54,7 +54,7 @@ class Graph:
             kept = []
             for r in live[:n]:
                 t = r()
-                if t is not None and t._node.buffer is None:
+                if t is not None and t.node.buffer is None:
                     kept.append(r)
             live[:n] = kept  # one step: what was appended after the first n stays
             self._compact_at = max(self._COMPACT_AT, 2 * len(kept))
@@ -67,7 +67,7 @@ class Graph:
             t = r()
             if t is None:
                 continue
-            n = t._node
+            n = t.node
             if n.buffer is None and id(n) not in seen:
                 seen.add(id(n))
                 out.append(n)
@@ -82,7 +82,7 @@ class Graph:
         naming the user's line; on error no tensor is changed and the next sync can try again.
         """
         if tensors:
-            outputs = [t._node for t in tensors if t._node.buffer is None]
+            outputs = [t.node for t in tensors if t.node.buffer is None]
         else:
             outputs = self.pending_nodes()
         if outputs:
@@ -91,7 +91,7 @@ class Graph:
             self._compact()
 
     def has_pending(self) -> bool:
-        return any(t is not None and t._node.buffer is None for t in (r() for r in self._live))
+        return any(t is not None and t.node.buffer is None for t in (r() for r in self._live))
 
     def __enter__(self) -> "Graph":
         scopes.append(self)
@@ -108,7 +108,7 @@ class Graph:
         """The pending graph (of ``tensors``, or of every live pending tensor) as a
         ``networkx.DiGraph``: one vertex per node (attributes ``op``, ``shape``, ``dtype``,
         ``origin``, ``output``), edges from input to consumer."""
-        outputs = [t._node for t in tensors] if tensors else self.pending_nodes()
+        outputs = [t.node for t in tensors] if tensors else self.pending_nodes()
         return ir_graph.to_networkx(outputs)
 
     def to_dot(self, *tensors) -> str:
@@ -116,7 +116,7 @@ class Graph:
         return ir_graph.to_dot(self.to_networkx(*tensors))
 
     def key(self, *tensors):
-        outputs = [t._node for t in tensors] if tensors else self.pending_nodes()
+        outputs = [t.node for t in tensors] if tensors else self.pending_nodes()
         return ir_graph.structural_key(outputs)[0]
 
 
@@ -138,7 +138,7 @@ def default_graph() -> Graph:
 def sync(*tensors) -> None:
     """Realize every pending tensor still referenced, in every graph (or just ``tensors``)."""
     if tensors:
-        outputs = [t._node for t in tensors if t._node.buffer is None]
+        outputs = [t.node for t in tensors if t.node.buffer is None]
         if outputs:
             runtime.realize(outputs)
         return

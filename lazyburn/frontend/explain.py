@@ -217,7 +217,7 @@ def explain(*tensors, fuse: bool = True) -> Explanation:
     so the sync that follows reuses it, and a plan that already ran shows the kernels it ran).
 
     Raises ValueError when there is nothing pending to explain."""
-    outputs = [t._node for t in tensors if t._node.buffer is None] if tensors else \
+    outputs = [t.node for t in tensors if t.node.buffer is None] if tensors else \
         current_graph().pending_nodes()
     if not outputs:
         raise ValueError("explain: no pending tensors (they are already computed)")

@@ -40,10 +40,10 @@ def from_torch(t):
 def to_torch(x):
     """The torch tensor holding lazyburn tensor ``x`` (computed first), shaped like ``x``,
     sharing its memory; torch's current stream waits for the device's stream."""
-    if x._node.buffer is None:
+    if x.node.buffer is None:
         sync(x)
     b = runtime.backend(x.device)
-    buf = x._node.buffer
+    buf = x.node.buffer
     if b.stream is not None:
         current = b.torch.cuda.current_stream(b.device)
         current.wait_stream(b.stream)

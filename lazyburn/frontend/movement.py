@@ -278,7 +278,7 @@ def tile(x, reps):
 def _index_node(op, indices, device, origin, bound: int | None) -> Node:
     """Integer index data as a node; host data is bounds-checked against ``bound`` here."""
     if rec.is_tensor(indices):
-        n = indices._node
+        n = indices.node
         if not n.dtype.is_int:
             raise DTypeError(f"{op}: indices must be integers, got {n.dtype.name}", origin)
         return n

@@ -96,7 +96,7 @@ def _empty(shape, dtype, device, origin) -> Node:
 def wrap(n: Node):
     """A Tensor holding ``n``; a pending one is tracked by the current graph (weakly)."""
     t = _new_object(Tensor)
-    t._node = n
+    t.node = n
     if n.buffer is None:
         scopes[-1].track(t)
     return t
@@ -113,7 +113,7 @@ def record(op, inputs, attrs, shape, dtype, device, origin: Origin):
     if bad and dtype in bad:
         raise DTypeError(f"{op}: device {device} does not support {dtype.name}", str(origin))
     t = _new_object(Tensor)
-    t._node = Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line) \
+    t.node = Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line) \
         if 0 not in shape else _empty(shape, dtype, device, origin)
     scopes[-1].track(t)
     return t
@@ -251,7 +251,7 @@ def tensor_node(op: str, x, origin, device=None) -> Node:
     Raises DTypeError (a TypeError) for objects that are not array-like.
     """
     if isinstance(x, Tensor):
-        return x._node
+        return x.node
     if isinstance(x, (np.ndarray, np.generic, list, tuple)) or is_scalar(x):
         return from_host(x, None, device, origin)
     raise DTypeError(f"{op}: expected a tensor, array or number, got {type(x).__name__}",
@@ -276,15 +276,15 @@ def binary_operands(op: str, a, b, origin):
     being weak, takes the tensor's dtype). Every recorded binary op comes through here.
     """
     if type(a) is Tensor:
-        na = a._node
+        na = a.node
         if type(b) is Tensor:
-            nb = b._node
+            nb = b.node
             if na.dtype is nb.dtype and na.shape == nb.shape and na.device == nb.device:
                 return na, nb, na.dtype
         elif _scalar_fits(b, na.dtype):
             return na, const(b, na.shape, na.dtype, na.device, origin, op), na.dtype
-    elif type(b) is Tensor and _scalar_fits(a, b._node.dtype):
-        nb = b._node
+    elif type(b) is Tensor and _scalar_fits(a, b.node.dtype):
+        nb = b.node
         return const(a, nb.shape, nb.dtype, nb.device, origin, op), nb, nb.dtype
     (na, nb), dtype = operands(op, (a, b), origin)
     return na, nb, dtype
@@ -300,9 +300,9 @@ def operands(op: str, args, origin, promote=True):
     """Resolve ``args`` (Tensors, array-likes and weak Python scalars, at least one not a
     scalar) to nodes of one shape and device; with ``promote``, also of one dtype. Array-likes
     are uploaded to the tensors' device. Returns ``(nodes, dtype)``."""
-    given = [a._node for a in args if isinstance(a, Tensor)]
+    given = [a.node for a in args if isinstance(a, Tensor)]
     device = same_device(op, given, origin) if given else None
-    items = [a._node if isinstance(a, Tensor) else py_scalar(a) if is_scalar(a)
+    items = [a.node if isinstance(a, Tensor) else py_scalar(a) if is_scalar(a)
              else tensor_node(op, a, origin, device) for a in args]
     nodes = [n for n in items if isinstance(n, Node)]
     if not nodes:

@@ -89,7 +89,7 @@ def jit(fn=None, *, device=None):
         if not all(isinstance(o, Tensor) for o in outs):
             raise TypeError(f"jit: {fn.__name__} must return Tensors, got "
                             f"{[type(o).__name__ for o in outs]}")
-        nodes = [o._node for o in outs]
+        nodes = [o.node for o in outs]
         pending = [n for n in nodes if n.buffer is None]
         if dev == "numpy" or len(pending) != len(nodes) or \
                 any(n.device != dev or 0 in n.shape for n in nodes):
@@ -99,11 +99,11 @@ def jit(fn=None, *, device=None):
         key, order = structural_key(nodes)
         plan, order = backend.prepare(nodes, key, order)
         pos = {id(n): i for i, n in enumerate(order)}
-        arg_pos = [pos.get(id(t._node)) for t in tensors]
+        arg_pos = [pos.get(id(t.node)) for t in tensors]
         entry = _Replay(backend, plan, order, arg_pos, nodes, single)
         if not any(k.kind == "copy" for k in plan.kernels):
             cache[sig] = entry
-        return entry([t._node.buffer for t in tensors])
+        return entry([t.node.buffer for t in tensors])
 
     wrapper.replays = 0
     wrapper.cache = cache
@@ -115,7 +115,7 @@ def _device_of(args, device) -> str:
         return _canonical(device)
     for a in args:
         if isinstance(a, Tensor):
-            return a._node.device
+            return a.node.device
     return runtime.default_device()
 
 
@@ -127,7 +127,7 @@ def _argument(a):
     """``(signature part, value)`` of one argument: a Tensor (computed first when pending) or
     a host array."""
     if isinstance(a, Tensor):
-        n = a._node
+        n = a.node
         if n.buffer is None:
             sync(a)
         return ("tensor", n.shape, n.dtype.name, n.device), a
@@ -143,7 +143,7 @@ def _buffers(backend, arrays, dev) -> list:
         if isinstance(a, Tensor):
             if a.device != dev:
                 raise DeviceError(f"jit: argument on {a.device}, function on {dev}", Origin())
-            out.append(a._node.buffer)
+            out.append(a.node.buffer)
         else:
             out.append(backend.upload(np.ascontiguousarray(a)))
     return out

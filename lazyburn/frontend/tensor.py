@@ -23,47 +23,48 @@ class Tensor:
     """A lazily computed n-dimensional array.
 
     Attributes: ``shape`` (tuple of ints), ``dtype`` (a DType), ``device`` (a device string),
-    ``ndim``, ``size`` (element count). Arithmetic, comparison and bitwise operators follow the
+    ``ndim``, ``size`` (element count), ``node`` (the graph node it holds: pending until
+    computed, then holding the device buffer). Arithmetic, comparison and bitwise operators follow the
     array API standard; ``x.sum(axis)``, ``x.reshape(...)``, ``x.relu()``, ``x.T`` and the like
     are conveniences over the module functions of the same names.
     """
 
-    __slots__ = ("_node", "__weakref__")
+    __slots__ = ("node", "__weakref__")
     __array_priority__ = 1000  # NumPy defers binary operators to us
 
     def __init__(self, data, dtype=None, device=None):
-        self._node = from_host(data, dtype, device, Origin())
+        self.node = from_host(data, dtype, device, Origin())
 
     # properties ----------------------------------------------------------------------------
     @property
     def shape(self) -> tuple:
-        return self._node.shape
+        return self.node.shape
 
     @property
     def dtype(self):
-        return self._node.dtype
+        return self.node.dtype
 
     @property
     def device(self) -> str:
-        return self._node.device
+        return self.node.device
 
     @property
     def ndim(self) -> int:
-        return len(self._node.shape)
+        return len(self.node.shape)
 
     @property
     def size(self) -> int:
-        return self._node.size
+        return self.node.size
 
     @property
     def is_pending(self) -> bool:
         """True until the tensor's value has been computed."""
-        return self._node.buffer is None
+        return self.node.buffer is None
 
     @property
     def origin(self) -> str | None:
         """The user's ``file:line`` that recorded this tensor."""
-        return self._node.origin
+        return self.node.origin
 
     def __len__(self) -> int:
         if not self.shape:
@@ -86,7 +87,7 @@ class Tensor:
     # reading values ----------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (a copy; syncs this tensor's pending graph)."""
-        n = self._node
+        n = self.node
         if n.buffer is None:
             runtime.realize([n])
         return np.array(runtime.download(n), copy=True)
@@ -137,7 +138,7 @@ class Tensor:
         """This tensor on ``device`` (recorded as a copy; the same tensor if already there)."""
         origin = Origin()
         device = resolve_device("to", device, origin)
-        n = self._node
+        n = self.node
         if device == n.device:
             return self
         runtime.backend(device)
