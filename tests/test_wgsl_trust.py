@@ -433,12 +433,12 @@ def test_a_row_of_2_to_the_25_in_one_tree(monkeypatch, rng, workgroup):
 def test_a_sequential_reduction_beyond_the_budget_becomes_a_tree(monkeypatch, rng):
     """Rows of 2^21: 65536 blocks of 32 for one invocation. Where the adapter's cap is not
     known the same holds (past lavapipe's budget, nothing is sequential)."""
-    from lazyburn.codegen import wgsl as wgsl_reduction
+    from lazyburn.codegen import wgsl
 
     b = _device(monkeypatch, "webgpu:59", wgsl.LOOP_CAP, strategy="sequential")
     x = rng.standard_normal((3, 2 ** 21)).astype(np.float32)
     spec = lb.explain(lb.tensor(x, device="webgpu:59").sum(-1)).kernels[0].spec
-    plain = wgsl_reduction._render(spec, "k", {"strategy": "sequential"}, b.target)
+    plain = wgsl._render_reduction(spec, "k", {"strategy": "sequential"}, b.target)
     assert "let lid = 0i;" in plain.source and plain.loop_trips > wgsl.LOOP_CAP
     for target in (b.target, wgsl.Target()):
         r = wgsl.render(spec, "k", {"strategy": "sequential"}, target)

@@ -843,7 +843,7 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
     """``_render`` within the target's loop budget (see the module doc): a sequential kernel
     that loops too often becomes a tree, a tree takes larger workgroups; LoopLimitError when
     none fits."""
-    r = _render(spec, name, params, target)
+    r = _render_reduction(spec, name, params, target)
     budget = form_budget(target)
     if r.loop_trips <= budget:
         return r
@@ -854,7 +854,7 @@ def render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKerne
     largest = pow2_at_most(target.max_workgroup_size)
     while size < largest:
         size *= 2
-        r = _render(spec, name, {**params, "strategy": "tree", "workgroup": size}, target)
+        r = _render_reduction(spec, name, {**params, "strategy": "tree", "workgroup": size}, target)
         if r.loop_trips <= budget:
             break
     return check_loops(r, target, f"a reduction over rows of {spec.reduce_size} elements "
@@ -865,7 +865,7 @@ def _default_strategy(spec: ReductionSpec) -> str:
     return "sequential" if spec.reduce_size <= 32 else "tree"
 
 
-def _render(spec: ReductionSpec, name, params, target) -> RenderedKernel:
+def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKernel:
     """One kernel for all stages: a pass over the row per stage, combined across the workgroup
     (tree) or within one invocation (sequential), then a pass storing the full outputs. When
     later passes need values an earlier pass computed and each invocation's share of a row is

@@ -25,7 +25,7 @@ from .capture import scopes
 # dtypes a device cannot hold, asked of its backend when the first op is recorded on it
 UNSUPPORTED: dict[str, frozenset] = {}
 
-# The Tensor class. lazyburn.lazytensor defines it on top of this module and registers it here
+# The Tensor class. frontend/tensor.py defines it on top of this module and registers it here
 # at import; looking it up per call (a function-level import) would cost more than recording.
 Tensor: type = None  # type: ignore[assignment]
 

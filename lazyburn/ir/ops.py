@@ -1,7 +1,7 @@
 """The op table: every primitive a node can hold, with its kind and attribute names.
 
 Composite functions (softmax, layer_norm, gelu, var, ...) are built from these primitives in
-``lazyburn/functional.py`` so that fusion sees primitives only.
+``lazyburn/frontend/functional.py`` so that fusion sees primitives only.
 
 Kinds:
     source       leaves: ``buffer`` (realized data), ``const`` (a scalar filled over a shape),
@@ -27,7 +27,7 @@ class OpDef:
     kind: str
     arity: int  # number of tensor inputs; -1 for variadic (concat)
     attrs: tuple[str, ...] = ()
-    category: str = ""  # for elementwise ops: the dtype rule (see tensor.py)
+    category: str = ""  # for elementwise ops: the dtype rule (see frontend/elementwise.py)
 
 
 _TABLE: dict[str, OpDef] = {}
