@@ -15,8 +15,7 @@ Normal: Box-Muller, ``z = sqrt(-2 ln u1) cos(2 pi t)`` with ``u1 = 1 - uniform``
 [2**-24, 1]) and the angle ``t = word1 / 2**32`` turns; ``|z| <= 5.77``. The logarithm, square
 root and cosine are computed here in 32-bit fixed point from integer additions, multiplications
 (low and high words of the 64-bit product) and shifts, never with a library's or a device's
-float functions, which differ between backends (that was 2.4e-7 between NumPy's and a GPU's
-``log``/``cos``). The float result is assembled from two exact int-to-float conversions scaled
+float functions, which differ between backends in the last bits. The float result is assembled from two exact int-to-float conversions scaled
 by powers of two and one addition, all correctly rounded in IEEE arithmetic and unchanged by
 fused multiply-add contraction (each product is exact), so every backend produces the same bits:
 
@@ -28,11 +27,14 @@ fused multiply-add contraction (each product is exact), so every backend produce
 * ``sqrt``: the value normalized to [1/4, 1) by an even shift, a quadratic first guess of
   ``1/sqrt`` and three Newton steps ``g (3 - w g**2) / 2``.
 * ``cos(2 pi t)``: the quadrant and octant from the top bits of ``t``, then the Taylor series of
-  sin or cos on [0, pi/4] (through x**11 / x**10: truncation below 2**-32), an odd multiple of
-  pi/4 away from a zero of the cosine keeping its relative precision by a normalized angle.
+  sin or cos on [0, pi/4] (through x**11 / x**10: truncation below 2**-32); the sine's argument
+  is normalized by its leading zero bits, so that values near a zero of the cosine keep their
+  relative precision.
 
-Over every one of the 2**24 values of ``u1`` and 2**24 angles (see the tests), ``z`` is within
-``3e-7 * max(1, |z|)`` of float64 Box-Muller on the same ``(u1, t)``.
+``z`` is within 2 float32 ulps of float64 Box-Muller on the same ``(u1, t)``: the largest
+error seen is 1.6 ulps over 1.7e7 random word pairs, 1.04e-7 relative over all 2**24 values of
+``u1`` (t = 0) and 6.7e-8 relative over 2**24 angles, zeros of the cosine included (the tests
+check a sample).
 """
 from __future__ import annotations
 
@@ -273,9 +275,9 @@ _SIN_TERMS = (1 / 6, 1 / 120, 1 / 5040, 1 / 362880, 1 / 39916800)  # (1 - sin(x)
 
 
 def _minus_log(p: Program, a: Value):
-    """-ln(1 - a 2**-24) for the 24-bit ``a``, as ``(is_small, x, lo, exponent)``: the value
-    is ``(x + lo 2**-32) 2**-32`` when ``is_small`` (below ln(2)/8) and ``x 2**-27``
-    otherwise."""
+    """-ln(1 - a 2**-24) for the 24-bit ``a``, as ``(is_small, x, lo)``: the value is
+    ``(x + lo 2**-32) 2**-32`` when ``is_small`` (no power of two or reduction step taken:
+    below ln(2)/8) and ``x 2**-27`` otherwise."""
     d = (a ^ 0xFFFFFF)  # m - 1, where u1 = m 2^-24
     s, dn = _leading_zeros(p, d)  # m = 2^(32-s) y, y = (d + 1) 2^(s-32) in (1/2, 1]
     v = p.u32(0) - (dn + (p.u32(1) << s))  # (1 - y) 2^32; y = 1 wraps to v = 0
