@@ -15,9 +15,10 @@ Normal: Box-Muller, ``z = sqrt(-2 ln u1) cos(2 pi t)`` with ``u1 = 1 - uniform``
 [2**-24, 1]) and the angle ``t = word1 / 2**32`` turns; ``|z| <= 5.77``. The logarithm, square
 root and cosine are computed here in 32-bit fixed point from integer additions, multiplications
 (low and high words of the 64-bit product) and shifts, never with a library's or a device's
-float functions, which differ between backends in the last bits. The float result is assembled from two exact int-to-float conversions scaled
-by powers of two and one addition, all correctly rounded in IEEE arithmetic and unchanged by
-fused multiply-add contraction (each product is exact), so every backend produces the same bits:
+float functions, which differ between backends in the last bits. The float result is assembled
+from two exact int-to-float conversions scaled by powers of two and one addition, all correctly
+rounded in IEEE arithmetic and unchanged by fused multiply-add contraction (each product is
+exact) or by flushing subnormals (there are none), so every backend produces the same bits:
 
 * ``-ln u1``: ``u1 = 2**-k y`` with ``y`` in (1/2, 1]; ``v = 1 - y`` is brought below
   ``1 - 2**(-1/8)`` by up to three exact-constant steps ``y *= 2**(1/2)``, ``2**(1/4)``,
@@ -61,8 +62,7 @@ class Value:
     op: str
     args: tuple
     type: str  # "u32", "bool" or "f32"
-    index: int = -1
-    hint: str = ""
+    index: int = -1  # position in the program
 
     def _bin(self, op, other, type_="u32"):
         return self.program.emit(op, (self, self.program.u32(other)), type_)
@@ -110,6 +110,12 @@ NUMPY_OPS = {
 class Program:
     """A function of uint32 parameters returning one float32, as straight-line code.
 
+    Ops: ``add sub mul mulhi shl shr and or xor`` on uint32 (wrapping; shifts by 0..31 only),
+    ``lt ge eq ne`` (unsigned comparisons) and ``both`` giving bools, ``select`` of either type,
+    and on float32 ``to_f32`` (of an integer below 2**24), ``bits_f32``, ``fmul``, ``fadd``,
+    ``fneg``, used only where the result is exact or one correctly rounded operation. Each
+    language spells them by a table (``SPELLINGS``); NumPy by ``NUMPY_OPS``.
+
     Operations on constants are folded (with NumPy's uint32 semantics) and only the values the
     result depends on are kept, so the printed source is what the result needs.
     """
@@ -119,7 +125,7 @@ class Program:
     result: Value | None = None
 
     def param(self, name: str) -> Value:
-        return self._add(Value(self, "param", (name,), "u32", hint=name))
+        return self._add(Value(self, "param", (name,), "u32"))
 
     def u32(self, c) -> Value:
         if isinstance(c, Value):
@@ -151,11 +157,11 @@ class Program:
 
     def select(self, cond: Value, a, b) -> Value:
         """``a`` where ``cond``, else ``b``."""
-        a, b = self.u32(a) if not isinstance(a, Value) else a, \
-            self.u32(b) if not isinstance(b, Value) else b
+        a, b = self.u32(a), self.u32(b)
         return self.emit("select", (cond, a, b), a.type)
 
     def both(self, a: Value, b: Value) -> Value:
+        """The logical and of two bools."""
         return self.emit("both", (a, b), "bool")
 
     def to_f32(self, a: Value) -> Value:
