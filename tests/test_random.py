@@ -6,6 +6,7 @@ statistics of a million draws."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -42,10 +43,10 @@ def draws(device: str, x: np.ndarray) -> dict[str, lb.Tensor | None]:
     """Every kind of draw, recorded on ``device`` from fresh generators (None: the device
     refused the dtype). Each is a kernel of its own: few, for OpenCL's compile times."""
     out = {}
-    for shape in [(7, 33), (4099,)]:
-        out[f"uniform{shape}"] = lb.default_rng(11).uniform(shape, device=device)
-    for shape in [(1,), (3, 5, 7)]:
-        out[f"normal{shape}"] = lb.default_rng(12).normal(shape, device=device)
+    out["uniform(7, 33)"] = lb.default_rng(11).uniform((7, 33), device=device)
+    out["uniform(4099,)"] = lb.default_rng(11).uniform((4099,), -1.0, 3.0, device=device)
+    out["normal(1,)"] = lb.default_rng(12).normal((1,), device=device)
+    out["normal(3, 5, 7)"] = lb.default_rng(12).normal((3, 5, 7), 0.5, 2.0, device=device)
     g = lb.default_rng(-5)  # a negative seed is taken modulo 2**64
     for what, dtype in (("uniform", "float16"), ("normal", "bfloat16"), ("normal", "float64"),
                         ("uniform", "float64")):
@@ -153,7 +154,8 @@ def test_normal_is_box_muller_within_two_ulps():
 
 def test_the_kernel_languages_print_one_program():
     """Each language's source calls what the program holds: the Philox multipliers, and in
-    WGSL (no 64-bit integers) products of 16-bit halves."""
+    WGSL (no 64-bit integers) products of 16-bit halves; no float function, division or
+    fused multiply-add of the device's."""
     for program in philox.PROGRAMS.values():
         n_mulhi = sum(v.op == "mulhi" for v in program.live())
         for language, spelling in (("opencl", "mul_hi("), ("wgsl", "lb_mulhi("),
@@ -161,6 +163,7 @@ def test_the_kernel_languages_print_one_program():
             text = philox.source(program, language)
             assert text.count(spelling) == n_mulhi, language
             assert str(philox.PHILOX_M1) in text and program.name in text
+            assert not re.search(r"\b(log|log2|exp|sin|cos|sqrt|rsqrt|fma|mad|pow)\(|/", text)
     assert "u64" not in philox.source(philox.NORMAL, "wgsl")
 
 
