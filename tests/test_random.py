@@ -129,10 +129,11 @@ def test_uniform_is_the_top_24_bits_of_philox_word_0():
 
 def test_normal_is_box_muller_within_two_ulps():
     """z against float64 sqrt(-2 ln u1) cos(2 pi t) on the same words: random words, and the
-    edges (u1 = 1 and 2**-24, each quadrant's ends, a few ulps either side)."""
+    edges (u1 = 1 and 2**-24, the ends and middle of each quadrant, a few ulps either side)."""
     rng = np.random.default_rng(1)
     edges = np.array([0, 1, 2, 255, 256, 2 ** 23 - 1, 2 ** 23, 2 ** 24 - 1], np.int64) << 8
-    quarter = np.array([q * 2 ** 30 + d for q in range(4) for d in (-2, -1, 0, 1, 2)]) % 2 ** 32
+    quarter = np.array([q * 2 ** 30 + m + d for q in range(4) for m in (0, 2 ** 29)
+                        for d in (-2, -1, 0, 1, 2)]) % 2 ** 32
     w0 = np.concatenate([rng.integers(0, 2 ** 32, 1 << 16), np.repeat(edges, len(quarter))])
     w1 = np.concatenate([rng.integers(0, 2 ** 32, 1 << 16), np.tile(quarter, len(edges))])
     w0, w1 = w0.astype(np.uint32), w1.astype(np.uint32)
