@@ -946,7 +946,7 @@ def test_matmul_dtypes_and_layouts(what, device):
 
 @pytest.mark.parametrize("what, device", _params(("sources_and_copies",), FUSED_DEVICES))
 def test_sources_and_copies(what, device):
-    """const, iota (arange, eye, linspace), random_uniform (the same counter-based stream on
+    """const, iota (arange, eye, linspace), random_uniform and random_normal (the same bits on
     every backend) and copies between the device and the reference, in every dtype."""
     failures = []
     for dtype in ALL:
@@ -965,11 +965,15 @@ def test_sources_and_copies(what, device):
             "eye": lambda d, dev: lb.eye(4, 5, k=1, dtype=d, device=dev),
             "random_uniform": lambda d, dev: lb.default_rng(3).uniform(
                 (257,), device=dev).astype(d),
+            "random_normal": lambda d, dev: lb.default_rng(4).normal(
+                (257,), device=dev).astype(d),
             "to_reference": lambda d, dev: lb.tensor(host, device=dev).to("numpy"),
             "from_reference": lambda d, dev: lb.tensor(host, device="numpy").to(dev) * 1
             if d != "bool" else lb.tensor(host, device="numpy").to(dev),
         }.items():
             label = f"{name}[{dtype}] on {device}"
+            if name == "random_normal" and dtype not in FLOATS:
+                continue  # casts to the other dtypes are swept with random_uniform
             try:
                 want = fn(dtype, "numpy").numpy()
             except RECORD_ERRORS:
@@ -1014,7 +1018,8 @@ def test_every_op_of_the_table_is_swept():
                 pass
     x = lb.tensor(np.ones((3, 4), np.float32), device="numpy")
     outs += [REDUCTIONS[name](x, -1) for name in REDUCTIONS] + [x @ x.mT]
-    outs += [lb.default_rng(0).uniform((3,), device="numpy"), lb.arange(3, device="numpy")]
+    outs += [lb.default_rng(0).uniform((3,), device="numpy"),
+             lb.default_rng(0).normal((3,), device="numpy"), lb.arange(3, device="numpy")]
     if FUSED_DEVICES:
         outs.append(lb.tensor(np.ones(3), device=FUSED_DEVICES[0]).to("numpy"))
     missing = set(OPS) - _graph_ops(outs)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
-from . import opencl_math
+from . import opencl_math, philox
 from .common import (INFIX, ExprPrinter, find_var, float_literal, reduction_identity,
                      rounded_to)
 
@@ -53,14 +53,6 @@ static inline float lb_bf16_load(__global const ushort* p, long i) { return as_f
 static inline ushort lb_bf16_bits(float f) {
     uint b = as_uint(f);
     return isnan(f) ? (ushort)0x7FC0 : (ushort)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-}
-static inline uint lb_pcg(uint x) {
-    uint state = x * 747796405u + 2891336453u;
-    uint word = ((state >> ((state >> 28u) + 4u)) ^ state) * 277803737u;
-    return (word >> 22u) ^ word;
-}
-static inline float lb_uniform(uint seed, uint counter) {
-    return (float)(lb_pcg(lb_pcg(counter) ^ seed) >> 8) * 5.9604644775390625e-08f;
 }
 /* x rounded to the nearest float16 (ties to even), held in a float: a value of a float16
    expression. Normal results drop 13 mantissa bits by integer rounding of the bits; above 65504
@@ -492,9 +484,18 @@ class OpenCLPrinter(ExprPrinter):
         return f"clamp(({x}) < 0 ? ({x}) + {n} : ({x}), ({it})0, ({it})(({n}) - 1))"
 
     def op_random_uniform(self, e, seed, offset, index):
-        from ..runtime.numpy_backend import seed32
+        return self._random(philox.UNIFORM, seed, offset, index)
 
-        return f"lb_uniform({seed32(seed)}u, (uint)({offset % 2 ** 32}u + (uint)({index})))"
+    def op_random_normal(self, e, seed, offset, index):
+        return self._random(philox.NORMAL, seed, offset, index)
+
+    def _random(self, program, seed, offset, index):
+        """A call of ``program`` (``codegen.philox``) at element ``index`` of the draw."""
+        self.helpers_used.add(("philox", program.name))
+        off, (k0, k1) = offset % 2 ** 64, philox.key_words(seed)
+        high = f"(uint)((ulong)({index}) >> 32)" if self.index_type == "long" else "0u"
+        return f"{program.name}({off & 0xFFFFFFFF}u, {off >> 32}u, (uint)({index}), {high}, " \
+               f"{k0}u, {k1}u)"
 
     def op_reduced(self, e, stage):
         return f"stage{stage}"
@@ -513,6 +514,9 @@ class OpenCLPrinter(ExprPrinter):
                 continue
             if kind == "half64":
                 parts.append(HALF_FROM_DOUBLE)
+                continue
+            if kind == "philox":
+                parts.append(philox.source(philox.PROGRAMS[t], "opencl"))
                 continue
             if kind == "float":
                 text = FLOAT_DIVMOD.replace("{BIG}", INTEGRAL_FROM[t])

@@ -7,6 +7,8 @@ interpreter whatever ``TRITON_INTERPRET`` was when Triton was imported.
 """
 from __future__ import annotations
 
+from . import philox
+
 HELPERS = {
     # NumPy's npy_floor_divide / npy_remainder for floats, given C's fmod ``m`` of a and b (the
     # caller spells it: Triton's `%` on a GPU is a - trunc(a / b) * b, not exact for large
@@ -144,18 +146,6 @@ def lb_argmin_int(v1, i1, v2, i2):
     take1 = (v1 < v2) | ((v1 == v2) & (i1 < i2))
     return tl.where(take1, v1, v2), tl.where(take1, i1, i2)
 '''),
-    # the counter-based uniform of lazyburn.runtime.numpy_backend.uniform_from_counter:
-    # PCG's output permutation as a hash (Jarzynski & Olano, JCGT 2020), on uint32
-    "lb_pcg": ((), '''
-def lb_pcg(x):
-    state = x * 747796405 + 2891336453
-    word = ((state >> ((state >> 28) + 4)) ^ state) * 277803737
-    return (word >> 22) ^ word
-'''),
-    "lb_uniform": (("lb_pcg",), '''
-def lb_uniform(seed, counter):
-    return (lb_pcg(lb_pcg(counter) ^ seed) >> 8).to(tl.float32) * 5.9604644775390625e-08
-'''),
     # float32 to bfloat16, rounded to nearest even, for the interpreter (whose own conversion
     # truncates); NaN stays NaN, overflow gives inf as on a GPU (cvt.rn.bf16.f32)
     "lb_round_bf16": ((), '''
@@ -248,3 +238,7 @@ def lb_pow(a, b):
     return r.to(a.dtype)
 '''),
 }
+
+# the random numbers of codegen.philox, the programs the NumPy reference backend runs
+HELPERS.update({program.name: ((), philox.source(program, "triton"))
+                for program in philox.PROGRAMS.values()})

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..fusion.kernel_ir import KernelSpec
 from ..fusion.symbolic import Expr, topo_exprs
+from . import philox
 from .common import INFIX, INT_LIMITS, ExprPrinter, float_literal, rounded_to
 from .triton_helpers import HELPERS
 
@@ -589,12 +590,25 @@ class TritonPrinter(ExprPrinter):
         return text
 
     def op_random_uniform(self, e, seed, offset, index):
-        from ..runtime.numpy_backend import seed32
+        return self._random(e, philox.UNIFORM, seed, offset, index)
 
-        counter = f"({index}.to(tl.uint32) + {offset % 2 ** 32})"
-        if e.args[2].is_const:
-            counter = f"tl.full([], {(e.args[2].value + offset) % 2 ** 32}, tl.uint32)"
-        text = self.helper("lb_uniform", f"tl.full([], {seed32(seed)}, tl.uint32)", counter)
+    def op_random_normal(self, e, seed, offset, index):
+        return self._random(e, philox.NORMAL, seed, offset, index)
+
+    def _random(self, e, program, seed, offset, index):
+        """A call of ``program`` (``codegen.philox``) at element ``index`` of the draw, its
+        counter's words and the key as uint32."""
+        def word(value):
+            return f"tl.full([], {value}, tl.uint32)"
+        off, (k0, k1) = offset % 2 ** 64, philox.key_words(seed)
+        where = e.args[2]
+        if where.is_const:
+            lo, hi = word(where.value % 2 ** 32), word(where.value // 2 ** 32)
+        else:
+            lo = f"{index}.to(tl.uint32)"  # the low word (an int64 index is truncated)
+            hi = f"({index} >> 32).to(tl.uint32)" if where.dtype.itemsize == 8 else word(0)
+        text = self.helper(program.name, word(off & 0xFFFFFFFF), word(off >> 32), lo, hi,
+                           word(k0), word(k1))
         return text if e.dtype.name in ("float32",) + HALF else f"{text}.to({VALUE[e.dtype.name]})"
 
     def op_reduced(self, e, stage):

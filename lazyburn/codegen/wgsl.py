@@ -97,7 +97,7 @@ import numpy as np
 from ..errors import DeviceError
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
-from . import wgsl_functions
+from . import philox, wgsl_functions
 from .common import (INFIX, INT_LIMITS, ExprPrinter, acc_expr_id, find_var, float_literal,
                      reduced_expr_id, reduction_identity)
 
@@ -531,11 +531,17 @@ class WGSLPrinter(ExprPrinter):
         return f"clamp(select({x}, {x} + {n}, {x} < 0i), 0i, {n} - 1i)"
 
     def op_random_uniform(self, e, seed, offset, index):
-        from ..runtime.numpy_backend import seed32
+        return self._round_half(e.dtype, self._random(philox.UNIFORM, seed, offset, index))
 
-        u = self.call("lb_uniform", f"{seed32(seed)}u",
-                      f"{offset % 2 ** 32}u + bitcast<u32>({index})")
-        return self._round_half(e.dtype, u)
+    def op_random_normal(self, e, seed, offset, index):
+        return self._round_half(e.dtype, self._random(philox.NORMAL, seed, offset, index))
+
+    def _random(self, program, seed, offset, index):
+        """A call of ``program`` (``codegen.philox``) at element ``index`` (an i32) of the
+        draw."""
+        off, (k0, k1) = offset % 2 ** 64, philox.key_words(seed)
+        return self.call(program.name, f"{off & 0xFFFFFFFF}u", f"{off >> 32}u",
+                         f"bitcast<u32>({index})", "0u", f"{k0}u", f"{k1}u")
 
     def _round_half(self, dtype, v):
         if dtype.name == "float16":

@@ -33,14 +33,15 @@ sinf.c, tanf.c, ndtrf.c, https://www.netlib.org/cephes/) after a Cody-Waite redu
 and W. Waite, "Software Manual for the Elementary Functions", 1980) for the exponentials and a
 Payne-Hanek one (M. Payne and R. Hanek, "Radian reduction for trigonometric functions", SIGNUM
 Newsletter 18, 1983) for the others; ``tanh`` is fdlibm's expm1(2x) / (expm1(2x) + 2); the
-random numbers are PCG's output permutation used as a hash (Jarzynski and Olano, "Hash Functions
-for GPU Rendering", JCGT 2020), the same hash as the NumPy reference backend.
+random numbers are ``codegen.philox``'s programs, the ones the NumPy reference backend runs.
 """
 from __future__ import annotations
 
 import functools
 import re
 from typing import Iterable
+
+from . import philox
 
 NAN = "bitcast<f32>(0x7fc00000u)"
 INF = "bitcast<f32>(0x7f800000u)"
@@ -622,18 +623,9 @@ fn lb_pow(x: f32, y: f32, z: u32) -> f32 {{
 }}
 """, ("lb_isnan", "lb_isinf", "lb_hi12", "lb_ldexp"))
 
-_define("lb_pcg", """
-fn lb_pcg(x: u32) -> u32 {
-    let state = x * 747796405u + 2891336453u;
-    let word = ((state >> ((state >> 28u) + 4u)) ^ state) * 277803737u;
-    return (word >> 22u) ^ word;
-}
-""")
-_define("lb_uniform", """
-fn lb_uniform(seed: u32, counter: u32) -> f32 {
-    return f32(lb_pcg(lb_pcg(counter) ^ seed) >> 8u) * 5.9604644775390625e-08f;
-}
-""", ("lb_pcg",))
+_define("lb_mulhi", philox.WGSL_MULHI)
+for _program in philox.PROGRAMS.values():
+    _define(_program.name, philox.source(_program, "wgsl"), ("lb_mulhi",))
 
 
 # int64 as vec2<u32> (low word, high word): the host's little-endian layout --------------------

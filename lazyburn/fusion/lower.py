@@ -144,10 +144,9 @@ class Lowering:
             return b.const(n.attrs[0], n.dtype)
         if op == "iota":
             return b.index_to_value(index[n.attrs[0]], n.dtype)
-        if op == "random_uniform":
+        if op in ("random_uniform", "random_normal"):
             seed, offset = n.attrs
-            return b.op("random_uniform", (seed, offset, self.flat_index(index, n.shape)),
-                        n.dtype)
+            return b.op(op, (seed, offset, self.flat_index(index, n.shape)), n.dtype)
         if op == "cast":
             return b.cast((yield n.inputs[0], index, mask), n.dtype)
         if op in ("reshape", "permute", "expand", "slice", "pad"):

@@ -15,7 +15,7 @@ from .kernel_ir import KernelSpec
 from .lower import lower
 from .partition import FusionGroup, external_for, partition
 
-SOURCES = ("const", "iota", "random_uniform")
+SOURCES = ("const", "iota", "random_uniform", "random_normal")
 
 
 @dataclass

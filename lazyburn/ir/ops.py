@@ -5,7 +5,9 @@ Composite functions (softmax, layer_norm, gelu, var, ...) are built from these p
 
 Kinds:
     source       leaves: ``buffer`` (realized data), ``const`` (a scalar filled over a shape),
-                 ``iota`` (index along one axis), ``random_uniform`` (counter-based uniform [0, 1))
+                 ``iota`` (index along one axis), ``random_uniform`` / ``random_normal``
+                 (float32 uniform in [0, 1) / standard normal, element i a function of the
+                 attributes' seed and offset + i: ``codegen.philox``)
     elementwise  one output element from the same element of each input (inputs share the
                  output's shape; broadcasting and promotion are explicit ``expand``/``cast``)
     view         movement ops that only re-index their input: reshape, permute, expand, slice,
@@ -42,7 +44,7 @@ def _define(kind: str, arity: int, names: str, attrs: tuple[str, ...] = (), cate
 _define("source", 0, "buffer")
 _define("source", 0, "const", ("value",))
 _define("source", 0, "iota", ("axis",))
-_define("source", 0, "random_uniform", ("seed", "offset"))
+_define("source", 0, "random_uniform random_normal", ("seed", "offset"))
 
 # element-wise: unary
 _define("elementwise", 1, "neg abs sign square", category="arith")

@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 import scipy.special
 
+from ..codegen import philox
 from ..ir.dtypes import float32, float_to_int
 from ..ir.graph import topo_order
 from ..ir.node import Node
@@ -33,31 +34,6 @@ def open_device(index: int) -> "NumpyBackend":
 
 def available() -> bool:
     return True
-
-
-def uniform_from_counter(seed: int, offset: int, size: int) -> np.ndarray:
-    """Counter-based uniform floats in [0, 1): element i is ``hash(seed, offset + i)`` with the
-    top 24 bits scaled by 2**-24, so it is exact in float32 and identical on every backend.
-
-    The hash is PCG's output permutation used as a hash (Jarzynski & Olano, "Hash Functions
-    for GPU Rendering", JCGT 2020), applied twice: ``pcg(pcg(counter) ^ seed32)``.
-    """
-    counter = (np.arange(size, dtype=np.uint64) + np.uint64(offset)) & np.uint64(0xFFFFFFFF)
-    bits = pcg_hash(pcg_hash(counter.astype(np.uint32)) ^ np.uint32(seed32(seed)))
-    return (bits >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
-
-
-def seed32(seed: int) -> int:
-    """Fold a Python int seed into 32 bits (the hash's key)."""
-    s = int(seed) & 0xFFFFFFFFFFFFFFFF
-    return ((s & 0xFFFFFFFF) ^ (s >> 32) ^ 0x9E3779B9) & 0xFFFFFFFF
-
-
-def pcg_hash(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.uint32)
-    state = x * np.uint32(747796405) + np.uint32(2891336453)
-    word = ((state >> ((state >> np.uint32(28)) + np.uint32(4))) ^ state) * np.uint32(277803737)
-    return (word >> np.uint32(22)) ^ word
 
 
 def _sigmoid(x):
@@ -118,6 +94,9 @@ INT_BINARY = {
 }
 FLOAT_BINARY = {"floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power}
 
+# the same programs the fused kernels run (bit-identical: see codegen.philox)
+RANDOM = {"random_uniform": philox.UNIFORM, "random_normal": philox.NORMAL}
+
 REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any,
           "all": np.all}
 
@@ -157,10 +136,9 @@ def evaluate(n: Node, args: list) -> np.ndarray:
         r = np.arange(shape[axis], dtype=n.dtype.np)
         return np.broadcast_to(r.reshape([-1 if i == axis else 1 for i in range(len(shape))]),
                                shape)
-    if op == "random_uniform":
+    if op in RANDOM:
         seed, offset = n.attrs
-        size = n.size
-        return uniform_from_counter(seed, offset, size).reshape(shape)
+        return philox.sample(RANDOM[op], seed, offset, n.size).reshape(shape)
     if op == "cast":
         x = args[0]
         if n.dtype.is_bool:
