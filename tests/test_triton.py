@@ -645,6 +645,53 @@ def test_torch_interop_shares_memory(dev):
     assert to_torch(x).data_ptr() == t.data_ptr()
 
 
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int16", "int32", "int64",
+                                   "float16", "bfloat16", "float32", "float64"])
+def test_candidate_outputs_are_compared_by_the_host_rule(dtype, monkeypatch):
+    """A GPU compares a candidate's outputs with the default's where they are (torch tensors,
+    here on the CPU), a chunk at a time: integers and bools bit for bit (an int32 near 2**31
+    off by one is caught), floats within ``fused.tolerance`` with equal NaNs; the count and
+    the first index are the host rule's."""
+    from lazyburn.fusion.kernel_ir import KernelArg
+    from lazyburn.graph import dtypes as dt
+    from lazyburn.runtime import cuda_tuning, fused
+
+    monkeypatch.setattr(cuda_tuning, "COMPARE_CHUNK", 4096)  # several chunks
+    d = dt.BY_NAME[dtype]
+    rng = np.random.default_rng(26)
+    n = 10_003
+    if d.is_bool:
+        e = rng.random(n) > 0.5
+        a = e.copy()
+        a[[5, 7_000]] ^= True
+    elif d.is_int:
+        info = np.iinfo(d.np)
+        e = rng.integers(info.max // 2, info.max, n, dtype=d.np, endpoint=True)
+        a = e.copy()
+        a[[5, 7_000]] -= 1  # off by one: well within any float tolerance
+    else:
+        e = (rng.standard_normal(n) * 100).astype(d.np)
+        rtol, _ = fused.tolerance(d)
+        a = (e.astype(np.float64) * (1 + rtol / 4)).astype(d.np)  # within the tolerance
+        e[:6] = [np.nan, np.inf, -np.inf, 0.0, np.inf, 1.0]
+        a[:6] = [np.nan, np.inf, -np.inf, -0.0, e.dtype.type(1e4), np.nan]  # 4, 5 differ
+        a[7_000] = e[7_000] * 2 + 1
+    want = int(fused.host_mismatches(e, a, d).sum())
+    assert want == (3 if d.is_float else 2)
+
+    def as_torch(v):
+        if dtype == "bfloat16":
+            return torch.from_numpy(v.astype(np.float32)).to(torch.bfloat16)
+        return torch.from_numpy(v)
+
+    arg = KernelArg("out0", d, n, True)
+    message = cuda_tuning.compare_outputs(torch, as_torch(e), as_torch(a), arg)
+    first = 4 if d.is_float else 5
+    assert message is not None and message.startswith(f"{want} of {n} output elements differ")
+    assert f"first at element {first}:" in message, message
+    assert cuda_tuning.compare_outputs(torch, as_torch(e), as_torch(e), arg) is None
+
+
 def test_first_launch_tuning_runs_checks_and_caches(dev, monkeypatch):
     """The tuning path a GPU takes at autotune level >= 1, with the timer stubbed (the
     interpreter's timings mean nothing)."""
