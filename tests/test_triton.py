@@ -22,6 +22,9 @@ triton = pytest.importorskip("triton")
 import lazyburn as lb  # noqa: E402
 from lazyburn import runtime  # noqa: E402
 from lazyburn.codegen import triton as tr  # noqa: E402
+from lazyburn.fusion.kernel_ir import KernelArg  # noqa: E402
+from lazyburn.graph import dtypes as dt  # noqa: E402
+from lazyburn.runtime import cuda_tuning, fused  # noqa: E402
 
 RTOL = {"float32": 2e-5, "float64": 1e-9, "float16": 1e-2, "bfloat16": 2e-2}
 
@@ -502,15 +505,13 @@ def test_every_tuning_candidate_computes_the_reference(dev, kind, graph, shape, 
     """A GPU's autotuner picks among these launches: each one (the warp and stage counts
     aside, which the interpreter ignores; their GPU spelling compiles in
     test_tilings_compile_for_sm90) gives the reference's values here."""
-    from lazyburn.runtime.cuda_tuning import candidates
-
     rng = np.random.default_rng(24)
     inputs = candidate_inputs(rng, shape)
     (spec,) = [k.spec for k in lb.explain(*_as_tuple(graph(
         *[lb.tensor(a, device="numpy") for a in inputs]))).kernels if k.spec.kind == kind]
     seen, tried = set(), 0
     backend = runtime.backend(dev)
-    for c in candidates(spec, sm_count=2, tma=True):
+    for c in cuda_tuning.candidates(spec, sm_count=2, tma=True):
         launch = {k: v for k, v in c.params.items() if k not in ("num_warps", "num_stages")}
         if repr(sorted(launch.items())) in seen:
             continue
@@ -652,10 +653,6 @@ def test_candidate_outputs_are_compared_by_the_host_rule(dtype, monkeypatch):
     here on the CPU), a chunk at a time: integers and bools bit for bit (an int32 near 2**31
     off by one is caught), floats within ``fused.tolerance`` with equal NaNs; the count and
     the first index are the host rule's."""
-    from lazyburn.fusion.kernel_ir import KernelArg
-    from lazyburn.graph import dtypes as dt
-    from lazyburn.runtime import cuda_tuning, fused
-
     monkeypatch.setattr(cuda_tuning, "COMPARE_CHUNK", 4096)  # several chunks
     d = dt.BY_NAME[dtype]
     rng = np.random.default_rng(26)
@@ -698,7 +695,6 @@ def test_first_launch_tuning_runs_checks_and_caches(dev, monkeypatch):
     import triton.testing
 
     from lazyburn import autotune as at
-    from lazyburn.runtime import cuda_tuning
 
     real = cuda_tuning.candidates
 
