@@ -15,6 +15,7 @@ import pytest
 import lazyburn as lb
 from lazyburn import autotune
 from lazyburn import runtime
+from lazyburn.autotune import tuner
 from lazyburn.runtime import fused
 from fused_devices import FUSED_DEVICES
 
@@ -374,3 +375,38 @@ def test_each_launch_is_run_once_and_timed_in_one_series(dev, monkeypatch):
     assert all(len(series) == autotune.REPEATS for series in timings.values())
     assert len(timings) == len(built) and autotune.stats.timings == autotune.REPEATS * len(built)
     assert [len(launches) for launches in runs.values()] == [1] * len(built)
+
+
+# (kind, graph of x (256, 300) and w (300, 256), its NumPy reference)
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+EVERY_KIND = [
+    ("elementwise", lambda x, w: lb.tanh(x * 1.5) + x.T[::-1].T, lambda x, w: np.tanh(x * 1.5)
+     + x[:, ::-1]),
+    ("reduction", lambda x, w: lb.softmax(x * 2.0, axis=-1), lambda x, w: _softmax(x * 2)),
+    ("matmul", lambda x, w: lb.relu(x @ w + 1.0), lambda x, w: np.maximum(x @ w + 1, 0)),
+]
+
+
+@pytest.mark.parametrize("kind,graph,reference", EVERY_KIND, ids=[k[0] for k in EVERY_KIND])
+def test_every_candidate_matches_the_default_at_the_exhaustive_level(dev, monkeypatch, kind,
+                                                                      graph, reference):
+    """Level 2 runs every candidate of the backend's list; each one is checked against the
+    default and none may fail; the winner computes the reference's values."""
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "2")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "inf")
+    monkeypatch.setattr(tuner, "MAX_REPEATS", autotune.REPEATS)  # checking, not timing
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((256, 300), dtype=np.float32)
+    w = rng.standard_normal((300, 256), dtype=np.float32) * 0.1
+    got = graph(lb.tensor(x, device=dev), lb.tensor(w, device=dev))
+    (planned,) = [k for k in lb.explain(got).kernels if k.kind == kind]
+    listed = autotune.admitted(_tuning_module(dev).candidates(runtime.backend(dev), planned), 2)
+    np.testing.assert_allclose(got.numpy(), reference(x, w), rtol=1e-4, atol=1e-5)
+    (entry,) = [e for e in _entries(dev) if len(e.timings) == len(listed)]
+    assert entry.errors == {} and entry.skipped == ()
+    assert all(t is not None for t in entry.timings.values()), entry.timings
+    assert len(listed) >= 3
