@@ -482,9 +482,9 @@ def test_candidates_are_valid():
     assert persistent
 
 
-# graphs of every group kind whose tuning candidates run under the interpreter: an element-wise
-# chain, row and column reductions, float16 and float32 matmuls with prologue and epilogue
-# (kind, graph, shape of x, tolerance)
+# (kind, graph, shape of x, tolerance): graphs of every group kind whose tuning candidates run
+# under the interpreter: an element-wise chain, row and column reductions, float16 and float32
+# matmuls with prologue and epilogue (the float16 one does not read x)
 CANDIDATE_GRAPHS = [
     ("elementwise", lambda x, w, a, b: lb.tanh(x * 1.5) + lb.sin(x), (40, 300), 2e-5),
     ("reduction", lambda x, w, a, b: lb.softmax(x, axis=-1), (7, 300), 1e-4),
@@ -502,9 +502,8 @@ def candidate_inputs(rng, shape):
 @pytest.mark.parametrize("kind,graph,shape,tol", CANDIDATE_GRAPHS,
                          ids=[f"{c[0]}{i}" for i, c in enumerate(CANDIDATE_GRAPHS)])
 def test_every_tuning_candidate_computes_the_reference(dev, kind, graph, shape, tol):
-    """A GPU's autotuner picks among these launches: each one (the warp and stage counts
-    aside, which the interpreter ignores; their GPU spelling compiles in
-    test_tilings_compile_for_sm90) gives the reference's values here."""
+    """A GPU's autotuner picks among these launches: each one (its warp and stage counts
+    aside, which the interpreter ignores) gives the reference's values here."""
     rng = np.random.default_rng(24)
     inputs = candidate_inputs(rng, shape)
     (spec,) = [k.spec for k in lb.explain(*_as_tuple(graph(
