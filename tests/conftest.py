@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 import tempfile
 
-# Tuning is tested on its own (test_autotune*.py, test_opencl_autotune.py); elsewhere kernels run
-# their heuristic defaults, and no test writes to the user's cache.
+# Tuning is tested on its own (test_autotune*.py, test_opencl_autotune.py, the tuned MiniLM in
+# test_minilm_fused.py, the first-launch tuning in test_triton.py); elsewhere kernels run their
+# heuristic defaults, and no test writes to the user's cache.
 os.environ.setdefault("LAZYBURN_AUTOTUNE", "0")
 os.environ.setdefault("LAZYBURN_CACHE_DIR", tempfile.mkdtemp(prefix="lazyburn-test-cache-"))
 

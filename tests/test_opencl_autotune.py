@@ -7,6 +7,7 @@ tuning is in test_triton.py: under its interpreter there is nothing to tune.)"""
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import pytest
 import lazyburn as lb
 from lazyburn import autotune
 from lazyburn import runtime
+from lazyburn.autotune import tuner
 from lazyburn.runtime import fused
 from fused_devices import FUSED_DEVICES
 
@@ -279,3 +281,132 @@ def test_device_comparison_follows_the_host_rule(dtype):
     assert (count, first) == (want, 4 if d.is_float else 5)
     assert opencl_tuning.count_mismatches(backend, buffers[0], buffers[0],
                                           KernelArg("out0", d, n)) == (0, 0xffffffff)
+
+
+class _HostDelayed:
+    """``kernel`` with ``delay`` seconds of host time after its launches are enqueued and
+    before the timer waits for them: a host clock counts the delay, the device's does not."""
+
+    def __init__(self, kernel, delay):
+        self.kernel, self.delay = kernel, delay
+        launches = getattr(kernel, "launches", None)
+        if launches is not None:  # OpenCL: the timer enqueues these itself
+            self.launches = [(self._delayed(knl), g, loc) for knl, g, loc in launches]
+
+    def _delayed(self, knl):
+        def launch(*args):
+            event = knl(*args)
+            time.sleep(self.delay)
+            return event
+        return launch
+
+    def __call__(self, backend, args):  # WebGPU: the timer calls the kernel, then finishes
+        self.kernel(backend, args)
+        time.sleep(self.delay)
+
+
+def test_candidates_are_timed_by_the_device_not_by_the_host_clock(dev, monkeypatch):
+    if dev.startswith("webgpu") and not runtime.backend(dev).has_timestamps:
+        pytest.skip("the adapter has no timestamp queries: WebGPU times on the host")
+    module = _tuning_module(dev)
+    delay = 0.1  # far more than the kernel takes on the device
+    timed, host = [], []
+    launch_time = module.TunedKernel.launch_time
+
+    def delayed_launch_time(self, kernel, args):
+        t0 = time.perf_counter()
+        seconds = launch_time(self, _HostDelayed(kernel, delay), args)
+        host.append(time.perf_counter() - t0)
+        timed.append(seconds)
+        return seconds
+
+    monkeypatch.setattr(module.TunedKernel, "launch_time", delayed_launch_time)
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "0.5")
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((300, 400), dtype=np.float32)
+    got = (lb.tensor(a, device=dev) * 3.0 + 1.0).numpy()
+    np.testing.assert_allclose(got, a * 3 + 1, rtol=1e-6)
+    assert autotune.stats.tunes == 1 and len(timed) >= 2
+    assert min(host) >= delay and max(timed) < delay, (timed, host)
+    (entry,) = _entries(dev)
+    assert all(t is None or t < delay for t in entry.timings.values()), entry.timings
+
+
+def test_each_launch_is_run_once_and_timed_in_one_series(dev, monkeypatch):
+    """The default runs once (it writes the reference) and is timed in one series, like
+    every other candidate; a candidate launching what another launches is not timed again.
+    With a timer that always gives the same time, every series is ``REPEATS`` long."""
+    backend = runtime.backend(dev)
+    module = _tuning_module(dev)
+    built, runs, timings = [], {}, {}
+    build = type(backend).build
+
+    def building(self, k, name, params, origin):
+        kernel = build(self, k, name, params, origin)
+        built.append(dict(params))
+        launches = []
+
+        def run(backend, args):
+            launches.append(1)
+            return kernel(backend, args)
+        runs[id(run)] = launches
+        run.params = dict(params)
+        return run
+
+    def steady_time(self, kernel, args):
+        timings.setdefault(id(kernel), []).append(kernel.params)
+        return 1e-3
+
+    monkeypatch.setattr(type(backend), "build", building)
+    monkeypatch.setattr(module.TunedKernel, "launch_time", steady_time)
+    rng = np.random.default_rng(15)
+    a = rng.standard_normal((300, 400), dtype=np.float32)
+    got = (lb.tensor(a, device=dev) - 0.5).exp().numpy()
+    np.testing.assert_allclose(got, np.exp(a - 0.5), rtol=1e-6)
+    (entry,) = _entries(dev)
+    default = module.default_params(backend, lb.explain(lb.tensor(a, device=dev) - 0.5)
+                                    .kernels[0])
+    assert entry.winner == "default"  # equal times: the earliest in the list
+    assert len(built) == len(entry.timings) >= 3  # each candidate built once
+    assert len({repr(sorted(p.items())) for p in built}) == len(built)  # no launch twice
+    assert built[0] == default
+    # the default: one run for the reference, REPEATS timings (the others run once to be
+    # checked, then are timed)
+    assert all(len(series) == autotune.REPEATS for series in timings.values())
+    assert len(timings) == len(built) and autotune.stats.timings == autotune.REPEATS * len(built)
+    assert [len(launches) for launches in runs.values()] == [1] * len(built)
+
+
+# (kind, graph of x (256, 300) and w (300, 256), its NumPy reference)
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+EVERY_KIND = [
+    ("elementwise", lambda x, w: lb.tanh(x * 1.5) + x.T[::-1].T, lambda x, w: np.tanh(x * 1.5)
+     + x[:, ::-1]),
+    ("reduction", lambda x, w: lb.softmax(x * 2.0, axis=-1), lambda x, w: _softmax(x * 2)),
+    ("matmul", lambda x, w: lb.relu(x @ w + 1.0), lambda x, w: np.maximum(x @ w + 1, 0)),
+]
+
+
+@pytest.mark.parametrize("kind,graph,reference", EVERY_KIND, ids=[k[0] for k in EVERY_KIND])
+def test_every_candidate_matches_the_default_at_the_exhaustive_level(dev, monkeypatch, kind,
+                                                                      graph, reference):
+    """Level 2 runs every candidate of the backend's list; each one is checked against the
+    default and none may fail; the winner computes the reference's values."""
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "2")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "inf")
+    monkeypatch.setattr(tuner, "MAX_REPEATS", autotune.REPEATS)  # checking, not timing
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((256, 300), dtype=np.float32)
+    w = rng.standard_normal((300, 256), dtype=np.float32) * 0.1
+    got = graph(lb.tensor(x, device=dev), lb.tensor(w, device=dev))
+    (planned,) = [k for k in lb.explain(got).kernels if k.kind == kind]
+    listed = autotune.admitted(_tuning_module(dev).candidates(runtime.backend(dev), planned), 2)
+    np.testing.assert_allclose(got.numpy(), reference(x, w), rtol=1e-4, atol=1e-5)
+    (entry,) = [e for e in _entries(dev) if len(e.timings) == len(listed)]
+    assert entry.errors == {} and entry.skipped == ()
+    assert all(t is not None for t in entry.timings.values()), entry.timings
+    assert len(listed) >= 3

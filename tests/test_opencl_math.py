@@ -341,11 +341,27 @@ def test_preamble_orders_dependencies_first_and_once():
 
 
 @pytest.mark.parametrize("op", sorted(FUNCTIONS))
-def test_preamble_of_one_function_builds_alone(device, op):
+def test_preamble_of_one_function_builds_and_computes_alone(device, rng, seed, op):
+    """The preamble of one function holds everything it calls: built alone, the function
+    gives the values it gives in the program of them all, within its bound of the
+    reference."""
     fn = FUNCTIONS[op]
-    params = ", ".join(f"float a{i}" for i in range(fn.arity))
-    args = ", ".join(f"a{i}" for i in range(fn.arity))
+    params = "".join(f", __global const float *a{i}" for i in range(fn.arity))
+    args = ", ".join(f"a{i}[i]" for i in range(fn.arity))
     source = preamble([op]) + (
-        f"\n__kernel void k(__global float *y, {params}) {{ y[0] = {fn.name}({args}); }}\n"
+        f"\n__kernel void k(__global float *y{params})\n"
+        f"{{ size_t i = get_global_id(0); y[i] = {fn.name}({args}); }}\n"
     )
-    cl.Program(device.context, source).build()
+    kernel = cl.Program(device.context, source).build().k
+    x = [rng.uniform(0.1, 4.0, 1000).astype(np.float32) for _ in range(fn.arity)]
+    flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+    got = np.empty(1000, np.float32)
+    out = cl.Buffer(device.context, cl.mem_flags.WRITE_ONLY, got.nbytes)
+    kernel(device.queue, got.shape, None, out,
+           *[cl.Buffer(device.context, flags, hostbuf=a) for a in x])
+    cl.enqueue_copy(device.queue, got, out)
+    device.queue.finish()
+    np.testing.assert_array_equal(got, device.apply(op, *x))
+    exact = (np.power if op == "pow" else REFERENCE[op])(*[a.astype(np.float64) for a in x])
+    error = ulp_error(got, exact)
+    assert error.max() <= fn.max_ulp, f"{op}, seed {seed}: " + _worst(x, got, exact, error)

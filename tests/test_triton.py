@@ -22,6 +22,9 @@ triton = pytest.importorskip("triton")
 import lazyburn as lb  # noqa: E402
 from lazyburn import runtime  # noqa: E402
 from lazyburn.codegen import triton as tr  # noqa: E402
+from lazyburn.fusion.kernel_ir import KernelArg  # noqa: E402
+from lazyburn.graph import dtypes as dt  # noqa: E402
+from lazyburn.runtime import cuda_tuning, fused  # noqa: E402
 
 RTOL = {"float32": 2e-5, "float64": 1e-9, "float16": 1e-2, "bfloat16": 2e-2}
 
@@ -437,21 +440,25 @@ def test_devices_and_copies(dev):
 
 
 # launch configurations -------------------------------------------------------------------------
-def _specs():
+def _graphs(device, rows=64):
+    """Graphs of every group kind and many ops, on ``device``."""
     rng = np.random.default_rng(20)
-    x = lb.tensor(rand(rng, (64, 300)), device="numpy")
-    a = lb.tensor(rand(rng, (2, 64, 96), "float16"), device="numpy")
-    b = lb.tensor(rand(rng, (96, 80), "float16"), device="numpy")
-    w = lb.tensor(rand(rng, (300, 40)), device="numpy")
-    i = lb.tensor(rng.integers(-3, 3, (16, 24)).astype(np.int8), device="numpy")
-    graphs = [lb.tanh(lb.expm1(x)) + lb.log1p(lb.abs(x)) + lb.round(x) + lb.pow(x, x) +
-              lb.tan(x) + lb.floor_divide(x, 0.7) + lb.remainder(x, 1.3) + lb.pow(x, 3.0) +
-              lb.minimum(0.5, x) + lb.sqrt(lb.abs(x)),
-              lb.softmax(x, axis=-1), x.argmax(axis=0), lb.layer_norm(x, (300,)),
-              lb.gelu(a @ b + 1.0), x @ w, i @ i.T,
-              lb.default_rng(1).uniform((5, 7), device="numpy") + 1]
+    x = lb.tensor(rand(rng, (rows, 300)), device=device)
+    a = lb.tensor(rand(rng, (2, 64, 96), "float16"), device=device)
+    b = lb.tensor(rand(rng, (96, 80), "float16"), device=device)
+    w = lb.tensor(rand(rng, (300, 40)), device=device)
+    i = lb.tensor(rng.integers(-3, 3, (16, 24)).astype(np.int8), device=device)
+    return [lb.tanh(lb.expm1(x)) + lb.log1p(lb.abs(x)) + lb.round(x) + lb.pow(x, x) +
+            lb.tan(x) + lb.floor_divide(x, 0.7) + lb.remainder(x, 1.3) + lb.pow(x, 3.0) +
+            lb.minimum(0.5, x) + lb.sqrt(lb.abs(x)),
+            lb.softmax(x, axis=-1), x.argmax(axis=0), lb.layer_norm(x, (300,)),
+            lb.gelu(a @ b + 1.0), x @ w, i @ i.T,
+            lb.default_rng(1).uniform((5, 7), device=device) + 1]
+
+
+def _specs():
     specs = []
-    for g in graphs:
+    for g in _graphs("numpy"):
         specs += [k.spec for k in lb.explain(g).kernels]
     return specs
 
@@ -473,6 +480,53 @@ def test_candidates_are_valid():
             persistent += sum(bool(c.params.get("PROGRAMS")) for c in cands)
         assert candidates(spec, interpret=True)[0].params == tr.default_params(spec, True)
     assert persistent
+
+
+# (kind, graph, shape of x, tolerance): graphs of every group kind whose tuning candidates run
+# under the interpreter: an element-wise chain, row and column reductions, float16 and float32
+# matmuls with prologue and epilogue (the float16 one does not read x)
+CANDIDATE_GRAPHS = [
+    ("elementwise", lambda x, w, a, b: lb.tanh(x * 1.5) + lb.sin(x), (40, 300), 2e-5),
+    ("reduction", lambda x, w, a, b: lb.softmax(x, axis=-1), (7, 300), 1e-4),
+    ("reduction", lambda x, w, a, b: x.sum(axis=0), (100, 42), 1e-4),
+    ("matmul", lambda x, w, a, b: lb.gelu(a @ b + 1.0), (8, 8), 2e-2),
+    ("matmul", lambda x, w, a, b: lb.tanh((x * 0.5) @ w), (43, 300), 1e-4),
+]
+
+
+def candidate_inputs(rng, shape):
+    return (rand(rng, shape), rand(rng, (shape[-1], 40)) * 0.1, rand(rng, (2, 64, 96), "float16"),
+            rand(rng, (96, 80), "float16") * 0.1)
+
+
+@pytest.mark.parametrize("kind,graph,shape,tol", CANDIDATE_GRAPHS,
+                         ids=[f"{c[0]}{i}" for i, c in enumerate(CANDIDATE_GRAPHS)])
+def test_every_tuning_candidate_computes_the_reference(dev, kind, graph, shape, tol):
+    """A GPU's autotuner picks among these launches: each one (its warp and stage counts
+    aside, which the interpreter ignores) gives the reference's values here."""
+    rng = np.random.default_rng(24)
+    inputs = candidate_inputs(rng, shape)
+    (spec,) = [k.spec for k in lb.explain(*_as_tuple(graph(
+        *[lb.tensor(a, device="numpy") for a in inputs]))).kernels if k.spec.kind == kind]
+    seen, tried = set(), 0
+    backend = runtime.backend(dev)
+    for c in cuda_tuning.candidates(spec, sm_count=2, tma=True):
+        launch = {k: v for k, v in c.params.items() if k not in ("num_warps", "num_stages")}
+        if repr(sorted(launch.items())) in seen:
+            continue
+        seen.add(repr(sorted(launch.items())))
+        backend.plans.clear()  # plan again, under this candidate's parameters
+        compiles = backend.compiles
+        with launch_params(kind, **c.params):
+            check(dev, graph, *inputs, rtol=tol, atol=tol)
+        assert backend.compiles > compiles or c.params.get("library"), c  # a kernel of its own
+        tried += 1
+    backend.plans.clear()
+    assert tried >= 3
+
+
+def _as_tuple(out):
+    return out if isinstance(out, tuple) else (out,)
 
 
 POINTER = {"bool": "*i1", "int8": "*i8", "int16": "*i16", "int32": "*i32", "int64": "*i64",
@@ -513,6 +567,17 @@ def test_compiles_for_sm90():
     for j, spec in enumerate(specs):
         params = {"looped": True, "RBLOCK": 128} if j == len(specs) - 1 else {}
         compile_for_sm90(spec, f"k{j}", params)
+
+
+def test_the_graphs_compiled_for_sm90_compute_the_reference(dev):
+    """What test_compiles_for_sm90 compiles, run here (on the interpreter without a GPU, so
+    on fewer rows) and compared with the NumPy reference, the looped softmax included."""
+    for got, want in zip(_graphs(dev, rows=8), _graphs("numpy", rows=8)):
+        compare(got.numpy(), want.numpy(), rtol=2e-2 if want.dtype == lb.float16 else 1e-4,
+                atol=2e-2 if want.dtype == lb.float16 else 1e-5)
+    rng = np.random.default_rng(25)
+    with launch_params("reduction", looped=True, RBLOCK=128):
+        check(dev, lambda x: lb.softmax(x, axis=-1), rand(rng, (6, 300)), rtol=1e-4)
 
 
 @pytest.mark.parametrize("kind,params", [("reduction", p) for p in REDUCTION_TILINGS] +
@@ -580,13 +645,55 @@ def test_torch_interop_shares_memory(dev):
     assert to_torch(x).data_ptr() == t.data_ptr()
 
 
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int16", "int32", "int64",
+                                   "float16", "bfloat16", "float32", "float64"])
+def test_candidate_outputs_are_compared_by_the_host_rule(dtype, monkeypatch):
+    """A GPU compares a candidate's outputs with the default's where they are (torch tensors,
+    here on the CPU), a chunk at a time: integers and bools bit for bit (an int32 near 2**31
+    off by one is caught), floats within ``fused.tolerance`` with equal NaNs; the count and
+    the first index are the host rule's."""
+    monkeypatch.setattr(cuda_tuning, "COMPARE_CHUNK", 4096)  # several chunks
+    d = dt.BY_NAME[dtype]
+    rng = np.random.default_rng(26)
+    n = 10_003
+    if d.is_bool:
+        e = rng.random(n) > 0.5
+        a = e.copy()
+        a[[5, 7_000]] ^= True
+    elif d.is_int:
+        info = np.iinfo(d.np)
+        e = rng.integers(info.max // 2, info.max, n, dtype=d.np, endpoint=True)
+        a = e.copy()
+        a[[5, 7_000]] -= 1  # off by one: well within any float tolerance
+    else:
+        e = (rng.standard_normal(n) * 100).astype(d.np)
+        rtol, _ = fused.tolerance(d)
+        a = (e.astype(np.float64) * (1 + rtol / 4)).astype(d.np)  # within the tolerance
+        e[:6] = [np.nan, np.inf, -np.inf, 0.0, np.inf, 1.0]
+        a[:6] = [np.nan, np.inf, -np.inf, -0.0, e.dtype.type(1e4), np.nan]  # 4, 5 differ
+        a[7_000] = e[7_000] * 2 + 1
+    want = int(fused.host_mismatches(e, a, d).sum())
+    assert want == (3 if d.is_float else 2)
+
+    def as_torch(v):
+        if dtype == "bfloat16":
+            return torch.from_numpy(v.astype(np.float32)).to(torch.bfloat16)
+        return torch.from_numpy(v)
+
+    arg = KernelArg("out0", d, n, True)
+    message = cuda_tuning.compare_outputs(torch, as_torch(e), as_torch(a), arg)
+    first = 4 if d.is_float else 5
+    assert message is not None and message.startswith(f"{want} of {n} output elements differ")
+    assert f"first at element {first}:" in message, message
+    assert cuda_tuning.compare_outputs(torch, as_torch(e), as_torch(e), arg) is None
+
+
 def test_first_launch_tuning_runs_checks_and_caches(dev, monkeypatch):
     """The tuning path a GPU takes at autotune level >= 1, with the timer stubbed (the
     interpreter's timings mean nothing)."""
     import triton.testing
 
     from lazyburn import autotune as at
-    from lazyburn.runtime import cuda_tuning
 
     real = cuda_tuning.candidates
 

@@ -246,7 +246,7 @@ class TunedKernel:
 
         def check(expected, actual):
             for a, e, x in zip(out_args, expected, actual):
-                differs = _compare(torch, e, x, a)
+                differs = compare_outputs(torch, e, x, a)
                 if differs is not None:
                     raise at.OutputMismatch(f"{a.name}: {differs}")
             return True
@@ -300,7 +300,7 @@ def planned_execution(backend, k, cands=None) -> Execution:
 COMPARE_CHUNK = 1 << 24  # elements compared at a time: the temporaries stay small
 
 
-def _compare(torch, expected, actual, karg) -> str | None:
+def compare_outputs(torch, expected, actual, karg) -> str | None:
     """None when flat device tensors ``actual`` and ``expected`` match (integers and bools bit
     for bit, floats within ``tolerance`` with equal NaNs and equal infinities), else how they
     differ. Compared on the device a chunk at a time."""
