@@ -23,7 +23,7 @@ import lazyburn as lb  # noqa: E402
 from lazyburn import runtime  # noqa: E402
 from lazyburn.codegen import triton as tr  # noqa: E402
 from lazyburn.fusion.kernel_ir import KernelArg  # noqa: E402
-from lazyburn.graph import dtypes as dt  # noqa: E402
+from lazyburn.ir import dtypes as dt  # noqa: E402
 from lazyburn.runtime import cuda_tuning, fused  # noqa: E402
 
 RTOL = {"float32": 2e-5, "float64": 1e-9, "float16": 1e-2, "bfloat16": 2e-2}
