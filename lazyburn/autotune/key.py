@@ -12,14 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..ir.shapes import pow2_at_least
 from ..version import __version__
 from .candidates import Candidate, candidates_checksum
-
-
-def _round_up_pow2(n: int) -> int:
-    if n <= 1:
-        return n
-    return 1 << (n - 1).bit_length()
 
 
 def shape_bucket(shape: Any) -> tuple:
@@ -45,7 +40,7 @@ def _bucket_item(item: Any):
         n = item.__index__()
         if n < 0:
             raise ValueError(f"negative dimension {n} in shape")
-        return _round_up_pow2(n)
+        return n if n <= 1 else pow2_at_least(n)
     return shape_bucket(item)
 
 

@@ -156,3 +156,9 @@ def acc_expr_id(spec) -> int:
         if e.op == "acc":
             return e.id
     return -1
+
+
+def indent(lines, n: int = 4) -> list[str]:
+    """``lines`` indented by ``n`` spaces (a loop's or the kernel's body)."""
+    pad = " " * n
+    return [pad + line for line in lines]

@@ -39,9 +39,10 @@ from dataclasses import dataclass
 
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
+from ..ir.shapes import pow2_at_least
 from . import opencl_math, philox
-from .common import (INFIX, ExprPrinter, find_var, float_literal, reduction_identity,
-                     rounded_to)
+from .common import (INFIX, ExprPrinter, acc_expr_id, find_var, float_literal, indent,
+                     reduced_expr_id, reduction_identity, rounded_to)
 
 STORAGE = {"bool": "uchar", "int8": "char", "int16": "short", "int32": "int", "int64": "long",
            "uint8": "uchar", "float16": "half", "bfloat16": "ushort", "float32": "float",
@@ -553,11 +554,6 @@ def _signature(p: OpenCLPrinter, name: str, attrs: str = "") -> str:
     return f"__kernel {attrs}void {name}({', '.join(params)})"
 
 
-def _indent(lines, n) -> list[str]:
-    pad = " " * n
-    return [pad + line for line in lines]
-
-
 def render(spec: KernelSpec, name: str, params: dict | None = None) -> RenderedKernel:
     """OpenCL C for ``spec`` as kernel ``name`` with launch ``params`` (see module doc)."""
     params = dict(params or {})
@@ -613,7 +609,7 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKe
             start = f" + {offset}" if offset else ""
             body += [_signature(p, kname) + " {",
                      f"    const {it} i = ({it})get_global_id(0){start};"]
-            body += _indent(lines + stores, 4) + ["}", ""]
+            body += indent(lines + stores, 4) + ["}", ""]
             launches.append((kname, (count,), lsize))
         r = RenderedKernel(name, _finish(p, body), launches[0][1], launches[0][2])
         r.launches = launches
@@ -623,7 +619,7 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKe
             f"    for (int j = 0; j < {per_item}; ++j) {{",
             f"        const {it} i = ({it})get_global_id(0) + ({it})j * {items};",
             f"        if (i < {spec.numel}) {{"]
-    body += _indent(lines + stores, 12) + ["        }", "    }", "}"]
+    body += indent(lines + stores, 12) + ["        }", "    }", "}"]
     global_size = items if not local else -(-items // local) * local
     return RenderedKernel(name, _finish(p, body), (max(global_size, 1),),
                           (local,) if local else None)
@@ -645,7 +641,7 @@ def _render_elementwise_rows(spec: ElementwiseSpec, name, rows, width, fast) -> 
     if width:
         body.append(f"    #pragma clang loop vectorize_width({int(width)})")
     body += [f"    for ({it} j = 0; j < {rows}; ++j) {{", f"        const {it} i = o * {rows} + j;"]
-    body += _indent(lines + stores, 8) + ["    }", "}"]
+    body += indent(lines + stores, 8) + ["    }", "}"]
     return RenderedKernel(name, _finish(p, body), (spec.numel // rows,), None)
 
 
@@ -736,7 +732,7 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
     p = OpenCLPrinter(spec, fast)
     it = p.index_type
     strategy = params.get("strategy") or ("sequential" if spec.reduce_size <= 32 else "tree")
-    local = int(params.get("local") or min(256, _pow2_at_least(spec.reduce_size)))
+    local = int(params.get("local") or min(256, pow2_at_least(spec.reduce_size)))
     if strategy == "sequential":
         local = 1
     row, r = find_var(spec, "row"), find_var(spec, "r")
@@ -758,7 +754,7 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
         arg = stage.op in ("argmax", "argmin")
         keyed = stage.op in ("max", "min") and acc_t in FLOAT_KEYS
         if stage.op in ("sum", "prod") and stage.acc_dtype.is_float:
-            body += _indent(_pairwise_accumulate(p, stage, k, {**bound}, r.id, spec.reduce_size,
+            body += indent(_pairwise_accumulate(p, stage, k, {**bound}, r.id, spec.reduce_size,
                                                  local if tree else 1, lanes, bool(width)), 4)
         elif keyed:
             p.helpers_used.update({(stage.op, acc_t), ("unkey", acc_t)})
@@ -773,7 +769,7 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
             lines, names = p.emit([stage.value], {**bound, r.id: "r"})
             v = names[stage.value.id]
             body.append(row_loop)
-            body += _indent(lines, 8)
+            body += indent(lines, 8)
             cast = f"(({acc_t}){v})" if stage.acc_dtype is not stage.value.dtype else v
             if arg:
                 body.append("        " + _arg_combine(stage, f"acc{k}", f"arg{k}", v, "r",
@@ -792,19 +788,19 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
         if stage.dtype.name in HALF_ROUND:
             result = f"{HALF_ROUND[stage.dtype.name]}({result})"
         body.append(f"    const {out_t} stage{k} = {result};")
-        bound[_reduced_expr_id(spec, k)] = f"stage{k}"
+        bound[reduced_expr_id(spec, k)] = f"stage{k}"
     row_outs = [o for o in spec.outputs if o.index is None]
     full_outs = [o for o in spec.outputs if o.index is not None]
     if row_outs:
         lines, names = p.emit([o.value for o in row_outs], bound)
         body.append("    if (lid == 0) {")
-        body += _indent(lines + [p.store(o.arg, "row", names[o.value.id]) for o in row_outs], 8)
+        body += indent(lines + [p.store(o.arg, "row", names[o.value.id]) for o in row_outs], 8)
         body.append("    }")
     if full_outs:
         roots = [o.value for o in full_outs] + [o.index for o in full_outs]
         lines, names = p.emit(roots, {**bound, r.id: "r"})
         body.append(row_loop)
-        body += _indent(lines + [p.store(o.arg, names[o.index.id], names[o.value.id])
+        body += indent(lines + [p.store(o.arg, names[o.index.id], names[o.value.id])
                                  for o in full_outs], 8)
         body.append("    }")
     body.append("}")
@@ -874,7 +870,7 @@ def _pairwise_accumulate(p: OpenCLPrinter, stage: Stage, k: int, bound: dict, r_
         return [f"for ({it} g = {first}; g < {first} + {count}; ++g) {{",
                 *([f"    #pragma clang loop vectorize_width({lanes})"] if pragma else []),
                 f"    for (int l = 0; l < {lanes}; ++l) {{"] + \
-            _indent(add_term(f"(g * {local} + {lid}) * {lanes} + l", f"{lane}[l]"), 8) + \
+            indent(add_term(f"(g * {local} + {lid}) * {lanes} + l", f"{lane}[l]"), 8) + \
             ["    }", "}"]
 
     clear = [f"for (int l = 0; l < {lanes}; ++l) {lane}[l] = {ident};"]
@@ -899,7 +895,7 @@ def _pairwise_accumulate(p: OpenCLPrinter, stage: Stage, k: int, bound: dict, r_
         levels = blocks.bit_length()
         out += [f"    {acc_t} lvl[{levels}];",
                 f"    for ({it} b = 0; b < {blocks}; ++b) {{"]
-        out += _indent(clear + chunk_loop(f"b * {BLOCK_CHUNKS}", str(BLOCK_CHUNKS)), 8)
+        out += indent(clear + chunk_loop(f"b * {BLOCK_CHUNKS}", str(BLOCK_CHUNKS)), 8)
         out += ["        " + fold,
                 "        int j = 0;",
                 f"        for ({it} c = b; c & 1; c >>= 1) s = lvl[j++] {op} s;",
@@ -908,16 +904,16 @@ def _pairwise_accumulate(p: OpenCLPrinter, stage: Stage, k: int, bound: dict, r_
                 f"    for (int j = {levels - 1}; j >= 0; --j)",
                 f"        if (({blocks} >> j) & 1) acc{k} = acc{k} {op} lvl[j];"]
     if rest or extra_items or tail:
-        out += _indent(clear, 4)
+        out += indent(clear, 4)
         if rest:
-            out += _indent(chunk_loop(str(blocks * BLOCK_CHUNKS), str(rest)), 4)
+            out += indent(chunk_loop(str(blocks * BLOCK_CHUNKS), str(rest)), 4)
         if extra_items:
             out += [f"    if ({lid} < {extra_items}) {{"]
-            out += _indent(chunk_loop(str(per_item), "1"), 8) + ["    }"]
+            out += indent(chunk_loop(str(per_item), "1"), 8) + ["    }"]
         if tail:
             out += [f"    for (int l = {lid}; l < {tail}; l += {local}) {{"]
-            out += _indent(add_term(f"{chunks * lanes} + l", f"{lane}[l]"), 8) + ["    }"]
-        out += ["    {"] + _indent(fold.split("\n"), 8)
+            out += indent(add_term(f"{chunks * lanes} + l", f"{lane}[l]"), 8) + ["    }"]
+        out += ["    {"] + indent(fold.split("\n"), 8)
         out += [f"        acc{k} = acc{k} {op} s;", "    }"]
     out.append("}")
     return out
@@ -931,13 +927,6 @@ def _fold(name: str, n: int, op: str) -> str:
         mid = (lo + hi) // 2
         return f"({tree(lo, mid)} {op} {tree(mid, hi)})"
     return tree(0, n)
-
-
-def _reduced_expr_id(spec: ReductionSpec, k: int) -> int:
-    for e in topo_exprs(spec.roots()):
-        if e.op == "reduced" and e.args[0] == k:
-            return e.id
-    return -1 - k  # not read by anything
 
 
 def _tree_combine(stage: Stage, k: int, local: int, acc_t: str, it: str) -> list[str]:
@@ -960,13 +949,6 @@ def _tree_combine(stage: Stage, k: int, local: int, acc_t: str, it: str) -> list
     if arg:
         lines.append(f"    arg{k} = ridx{k}[0];")
     return lines
-
-
-def _pow2_at_least(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
@@ -993,29 +975,22 @@ def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
             f"            const {it} k = k0 + tn;",
             f"            {acc_t} v = 0;",
             f"            if (m < {M} && k < {K}) {{"]
-    body += _indent(a_lines + [f"v = ({acc_t}){a_names[spec.a.id]};"], 16)
+    body += indent(a_lines + [f"v = ({acc_t}){a_names[spec.a.id]};"], 16)
     body += ["            }", "            As[tm][tn] = v;", "        }", "        {",
              f"            const {it} k = k0 + tm;", f"            {acc_t} v = 0;",
              f"            if (k < {K} && n < {N}) {{"]
-    body += _indent(b_lines + [f"v = ({acc_t}){b_names[spec.b.id]};"], 16)
+    body += indent(b_lines + [f"v = ({acc_t}){b_names[spec.b.id]};"], 16)
     body += ["            }", "            Bs[tm][tn] = v;", "        }",
              "        barrier(CLK_LOCAL_MEM_FENCE);",
              f"        for (int kk = 0; kk < {tile}; ++kk) acc += As[tm][kk] * Bs[kk][tn];",
              "        barrier(CLK_LOCAL_MEM_FENCE);", "    }"]
-    acc_id = _acc_expr_id(spec)
+    acc_id = acc_expr_id(spec)
     e_lines, e_names = p.emit([o.value for o in spec.outputs],
                               {**base, vm.id: "m", vn.id: "n", acc_id: "acc"})
     body.append(f"    if (m < {M} && n < {N}) {{")
     body.append(f"        const {it} flat = (b * {M} + m) * {N} + n;")
-    body += _indent(e_lines + [p.store(o.arg, "flat", e_names[o.value.id])
+    body += indent(e_lines + [p.store(o.arg, "flat", e_names[o.value.id])
                                for o in spec.outputs], 8)
     body += ["    }", "}"]
     grid = (-(-N // tile) * tile, -(-M // tile) * tile, spec.batch)
     return RenderedKernel(name, _finish(p, body), grid, (tile, tile, 1))
-
-
-def _acc_expr_id(spec: KernelSpec) -> int:
-    for e in topo_exprs(spec.roots()):
-        if e.op == "acc":
-            return e.id
-    return -1

@@ -54,13 +54,14 @@ from ``tl`` builtins (Kahan's expm1/log1p forms), so CPU tests run the same kern
 from __future__ import annotations
 
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec
+from ..ir.shapes import pow2_at_least
+from .common import indent
 from .triton_matmul import matmul_params, render_matmul, tma_operands, uses_dot
-from .triton_printer import (TL_MATH, RenderedKernel, TritonPrinter, cdiv, indent, loop_vars,
-                             next_pow2, program_id)
+from .triton_printer import TL_MATH, RenderedKernel, TritonPrinter, cdiv, loop_vars, program_id
 from .triton_reduction import PERSISTENT_MAX, outer_reduction, reduction_params, render_reduction
 
 __all__ = ["PERSISTENT_MAX", "TL_MATH", "RenderedKernel", "TritonPrinter", "cdiv",
-           "default_params", "next_pow2", "outer_reduction", "render", "tma_operands", "uses_dot"]
+           "default_params", "outer_reduction", "render", "tma_operands", "uses_dot"]
 
 
 def render(spec: KernelSpec, name: str, params: dict | None = None,
@@ -101,8 +102,8 @@ def default_params(spec: KernelSpec, interpret: bool = False) -> dict:
     """
     if isinstance(spec, ElementwiseSpec):
         if interpret:
-            return {"BLOCK": min(next_pow2(max(spec.numel, 1)), 8192), "num_warps": 4}
-        block = min(1024, max(128, next_pow2(spec.numel)))
+            return {"BLOCK": min(pow2_at_least(max(spec.numel, 1)), 8192), "num_warps": 4}
+        block = min(1024, max(128, pow2_at_least(spec.numel)))
         return {"BLOCK": block, "num_warps": 4 if block <= 1024 else 8}
     if isinstance(spec, ReductionSpec):
         return reduction_params(spec, interpret)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from ..fusion.kernel_ir import MatmulSpec
 from ..fusion.symbolic import topo_exprs
+from ..ir.shapes import pow2_at_least
+from .common import indent
 from .triton_printer import (HALF, NARROW_INT, TL, VALUE, TritonPrinter, cdiv, expr_ids,
-                             indent, loop_vars, next_pow2, number_text)
+                             loop_vars, number_text)
 
 
 def matmul_params(spec: MatmulSpec, interpret: bool) -> dict:
@@ -14,13 +16,13 @@ def matmul_params(spec: MatmulSpec, interpret: bool) -> dict:
     ``EPILOGUE_SUBTILES`` of ``spec``. ``render`` also takes ``PROGRAMS`` (a persistent
     kernel of that many programs; 0 or absent: one program per tile)."""
     def fit(block, dim):
-        return max(16, min(block, next_pow2(dim)))
+        return max(16, min(block, pow2_at_least(dim)))
 
     half = spec.a is not None and spec.a.dtype.name in HALF
     if not uses_dot(spec):  # multiply-and-sum tiles live in registers: keep them small
         bm, bn, bk, warps, stages = 32, 32, 8, 4, 1
-        return {"BLOCK_M": min(bm, max(16, next_pow2(spec.m))),
-                "BLOCK_N": min(bn, max(16, next_pow2(spec.n))), "BLOCK_K": bk, "GROUP_M": 8,
+        return {"BLOCK_M": min(bm, max(16, pow2_at_least(spec.m))),
+                "BLOCK_N": min(bn, max(16, pow2_at_least(spec.n))), "BLOCK_K": bk, "GROUP_M": 8,
                 "num_warps": warps, "num_stages": stages, "EPILOGUE_SUBTILES": 1}
     if interpret:
         bm, bn, bk, warps, stages = 64, 64, 64, 4, 1

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..fusion.kernel_ir import KernelSpec
 from ..fusion.symbolic import Expr, topo_exprs
+from ..ir.shapes import pow2_at_least
 from . import philox
 from .common import INFIX, INT_LIMITS, ExprPrinter, float_literal, rounded_to
 from .triton_helpers import HELPERS
@@ -118,14 +119,6 @@ class RenderedKernel:
     num_warps: int = 4
     num_stages: int = 1
     params: dict | None = None
-
-
-def next_pow2(n: int) -> int:
-    """The smallest power of two >= ``n`` (1 for n <= 1)."""
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 def cdiv(a: int, b: int) -> int:
@@ -632,11 +625,6 @@ class TritonPrinter(ExprPrinter):
         for h in sorted(needed):
             text += "\n\n@triton.jit" + HELPERS[h][1]
         return text + "\n\n" + "\n".join(kernel_lines) + "\n"
-
-
-def indent(lines, n: int = 4) -> list[str]:
-    """``lines`` indented by ``n`` spaces (a loop's or the kernel's body)."""
-    return [" " * n + line for line in lines]
 
 
 def loop_vars(spec: KernelSpec) -> dict[str, Expr]:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from ..fusion.kernel_ir import ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
-from .common import reduction_identity
-from .triton_printer import (HALF, INF, VALUE, TritonPrinter, cdiv, expr_ids, indent, loop_vars,
-                             next_pow2, number_text, program_id)
+from ..ir.shapes import pow2_at_least
+from .common import indent, reduction_identity
+from .triton_printer import (HALF, INF, VALUE, TritonPrinter, cdiv, expr_ids, loop_vars,
+                             number_text, program_id)
 
 PERSISTENT_MAX = 16384  # longest row a persistent reduction holds in registers
 
@@ -34,21 +35,21 @@ def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
     if interpret:
         # the interpreter's cost is per loop step and, in tl.reduce, per lane: long rows take
         # wider steps
-        r = min(next_pow2(size), 1024 if size <= 2 ** 20 else 8192)
-        x = min(next_pow2(rows), max(1, 4096 // r))
+        r = min(pow2_at_least(size), 1024 if size <= 2 ** 20 else 8192)
+        x = min(pow2_at_least(rows), max(1, 4096 // r))
         return {"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4}
     if outer_reduction(spec):
         # the reduced axis is strided and the rows are contiguous: wide row tiles coalesce
-        r = min(next_pow2(size), 32)
-        return {"XBLOCK": min(64, next_pow2(rows)), "RBLOCK": r, "looped": size > r,
+        r = min(pow2_at_least(size), 32)
+        return {"XBLOCK": min(64, pow2_at_least(rows)), "RBLOCK": r, "looped": size > r,
                 "num_warps": 4}
     if size <= PERSISTENT_MAX:
-        r = next_pow2(size)
-        x = min(next_pow2(rows), max(1, 1024 // r))
+        r = pow2_at_least(size)
+        x = min(pow2_at_least(rows), max(1, 1024 // r))
         while x > 1 and cdiv(rows, x) < 256:  # keep enough programs to fill the device
             x //= 2
         warps = min(16, max(2, x * r // 512))
-        return {"XBLOCK": x, "RBLOCK": r, "looped": False, "num_warps": next_pow2(warps)}
+        return {"XBLOCK": x, "RBLOCK": r, "looped": False, "num_warps": pow2_at_least(warps)}
     return {"XBLOCK": 1, "RBLOCK": 2048, "looped": True, "num_warps": 8}
 
 
@@ -165,7 +166,7 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
     X, R = int(params["XBLOCK"]), int(params["RBLOCK"])
     looped = bool(params["looped"]) and spec.reduce_size > R
     if not looped:
-        R = max(R, next_pow2(max(spec.reduce_size, 1)))
+        R = max(R, pow2_at_least(max(spec.reduce_size, 1)))
     rows, size = spec.rows, spec.reduce_size
     xmask = None if rows % X == 0 else "xmask"
     rmask = None if size % R == 0 and (looped or size == R) else "rmask"

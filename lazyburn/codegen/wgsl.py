@@ -98,7 +98,8 @@ from ..errors import DeviceError
 from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
 from . import philox, wgsl_functions
-from .common import (INFIX, INT_LIMITS, ExprPrinter, acc_expr_id, find_var, float_literal,
+from ..ir.shapes import pow2_at_least, pow2_at_most
+from .common import (INFIX, INT_LIMITS, ExprPrinter, acc_expr_id, find_var, float_literal, indent,
                      reduced_expr_id, reduction_identity)
 
 VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "int32": "i32",
@@ -619,19 +620,6 @@ def entry_point(name: str, size: int, subgroups: bool = False) -> str:
     return (f"@compute @workgroup_size({size})\nfn {name}(@builtin(workgroup_id) wid: vec3<u32>, "
             f"@builtin(num_workgroups) lb_groups: vec3<u32>, "
             f"@builtin(local_invocation_index) lid_u: u32{extra}) {{\n    {OPAQUE_ZERO}")
-
-
-def indent(lines, n) -> list[str]:
-    pad = " " * n
-    return [pad + line for line in lines]
-
-
-def pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def pow2_at_most(n: int) -> int:
-    return 1 << (max(1, n).bit_length() - 1)
 
 
 # --- reductions ----------------------------------------------------------------------------

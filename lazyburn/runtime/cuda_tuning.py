@@ -28,6 +28,7 @@ from .. import autotune as at
 from ..codegen import triton as tr
 from ..codegen.triton_matmul import epilogue_subtiles
 from ..fusion.kernel_ir import ElementwiseSpec, MatmulSpec, ReductionSpec
+from ..ir.shapes import pow2_at_least
 from .fused import (MAX_TUNED_WORK, Execution, describe_mismatch, representative,
                     tolerance)
 
@@ -88,17 +89,17 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
     if isinstance(spec, ElementwiseSpec):
         for block, warps, priority in ((512, 4, 1), (2048, 8, 1), (4096, 8, 1), (256, 2, 2),
                                        (1024, 8, 2), (8192, 16, 2)):
-            if block <= 4 * tr.next_pow2(spec.numel):
+            if block <= 4 * pow2_at_least(spec.numel):
                 add({"BLOCK": block, "num_warps": warps}, priority)
     elif isinstance(spec, ReductionSpec):
-        size, rows = max(spec.reduce_size, 1), tr.next_pow2(spec.rows)
+        size, rows = max(spec.reduce_size, 1), pow2_at_least(spec.rows)
         if tr.outer_reduction(spec):  # row tiles over the contiguous axis
             for x, r in ((32, 32), (64, 16), (128, 8), (64, 64), (128, 32), (32, 8)):
                 if x <= rows:
                     add({"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4},
                         1 if r >= 16 else 2)
         if size <= tr.PERSISTENT_MAX:
-            r = tr.next_pow2(size)
+            r = pow2_at_least(size)
             for x in (1, 2, 4, 8, 16, 32, 64):
                 if x <= rows and x * r <= 16384:
                     for warps in (2, 4, 8, 16):
@@ -113,7 +114,7 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
         # (integer and float64 matmuls multiply and sum tiles in registers: their small
         # default tile is the only sensible one)
         def fit(block, dim):
-            return max(16, min(block, tr.next_pow2(dim)))
+            return max(16, min(block, pow2_at_least(dim)))
 
         tiles = []
         for bm, bn, bk, stages, warps, priority in MATMUL_TILES:

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..autotune import Candidate
 from ..codegen import opencl as cl_codegen
+from ..ir.shapes import pow2_at_least
 from .fused import FirstLaunchTuner, describe_mismatch, tolerance
 
 LIBRARY_MATMUL_MIN_FLOPS = 2 * 64 ** 3  # below this a generated kernel wins on any device
@@ -28,7 +29,7 @@ def default_params(backend, k) -> dict:
         many_rows = spec.rows >= 4 * backend.compute_units
         if spec.reduce_size <= 32 or (cpu and many_rows):
             return {"strategy": "sequential", "local": None, **_row_vectors(backend)}
-        local = min(256, backend.max_local, _pow2_at_least(spec.reduce_size))
+        local = min(256, backend.max_local, pow2_at_least(spec.reduce_size))
         return {"strategy": "tree", "local": local}
     if k.kind == "matmul":
         flops = 2 * spec.batch * spec.m * spec.n * spec.k
@@ -97,7 +98,7 @@ def candidates(backend, k) -> list[Candidate]:
                                  {"local": local, "per_item": per_item}, 2))
     elif k.kind == "reduction":
         for local in (16, 64, 128, 256):
-            if local <= 4 * _pow2_at_least(spec.reduce_size) and local <= backend.max_local:
+            if local <= 4 * pow2_at_least(spec.reduce_size) and local <= backend.max_local:
                 out.append(Candidate(f"tree,local={local}",
                                      {"strategy": "tree", "local": local}, 1))
         out.append(Candidate("sequential", {"strategy": "sequential", "local": None,
@@ -255,10 +256,3 @@ def _read(backend, buf, karg, start=0, count=None):
         backend.cl.enqueue_copy(backend.queue, view, buf,
                                 src_offset=start * karg.dtype.itemsize)
     return host
-
-
-def _pow2_at_least(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..autotune import Candidate
 from ..codegen import wgsl
+from ..ir.shapes import pow2_at_least
 from .fused import FirstLaunchTuner
 from .webgpu_profile import SyncProfile
 
@@ -30,7 +31,7 @@ def default_params(backend, k) -> dict:
             return {"strategy": "sequential", "workgroup": 64}
         # 256 invocations a row, more for long rows so that a persistent reduction keeps at
         # most 16 elements per invocation
-        size = 1 << (spec.reduce_size - 1).bit_length()
+        size = pow2_at_least(spec.reduce_size)
         return {"strategy": "tree", "workgroup": min(size, max(256, size // 16), 1024)}
     if k.kind == "matmul":
         return {"tile": 16, "micro": 4 if min(spec.m, spec.n) >= 64 else 1}
@@ -56,7 +57,7 @@ def candidates(backend, k) -> list[Candidate]:
         # it is left out rather than timed twice
         budget = wgsl.form_budget(backend.target)
         for size in (32, 64, 128, 256, 512, 1024):
-            if size <= largest and size <= 4 * (1 << (spec.reduce_size - 1).bit_length()) \
+            if size <= largest and size <= 4 * pow2_at_least(spec.reduce_size) \
                     and spec.reduce_size // (size * wgsl.UNROLL) < budget:
                 out.append(Candidate(f"tree,workgroup={size}",
                                      {"strategy": "tree", "workgroup": size}, 1))
