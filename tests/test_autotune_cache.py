@@ -417,3 +417,16 @@ def test_cli_on_a_read_only_cache(cache_env, monkeypatch, capsys):
     assert "read-only" in capsys.readouterr().err
     monkeypatch.undo()
     assert _rows(cache_env) == [("kernel-abc", "b512")]
+
+
+def test_cli_list_shows_the_candidates_that_failed_with_their_error(cache_env, capsys):
+    cache = at.AutotuneCache(cache_env / at.FILE_NAME)
+    key = at.TuneKey("fake", at.device_fingerprint("dev", "1", "2"), "kernel-err", (64,))
+    winner = at.Candidate("b512", {"BLOCK": 512})
+    cache.put(key, winner, {"b512": 1.0, "b2048": None},
+              errors={"b2048": "KernelCompileError: out of registers\n  at line 3"})
+    cache.close()
+    assert cli_main(["cache", "list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == "failed: kernel-err b2048: KernelCompileError: out of registers"
+    assert "b512" in lines[1] and "failed" not in lines[1]

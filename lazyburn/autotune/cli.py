@@ -24,7 +24,8 @@ def _format_shape(shape) -> str:
 
 
 def format_entries(entries: list[CacheEntry]) -> str:
-    """The entries as a text table, one line each (key fields, winner, median time, date)."""
+    """The entries as a text table, one line each (key fields, winner, median time, date),
+    then one line per candidate that failed (kernel, candidate, its error's first line)."""
     header = ("backend", "device", "kernel", "shape", "version", "list", "winner", "median",
               "date")
     rows = [header]
@@ -34,8 +35,13 @@ def format_entries(entries: list[CacheEntry]) -> str:
                      k.version, k.candidates_checksum[:8], e.winner, _format_time(e.median_s),
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created))))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
-    return "\n".join("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip()
-                     for r in rows)
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    # the candidates that failed, with the first line of their error, below the table
+    for e in entries:
+        for name, error in sorted(e.errors.items()):
+            first = (error.strip().splitlines() or [""])[0]
+            lines.append(f"failed: {e.key.kernel_hash[:16]} {name}: {first}")
+    return "\n".join(lines)
 
 
 def read_entries(path: Path) -> list[CacheEntry]:
