@@ -179,7 +179,7 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
     body = [f"row = {program_id(p)} * {X} + tl.arange(0, {X})[:, None]"]
     if xmask:
         body.append(f"xmask = row < {rows}")
-    r_lines = [f"r = {'r0 + ' if looped else ''}tl.arange(0, {R})[None, :]"]
+    r_lines = [f"r = {'r0 + ' if looped else ''}{_lane_range(p, R)}[None, :]"]
     if rmask:
         r_lines.append(f"rmask = r < {size}")
     idx = f"tl.broadcast_to(r, {shape})"
@@ -242,6 +242,19 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
     p.eviction = {}
     grid = (cdiv(rows, X),)
     return body, grid, int(params["num_warps"]), 1
+
+
+def _lane_range(p: TritonPrinter, R: int) -> str:
+    """``tl.arange(0, R)``, on a GPU through an identity in inline PTX: LLVM then cannot bound
+    the lane index, so it keeps the index arithmetic of the row (``r // 19``, ``r % 19``, masks)
+    in 32 bits. Knowing r < 4096 it narrowed that arithmetic to 16-bit and packed 16x2
+    instructions, and an H100 (Triton 3.6, 8 warps) summed a padded row's logsumexp wrong by
+    1.9e-4 (the same kernel was right with 2, 4 or 16 warps, or with extra stores)."""
+    lanes = f"tl.arange(0, {R})"
+    if p.target != "cuda":
+        return lanes
+    return (f'tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [{lanes}], dtype=tl.int32, '
+            f'is_pure=True, pack=1)')
 
 
 def _after_stages(spec: ReductionSpec) -> set[int]:
