@@ -50,11 +50,13 @@ VALUE = dict(STORAGE, bool="bool", float16="float", bfloat16="float")
 
 HELPERS = r"""
 /* Wrapped integer results: computed in an unsigned type, then brought to their signed type
-   (see FROM_UNSIGNED). On NVIDIA's OpenCL, through inline PTX: its PTX was right but the
-   driver's PTX compiler (580.159, an H100) combined a negation with the max reading it (a max
-   of -x over [0, 1, -1, ..., 31, 32, 33, 100] read 32) and widened -(-32768) of int16 as
-   +32768; a result that comes out of an asm statement is not combined with its neighbours
-   (-cl-nv-opt-level=0 also avoided it: the fault is in that compiler's optimizer). */
+   (see FROM_UNSIGNED). On NVIDIA's OpenCL (defines __NV_CL_C_VERSION), through inline PTX:
+   from correct PTX, the driver's PTX compiler (580.159, an H100) read a max of -x over
+   [0, 1, -1, ..., 31, 32, 33, 100] as 32 and widened -(-32768) of int16 as +32768. Built
+   from the asm statements below, the op sweep's integer cases came out right there (int8 and
+   int16 sign-extended by 32-bit shifts, as Triton's wrap_narrow); -cl-nv-opt-level=0 did too,
+   so the fault is in that compiler's optimizer, which an asm statement does not fence off:
+   this changes what it is given, it does not forbid the rewrite. */
 #if defined(__NV_CL_C_VERSION) || defined(cl_nv_pragma_unroll)
 static inline uint lb_wrap32(uint x) { uint y; asm("mov.b32 %0, %1;" : "=r"(y) : "r"(x)); return y; }
 static inline ulong lb_wrap64(ulong x) { ulong y; asm("mov.b64 %0, %1;" : "=l"(y) : "l"(x)); return y; }
