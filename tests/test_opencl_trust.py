@@ -11,6 +11,7 @@ special values.
 """
 from __future__ import annotations
 
+import re
 import warnings
 
 import ml_dtypes
@@ -399,6 +400,43 @@ def test_integer_results_wrap_before_widening(rng, dtype):
         assert_same(got, want)
         got, want = both(lambda t: fn(t).sum(-1), a.reshape(32, 8))
         assert_same(got, want)
+        got, want = both(lambda t: fn(t).max(-1), a.reshape(32, 8))
+        assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8"])
+def test_wrapped_results_reach_their_type_without_a_signed_conversion(dtype):
+    """Wrapped results are truncated to the unsigned type of their width and reinterpreted
+    (through the lb_wrap helpers: inline PTX on NVIDIA's OpenCL, whose PTX compiler read a max
+    of -x over [0, 1, -1, ..., 32, 33, 100] as 32 and widened -(-32768) of int16 as +32768),
+    never converted to a signed type out of its range. The same graphs' values on this device,
+    the sweep's first row included."""
+    info = np.iinfo(dtype)
+    row = np.array([0, 1, -1, 2, -2, 3, -3, 7, -7, 5, 31, 32, 33, 100]).clip(info.min, info.max)
+    a = np.stack([row, np.array([info.min, info.min + 1, info.max, info.max - 1] + [5, -9] * 5)
+                  .clip(info.min, info.max)]).astype(dtype)
+    fns = {"sub": lambda x: 0 - x, "mul": lambda x: x * -1 if info.min < 0 else x * 3,
+           "sub3": lambda x: x - 3, "abs": lambda x: abs(x), "shift": lambda x: x << 3,
+           "cast": lambda x: (x * 3).astype(lb.int8)}
+    if info.min < 0:
+        fns.update(neg=lambda x: -x, floordiv=lambda x: x // -1)
+    from lazyburn.codegen import opencl as cl_codegen
+
+    spelled = {"int8": r"\(\(char\)lb_wrap8\(", "int16": r"\(\(short\)lb_wrap16\(",
+               "int32": r"as_int\(lb_wrap32\(", "int64": r"as_long\(lb_wrap64\(",
+               "uint8": r"\(\(uchar\)\("}[dtype]
+    for name, fn in fns.items():
+        for reduce in (lambda y: y.max(-1), lambda y: y.astype(lb.int64).sum(-1)):
+            got, want = both(lambda x: reduce(fn(x)), a)
+            assert_same(got, want)
+            graph = reduce(fn(lb.tensor(a, device="numpy")))
+            for k in lb.explain(graph).kernels:
+                src = cl_codegen.render(k.spec, "k").source
+                unsigned_to_signed = r"\((char|short|int|long)\)\s*\(*\s*\(u(char|short|int|long)\)"
+                assert not re.search(unsigned_to_signed, src), src
+        if (name, dtype) != ("abs", "uint8"):  # abs of uint8 is its operand: no kernel
+            (k,) = lb.explain(fn(lb.tensor(a, device="numpy"))).kernels
+            assert re.search(spelled, cl_codegen.render(k.spec, "k").source), name
 
 
 # float to integer casts --------------------------------------------------------------------

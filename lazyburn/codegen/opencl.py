@@ -50,6 +50,25 @@ STORAGE = {"bool": "uchar", "int8": "char", "int16": "short", "int32": "int", "i
 VALUE = dict(STORAGE, bool="bool", float16="float", bfloat16="float")
 
 HELPERS = r"""
+/* Wrapped integer results: computed in an unsigned type, then brought to their signed type
+   (see FROM_UNSIGNED). On NVIDIA's OpenCL (defines __NV_CL_C_VERSION), through inline PTX:
+   from correct PTX, the driver's PTX compiler (580.159, an H100) read a max of -x over
+   [0, 1, -1, ..., 31, 32, 33, 100] as 32 and widened -(-32768) of int16 as +32768. Built
+   from the asm statements below, the op sweep's integer cases came out right there (int8 and
+   int16 sign-extended by 32-bit shifts, as Triton's wrap_narrow); -cl-nv-opt-level=0 did too,
+   so the fault is in that compiler's optimizer, which an asm statement does not fence off:
+   this changes what it is given, it does not forbid the rewrite. */
+#if defined(__NV_CL_C_VERSION) || defined(cl_nv_pragma_unroll)
+static inline uint lb_wrap32(uint x) { uint y; asm("mov.b32 %0, %1;" : "=r"(y) : "r"(x)); return y; }
+static inline ulong lb_wrap64(ulong x) { ulong y; asm("mov.b64 %0, %1;" : "=l"(y) : "l"(x)); return y; }
+static inline int lb_wrap16(uint x) { int y; asm("shl.b32 %0, %1, 16; shr.s32 %0, %0, 16;" : "=r"(y) : "r"(x)); return y; }
+static inline int lb_wrap8(uint x) { int y; asm("shl.b32 %0, %1, 24; shr.s32 %0, %0, 24;" : "=r"(y) : "r"(x)); return y; }
+#else
+static inline uint lb_wrap32(uint x) { return x; }
+static inline ulong lb_wrap64(ulong x) { return x; }
+static inline int lb_wrap16(uint x) { return as_short((ushort)x); }
+static inline int lb_wrap8(uint x) { return as_char((uchar)x); }
+#endif
 static inline float lb_bf16_load(__global const ushort* p, long i) { return as_float(((uint)p[i]) << 16); }
 static inline ushort lb_bf16_bits(float f) {
     uint b = as_uint(f);
@@ -125,6 +144,7 @@ static inline {T} lb_floordiv_{T}({T} a, {T} b) {{
 # both undefined, x86 traps); products are formed in an unsigned type {U} (wrapping, as NumPy's)
 # so that no signed overflow is left to the compiler.
 INT_HELPERS = r"""
+static inline {T} lb_from_u_{T}({U} v) {{ return {FROM_U}; }}
 static inline {T} lb_floordiv_{T}({T} a, {T} b) {{
     if (b == 0) return 0;{NEG_ONE_DIV}
     {T} q = a / b;
@@ -138,16 +158,24 @@ static inline {T} lb_mod_{T}({T} a, {T} b) {{
 static inline {T} lb_ipow_{T}({T} a, {T} b) {{{NEG_POW}
     {U} r = 1, x = ({U})a;
     while (b) {{ if (b & 1) r *= x; x *= x; b >>= 1; }}
-    return ({T})r;
+    return lb_from_u_{T}(r);
 }}
 """
-NEG_ONE_DIV = "\n    if (b == -1) return ({T})(({U})0 - ({U})a);"
+NEG_ONE_DIV = "\n    if (b == -1) return lb_from_u_{T}(({U})0 - ({U})a);"
 NEG_ONE_MOD = "\n    if (b == -1) return 0;"
 NEG_POW = "\n    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);"
 
 # the unsigned type each integer type's arithmetic wraps in (at least int wide, so that char and
 # short products are not promoted to a signed int that could overflow)
 WRAP = {"char": "uint", "short": "uint", "int": "uint", "long": "ulong", "uchar": "uint"}
+# A wrapped result (an unsigned value) back in its signed type without a conversion C leaves
+# to the implementation (a value out of a signed type's range converted to it): truncated to
+# the unsigned type of its width (modulo, defined) and reinterpreted with as_<type>; int8 and
+# int16 sign-extended to an int first. The lb_wrap helpers (HELPERS) keep NVIDIA's PTX
+# compiler from combining the result with what reads it.
+FROM_UNSIGNED = {"char": "((char)lb_wrap8({0}))", "short": "((short)lb_wrap16({0}))",
+                 "int": "as_int(lb_wrap32({0}))", "long": "as_long(lb_wrap64({0}))",
+                 "uchar": "((uchar)({0}))"}
 
 # the range of each integer value type, for saturating float-to-integer casts: (the lowest value,
 # the highest, 2^bits or 2^(bits-1): the first float past the highest)
@@ -353,6 +381,10 @@ class OpenCLPrinter(ExprPrinter):
             if src is dst:
                 return x
             return f"{HALF_ROUND[dst.name]}((float)({x}))"
+        if src.is_int and dst.is_int and not src.is_bool and not dst.is_bool and \
+                t != "long" and (src.itemsize > dst.itemsize or src.name == "uint8"):
+            # narrowed modulo, without a conversion to a signed type out of its range
+            return FROM_UNSIGNED[t].format(f"({WRAP[t]})({x})")
         return f"(({t}){x})"
 
     def op_abs(self, e, x):
@@ -365,7 +397,7 @@ class OpenCLPrinter(ExprPrinter):
         # a non-negative result, so abs(INT_MIN) widened to int64 read +2^31. Negated in the
         # unsigned type, abs(MIN) wraps to MIN, as NumPy's.
         u = WRAP[t]
-        return f"(({x}) < 0 ? ({t})(({u})0 - ({u})({x})) : ({x}))"
+        return f"(({x}) < 0 ? {FROM_UNSIGNED[t].format(f'({u})0 - ({u})({x})')} : ({x}))"
 
     def op_sign(self, e, x):
         t = VALUE[e.dtype.name]
@@ -401,14 +433,16 @@ class OpenCLPrinter(ExprPrinter):
     def op_bitwise_not(self, e, x):
         return f"(!{x})" if e.dtype.is_bool else f"(~{x})"
 
-    # int32 and int64 arithmetic wraps like NumPy's: computed in the unsigned type, since a
-    # signed overflow is undefined in C and the compiler may assume it never happens
+    # Integer arithmetic wraps like NumPy's: computed in the unsigned type, since a signed
+    # overflow is undefined in C and the compiler may assume it never happens, and brought back
+    # to the signed type of the result by FROM_UNSIGNED (int8/int16/uint8 too: their int
+    # results would otherwise be narrowed by a conversion C leaves to the implementation)
     def _wrapping(self, e, fmt, *args):
-        t = VALUE[e.dtype.name]
-        if e.dtype.name not in ("int32", "int64"):
+        if not e.dtype.is_int or e.dtype.is_bool:
             return fmt.format(*args)
+        t = VALUE[e.dtype.name]
         u = WRAP[t]
-        return f"(({t}){fmt.format(*[f'(({u}){a})' for a in args])})"
+        return FROM_UNSIGNED[t].format(fmt.format(*[f'(({u}){a})' for a in args]))
 
     def op_add(self, e, a, b):
         return self._wrapping(e, "({0} + {1})", a, b)
@@ -459,11 +493,12 @@ class OpenCLPrinter(ExprPrinter):
         t = VALUE[e.dtype.name]
         fill = "0" if op == "<<" else f"(({a}) < 0 ? ({t})-1 : ({t})0)"
         # a left shift of a negative value is undefined in C: shift its unsigned bits
-        shifted = f"(({WRAP[t]})({a}) << ({b}))" if op == "<<" else f"(({a}) >> ({b}))"
+        shifted = FROM_UNSIGNED[t].format(f"({WRAP[t]})({a}) << ({b})") if op == "<<" else \
+            f"(({t})(({a}) >> ({b})))"
         count = e.args[1]
         if count.op == "const":  # decided here: a constant condition only draws a warning
-            return f"({t}){fill}" if not 0 <= count.value < bits else f"(({t}){shifted})"
-        return f"((({b}) < 0 || ({b}) >= {bits}) ? {fill} : ({t}){shifted})"
+            return f"({t}){fill}" if not 0 <= count.value < bits else shifted
+        return f"((({b}) < 0 || ({b}) >= {bits}) ? {fill} : {shifted})"
 
     def op_left_shift(self, e, a, b):
         return self._shift(e, a, b, "<<")
@@ -525,7 +560,8 @@ class OpenCLPrinter(ExprPrinter):
                 signed = t != "uchar"
                 text = INT_HELPERS.replace("{NEG_ONE_DIV}", NEG_ONE_DIV if signed else "") \
                     .replace("{NEG_ONE_MOD}", NEG_ONE_MOD if signed else "") \
-                    .replace("{NEG_POW}", NEG_POW if signed else "").replace("{U}", WRAP[t])
+                    .replace("{NEG_POW}", NEG_POW if signed else "").replace("{U}", WRAP[t]) \
+                    .replace("{FROM_U}", FROM_UNSIGNED[t].format("v"))
             parts.append(text.replace("{T}", t).replace("{{", "{").replace("}}", "}"))
         if self.math_used:
             parts.append(opencl_math.preamble(sorted(self.math_used)))

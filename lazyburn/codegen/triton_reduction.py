@@ -180,7 +180,7 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
     body = [f"row = {program_id(p)} * {X} + tl.arange(0, {X})[:, None]"]
     if xmask:
         body.append(f"xmask = row < {rows}")
-    r_lines = [f"r = {'r0 + ' if looped else ''}tl.arange(0, {R})[None, :]"]
+    r_lines = [f"r = {'r0 + ' if looped else ''}{_lane_range(p, R)}[None, :]"]
     if rmask:
         r_lines.append(f"rmask = r < {size}")
     idx = f"tl.broadcast_to(r, {shape})"
@@ -245,6 +245,19 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
     return body, grid, int(params["num_warps"]), 1
 
 
+def _lane_range(p: TritonPrinter, R: int) -> str:
+    """``tl.arange(0, R)``, on a GPU through an identity in inline PTX: LLVM then cannot bound
+    the lane index, so it keeps the index arithmetic of the row (``r // 19``, ``r % 19``, masks)
+    in 32 bits. Knowing r < 4096 it narrowed that arithmetic to 16-bit and packed 16x2
+    instructions, and an H100 (Triton 3.6, 8 warps) summed a padded row's logsumexp wrong by
+    1.9e-4 (the same kernel was right with 2, 4 or 16 warps, or with extra stores)."""
+    lanes = f"tl.arange(0, {R})"
+    if p.target != "cuda":
+        return lanes
+    return (f'tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [{lanes}], dtype=tl.int32, '
+            f'is_pure=True, pack=1)')
+
+
 def _after_stages(spec: ReductionSpec) -> set[int]:
     """Ids of the expressions that read a stage's result (directly or through others)."""
     ids: set[int] = set()
@@ -303,28 +316,39 @@ def _reduction_outputs(p: TritonPrinter, spec: ReductionSpec, names: dict, loop,
     row_outs = [o for o in spec.outputs if o.index is None]
     full_outs = [o for o in spec.outputs if o.index is not None]
     if row_outs:
-        lines, nm = p.emit([o.value for o in row_outs], names)
-        body += lines
+        # Each value is stored right after the statement that computes it, before any later
+        # statement reads it: with every store at the end, Triton 3.6's layout pass
+        # (RemoveLayoutConversions) placed the [XBLOCK, 1] value's conversion for its store
+        # after an earlier reader's use and failed ("operand #0 does not dominate this use",
+        # an integer prod stored and also shifted).
         mask = p.var_masks.get("row")
-        body += [p.store(o.arg, "row", o.value, nm[o.value.id], mask) for o in row_outs]
-        names = nm
+        for o in row_outs:
+            lines, names = p.emit([o.value], names)
+            body += lines
+            body.append(p.store(o.arg, "row", o.value, names[o.value.id], mask))
     if full_outs:
-        roots = [o.value for o in full_outs] + [o.index for o in full_outs]
         scope = dict(names)
         if loop is not None:
             r_id, r_lines, size, R = loop
             if r_id is not None:
                 scope[r_id] = "r"
-        lines, nm = p.emit(roots, scope)
-        stores = []
-        for o in full_outs:
-            index = nm[o.index.id]
-            if not {"row", "r"} <= p.deps(o.index):  # a block of pointers, as the value is
+        lines = []
+        for o in full_outs:  # each stored right after it is computed (see above)
+            computed, scope = p.emit([o.value, o.index], scope)
+            lines += computed
+            index = scope[o.index.id]
+            deps = p.deps(o.index)
+            if not deps:
+                # a constant index (a 1 x 1 tile): tl.full, since Triton 3.6's broadcast_to
+                # rejects a Python number ("'constexpr_type' object has no attribute
+                # 'is_block'")
+                index = f"tl.full({shape}, {index}, {VALUE[spec.index_dtype.name]})"
+            elif not {"row", "r"} <= deps:  # a block of pointers, as the value is
                 index = f"tl.broadcast_to({index}, {shape})"
             mask = p.mask_arg([p.var_masks.get("row"), p.var_masks.get("r")])
-            stores.append(p.store(o.arg, index, o.value, nm[o.value.id], mask))
+            lines.append(p.store(o.arg, index, o.value, scope[o.value.id], mask))
         if loop is None:
-            body += lines + stores
+            body += lines
         else:
-            body += [f"for r0 in range(0, {size}, {R}):"] + indent(r_lines + lines + stores)
+            body += [f"for r0 in range(0, {size}, {R}):"] + indent(r_lines + lines)
     return body
