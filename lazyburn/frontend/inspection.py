@@ -53,7 +53,7 @@ def _dtype_of(op: str, x) -> dt.DType:
         return x.dtype
     if isinstance(x, dt.DType):
         return x
-    raise DTypeError(f"{op}: expected a dtype or a tensor, got {x!r}")
+    raise DTypeError(f"{op}: expected a dtype or a tensor, got {x!r}", Origin())
 
 
 class finfo:  # noqa: N801 - the array API's name
@@ -68,7 +68,8 @@ class finfo:  # noqa: N801 - the array API's name
     def __init__(self, type, /):  # noqa: A002 - the array API's parameter name
         d = _dtype_of("finfo", type)
         if not d.is_float:
-            raise DTypeError(f"finfo: {d.name} is not a floating-point dtype (use iinfo)")
+            raise DTypeError(f"finfo: {d.name} is not a floating-point dtype (use iinfo)",
+                             Origin())
         info = ml_dtypes.finfo(d.np) if d is dt.bfloat16 else np.finfo(d.np)
         self.bits = d.bits
         self.eps = float(info.eps)
@@ -95,7 +96,8 @@ class iinfo:  # noqa: N801 - the array API's name
     def __init__(self, type, /):  # noqa: A002 - the array API's parameter name
         d = _dtype_of("iinfo", type)
         if not d.is_int:
-            raise DTypeError(f"iinfo: {d.name} is not an integer dtype (use finfo for floats)")
+            raise DTypeError(f"iinfo: {d.name} is not an integer dtype (use finfo for "
+                             f"floats)", Origin())
         self.bits = d.bits
         self.min, self.max = dt.int_range(d)
         self.dtype = d
@@ -114,7 +116,7 @@ def can_cast(from_, to, /) -> bool:
     Raises DTypeError when ``from_`` is no dtype or tensor or ``to`` is no dtype."""
     d = _dtype_of("can_cast", from_)
     if not isinstance(to, dt.DType):
-        raise DTypeError(f"can_cast: to must be a dtype, got {to!r}")
+        raise DTypeError(f"can_cast: to must be a dtype, got {to!r}", Origin())
     if is_tensor(from_) and to in runtime.backend(from_.device).unsupported_dtypes:
         return False
     if d is to:
@@ -137,10 +139,10 @@ def _kind_matches(op: str, d: dt.DType, kind) -> bool:
         letters = KINDS.get(kind)
         if letters is None:
             raise DTypeError(f"{op}: unknown data type kind {kind!r}; the kinds are "
-                             f"{', '.join(map(repr, KINDS))}")
+                             f"{', '.join(map(repr, KINDS))}", Origin())
         return d.kind in letters if letters else False
     raise DTypeError(f"{op}: a kind is a dtype or one of {', '.join(map(repr, KINDS))}, got "
-                     f"{kind!r}")
+                     f"{kind!r}", Origin())
 
 
 def isdtype(dtype, kind) -> bool:
@@ -150,7 +152,7 @@ def isdtype(dtype, kind) -> bool:
     Raises DTypeError when ``dtype`` is not a DType or a kind is neither a dtype nor a known
     kind name."""
     if not isinstance(dtype, dt.DType):
-        raise DTypeError(f"isdtype: expected a dtype, got {dtype!r}")
+        raise DTypeError(f"isdtype: expected a dtype, got {dtype!r}", Origin())
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return any(_kind_matches("isdtype", dtype, k) for k in kinds)
 
@@ -202,7 +204,7 @@ class Info:
         kinds = () if kind is None else kind if isinstance(kind, tuple) else (kind,)
         for k in kinds:
             if not isinstance(k, str):
-                raise DTypeError(f"dtypes: a kind is a kind name, got {k!r}")
+                raise DTypeError(f"dtypes: a kind is a kind name, got {k!r}", Origin())
         return {d.name: d for d in STANDARD if d not in missing and
                 (kind is None or any(_kind_matches("dtypes", d, k) for k in kinds))}
 

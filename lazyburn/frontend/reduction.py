@@ -10,6 +10,7 @@ std and logsumexp are composites of the primitives.
 from __future__ import annotations
 
 import builtins
+import numbers
 
 from ..errors import DTypeError, ShapeError
 from ..ir import dtypes as dt
@@ -220,7 +221,7 @@ def diff(x, *, axis=-1, n=1, prepend=None, append=None):
     if not t.shape:
         raise ShapeError("diff: needs a tensor of rank >= 1, got a 0-d tensor", origin)
     a = normalize_axis("diff", axis, t.shape, origin)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
         raise ShapeError(f"diff: n must be a non-negative int, got {n!r}", origin)
     parts = []
     for name, part in (("prepend", prepend), ("x", t), ("append", append)):
