@@ -297,6 +297,14 @@ def test_linspace(device, endpoint):
         want = np.linspace(start, stop, num, endpoint=endpoint, dtype=np.float32)
         got = lb.linspace(start, stop, num, endpoint=endpoint, device=device)
         same(got, want, rtol=1e-6, atol=1e-6)
+        if endpoint and num > 1:
+            assert got.numpy()[-1] == np.float32(stop)
+    rng = np.random.default_rng()
+    start, stop = rng.standard_normal(2) * 10
+    got = lb.linspace(start, stop, 23, endpoint=endpoint, device=device).numpy()
+    same(lb.asarray(got), np.linspace(start, stop, 23, endpoint=endpoint, dtype=np.float32),
+         rtol=1e-5, atol=1e-5)
+    assert bool(got[-1] == np.float32(stop)) is endpoint
 
 
 def test_astype_copy_and_device(device, rng):

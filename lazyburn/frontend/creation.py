@@ -136,7 +136,9 @@ def _affine(i: Node, start, step, origin):
 
 
 def linspace(start, stop, num, dtype=None, device=None, endpoint=True):
-    """``num`` evenly spaced float32 (or ``dtype``) values from ``start`` to ``stop``.
+    """``num`` evenly spaced float32 (or ``dtype``) values from ``start`` to ``stop``, which
+    is included (as the last value, exactly) when ``endpoint``, else excluded: element i is
+    ``start + i * (stop - start) / (num - 1)`` (or ``/ num``), computed in ``dtype``.
 
     Raises ShapeError for negative ``num``.
     """
@@ -148,7 +150,14 @@ def linspace(start, stop, num, dtype=None, device=None, endpoint=True):
     step = (stop - start) / div if div > 0 else 0.0
     device = resolve_device("linspace", device, origin)
     compute = dtype if dtype.is_float else dt.DEFAULT_FLOAT
-    return _affine(_iota(num, compute, device, origin), start, step, origin).astype(dtype)
+    values = _affine(_iota(num, compute, device, origin), start, step, origin)
+    if endpoint and num > 1:
+        # start + (num - 1) * step rounds away from stop about half the time (NumPy sets it)
+        last = wrap(_iota(num, dt.int64, device, origin)) == num - 1
+        values = record("where", (last.node, const(stop, (num,), compute, device, origin,
+                                                      "linspace"), values.node), (),
+                        (num,), compute, device, origin)
+    return values.astype(dtype)
 
 
 def eye(n_rows, n_cols=None, k=0, dtype=None, device=None):

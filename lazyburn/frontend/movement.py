@@ -342,8 +342,8 @@ def roll(x, shift, axis=None):
         if not isinstance(shift, (int, np.integer)):
             raise ShapeError(f"roll: with axis=None the shift must be an int, got {shift!r}",
                              origin)
-        n, axes, shifts = reshape_node(n, (n.size,), origin), (0,), (_shift("roll", shift,
-                                                                               origin),)
+        shifts = (_shift("roll", shift, origin),)
+        n, axes = reshape_node(n, (n.size,), origin), (0,)
     else:
         axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
         if isinstance(shift, (int, np.integer)):
