@@ -33,6 +33,14 @@ from .frontend.reduction import (all, any, argmax, argmin, logsumexp, max, mean,
                                  sum, var)
 from .frontend.replay import jit
 from .frontend.tensor import Tensor
+# the array API's inspection, creation, manipulation and contraction functions
+from .frontend.creation import meshgrid, tril, triu
+from .frontend.elementwise import positive, reciprocal, trunc
+from .frontend.inspection import (__array_namespace_info__, can_cast, e, finfo, iinfo, inf,
+                                  isdtype, nan, newaxis, pi)
+from .frontend.linalg import tensordot, vecdot
+from .frontend.movement import broadcast_arrays, moveaxis, roll, to_device, unstack
+from .frontend.reduction import count_nonzero, diff
 from .ir.dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64,
                         uint8)
 from .ir.dtypes import dtype as dtype
@@ -42,3 +50,4 @@ from .version import __version__
 
 globals().update(_EW)
 bool = bool_  # noqa: A001 - the array API spells it ``bool``
+__array_api_version__ = "2024.12"

@@ -16,6 +16,7 @@ from ..ir import dtypes as dt
 from ..ir.node import Node
 from .record import (Origin, const, from_host, is_scalar, is_tensor, node, resolve_device,
                      resolve_dtype, shape_arg, tensor_node, wrap)
+from .record import broadcast_to, record, same_device
 
 
 def tensor(data, dtype=None, device=None):
@@ -135,7 +136,9 @@ def _affine(i: Node, start, step, origin):
 
 
 def linspace(start, stop, num, dtype=None, device=None, endpoint=True):
-    """``num`` evenly spaced float32 (or ``dtype``) values from ``start`` to ``stop``.
+    """``num`` evenly spaced float32 (or ``dtype``) values from ``start`` to ``stop``, which
+    is included (as the last value, exactly) when ``endpoint``, else excluded: element i is
+    ``start + i * (stop - start) / (num - 1)`` (or ``/ num``), computed in ``dtype``.
 
     Raises ShapeError for negative ``num``.
     """
@@ -147,7 +150,14 @@ def linspace(start, stop, num, dtype=None, device=None, endpoint=True):
     step = (stop - start) / div if div > 0 else 0.0
     device = resolve_device("linspace", device, origin)
     compute = dtype if dtype.is_float else dt.DEFAULT_FLOAT
-    return _affine(_iota(num, compute, device, origin), start, step, origin).astype(dtype)
+    values = _affine(_iota(num, compute, device, origin), start, step, origin)
+    if endpoint and num > 1:
+        # start + (num - 1) * step rounds away from stop about half the time (NumPy sets it)
+        last = wrap(_iota(num, dt.int64, device, origin)) == num - 1
+        values = record("where", (last.node, const(stop, (num,), compute, device, origin,
+                                                      "linspace"), values.node), (),
+                        (num,), compute, device, origin)
+    return values.astype(dtype)
 
 
 def eye(n_rows, n_cols=None, k=0, dtype=None, device=None):
@@ -160,3 +170,70 @@ def eye(n_rows, n_cols=None, k=0, dtype=None, device=None):
     rows = wrap(node("iota", (), (0,), shape, dt.int64, device, origin))
     cols = wrap(node("iota", (), (1,), shape, dt.int64, device, origin))
     return ((rows + k) == cols).astype(dtype)
+
+
+# array API: meshgrid and triangular masks, built from views and iota masks ----------------
+def meshgrid(*arrays, indexing="xy"):
+    """Coordinate grids from N 1-D tensors of lengths n0, n1, ...: a list of N views, each of
+    shape (n0, n1, ...) with ``indexing="ij"``, or (n1, n0, n2, ...) with ``"xy"`` (the
+    default: the first two swapped, Cartesian order). Output i repeats ``arrays[i]`` along
+    the other dimensions and keeps its dtype.
+
+    Raises ShapeError for an input that is not 1-D or an ``indexing`` other than 'xy'/'ij',
+    DeviceError for inputs on different devices."""
+    origin = Origin()
+    if indexing not in ("xy", "ij"):
+        raise ShapeError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}", origin)
+    nodes = [tensor_node("meshgrid", a, origin) for a in arrays]
+    if not nodes:
+        return []
+    same_device("meshgrid", nodes, origin)
+    for i, n in enumerate(nodes):
+        if len(n.shape) != 1:
+            raise ShapeError(f"meshgrid: input {i} has shape {n.shape}; every input must be "
+                             f"1-D", origin)
+    sizes = [n.shape[0] for n in nodes]
+    place = list(range(len(nodes)))
+    if indexing == "xy" and len(nodes) > 1:
+        place[0], place[1] = 1, 0
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+    out = []
+    for n, at in zip(nodes, place):
+        single = tuple(n.shape[0] if i == at else 1 for i in range(len(nodes)))
+        view = n if len(nodes) == 1 else node("reshape", (n,), (), single, n.dtype, n.device,
+                                              origin)
+        out.append(wrap(broadcast_to(view, tuple(sizes), origin)))
+    return out
+
+
+def _triangle(op, x, k, origin):
+    """``x`` with the elements of its last two dimensions kept where ``keep(col - row, k)``
+    holds and zero elsewhere: one ``where`` over an iota mask, fused with ``x``'s producer and
+    consumers."""
+    n = tensor_node(op, x, origin)
+    if len(n.shape) < 2:
+        raise ShapeError(f"{op}: needs a tensor of rank >= 2, got shape {n.shape}", origin)
+    if not isinstance(k, (int, np.integer)) or isinstance(k, (bool, np.bool_)):
+        raise ShapeError(f"{op}: k must be an int, got {k!r}", origin)
+    matrix = n.shape[-2:]
+    rows = wrap(node("iota", (), (0,), matrix, dt.int64, n.device, origin))
+    cols = wrap(node("iota", (), (1,), matrix, dt.int64, n.device, origin))
+    offset = cols - rows
+    mask = (offset <= int(k)) if op == "tril" else (offset >= int(k))
+    zero = const(0, n.shape, n.dtype, n.device, origin, op)
+    keep = broadcast_to(mask.node, n.shape, origin)
+    return record("where", (keep, n, zero), (), n.shape, n.dtype, n.device, origin)
+
+
+def tril(x, k=0):
+    """The lower triangle of the matrices of ``x`` (shape (..., M, N), any dtype): elements
+    on and below diagonal ``k`` (0 the main one, k > 0 above it, k < 0 below) kept, the others
+    zero. Raises ShapeError below rank 2 or for a non-int ``k``."""
+    return _triangle("tril", x, k, Origin())
+
+
+def triu(x, k=0):
+    """The upper triangle of the matrices of ``x`` (shape (..., M, N), any dtype): elements
+    on and above diagonal ``k`` kept, the others zero. Raises ShapeError below rank 2 or for a
+    non-int ``k``."""
+    return _triangle("triu", x, k, Origin())

@@ -14,8 +14,9 @@ from __future__ import annotations
 from ..errors import DTypeError
 from ..ir import dtypes as dt
 from ..ir.ops import OPS
+from .movement import to_device
 from .record import (Origin, binary_operands, cast, const, is_scalar, is_tensor, operands,
-                     py_scalar, record, resolve_dtype, tensor_node, wrap)
+                     py_scalar, record, resolve_device, resolve_dtype, tensor_node, wrap)
 
 
 def _check_numeric(op, dtypes, origin):
@@ -100,21 +101,64 @@ def where(condition, x, y):
     return record("where", (c, nx, ny), (), c.shape, d, c.device, origin)
 
 
-def astype(x, dtype, copy=True):
-    """``x`` converted to ``dtype``; to bool is ``!= 0``.
+def astype(x, dtype, copy=True, *, device=None):
+    """``x`` converted to ``dtype``; to bool is ``!= 0``. With ``device``, the result is on
+    that device (the cast runs on whichever side of the transfer moves fewer bytes). With
+    ``copy=False`` and nothing to change, ``x`` itself is returned; otherwise a new Tensor
+    (values are immutable, so an unchanged one shares ``x``'s node).
 
     Float to integer truncates toward zero and saturates, on every backend: nan gives 0, +inf
     and values above the integer type's range give its maximum, -inf and values below give its
     minimum (``astype(nan, int32) == 0``, ``astype(1e10, int32) == 2**31 - 1``,
     ``astype(-1.5, uint8) == 0``). Integer to narrower integer wraps modulo 2**bits, as NumPy.
 
-    Raises DTypeError for an unsupported dtype or one the device cannot hold."""
+    Raises DTypeError for an unsupported dtype or one the device cannot hold, DeviceError for
+    an unknown device."""
     origin = Origin()
     n = tensor_node("astype", x, origin)
     d = resolve_dtype("astype", dtype, origin)
-    if d is n.dtype:
+    moved = device is not None and resolve_device("astype", device, origin) != n.device
+    if not moved:
+        if d is n.dtype:
+            return x if not copy and is_tensor(x) else wrap(n)
+        return wrap(cast(n, d, origin))
+    if d.itemsize > n.dtype.itemsize:  # widen after the transfer
+        return wrap(cast(to_device(wrap(n), device).node, d, origin))
+    return to_device(wrap(cast(n, d, origin)), device)
+
+
+def positive(x):
+    """``+x``: the values of ``x`` (any shape, a numeric dtype) as a new Tensor.
+
+    Raises DTypeError for bool."""
+    origin = Origin()
+    n = tensor_node("positive", x, origin)
+    _check_numeric("positive", (n.dtype,), origin)
+    return wrap(n)
+
+
+def reciprocal(x):
+    """``1 / x`` element-wise, correctly rounded like the division (any shape; integers and
+    bool are cast to float32 first; floats keep their dtype). ``1 / ±0`` is ±inf."""
+    origin = Origin()
+    n = tensor_node("reciprocal", x, origin)
+    if not n.dtype.is_float:
+        n = cast(n, dt.DEFAULT_FLOAT, origin)
+    return binary("div", 1.0, wrap(n), origin)
+
+
+def trunc(x):
+    """``x`` rounded toward zero, exactly: ``floor(x)`` where ``x >= 0``, else ``ceil(x)``
+    (any shape; floats keep their dtype, signed zeros, inf and nan pass through as NumPy's
+    ``trunc``; integers and bool are returned unchanged, as by ``floor``)."""
+    origin = Origin()
+    n = tensor_node("trunc", x, origin)
+    if not n.dtype.is_float:
         return wrap(n)
-    return wrap(cast(n, d, origin))
+    t = wrap(n)
+    nonnegative = binary("ge", t, 0.0, origin).node
+    floor, ceil = unary("floor", t, origin).node, unary("ceil", t, origin).node
+    return record("where", (nonnegative, floor, ceil), (), n.shape, n.dtype, n.device, origin)
 
 
 def _make_unary(op):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from .. import runtime
+from ..errors import DeviceError, DTypeError, ShapeError
 from ..ir import dtypes as dt
 from ..ir.node import ExactFloat, Node
 from ..ir.shapes import broadcast_shapes, infer_reshape, normalize_axes, normalize_axis, prod
@@ -25,8 +26,13 @@ def reshape_node(n: Node, shape: tuple, origin) -> Node:
     return node("reshape", (n,), (), shape, n.dtype, n.device, origin)
 
 
-def reshape(x, shape, origin=None):
+def reshape(x, shape, origin=None, *, copy=None):
     """``x`` with a new ``shape`` of the same element count (one entry may be -1), row-major.
+
+    ``copy`` (array API): a reshape here is always a view node that re-indexes ``x`` where it
+    is read, whatever ``x``'s layout, so no copy is ever needed and ``copy=False`` never
+    raises (NumPy raises when ``x``'s strides cannot express the new shape without a copy).
+    Every call returns a new Tensor object, so ``copy=True`` holds too.
 
     Raises ShapeError when the sizes differ."""
     origin = origin or Origin()
@@ -272,6 +278,137 @@ def tile(x, reps):
     big = tuple(v for r, d in zip(reps, shape) for v in (r, d))
     m = rec.broadcast_to(reshape_node(n, inter, origin), big, origin)
     return wrap(reshape_node(m, tuple(r * d for r, d in zip(reps, shape)), origin))
+
+
+def unstack(x, axis=0):
+    """The slices of ``x`` along ``axis``, as a tuple of ``x.shape[axis]`` views of rank
+    ``x.ndim - 1`` (the inverse of ``stack``).
+
+    Raises ShapeError for a 0-d ``x`` or an axis out of range."""
+    origin = Origin()
+    n = tensor_node("unstack", x, origin)
+    if not n.shape:
+        raise ShapeError("unstack: needs a tensor of rank >= 1, got a 0-d tensor", origin)
+    a = normalize_axis("unstack", axis, n.shape, origin)
+    rest = n.shape[:a] + n.shape[a + 1:]
+    return tuple(wrap(reshape_node(range_node(n, a, i, i + 1, origin), rest, origin))
+                 for i in range(n.shape[a]))
+
+
+def moveaxis(x, source, destination):
+    """``x`` with axes ``source`` (an int or a tuple) moved to positions ``destination`` (of
+    the same length); the other axes keep their order. A view.
+
+    Raises ShapeError for axes out of range, repeated, or of different counts."""
+    origin = Origin()
+    n = tensor_node("moveaxis", x, origin)
+    src = (source,) if isinstance(source, (int, np.integer)) else tuple(source)
+    dst = (destination,) if isinstance(destination, (int, np.integer)) else tuple(destination)
+    if len(src) != len(dst):
+        raise ShapeError(f"moveaxis: source {source!r} and destination {destination!r} name "
+                         f"different numbers of axes", origin)
+    src = [normalize_axis("moveaxis", a, n.shape, origin) for a in src]
+    dst = [normalize_axis("moveaxis", a, n.shape, origin) for a in dst]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ShapeError(f"moveaxis: repeated axis in source {source!r} or destination "
+                         f"{destination!r}", origin)
+    perm = [i for i in range(len(n.shape)) if i not in src]
+    for d, s in sorted(zip(dst, src)):
+        perm.insert(d, s)
+    return permute_dims(wrap(n), perm, origin)
+
+
+def _shift(op, value, origin) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        raise ShapeError(f"{op}: a shift must be an int, got {value!r}", origin)
+    return int(value)
+
+
+def roll(x, shift, axis=None):
+    """``x`` with its elements shifted by ``shift`` along ``axis``: element ``i`` moves to
+    ``(i + shift) % size``, so a positive shift moves elements toward larger indices and those
+    pushed past the end come back at the start. ``shift`` and ``axis`` may be tuples of one
+    length (an int shift applies to every axis of a tuple; shifts of a repeated axis add up).
+    With ``axis=None`` the flattened ``x`` is rolled and given ``x``'s shape back.
+
+    Recorded as a concat of two slices per shifted axis, which fuses into its consumers.
+
+    Raises ShapeError for non-int shifts, axes out of range, or a shift tuple whose length
+    differs from the axis tuple's."""
+    origin = Origin()
+    n = tensor_node("roll", x, origin)
+    shape = n.shape
+    if axis is None:
+        if not isinstance(shift, (int, np.integer)):
+            raise ShapeError(f"roll: with axis=None the shift must be an int, got {shift!r}",
+                             origin)
+        shifts = (_shift("roll", shift, origin),)
+        n, axes = reshape_node(n, (n.size,), origin), (0,)
+    else:
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        if isinstance(shift, (int, np.integer)):
+            shifts = (_shift("roll", shift, origin),) * len(axes)
+        else:
+            shifts = tuple(_shift("roll", s, origin) for s in shift)
+            if len(shifts) != len(axes):
+                raise ShapeError(f"roll: {len(shifts)} shifts for {len(axes)} axes", origin)
+        axes = tuple(normalize_axis("roll", a, shape, origin) for a in axes)
+    total = dict.fromkeys(axes, 0)
+    for a, s in zip(axes, shifts):
+        total[a] += s
+    for a, s in total.items():
+        size = n.shape[a]
+        s = s % size if size else 0
+        if s == 0:
+            continue
+        # the last s elements come first
+        tail = range_node(n, a, size - s, size, origin)
+        head = range_node(n, a, 0, size - s, origin)
+        n = node("concat", (tail, head), (a,), n.shape, n.dtype, n.device, origin)
+    return wrap(reshape_node(n, shape, origin))
+
+
+def range_node(n: Node, axis: int, start: int, stop: int, origin) -> Node:
+    """Elements ``start:stop`` of ``n`` along ``axis`` (a slice view)."""
+    starts = [start if i == axis else 0 for i in range(len(n.shape))]
+    shape = tuple(stop - start if i == axis else d for i, d in enumerate(n.shape))
+    return _slice_node(n, starts, [1] * len(n.shape), shape, origin)
+
+
+def broadcast_arrays(*arrays):
+    """The tensors broadcast against each other: a list of views of one shape (the broadcast
+    of their shapes), each keeping its dtype.
+
+    Raises ShapeError when the shapes do not broadcast, DeviceError for mixed devices."""
+    origin = Origin()
+    nodes = [tensor_node("broadcast_arrays", a, origin) for a in arrays]
+    if not nodes:
+        return []
+    same_device("broadcast_arrays", nodes, origin)
+    shape = broadcast_shapes("broadcast_arrays", *[n.shape for n in nodes], origin=origin)
+    return [wrap(rec.broadcast_to(n, shape, origin)) for n in nodes]
+
+
+def to_device(x, device, /, *, stream=None):
+    """``x`` on ``device`` (a device string): recorded as a copy between devices, or ``x``
+    itself when it is there already. Transfers are ordered by the runtime, so ``stream`` must
+    be None.
+
+    Raises DeviceError for an unknown device, a device whose runtime is missing, or a
+    ``stream``."""
+    origin = Origin()
+    n = tensor_node("to_device", x, origin)
+    if stream is not None:
+        raise DeviceError("to_device: lazyburn orders transfers itself; stream must be None",
+                          origin)
+    device = rec.resolve_device("to_device", device, origin)
+    if device == n.device:
+        return x if rec.is_tensor(x) else wrap(n)
+    try:
+        runtime.backend(device)
+    except DeviceError as e:
+        raise DeviceError(f"to_device: {e.args[0]}", origin) from None
+    return record("copy", (n,), (), n.shape, n.dtype, device, origin)
 
 
 # indexing -----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Reductions with ``axis`` (int, tuple or None) and ``keepdims``.
+"""Reductions with ``axis`` (int, tuple or None) and ``keepdims``, and the statistics built on
+them (mean, var, std, logsumexp, count_nonzero) or beside them (diff).
 
 Primitive reductions (sum, prod, max, min, argmax, argmin, any, all) are recorded with
 ``keepdims`` semantics (reduced dimensions kept as size 1) followed by a reshape view when the
@@ -9,14 +10,16 @@ std and logsumexp are composites of the primitives.
 from __future__ import annotations
 
 import builtins
+import numbers
 
-from ..errors import ShapeError
+from ..errors import DTypeError, ShapeError
 from ..ir import dtypes as dt
-from ..ir.shapes import normalize_axes
+from ..ir.shapes import normalize_axes, normalize_axis
 from ..ir.shapes import prod as _prod
-from .elementwise import where
-from .movement import reshape_node
-from .record import Origin, cast, const, node, resolve_dtype, tensor_node, wrap
+from .elementwise import binary, where
+from .movement import concat, range_node, reshape_node
+from .record import (Origin, cast, const, is_scalar, node, resolve_dtype, tensor_node,
+                     wrap)
 
 
 # the value of a reduction over no elements (max and min have none: they raise)
@@ -192,3 +195,59 @@ def logsumexp(x, axis=None, keepdims=False):
     if not keepdims:
         out = out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))
     return out.astype(x.dtype)
+
+
+def count_nonzero(x, axis=None, keepdims=False):
+    """The number (int64) of elements of ``x`` other than zero (nan counts; -0.0 does not)
+    over ``axis`` (int, tuple, or None for all); 0 over an empty axis. Raises ShapeError for an
+    axis out of range."""
+    origin = Origin()
+    n = cast(tensor_node("count_nonzero", x, origin), dt.bool_, origin)
+    return wrap(_reduce("sum", wrap(n), axis, keepdims, origin, dt.int64))
+
+
+def diff(x, *, axis=-1, n=1, prepend=None, append=None):
+    """The ``n``-th forward difference ``out[i] = x[i + 1] - x[i]`` along ``axis``, applied
+    ``n`` times, after joining ``prepend`` and ``append`` to ``x`` along ``axis`` (tensors of
+    ``x``'s rank matching it outside ``axis``, or scalars, taken as one element). The result
+    has ``x``'s other dimensions and ``max(0, M - n)`` elements along ``axis``, M the joined
+    length; its dtype is the promotion of the joined parts (integers wrap, as NumPy).
+    ``n = 0`` gives the joined input.
+
+    Raises ShapeError for a 0-d ``x``, an axis out of range, a negative or non-int ``n``, or a
+    ``prepend``/``append`` of another shape; DTypeError for bool."""
+    origin = Origin()
+    t = tensor_node("diff", x, origin)
+    if not t.shape:
+        raise ShapeError("diff: needs a tensor of rank >= 1, got a 0-d tensor", origin)
+    a = normalize_axis("diff", axis, t.shape, origin)
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+        raise ShapeError(f"diff: n must be a non-negative int, got {n!r}", origin)
+    parts = []
+    for name, part in (("prepend", prepend), ("x", t), ("append", append)):
+        if part is None:
+            continue
+        if part is t:
+            p = t
+        elif is_scalar(part):
+            one = t.shape[:a] + (1,) + t.shape[a + 1:]
+            p = const(part, one, dt.scalar_dtype(part, t.dtype), t.device, origin, "diff")
+        else:
+            p = tensor_node("diff", part, origin, t.device)
+            if len(p.shape) != len(t.shape) or builtins.any(
+                    p.shape[i] != t.shape[i] for i in range(len(t.shape)) if i != a):
+                raise ShapeError(f"diff: {name} of shape {p.shape} does not match x of shape "
+                                 f"{t.shape} outside axis {a}", origin)
+        parts.append(wrap(p))
+    joined = concat(parts, axis=a).node if len(parts) > 1 else t
+    if joined.dtype.is_bool:
+        raise DTypeError("diff: not defined for bool tensors (compare neighbours with "
+                         "not_equal instead)", origin)
+    for _ in range(n):
+        size = joined.shape[a]
+        if size == 0:
+            break
+        later, earlier = range_node(joined, a, 1, size, origin), range_node(joined, a, 0,
+                                                                             size - 1, origin)
+        joined = binary("sub", wrap(later), wrap(earlier), origin).node
+    return wrap(joined)

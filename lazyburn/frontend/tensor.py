@@ -131,8 +131,12 @@ class Tensor:
         return str(self.numpy())
 
     # conversion --------------------------------------------------------------------------------
-    def astype(self, dtype, copy=True) -> "Tensor":
-        return ew.astype(self, dtype)
+    def astype(self, dtype, copy=True, *, device=None) -> "Tensor":
+        return ew.astype(self, dtype, copy, device=device)
+
+    def to_device(self, device, /, *, stream=None) -> "Tensor":
+        """This tensor on ``device`` (array API; see ``lazyburn.to_device``)."""
+        return movement.to_device(self, device, stream=stream)
 
     def to(self, device) -> "Tensor":
         """This tensor on ``device`` (recorded as a copy; the same tensor if already there)."""
