@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from fused_devices import FUSED_DEVICES
 
 import lazyburn as lb
+from lazyburn import nn
 from lazyburn.frontend.autograd import NON_DIFFERENTIABLE, VJP
 from lazyburn.ir.ops import OPS
 
@@ -418,6 +419,19 @@ def test_create_graph_gives_second_derivatives(rng):
     assert g.requires_grad
     (h,) = lb.autograd.grad(g.sum(), x)
     np.testing.assert_allclose(h.numpy(), 6 * a, rtol=1e-12)
+
+
+def test_module_parameters_get_gradients_and_zero_grad_clears_them(rng):
+    layer = nn.Linear(4, 3)
+    for p in layer.parameters():
+        p.requires_grad_()  # computes the pending random initialization
+    x = lb.tensor(rng.standard_normal((5, 4)).astype(np.float32))
+    layer(x).sum().backward()
+    np.testing.assert_allclose(layer.bias.grad.numpy(), np.full(3, 5.0))
+    np.testing.assert_allclose(layer.weight.grad.numpy(), np.tile(x.numpy().sum(0), (3, 1)),
+                               rtol=1e-5)
+    layer.zero_grad()
+    assert layer.weight.grad is None and layer.bias.grad is None
 
 
 # errors at the user's line -----------------------------------------------------------------
