@@ -334,6 +334,38 @@ def test_broadcasting_reductions_and_slices_match_pytorch_over_shapes(data):
     np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy(), rtol=1e-9, atol=1e-12)
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.data())
+def test_batched_matmul_and_gathers_match_pytorch_over_shapes(data):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    dims = st.integers(1, 4)
+    m, k, n = data.draw(dims), data.draw(dims), data.draw(dims)
+    batch_a = data.draw(st.lists(st.sampled_from([1, 2, 3]), max_size=2))
+    batch_b = [d if data.draw(st.booleans()) else 1 for d in batch_a][
+        data.draw(st.integers(0, len(batch_a))):]
+    a = rng.standard_normal(batch_a + [m, k])
+    b = rng.standard_normal(batch_b + [k, n])
+    rows = data.draw(st.integers(1, 5))
+    table = rng.standard_normal((rows, n))
+    idx = rng.integers(-rows, rows, data.draw(st.lists(st.integers(1, 3), min_size=1,
+                                                       max_size=2)))
+    dtype = data.draw(st.sampled_from([np.int64, np.int32, np.uint8]))
+    if dtype is np.uint8:
+        idx = idx % rows
+    idx = idx.astype(dtype)
+
+    ours = [lb.tensor(v, requires_grad=True) for v in (a, b, table)]
+    y = ours[0] @ ours[1]
+    e = lb.take(ours[2], lb.tensor(idx), axis=0)
+    ((y * y).sum() + (e * e.sin()).sum()).backward()
+    theirs = [torch.tensor(v, requires_grad=True) for v in (a, b, table)]
+    ty = theirs[0] @ theirs[1]
+    te = theirs[2][torch.tensor(idx.astype(np.int64)) % rows]
+    ((ty * ty).sum() + (te * te.sin()).sum()).backward()
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o.grad.numpy(), t.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
 # semantics -----------------------------------------------------------------------------------
 def test_gradients_accumulate_across_backward_calls_on_leaves_only(rng):
     a = rng.standard_normal((2, 3))

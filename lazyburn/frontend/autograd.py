@@ -127,11 +127,23 @@ _UNSEEN = object()
 
 def _on_record(n: Node) -> None:
     """``record.grad_hook``: classify the node of each Tensor as it is made."""
-    if n.inputs and n not in _STATE:
-        if _MODE.enabled:
-            _classify(n)
-        else:
-            _STATE[n] = None
+    state = _STATE
+    if not n.inputs or n in state:
+        return
+    if not _MODE.enabled:
+        state[n] = None
+        return
+    # the usual case, every input already classified (or a source), without _classify's walk
+    flows = False
+    for i in n.inputs:
+        s = state.get(i, _UNSEEN)
+        if s is _UNSEEN:
+            if i.inputs:
+                _classify(n)
+                return
+        elif s is not None:
+            flows = True
+    state[n] = _Entry(n) if flows and n.op in VJP and n.dtype.is_float else None
 
 
 def _classify(root: Node) -> bool:
@@ -551,6 +563,7 @@ def _concat(g, y, xs, attrs):
 
 # indexing: the indices a gather read, wrapped once if negative and clamped, as the gather did
 def _gathered(idx, size: int):
+    idx = idx.astype("int64")  # room for idx + size whatever the indices' own dtype
     return where(idx < 0, idx + size, idx).clip(0, size - 1)
 
 
