@@ -248,6 +248,21 @@ def test_fused_devices_give_the_numpy_devices_gradients_in_float32(device, rng):
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=case)
 
 
+@pytest.mark.parametrize("device", ["numpy"] + FUSED_DEVICES)
+def test_half_precision_gradients_come_back_in_half(device, rng):
+    # softmax computes in float32 between casts from and to float16: their VJPs cast back
+    a = rng.uniform(-2, 2, (4, 8)).astype(np.float16)
+    w = rng.standard_normal(8).astype(np.float32)
+    x = lb.tensor(a, device=device, requires_grad=True)
+    (lb.softmax(x, -1) * lb.tensor(w, device=device)).sum().backward()
+    assert x.grad.dtype == lb.float16
+    s = np.exp(a.astype(np.float64))
+    s /= s.sum(-1, keepdims=True)
+    expected = s * (w - (s * w).sum(-1, keepdims=True))
+    np.testing.assert_allclose(x.grad.numpy().astype(np.float64), expected, rtol=1e-2,
+                               atol=2e-3)
+
+
 @pytest.mark.parametrize("device", FUSED_DEVICES)
 def test_backward_of_an_elementwise_chain_is_one_kernel(device, rng):
     a = rng.uniform(-1, 1, (16, 8)).astype(np.float32)
