@@ -4,6 +4,8 @@ backward graph's plan, the API's semantics and its errors."""
 from __future__ import annotations
 
 import contextlib
+import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -405,6 +407,28 @@ def test_the_graph_outlives_realizing_the_forward(rng):
     assert not h.is_pending and not loss.is_pending
     loss.backward()
     np.testing.assert_allclose(x.grad.numpy(), 2 * np.log(a) / a, rtol=1e-12)
+
+
+def test_the_tape_keeps_the_forward_graph_only_while_its_result_lives(rng):
+    x = lb.tensor(rng.standard_normal(4), requires_grad=True)
+    h = x * 2.0
+    kept = weakref.ref(h.node)
+    loss = h.exp().sum()
+    del h
+    lb.sync()  # realizing loss drops its node's inputs; its backward still needs them
+    gc.collect()
+    assert kept() is not None
+    del loss
+    gc.collect()
+    assert kept() is None
+    with lb.no_grad():  # nothing is kept for a graph recorded without taping
+        h = x * 2.0
+        kept = weakref.ref(h.node)
+        loss = h.exp().sum()
+    del h
+    lb.sync()
+    gc.collect()
+    assert kept() is None and loss.item() > 0
 
 
 def test_no_grad_as_context_and_decorator_and_detach(rng):
