@@ -13,8 +13,10 @@ This module only names the public API; the layers below are described in ARCHITE
 from __future__ import annotations
 
 from . import errors, graph, runtime
-from .errors import DeviceError, DTypeError, KernelCompileError, OutOfMemoryError, ShapeError
-from .frontend import random
+from .errors import (AutogradError, DeviceError, DTypeError, KernelCompileError,
+                     OutOfMemoryError, ShapeError)
+from .frontend import autograd, random
+from .frontend.autograd import enable_grad, is_grad_enabled, no_grad
 from .frontend.capture import Graph, sync
 from .frontend.creation import (arange, asarray, empty, empty_like, eye, full, full_like,
                                 linspace, ones, ones_like, tensor, zeros, zeros_like)

@@ -50,6 +50,12 @@ class DeviceError(LazyburnError, RuntimeError):
     """Mixing devices in one op, an unknown device string, or a device fault at sync."""
 
 
+class AutogradError(LazyburnError, RuntimeError):
+    """A gradient asked of a tensor that does not require grad (``backward()``,
+    ``lazyburn.autograd.grad``), of an input the outputs do not use, or a ``.grad`` set on a
+    tensor that is not a leaf requiring grad."""
+
+
 class OutOfMemoryError(DeviceError, MemoryError):
     """The device could not allocate a buffer at sync."""
 

@@ -19,23 +19,34 @@ from .record import (Origin, const, from_host, is_scalar, is_tensor, node, resol
 from .record import broadcast_to, record, same_device
 
 
-def tensor(data, dtype=None, device=None):
+def tensor(data, dtype=None, device=None, requires_grad=False):
     """A tensor holding a copy of ``data`` (nested lists, a NumPy array, a scalar or a Tensor).
 
     Python floats become float32 and ints int64 unless ``dtype`` is given; NumPy arrays keep
-    their dtype. Raises DTypeError for objects that are not array-like or unsupported dtypes.
+    their dtype. ``requires_grad``: a new leaf that gradients accumulate into (a Tensor
+    ``data`` is detached first). Raises DTypeError for objects that are not array-like,
+    unsupported dtypes, or ``requires_grad`` on a non-floating dtype.
     """
     origin = Origin()
     if is_tensor(data):
         out = data.to(device) if device is not None else data
-        return out.astype(dtype) if dtype is not None else out
-    return wrap(from_host(data, dtype, device, origin))
+        out = out.astype(dtype) if dtype is not None else out
+    else:
+        out = wrap(from_host(data, dtype, device, origin))
+    return _leaf(out) if requires_grad else out
 
 
-def asarray(obj, dtype=None, device=None, copy=None):
+def _leaf(t):
+    t = t.detach()  # a new Tensor: the caller's own is left as it is
+    t.requires_grad = True
+    return t
+
+
+def asarray(obj, dtype=None, device=None, copy=None, requires_grad=False):
     """Array-API ``asarray``: like ``tensor``; a Tensor on the same device with the same dtype
-    is returned as it is (tensors are immutable, so no copy is ever needed)."""
-    return tensor(obj, dtype=dtype, device=device)
+    is returned as it is (tensors are immutable, so no copy is ever needed), unless
+    ``requires_grad`` asks for a new leaf."""
+    return tensor(obj, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def full(shape, fill_value, dtype=None, device=None):

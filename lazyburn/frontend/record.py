@@ -30,6 +30,12 @@ UNSUPPORTED: dict[str, frozenset] = {}
 Tensor: type = None  # type: ignore[assignment]
 
 
+# Called with the node of every Tensor made by ``wrap``/``record`` once some tensor requires grad
+# (``frontend/autograd.py`` installs it then, to note which nodes the gradient flows through);
+# None before, so that recording without autograd pays one test per op.
+grad_hook = None
+
+
 def set_tensor_class(cls: type) -> None:
     global Tensor
     Tensor = cls
@@ -99,6 +105,8 @@ def wrap(n: Node):
     t.node = n
     if n.buffer is None:
         scopes[-1].track(t)
+        if grad_hook is not None:
+            grad_hook(n)
     return t
 
 
@@ -116,6 +124,8 @@ def record(op, inputs, attrs, shape, dtype, device, origin: Origin):
     t.node = Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line) \
         if 0 not in shape else _empty(shape, dtype, device, origin)
     scopes[-1].track(t)
+    if grad_hook is not None:
+        grad_hook(t.node)
     return t
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import runtime
 from ..errors import ShapeError
+from . import autograd
 from . import elementwise as ew
 from . import functional as F
 from . import linalg, movement, reduction
@@ -153,6 +154,51 @@ class Tensor:
 
     def half(self) -> "Tensor":
         return ew.astype(self, "float16")
+
+    # autograd ----------------------------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        """Whether gradients flow to or through this tensor (``frontend/autograd.py``)."""
+        return autograd.requires_grad(self)
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        autograd.set_requires_grad(self, bool(value), Origin())
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        """Make this tensor a leaf that requires grad (its value is computed now if pending);
+        returns self. Raises DTypeError for a non-floating tensor."""
+        autograd.set_requires_grad(self, bool(requires_grad), Origin())
+        return self
+
+    @property
+    def grad(self):
+        """The gradient accumulated by ``backward()`` into this leaf (a Tensor of its shape and
+        dtype), or None."""
+        return autograd.get_grad(self)
+
+    @grad.setter
+    def grad(self, value) -> None:
+        autograd.set_grad(self, value, Origin())
+
+    @property
+    def is_leaf(self) -> bool:
+        """False only for tensors computed from one that requires grad."""
+        return autograd.is_leaf(self)
+
+    def detach(self) -> "Tensor":
+        """The same value, cut from the graph: it does not require grad."""
+        return autograd.detach(self)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into the ``.grad`` of every leaf this tensor depends on,
+        weighted by ``gradient`` (this tensor's shape; optional for a single element). Records
+        the backward graph; nothing runs until sync. The graph is kept while this tensor lives
+        (``retain_graph`` is accepted for PyTorch's signature).
+
+        Raises AutogradError when this tensor does not require grad, ShapeError for a missing
+        or mis-shaped ``gradient``."""
+        autograd.backward(self, gradient, create_graph=create_graph)
 
     # operators -------------------------------------------------------------------------------
     def __add__(self, o): return ew.binary("add", self, o, Origin())

@@ -5,8 +5,9 @@ A ``Module`` holds its parameters as public Tensor attributes and its children a
 in PyTorch's ``state_dict``, so checkpoint names map to attributes one to one. Loading checks
 every name, shape and dtype kind before anything is replaced, and reports all problems at once.
 
-lazyburn has no autograd: modules are for inference and start in eval mode (``training`` is
-False), where dropout is the identity.
+Modules start in eval mode (``training`` is False), where dropout is the identity. Parameters
+are plain tensors: mark them with ``requires_grad_()`` to train (``frontend/autograd.py``);
+``zero_grad()`` clears their gradients.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from ..frontend.creation import tensor
+from ..frontend.creation import tensor, zeros_like
 from ..frontend.tensor import Tensor
 from ..ir import dtypes as dt
 from .weights import WeightsError, read_safetensors
@@ -67,6 +68,13 @@ class Module:
 
     def parameters(self) -> list[Tensor]:
         return [p for _, p in self.named_parameters()]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the ``.grad`` of every parameter that requires grad (to None, or to zeros of
+        its shape and dtype when not ``set_to_none``)."""
+        for p in self.parameters():
+            if p.grad is not None:
+                p.grad = None if set_to_none else zeros_like(p)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every parameter's value as a NumPy array (computes pending parameters)."""

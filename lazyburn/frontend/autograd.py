@@ -1,0 +1,636 @@
+"""Reverse-mode automatic differentiation as a transform of the lazy graph.
+
+``loss.backward()`` computes nothing: it walks the recorded forward graph once in reverse
+topological order and records each op's vector-Jacobian product (VJP) into the same lazy graph,
+so forward and backward are planned and fused together at the next sync (the backward of an
+element-wise chain is one element-wise kernel). The API follows PyTorch's names:
+``requires_grad``, ``requires_grad_()``, ``.grad`` (accumulated across ``backward()`` calls,
+on leaves only), ``detach()``, ``backward(gradient)``, ``no_grad()``, and ``grad(outputs,
+inputs, grad_outputs)``.
+
+What the gradient flows through. A *leaf* is a tensor the user marked (``requires_grad_()``,
+``tensor(..., requires_grad=True)``): always a fresh ``buffer`` node, so no other tensor nor any
+graph recorded before shares it. From then on, every recorded node is classified once, when its
+tensor is made (``record.grad_hook``): it requires grad when its op has a VJP rule, its dtype is
+floating and one of its inputs requires grad. Such a node keeps a tape entry, a copy of its op,
+attributes and input nodes: realizing a node turns it into a buffer and drops its inputs
+(``Node.realize_to``), while its backward still needs them. The entries hold the forward graph
+alive for as long as a tensor computed from it is alive.
+
+VJP rules: ``VJP`` holds one rule per differentiable op of ``lazyburn.ir.ops``, written with the
+front end's own ops (so broadcasting, dtypes and fusion need nothing special here); the ops
+without a derivative (sources, comparisons, integer, bitwise and logical ops, argmax/argmin,
+any/all) are listed in ``NON_DIFFERENTIABLE``. Ops whose derivative is zero almost everywhere
+(floor, ceil, round, sign, floordiv) give zeros, as in PyTorch. Broadcasting is explicit in the
+graph (``expand`` nodes), so its summation is the VJP of ``expand``. There is no scatter op: the
+VJP of ``take`` is a one-hot matrix product and that of ``take_along_axis`` a sum over a one-hot
+comparison, both recorded like any op.
+
+Grad mode is per thread, as in PyTorch; ``backward`` records its VJPs with grad mode off unless
+``create_graph=True`` (then they are taped too, for higher derivatives).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import weakref
+from typing import Callable
+
+from .. import runtime
+from ..errors import AutogradError, DTypeError, ShapeError
+from ..ir.node import Node
+from ..ir.ops import OPS
+from . import elementwise as ew
+from . import record as rec
+from .creation import arange, ones, zeros_like
+from .elementwise import where
+from .linalg import matmul
+from .movement import concat, flip, pad, permute_dims
+from .record import Origin, wrap
+
+
+# grad mode ----------------------------------------------------------------------------------
+class _GradMode(threading.local):
+    enabled = True
+
+
+_MODE = _GradMode()
+
+
+def is_grad_enabled() -> bool:
+    """Whether ops recorded now (on this thread) are taped for differentiation."""
+    return _MODE.enabled
+
+
+class _SetGradMode:
+    """Grad mode ``enabled`` inside a ``with`` block or a decorated function (per thread)."""
+
+    enabled = True
+
+    def __init__(self):
+        self._before: list[bool] = []
+
+    def __enter__(self):
+        self._before.append(_MODE.enabled)
+        _MODE.enabled = self.enabled
+
+    def __exit__(self, *exc):
+        _MODE.enabled = self._before.pop()
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def decorated(*args, **kwargs):
+            with type(self)():
+                return fn(*args, **kwargs)
+        return decorated
+
+
+class no_grad(_SetGradMode):  # noqa: N801 - PyTorch's name
+    """Record without taping: tensors computed inside do not require grad (saves the tape's
+    memory, e.g. for evaluation or an optimizer's update). A context manager
+    (``with lb.no_grad():``) and a decorator (``@lb.no_grad()``)."""
+
+    enabled = False
+
+
+class enable_grad(_SetGradMode):  # noqa: N801 - PyTorch's name
+    """Tape again inside a ``no_grad`` block (context manager and decorator)."""
+
+    enabled = True
+
+
+# the tape ------------------------------------------------------------------------------------
+class _Leaf:
+    """A leaf that requires grad; ``grad`` is its accumulated gradient (a Tensor) or None."""
+
+    __slots__ = ("grad",)
+
+    def __init__(self):
+        self.grad = None
+
+
+class _Entry:
+    """A node the gradient flows through: its op, attributes and inputs as recorded."""
+
+    __slots__ = ("op", "attrs", "inputs")
+
+    def __init__(self, n: Node):
+        self.op, self.attrs, self.inputs = n.op, n.attrs, n.inputs
+
+
+# node -> _Leaf (a leaf requiring grad), _Entry (computed from one), or None (classified as not
+# requiring grad). Nodes without inputs are never entered unless they are leaves.
+_STATE: "weakref.WeakKeyDictionary[Node, _Leaf | _Entry | None]" = weakref.WeakKeyDictionary()
+_UNSEEN = object()
+
+
+def _on_record(n: Node) -> None:
+    """``record.grad_hook``: classify the node of each Tensor as it is made."""
+    state = _STATE
+    if not n.inputs or n in state:
+        return
+    if not _MODE.enabled:
+        state[n] = None
+        return
+    # the usual case, every input already classified (or a source), without _classify's walk
+    flows = False
+    for i in n.inputs:
+        s = state.get(i, _UNSEEN)
+        if s is _UNSEEN:
+            if i.inputs:
+                _classify(n)
+                return
+        elif s is not None:
+            flows = True
+    state[n] = _Entry(n) if flows and n.op in VJP and n.dtype.is_float else None
+
+
+def _classify(root: Node) -> bool:
+    """Whether the gradient flows through ``root``; classifies it and the internal nodes under
+    it (implicit casts and broadcasts) that are not classified yet. Iterative: a graph recorded
+    before the first leaf existed may be deep."""
+    state = _STATE
+    s = state.get(root, _UNSEEN)
+    if s is not _UNSEEN:
+        return s is not None
+    if not root.inputs:
+        return False
+    stack = [root]
+    while stack:
+        n = stack[-1]
+        if n in state:
+            stack.pop()
+            continue
+        todo = [i for i in n.inputs if i.inputs and i not in state]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        flows = (n.op in VJP and n.dtype.is_float and
+                 any(state.get(i) is not None for i in n.inputs))
+        state[n] = _Entry(n) if flows else None
+    return state[root] is not None
+
+
+def _requires(n: Node) -> bool:
+    return _STATE.get(n) is not None
+
+
+# the Tensor side: flags, leaves, .grad --------------------------------------------------------
+def requires_grad(t) -> bool:
+    """Whether gradients flow to or through ``t``."""
+    return _requires(t.node)
+
+
+def is_leaf(t) -> bool:
+    """True unless ``t`` was computed from a tensor that requires grad (PyTorch's rule)."""
+    return not isinstance(_STATE.get(t.node), _Entry)
+
+
+def set_requires_grad(t, flag: bool, origin: Origin) -> None:
+    """``t.requires_grad_(flag)``. Making ``t`` a leaf gives it a fresh buffer node holding its
+    value (computed now if pending), so that no tensor or graph recorded before shares it.
+
+    Raises DTypeError for a non-floating tensor, AutogradError when asked to stop the gradient
+    of a non-leaf (use ``detach()``)."""
+    n = t.node
+    st = _STATE.get(n)
+    if not flag:
+        if isinstance(st, _Entry):
+            raise AutogradError("requires_grad_(False): only a leaf can stop requiring grad; "
+                                "use detach() for a non-leaf", origin)
+        if st is not None:
+            _STATE[n] = None
+        return
+    if st is not None:
+        return
+    if not n.dtype.is_float:
+        raise DTypeError(f"requires_grad: only floating-point tensors can require gradients, "
+                         f"got {n.dtype.name}", origin)
+    if n.buffer is None:
+        runtime.realize([n])
+    leaf = Node("buffer", (), (), n.shape, n.dtype, n.device, origin.code, origin.line,
+                n.buffer)
+    _STATE[leaf] = _Leaf()
+    rec.grad_hook = _on_record
+    t.node = leaf
+
+
+def get_grad(t):
+    """The gradient accumulated into leaf ``t`` (a Tensor of its shape and dtype), or None."""
+    st = _STATE.get(t.node)
+    return st.grad if isinstance(st, _Leaf) else None
+
+
+def set_grad(t, value, origin: Origin) -> None:
+    """``t.grad = value`` (None clears it). Raises AutogradError unless ``t`` is a leaf that
+    requires grad, ShapeError when ``value``'s shape differs from ``t``'s."""
+    st = _STATE.get(t.node)
+    if not isinstance(st, _Leaf):
+        if value is None:
+            return
+        raise AutogradError("grad: only leaf tensors that require grad hold a .grad", origin)
+    if value is not None:
+        if not rec.is_tensor(value):
+            raise DTypeError(f"grad: expected a Tensor or None, got {type(value).__name__}",
+                             origin)
+        if value.shape != t.shape:
+            raise ShapeError(f"grad: assigned gradient of shape {value.shape} to a tensor of "
+                             f"shape {t.shape}", origin)
+    st.grad = value
+
+
+def detach(t):
+    """``t``'s value as a tensor that does not require grad (no copy: a pending value stays
+    pending, read through an identity view)."""
+    n = t.node
+    if n.buffer is not None:
+        m = Node("buffer", (), (), n.shape, n.dtype, n.device, None, 0, n.buffer)
+    else:
+        origin = Origin()
+        m = Node("reshape", (n,), (), n.shape, n.dtype, n.device, origin.code, origin.line)
+    if rec.grad_hook is not None:
+        _STATE[m] = None
+    return wrap(m)
+
+
+# backward --------------------------------------------------------------------------------------
+def backward(tensors, grad_tensors=None, create_graph: bool = False) -> None:
+    """Accumulate the gradients of ``tensors`` (a Tensor or a sequence) into the ``.grad`` of
+    every leaf they depend on. ``grad_tensors``: the gradient of each (its shape; dtype cast);
+    may be omitted for single-element tensors (ones). Records the backward graph; nothing runs
+    until sync.
+
+    Raises AutogradError when a tensor does not require grad, ShapeError for a missing or
+    mis-shaped gradient."""
+    origin = Origin()
+    roots = _roots("backward", tensors, grad_tensors, origin)
+    grads = _backprop(roots, create_graph)
+    for n, g in grads.values():
+        st = _STATE.get(n)
+        if isinstance(st, _Leaf):
+            if not create_graph:
+                g = detach(g) if _requires(g.node) else g
+            st.grad = g if st.grad is None else st.grad + g
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
+         allow_unused: bool = False) -> tuple:
+    """The gradients of ``outputs`` with respect to ``inputs`` (each a Tensor or a sequence),
+    as a tuple with one Tensor per input (None for an unused input when ``allow_unused``).
+    ``.grad`` is not touched. With ``create_graph`` the gradients are themselves differentiable.
+    ``retain_graph`` is accepted for PyTorch's signature: the graph is always kept while a
+    tensor computed from it lives.
+
+    Raises AutogradError when an output or input does not require grad, or an input is unused
+    without ``allow_unused``; ShapeError as ``backward``."""
+    origin = Origin()
+    roots = _roots("grad", outputs, grad_outputs, origin)
+    inputs = [inputs] if rec.is_tensor(inputs) else list(inputs)
+    for i, t in enumerate(inputs):
+        if not _requires(t.node):
+            raise AutogradError(f"grad: input {i} does not require grad", origin)
+    grads = _backprop(roots, create_graph)
+    out = []
+    for i, t in enumerate(inputs):
+        got = grads.get(id(t.node))
+        if got is None:
+            if not allow_unused:
+                raise AutogradError(f"grad: input {i} was not used to compute the outputs "
+                                    f"(pass allow_unused=True to get None for it)", origin)
+            out.append(None)
+        else:
+            out.append(got[1])
+    return tuple(out)
+
+
+def _roots(op, tensors, grads, origin) -> list:
+    """``(node, gradient Tensor)`` for each output."""
+    tensors = [tensors] if rec.is_tensor(tensors) else list(tensors)
+    if grads is None or rec.is_tensor(grads):
+        grads = [grads] * len(tensors) if grads is None else [grads]
+    grads = list(grads)
+    if len(grads) != len(tensors):
+        raise ShapeError(f"{op}: {len(tensors)} outputs but {len(grads)} gradients", origin)
+    roots = []
+    for i, (t, g) in enumerate(zip(tensors, grads)):
+        n = t.node
+        if not _requires(n):
+            raise AutogradError(f"{op}: tensor {i} does not require grad: no tensor it is "
+                                f"computed from has requires_grad=True (or it was computed "
+                                f"under no_grad)", origin)
+        if g is None:
+            if n.size != 1:
+                raise ShapeError(f"{op}: the gradient can be implied only for a single-element "
+                                 f"output; pass gradient= of shape {n.shape} for tensor {i}",
+                                 origin)
+            g = ones(n.shape, dtype=n.dtype, device=n.device)
+        else:
+            g = wrap(rec.tensor_node(op, g, origin, n.device))
+            if g.shape != n.shape:
+                raise ShapeError(f"{op}: gradient of shape {g.shape} for tensor {i} of shape "
+                                 f"{n.shape}", origin)
+            rec.same_device(op, [n, g.node], origin)
+            if g.dtype is not n.dtype:
+                g = g.astype(n.dtype)
+        roots.append((n, g))
+    return roots
+
+
+def _backprop(roots, create_graph: bool) -> dict:
+    """Record the VJPs from ``roots`` back to the leaves; ``{id(node): (node, gradient)}`` for
+    every node the gradient reached."""
+    before = _MODE.enabled
+    _MODE.enabled = create_graph
+    try:
+        grads: dict[int, tuple] = {}
+        for n, g in roots:
+            _accumulate(grads, n, g)
+        for n in reversed(_topo_order([n for n, _ in roots])):
+            st = _STATE.get(n)
+            got = grads.get(id(n))
+            if not isinstance(st, _Entry) or got is None:
+                continue
+            xs = [wrap(i) for i in st.inputs]
+            for i, x, gi in zip(st.inputs, xs, VJP[st.op](got[1], wrap(n), xs, st.attrs)):
+                if gi is not None and _requires(i):
+                    _accumulate(grads, i, gi if gi.dtype is x.dtype else gi.astype(x.dtype))
+        return grads
+    finally:
+        _MODE.enabled = before
+
+
+def _accumulate(grads: dict, n: Node, g) -> None:
+    got = grads.get(id(n))
+    grads[id(n)] = (n, g if got is None else got[1] + g)
+
+
+def _topo_order(roots) -> list:
+    """The nodes the gradient flows through from ``roots``, inputs before consumers."""
+    order, seen = [], set()
+    stack = [(r, False) for r in reversed(roots)]
+    while stack:
+        n, done = stack.pop()
+        if done:
+            order.append(n)
+            continue
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.append((n, True))
+        st = _STATE.get(n)
+        if isinstance(st, _Entry):
+            stack.extend((i, False) for i in st.inputs if id(i) not in seen and _requires(i))
+    return order
+
+
+# VJP rules -------------------------------------------------------------------------------------
+# rule(g, y, xs, attrs) -> one gradient (a Tensor of the input's shape) or None per input, for
+# y = op(*xs) with upstream gradient g (y's shape and dtype). Inputs that need no gradient are
+# skipped by the caller, and an unused gradient is a dead node that is never computed.
+VJP: dict[str, Callable] = {}
+
+#: ops with no derivative: their results never require grad
+NON_DIFFERENTIABLE = frozenset(
+    "buffer const iota random_uniform random_normal isnan isinf isfinite logical_not "
+    "bitwise_not eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or "
+    "bitwise_xor left_shift right_shift argmax argmin any all".split())
+
+
+def _rule(*ops):
+    def register(f):
+        for op in ops:
+            VJP[op] = f
+        return f
+    return register
+
+
+def _unary(op, derivative):
+    """A unary op's rule: ``g * derivative(x, y)``."""
+    VJP[op] = lambda g, y, xs, attrs: (g * derivative(xs[0], y),)
+
+
+_LN2 = math.log(2.0)
+_unary("neg", lambda x, y: -1.0)
+_unary("abs", lambda x, y: x.sign())
+_unary("square", lambda x, y: 2.0 * x)
+_unary("exp", lambda x, y: y)
+_unary("exp2", lambda x, y: y * _LN2)
+_unary("expm1", lambda x, y: y + 1.0)
+_unary("log", lambda x, y: 1.0 / x)
+_unary("log2", lambda x, y: 1.0 / (x * _LN2))
+_unary("log1p", lambda x, y: 1.0 / (x + 1.0))
+_unary("sqrt", lambda x, y: 0.5 / y)
+_unary("rsqrt", lambda x, y: -0.5 * y * y * y)
+_unary("sin", lambda x, y: x.cos())
+_unary("cos", lambda x, y: -x.sin())
+_unary("tan", lambda x, y: 1.0 + y * y)
+_unary("tanh", lambda x, y: 1.0 - y * y)
+_unary("sigmoid", lambda x, y: y * (1.0 - y))
+_unary("erf", lambda x, y: (2.0 / math.sqrt(math.pi)) * (-x * x).exp())
+
+
+@_rule("sign", "floor", "ceil", "round", "floordiv")
+def _zero(g, y, xs, attrs):
+    return tuple(zeros_like(x) for x in xs)
+
+
+@_rule("cast")
+def _cast(g, y, xs, attrs):
+    return (g.astype(xs[0].dtype) if xs[0].dtype.is_float else None,)
+
+
+@_rule("add")
+def _add(g, y, xs, attrs):
+    return g, g
+
+
+@_rule("sub")
+def _sub(g, y, xs, attrs):
+    return g, -g
+
+
+@_rule("mul")
+def _mul(g, y, xs, attrs):
+    a, b = xs
+    return g * b, g * a
+
+
+@_rule("div")
+def _div(g, y, xs, attrs):
+    a, b = xs
+    gb = g / b
+    return gb, -gb * y
+
+
+@_rule("mod")
+def _mod(g, y, xs, attrs):  # a - b * floor(a / b)
+    a, b = xs
+    return g, -g * ew.binary("floordiv", a, b)
+
+
+@_rule("pow")
+def _pow(g, y, xs, attrs):
+    # as PyTorch: d/da is 0 where b == 0 (also at a == 0), d/db is 0 where a == 0 and b >= 0
+    a, b = xs
+    ga = where(b == 0, 0.0, g * b * a ** (b - 1.0))
+    gb = where((a == 0) & (b >= 0), 0.0, g * y * a.log())
+    return ga, gb
+
+
+@_rule("maximum", "minimum")
+def _extremum(g, y, xs, attrs):
+    # ties split the gradient evenly between the two inputs, as in PyTorch
+    a, b = xs
+    first = a == y
+    tie = a == b
+    half = g * 0.5
+    return where(tie, half, where(first, g, 0.0)), where(tie, half, where(first, 0.0, g))
+
+
+@_rule("where")
+def _where(g, y, xs, attrs):
+    c = xs[0]
+    return None, where(c, g, 0.0), where(c, 0.0, g)
+
+
+@_rule("copy")
+def _copy(g, y, xs, attrs):
+    return (g.to(xs[0].device),)
+
+
+# views
+@_rule("reshape")
+def _reshape(g, y, xs, attrs):
+    return (g.reshape(xs[0].shape),)
+
+
+@_rule("permute")
+def _permute(g, y, xs, attrs):
+    (perm,) = attrs
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return (permute_dims(g, inverse),)
+
+
+@_rule("expand")
+def _expand(g, y, xs, attrs):
+    s = xs[0].shape
+    lead = len(y.shape) - len(s)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(s)
+                                      if d == 1 and y.shape[lead + i] != 1)
+    return ((g.sum(axes, keepdims=True) if axes else g).reshape(s),)
+
+
+@_rule("slice")
+def _slice(g, y, xs, attrs):
+    # each axis: un-reverse a negative step, spread a step k > 1 by padding every element with
+    # k - 1 zeros, then pad with zeros up to the input's extent
+    starts, steps = attrs
+    shape = xs[0].shape
+    widths = []
+    for axis, (start, step, count, size) in enumerate(zip(starts, steps, g.shape, shape)):
+        if step < 0:
+            g = flip(g, axis)
+            start, step = start + (count - 1) * step, -step
+        if step > 1 and count > 1:
+            spread = g.reshape(g.shape[:axis + 1] + (1,) + g.shape[axis + 1:])
+            spread = pad(spread, [(0, 0)] * (axis + 1) + [(0, step - 1)] +
+                         [(0, 0)] * (len(shape) - axis - 1))
+            spread = spread.reshape(g.shape[:axis] + (count * step,) + g.shape[axis + 1:])
+            g = spread[(slice(None),) * axis + (slice(0, (count - 1) * step + 1),)]
+        widths.append((start, size - start - g.shape[axis]))
+    return (pad(g, widths),)
+
+
+@_rule("pad")
+def _pad(g, y, xs, attrs):
+    pads, _ = attrs
+    return (g[tuple(slice(a, a + d) for (a, _), d in zip(pads, xs[0].shape))],)
+
+
+@_rule("concat")
+def _concat(g, y, xs, attrs):
+    (axis,) = attrs
+    out, at = [], 0
+    for x in xs:
+        out.append(g[(slice(None),) * axis + (slice(at, at + x.shape[axis]),)])
+        at += x.shape[axis]
+    return tuple(out)
+
+
+# indexing: the indices a gather read, wrapped once if negative and clamped, as the gather did
+def _gathered(idx, size: int):
+    idx = idx.astype("int64")  # room for idx + size whatever the indices' own dtype
+    return where(idx < 0, idx + size, idx).clip(0, size - 1)
+
+
+@_rule("take")
+def _take(g, y, xs, attrs):
+    # the scatter-add of g into x's rows as a product with the one-hot matrix of the indices:
+    # (rows of x, indices) @ (before, indices, after) -> (before, rows of x, after)
+    x, idx = xs
+    (axis,) = attrs
+    size = x.shape[axis]
+    before = math.prod(x.shape[:axis])
+    after = math.prod(x.shape[axis + 1:])
+    flat = _gathered(idx, size).reshape((idx.size,))
+    rows = arange(size, device=x.device).reshape((size, 1))
+    one_hot = (rows == flat.reshape((1, idx.size))).astype(g.dtype)
+    return matmul(one_hot, g.reshape((before, idx.size, after))).reshape(x.shape), None
+
+
+@_rule("take_along_axis")
+def _take_along_axis(g, y, xs, attrs):
+    # with the gathered axis moved last: dx[..., j] = sum over i of g[..., i] where idx[..., i]
+    # is j (x and idx have one shape but for that axis: the front end made the broadcast
+    # explicit)
+    x, idx = xs
+    (axis,) = attrs
+    nd = len(x.shape)
+    size = x.shape[axis]
+    last = [i for i in range(nd) if i != axis] + [axis]
+    gl = permute_dims(g, last)
+    il = permute_dims(_gathered(idx, size), last)
+    hit = il.reshape(il.shape + (1,)) == arange(size, device=x.device)
+    dx = where(hit, gl.reshape(gl.shape + (1,)), 0.0).sum(-2)
+    back = [0] * nd
+    for i, p in enumerate(last):
+        back[p] = i
+    return permute_dims(dx, back), None
+
+
+@_rule("matmul")
+def _matmul(g, y, xs, attrs):
+    # batch dimensions are equal: the front end made their broadcast explicit
+    a, b = xs
+    return matmul(g, b.mT), matmul(a.mT, g)
+
+
+# reductions (recorded with kept dimensions: y and g broadcast against x)
+@_rule("sum")
+def _sum(g, y, xs, attrs):
+    return (g.broadcast_to(xs[0].shape),)
+
+
+@_rule("max", "min")
+def _max(g, y, xs, attrs):
+    # ties share the gradient evenly, as PyTorch's amax/amin
+    (x,), (axes,) = xs, attrs
+    hit = x == y
+    count = hit.astype(g.dtype).sum(axes, keepdims=True)
+    return (where(hit, g / count, 0.0),)
+
+
+@_rule("prod")
+def _prod(g, y, xs, attrs):
+    # d/dx_i = product of the others: y / x_i without zeros; with one zero, the product of the
+    # non-zeros at the zero and 0 elsewhere; with two or more zeros, 0 everywhere
+    (x,), (axes,) = xs, attrs
+    zero = x == 0
+    zeros = zero.astype("int32").sum(axes, keepdims=True)
+    rest = where(zero, 1.0, x).prod(axes, keepdims=True)
+    d = where(zero, where(zeros == 1, rest, 0.0), where(zeros == 0, rest / x, 0.0))
+    return (g * d,)
