@@ -175,11 +175,7 @@ BLOCKS = 10
 
 # Programs known to fail, each with its defect: the test asserts that they still fail (so a fix
 # shows up as a failure here until its entry is removed) and that every other program passes.
-KNOWN = {
-    ("webgpu:0", 90): "lavapipe: tanh(where(c, exp(tanh(x) * 2), x)) fused in one kernel gives "
-                      "2.0005 for tanh at x = 0.785 (each part alone, and other nestings, are "
-                      "right); cause not found yet",
-}
+KNOWN: dict = {}
 
 
 @pytest.mark.parametrize("block", range(BLOCKS))

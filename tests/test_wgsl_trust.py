@@ -678,11 +678,48 @@ def test_float_mod_of_the_largest_values(rng):
     compare(lambda a, b: (a[:, None] % b[None, :]).sum(0), big, y, rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="lavapipe: tanh of a select of exp(tanh(x) * 2), fused "
-                   "in one kernel, comes out wrong (2.0005 for tanh at x = 0.785); each part "
-                   "alone and other nestings are right; cause not found yet")
-def test_tanh_of_a_select_of_exp_of_tanh():
-    a = np.float32([0.78524786, 0.3, -1.2, 2.0])
-    got, want = [lb.tanh(lb.where(t > 0.1, lb.exp(lb.tanh(t) * 2.0), t)).numpy()
-                 for t in (lb.tensor(a, device=DEV), lb.tensor(a, device="numpy"))]
-    np.testing.assert_allclose(got, want, rtol=1e-6)
+def test_tanh_of_a_select_of_exp_of_tanh(rng):
+    """lavapipe miscompiled tanh's copysign when its argument went through tanh or exp in the
+    same kernel (see lb_tanh): 2.0005 for tanh at x = 0.785."""
+    a = np.concatenate([np.float32([0.78524786, 0.3, -1.2, 2.0, 0.0, -0.0]),
+                        rng.uniform(-3, 3, 200).astype(np.float32)])
+    compare(lambda t: lb.tanh(lb.where(t > 0.1, lb.exp(lb.tanh(t) * 2.0), t)), a, rtol=1e-6)
+
+
+# programs the random-graph campaign found wrong on lavapipe, all the lb_tanh miscompile: tanh
+# after a softmax, a logsumexp, a min or a matmul; a pow with a tanh exponent feeding a
+# matmul (the same tanh, in the matmul's prologue); shapes as found
+TANH_CHAINS = {
+    "tanh_of_softmax_max": ([(1,)], lambda v: lb.tanh(lb.softmax(v, axis=0).max(0))),
+    "tanh_of_softplus_of_logsumexp": (
+        [(38,)], lambda v: lb.tanh(lb.softplus(v.logsumexp(0)))),
+    "pow_with_tanh_exponent_of_a_matmul": (
+        [(1, 3, 5)], lambda v: (lb.abs(lb.log2(lb.abs(v @ v.mT) + 0.5)) + 0.5)
+        ** lb.tanh(lb.square(lb.log2(lb.abs(v @ v.mT) + 0.5)))),
+    "tanh_of_pow_of_var_and_matmul": (
+        [(3, 4, 5), (2, 4, 3)], lambda u, v: lb.tanh(
+            (lb.abs(u.var((0, 1, 2))) + 0.5) ** lb.tanh(v @ v.mT))),
+    "tanh_of_exp_of_tanh_after_a_matmul": (
+        [(5, 4, 3)], lambda v: lb.tanh(lb.exp(lb.tanh(v @ v.mT) * 2.0))),
+    "tanh_of_min_of_exp_of_tanh": (
+        [(1,)], lambda v: lb.tanh(lb.exp(lb.tanh(v) * 2.0).min(0))),
+    "tanh_of_tanh_of_a_row_sum": ([(5, 64)], lambda v: lb.tanh(lb.tanh(v.sum(1)) * 2.0)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TANH_CHAINS))
+def test_tanh_after_tanh_exp_and_reductions_in_one_kernel(rng, case):
+    shapes, fn = TANH_CHAINS[case]
+    compare(fn, *[rng.uniform(-2, 2, s).astype(np.float32) for s in shapes], rtol=2e-5)
+
+
+def test_matmul_of_pow_with_a_tanh_exponent(rng):
+    """The pow (and its tanh) run in the matmul's prologue: 884.6 where NumPy has 79.6."""
+    x = rng.uniform(-2, 2, (3, 3)).astype(np.float32)
+
+    def fn(v):
+        v2 = lb.tile(lb.exp2(v), (3, 3))[::-2]
+        v5 = lb.log1p(lb.abs(lb.log2(lb.abs(v2.sum((0, 1))) + 0.5)))
+        v6 = (lb.abs(v2) + 0.5) ** lb.tanh(v5)
+        return v6 @ v6.mT
+    compare(fn, x, rtol=2e-5)

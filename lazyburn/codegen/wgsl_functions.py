@@ -447,11 +447,22 @@ _define("lb_tanh", """
 // tanh |x| = e / (e + 2) with e = expm1(2 |x|) (fdlibm's form, for every x: accurate for
 // small x because expm1 is), the sign put back on the bits (tanh(-0) = -0). From |x| = 9.01
 // on the quotient rounds to 1; clamping 2|x| at 19 keeps e finite.
+// The sign goes on by xor, not by lb_copysign: q >= +0, so flipping its sign bit where x's is
+// set is the same copysign, and it avoids a miscompile of lavapipe (Mesa 22.3.6, LLVM 15.0.6)
+// that gave +-2^-126, 4.0 or tiny garbage for tanh of a value that itself went through tanh,
+// expm1 or exp in the same kernel. Shortest shader that shows it, on non-uniform values:
+//   w = copysign(min(|v|, 19), v) * 2;  a = min(|w| + |w|, 19);
+//   out = select(copysign(a, w), w, c)      (any c; "if (c) { r = w; }" as well)
+// gives copysign(2^-126, w) for every v. It needs LLVM's optimisations (right under
+// GALLIVM_PERF=nopt); it is right with either min removed, with a nan constant in place of w,
+// with the select moved inside the copysign, or with copysign(a, w) written as a ^ (w & sign).
 fn lb_tanh(x: f32) -> f32 {
     let e = lb_expm1(min(abs(x) + abs(x), 19.0f));
-    return select(lb_copysign(e / (e + 2.0f), x), x, lb_isnan(x));
+    let q = e / (e + 2.0f);
+    return select(bitcast<f32>(bitcast<u32>(q) ^ (bitcast<u32>(x) & 0x80000000u)), x,
+                  lb_isnan(x));
 }
-""", ("lb_expm1", "lb_copysign", "lb_isnan"))
+""", ("lb_expm1", "lb_isnan"))
 _define("lb_sigmoid", """
 // exp(-|x|) never overflows; for x < 0, e / (1 + e) keeps the tiny results.
 fn lb_sigmoid(x: f32) -> f32 {
