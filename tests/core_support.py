@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import lazyburn as lb
+from lazyburn.runtime import fused
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
 INTS = ("int8", "int16", "int32", "int64", "uint8")
@@ -186,3 +187,27 @@ def float_mismatches(got: np.ndarray, want: np.ndarray, dtype: str, ulps: float,
     if zero_sign:
         bad |= fin & (w == 0) & (g == 0) & (np.signbit(g) != np.signbit(w))
     return bad
+
+
+def outputs_off_in_a_few_places(d, n: int, far: int, rng):
+    """``(expected, actual)`` host outputs of lazyburn dtype ``d`` and ``n`` elements that an
+    output comparison must tell apart in exactly 2 places (ints and bools: index 5 and ``far``,
+    off by one or flipped) or 3 (floats: 4 and 5, a signed zero and nan/inf mismatches aside,
+    and ``far``); every other float differs by a quarter of the dtype's tolerance."""
+    if d.is_bool:
+        e = rng.random(n) > 0.5
+        a = e.copy()
+        a[[5, far]] ^= True
+    elif d.is_int:
+        info = np.iinfo(d.np)
+        e = rng.integers(info.max // 2, info.max, n, dtype=d.np, endpoint=True)
+        a = e.copy()
+        a[[5, far]] -= 1  # off by one: well within any float tolerance
+    else:
+        e = (rng.standard_normal(n) * 100).astype(d.np)
+        rtol, _ = fused.tolerance(d)
+        a = (e.astype(np.float64) * (1 + rtol / 4)).astype(d.np)  # within the tolerance
+        e[:6] = [np.nan, np.inf, -np.inf, 0.0, np.inf, 1.0]
+        a[:6] = [np.nan, np.inf, -np.inf, -0.0, e.dtype.type(1e4), np.nan]  # 4, 5 differ
+        a[far] = e[far] * 2 + 1
+    return e, a

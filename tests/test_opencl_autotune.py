@@ -17,6 +17,7 @@ from lazyburn import autotune
 from lazyburn import runtime
 from lazyburn.autotune import tuner
 from lazyburn.runtime import fused
+from core_support import outputs_off_in_a_few_places
 from fused_devices import FUSED_DEVICES
 
 TUNING_DEVICES = [d for d in ("opencl:0", "webgpu:0") if d in FUSED_DEVICES]
@@ -256,24 +257,8 @@ def test_device_comparison_follows_the_host_rule(dtype):
     d = dt.BY_NAME[dtype]
     if dtype == "float64" and not backend.has_fp64:
         pytest.skip("no fp64 on this device")
-    rng = np.random.default_rng(13)
     n = 100_003
-    if d.is_bool:
-        e = rng.random(n) > 0.5
-        a = e.copy()
-        a[[5, 70_000]] ^= True
-    elif d.is_int:
-        info = np.iinfo(d.np)
-        e = rng.integers(info.max // 2, info.max, n, dtype=d.np, endpoint=True)
-        a = e.copy()
-        a[[5, 70_000]] -= 1  # off by one: well within any float tolerance
-    else:
-        e = (rng.standard_normal(n) * 100).astype(d.np)
-        rtol, _ = fused.tolerance(d)
-        a = (e.astype(np.float64) * (1 + rtol / 4)).astype(d.np)  # within the tolerance
-        e[:6] = [np.nan, np.inf, -np.inf, 0.0, np.inf, 1.0]
-        a[:6] = [np.nan, np.inf, -np.inf, -0.0, e.dtype.type(1e4), np.nan]  # 4, 5 differ
-        a[70_000] = e[70_000] * 2 + 1
+    e, a = outputs_off_in_a_few_places(d, n, 70_000, np.random.default_rng(13))
     want = int(fused.host_mismatches(e, a, d).sum())
     assert want == (3 if d.is_float else 2)
     buffers = [backend.upload(v) for v in (e, a)]

@@ -25,6 +25,7 @@ from lazyburn.codegen import triton as tr  # noqa: E402
 from lazyburn.fusion.kernel_ir import KernelArg  # noqa: E402
 from lazyburn.ir import dtypes as dt  # noqa: E402
 from lazyburn.runtime import cuda_tuning, fused  # noqa: E402
+from core_support import outputs_off_in_a_few_places  # noqa: E402
 
 RTOL = {"float32": 2e-5, "float64": 1e-9, "float16": 1e-2, "bfloat16": 2e-2}
 
@@ -654,24 +655,8 @@ def test_candidate_outputs_are_compared_by_the_host_rule(dtype, monkeypatch):
     the first index are the host rule's."""
     monkeypatch.setattr(cuda_tuning, "COMPARE_CHUNK", 4096)  # several chunks
     d = dt.BY_NAME[dtype]
-    rng = np.random.default_rng(26)
     n = 10_003
-    if d.is_bool:
-        e = rng.random(n) > 0.5
-        a = e.copy()
-        a[[5, 7_000]] ^= True
-    elif d.is_int:
-        info = np.iinfo(d.np)
-        e = rng.integers(info.max // 2, info.max, n, dtype=d.np, endpoint=True)
-        a = e.copy()
-        a[[5, 7_000]] -= 1  # off by one: well within any float tolerance
-    else:
-        e = (rng.standard_normal(n) * 100).astype(d.np)
-        rtol, _ = fused.tolerance(d)
-        a = (e.astype(np.float64) * (1 + rtol / 4)).astype(d.np)  # within the tolerance
-        e[:6] = [np.nan, np.inf, -np.inf, 0.0, np.inf, 1.0]
-        a[:6] = [np.nan, np.inf, -np.inf, -0.0, e.dtype.type(1e4), np.nan]  # 4, 5 differ
-        a[7_000] = e[7_000] * 2 + 1
+    e, a = outputs_off_in_a_few_places(d, n, 7_000, np.random.default_rng(26))
     want = int(fused.host_mismatches(e, a, d).sum())
     assert want == (3 if d.is_float else 2)
 
