@@ -75,7 +75,7 @@ def _count_allocations(dev, monkeypatch) -> list:
     backend = runtime.backend(dev)
     module = _tuning_module(dev)
     sizes, inside = [], [False]
-    alloc = backend._alloc
+    alloc = backend.alloc
 
     def counting(nbytes, origin=None):
         if inside[0]:
@@ -91,7 +91,7 @@ def _count_allocations(dev, monkeypatch) -> list:
         finally:
             inside[0] = False
 
-    monkeypatch.setattr(backend, "_alloc", counting)
+    monkeypatch.setattr(backend, "alloc", counting)
     monkeypatch.setattr(module.TunedKernel, "__call__", tuning)
     return sizes
 

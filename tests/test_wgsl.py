@@ -534,7 +534,7 @@ def test_compile_error_names_the_line_and_writes_the_wgsl(monkeypatch, tmp_path,
     monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
     x = lb.tensor(rng.standard_normal((5, 3), dtype=np.float32), device=DEV)
     y = (x * 3.25).cos()
-    line = y.node._line
+    line = y.node.line
     with pytest.raises(lb.KernelCompileError) as err:
         y.numpy()
     assert f"test_wgsl.py:{line}" in str(err.value)

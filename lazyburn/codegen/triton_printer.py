@@ -346,7 +346,7 @@ class TritonPrinter(ExprPrinter):
         return name
 
     # value ops needing more than a format string -------------------------------------------
-    def _truth(self, e: Expr, text: str) -> str:
+    def truth(self, e: Expr, text: str) -> str:
         return text if e.dtype.is_bool else f"({text} != 0)"
 
     def op_logical_not(self, e, x):
@@ -356,13 +356,13 @@ class TritonPrinter(ExprPrinter):
     # between a scalar bool (a value loaded once per program) and a block of them; compiled,
     # the selects are the same and/or instructions
     def op_logical_and(self, e, a, b):
-        return f"tl.where({self._truth(e.args[0], a)}, {self._truth(e.args[1], b)}, False)"
+        return f"tl.where({self.truth(e.args[0], a)}, {self.truth(e.args[1], b)}, False)"
 
     def op_logical_or(self, e, a, b):
-        return f"tl.where({self._truth(e.args[0], a)}, True, {self._truth(e.args[1], b)})"
+        return f"tl.where({self.truth(e.args[0], a)}, True, {self.truth(e.args[1], b)})"
 
     def op_logical_xor(self, e, a, b):
-        return f"({self._truth(e.args[0], a)} != {self._truth(e.args[1], b)})"
+        return f"({self.truth(e.args[0], a)} != {self.truth(e.args[1], b)})"
 
     def op_bitwise_and(self, e, a, b):
         return self.op_logical_and(e, a, b) if e.dtype.is_bool else f"({a} & {b})"
@@ -374,7 +374,7 @@ class TritonPrinter(ExprPrinter):
         return self.op_logical_xor(e, a, b) if e.dtype.is_bool else f"({a} ^ {b})"
 
     def op_where(self, e, c, a, b):
-        return f"tl.where({self._truth(e.args[0], c)}, {a}, {b})"
+        return f"tl.where({self.truth(e.args[0], c)}, {a}, {b})"
 
     def op_isnan(self, e, x):
         return f"({x} != {x})" if e.args[0].dtype.is_float else "False"

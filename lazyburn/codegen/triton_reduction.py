@@ -104,7 +104,7 @@ def _lanes(p: TritonPrinter, stage: Stage, v: str, shape: str, mask: str | None)
         x = f"tl.full({shape}, {number_text(value, work)}, {work})"
     else:
         if stage.op in ("any", "all"):
-            x = p._truth(src, v)
+            x = p.truth(src, v)
         elif VALUE[src.dtype.name] != work:
             x = f"{v}.to({work})"
         else:

@@ -37,7 +37,7 @@ class _Replay:
         self.order = order
         self.leaves = {p: order[p].buffer for p in plan.leaf_pos}
         self.arg_pos = arg_pos  # per argument: its graph position, or None when unused
-        self.outputs = [(n.shape, n.dtype, n.device, n._code, n._line) for n in outputs]
+        self.outputs = [(n.shape, n.dtype, n.device, n.code, n.line) for n in outputs]
         self.calls = 0
 
     def __call__(self, buffers):

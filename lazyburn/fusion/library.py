@@ -103,7 +103,7 @@ def _rewrite(roots, builder: ExprBuilder, env: dict, arg_map: dict, acc: Expr | 
         elif op == "cast":
             r = b.cast(args[0], e.dtype)
         else:
-            r = b._make(op, tuple(args), e.dtype, e.lo, e.hi)
+            r = b.make(op, tuple(args), e.dtype, e.lo, e.hi)
         out[e.id] = r
     return [out[r.id] for r in roots]
 

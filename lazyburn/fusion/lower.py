@@ -48,9 +48,9 @@ class Lowering:
         self.b = ExprBuilder(dt.int32 if biggest < INT32_LIMIT else dt.int64)
         self.args: list[KernelArg] = []
         self.arg_nodes: list[Node] = []
-        self._arg_of: dict[int, int] = {}
-        self._memo: dict = {}
-        self._unflat: dict = {}
+        self.arg_of: dict[int, int] = {}
+        self.memo: dict = {}
+        self.unflat: dict = {}
         self.stage_of: dict[int, int] = {}  # reduction node id -> stage number
         self.row_index: tuple | None = None  # index naming the current row, per reduce node
         self.acc_index: tuple | None = None
@@ -62,17 +62,17 @@ class Lowering:
         b = self.b
         idx = tuple(b.index(0) if d == 1 else b.mod(b.div(flat, s), d)
                     for d, s in zip(shape, strides_of(shape)))
-        self._unflat[tuple(e.id for e in idx)] = (flat, tuple(shape))
+        self.unflat[tuple(e.id for e in idx)] = (flat, tuple(shape))
         return idx
 
     def flat_index(self, index, shape) -> Expr:
         b = self.b
         key = tuple(e.id for e in index)
-        hit = self._unflat.get(key)
+        hit = self.unflat.get(key)
         if hit is not None and hit[1] == tuple(shape):
             return hit[0]
         for cut in range(1, len(index)):
-            left, right = self._unflat.get(key[:cut]), self._unflat.get(key[cut:])
+            left, right = self.unflat.get(key[:cut]), self.unflat.get(key[cut:])
             if left and right and left[1] == tuple(shape[:cut]) and right[1] == tuple(shape[cut:]):
                 return b.add(b.mul(left[0], b.index(prod(shape[cut:]))), right[0])
         flat = b.index(0)
@@ -82,10 +82,10 @@ class Lowering:
         return flat
 
     def arg(self, n: Node) -> int:
-        i = self._arg_of.get(id(n))
+        i = self.arg_of.get(id(n))
         if i is None:
             i = len(self.args)
-            self._arg_of[id(n)] = i
+            self.arg_of[id(n)] = i
             self.args.append(KernelArg(f"in{i}", n.dtype, n.size))
             self.arg_nodes.append(n)
         return i
@@ -98,7 +98,7 @@ class Lowering:
         values it needs and receives their expressions; this loop runs them on an explicit
         stack, so a chain as deep as the graph costs no Python recursion. Rules run in the same
         order as a recursive descent would, so expressions are created in the same order."""
-        memo = self._memo
+        memo = self.memo
         key = (id(n), tuple([e.id for e in index]), mask.id if mask is not None else 0)
         e = memo.get(key)
         if e is not None:
@@ -273,7 +273,7 @@ def reduction_space(lw: Lowering, shape, axes) -> tuple:
     kept = lw.unflatten(row, kept_shape)
     red = lw.unflatten(r, red_shape)
     full = tuple(red[a] if a in axes else kept[a] for a in range(len(shape)))
-    lw._unflat.setdefault(tuple(e.id for e in full),
+    lw.unflat.setdefault(tuple(e.id for e in full),
                           (lw.flat_index(full, shape), tuple(shape)))
     lw.row_index = kept
     return full, rows, size

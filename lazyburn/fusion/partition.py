@@ -759,7 +759,7 @@ class _StageTrial:
         self.full = reduction_space(self.lw, *self.space)[0]
         for a in anchors:
             add_stage(self.lw, a, self.full)
-        self.lw._unflat = _UndoDict(self.lw._unflat)
+        self.lw.unflat = _UndoDict(self.lw.unflat)
 
     def _external(self, x) -> bool:
         p = self.p
@@ -782,8 +782,8 @@ class _StageTrial:
             self._start()
         lw = self.lw
         b = lw.b
-        marks = (len(b._table), len(lw._memo), len(lw.args))
-        lw._unflat.mark()
+        marks = (len(b.table), len(lw.memo), len(lw.args))
+        lw.unflat.mark()
         self.cut_hit = False
         try:
             add_stage(lw, n, self.full)
@@ -793,12 +793,12 @@ class _StageTrial:
             ok = False
         if not ok:
             lw.stage_of.pop(id(n), None)
-            _truncate(b._table, marks[0])
-            _truncate(lw._memo, marks[1])
+            _truncate(b.table, marks[0])
+            _truncate(lw.memo, marks[1])
             for x in lw.arg_nodes[marks[2]:]:
-                del lw._arg_of[id(x)]
+                del lw.arg_of[id(x)]
             del lw.args[marks[2]:], lw.arg_nodes[marks[2]:]
-            lw._unflat.undo()
+            lw.unflat.undo()
             return False
         self.mask |= p.anchor_bit[id(n)]
         self.down |= p.desc[id(n)]

@@ -104,22 +104,22 @@ class ExprBuilder:
 
     def __init__(self, index_dtype=dt.int32):
         self.index_dtype = index_dtype
-        self._table: dict = {}
+        self.table: dict = {}
         self.vars: dict[str, Expr] = {}
 
-    def _make(self, op, args, dtype, lo=-INF, hi=INF) -> Expr:
+    def make(self, op, args, dtype, lo=-INF, hi=INF) -> Expr:
         key = (op, tuple(a.id if isinstance(a, Expr) else _attr_key(a) for a in args),
                dtype.name)
-        e = self._table.get(key)
+        e = self.table.get(key)
         if e is None:
-            e = Expr(op, tuple(args), dtype, lo, hi, len(self._table) + 1)
-            self._table[key] = e
+            e = Expr(op, tuple(args), dtype, lo, hi, len(self.table) + 1)
+            self.table[key] = e
         return e
 
     # leaves ------------------------------------------------------------------------------------
     def var(self, name: str, extent: int) -> Expr:
         """A loop index in ``[0, extent)``."""
-        e = self._make("var", (name,), self.index_dtype, 0, max(extent - 1, 0))
+        e = self.make("var", (name,), self.index_dtype, 0, max(extent - 1, 0))
         self.vars[name] = e
         return e
 
@@ -127,8 +127,8 @@ class ExprBuilder:
         dtype = dtype or self.index_dtype
         if dtype.is_int or dtype.is_bool:
             value = int(value) if dtype.is_int else bool(value)
-            return self._make("const", (value,), dtype, int(value), int(value))
-        return self._make("const", (float(value),), dtype)
+            return self.make("const", (value,), dtype, int(value), int(value))
+        return self.make("const", (float(value),), dtype)
 
     def index(self, value: int) -> Expr:
         return self.const(value, self.index_dtype)
@@ -187,11 +187,11 @@ class ExprBuilder:
                     break
 
     def _raw_add(self, a: Expr, b: Expr) -> Expr:
-        return self._make("idx_add", (a, b), self.index_dtype, a.lo + b.lo, a.hi + b.hi)
+        return self.make("idx_add", (a, b), self.index_dtype, a.lo + b.lo, a.hi + b.hi)
 
     def _raw_mul(self, a: Expr, k: int) -> Expr:
         lo, hi = sorted((a.lo * k, a.hi * k)) if k else (0, 0)
-        return self._make("idx_mul", (a, self.index(k)), self.index_dtype, lo, hi)
+        return self.make("idx_mul", (a, self.index(k)), self.index_dtype, lo, hi)
 
     def add(self, a: Expr, b: Expr) -> Expr:
         if a.is_const and b.is_const:
@@ -221,7 +221,7 @@ class ExprBuilder:
             terms, c = self._linear(a)
             return self._from_linear({i: (x, coef * k) for i, (x, coef) in terms.items()}, c * k)
         bounds = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
-        return self._make("idx_mul", (a, b), self.index_dtype, min(bounds), max(bounds))
+        return self.make("idx_mul", (a, b), self.index_dtype, min(bounds), max(bounds))
 
     def _split(self, a: Expr, k: int):
         """``a = k * quotient + rest`` by coefficients: returns (quotient terms, quotient
@@ -281,7 +281,7 @@ class ExprBuilder:
         if shift:  # (a + shift*k) // k - shift, the division on a non-negative operand
             a = self._raw_add(a, self.index(shift * k))
         hi = a.hi // k if a.hi != INF else INF
-        q = self._make("idx_div", (a, self.index(k)), self.index_dtype, a.lo // k, hi)
+        q = self.make("idx_div", (a, self.index(k)), self.index_dtype, a.lo // k, hi)
         return self._raw_add(q, self.index(-shift)) if shift else q
 
     def mod(self, a: Expr, k: int) -> Expr:
@@ -302,7 +302,7 @@ class ExprBuilder:
         shift = self._shift_non_negative(a, k)
         if shift:  # (a + shift*k) % k, the remainder of a non-negative operand
             a = self._raw_add(a, self.index(shift * k))
-        return self._make("idx_mod", (a, self.index(k)), self.index_dtype, 0, min(k - 1, a.hi))
+        return self.make("idx_mod", (a, self.index(k)), self.index_dtype, 0, min(k - 1, a.hi))
 
     @staticmethod
     def _shift_non_negative(a: Expr, k: int) -> int:
@@ -322,14 +322,14 @@ class ExprBuilder:
             return self.const(True, dt.bool_)
         if a.lo >= b.hi:
             return self.const(False, dt.bool_)
-        return self._make("idx_lt", (a, b), dt.bool_, 0, 1)
+        return self.make("idx_lt", (a, b), dt.bool_, 0, 1)
 
     def ge(self, a: Expr, b: Expr) -> Expr:
         if a.lo >= b.hi:
             return self.const(True, dt.bool_)
         if a.hi < b.lo:
             return self.const(False, dt.bool_)
-        return self._make("idx_ge", (a, b), dt.bool_, 0, 1)
+        return self.make("idx_ge", (a, b), dt.bool_, 0, 1)
 
     def land(self, a: Expr | None, b: Expr | None) -> Expr | None:
         """Logical and of two masks; None means 'always true'."""
@@ -339,25 +339,25 @@ class ExprBuilder:
             return a
         if a is b:
             return a
-        return self._make("idx_and", (a, b), dt.bool_, 0, 1)
+        return self.make("idx_and", (a, b), dt.bool_, 0, 1)
 
     def clamp(self, a: Expr, lo: int, hi: int) -> Expr:
         if a.lo >= lo and a.hi <= hi:
             return a
-        a = self._make("idx_max", (a, self.index(lo)), self.index_dtype, max(a.lo, lo),
+        a = self.make("idx_max", (a, self.index(lo)), self.index_dtype, max(a.lo, lo),
                        max(a.hi, lo))
-        return self._make("idx_min", (a, self.index(hi)), self.index_dtype, min(a.lo, hi),
+        return self.make("idx_min", (a, self.index(hi)), self.index_dtype, min(a.lo, hi),
                           min(a.hi, hi))
 
     def wrap_clamp(self, x: Expr, n: int) -> Expr:
         """A data index ``x`` (any integer) wrapped once if negative, then clamped into
         ``[0, n)``: the ``take`` semantics every backend follows."""
         x = self.cast(x, self.index_dtype) if x.dtype is not self.index_dtype else x
-        return self._make("wrap_clamp", (x, self.index(n)), self.index_dtype, 0, max(n - 1, 0))
+        return self.make("wrap_clamp", (x, self.index(n)), self.index_dtype, 0, max(n - 1, 0))
 
     # values -------------------------------------------------------------------------------------
     def op(self, name: str, args, dtype) -> Expr:
-        return self._make(name, tuple(args), dtype)
+        return self.make(name, tuple(args), dtype)
 
     def load(self, arg: int, index: Expr, dtype, mask: Expr | None = None) -> Expr:
         """Element ``index`` of kernel argument ``arg``; where ``mask`` is false the load is
@@ -366,18 +366,18 @@ class ExprBuilder:
             if not mask.value:
                 return self.const(0, dtype)
             mask = None
-        return self._make("load", (arg, index, mask), dtype)
+        return self.make("load", (arg, index, mask), dtype)
 
     def cast(self, x: Expr, dtype) -> Expr:
         if x.dtype is dtype:
             return x
         if x.is_const:
             return self.const(x.value, dtype)
-        return self._make("cast", (x,), dtype, x.lo, x.hi)
+        return self.make("cast", (x,), dtype, x.lo, x.hi)
 
     def index_to_value(self, x: Expr, dtype) -> Expr:
         """An index expression used as data (iota, argmax): a cast to ``dtype``."""
-        return self._make("cast", (x,), dtype, x.lo, x.hi)
+        return self.make("cast", (x,), dtype, x.lo, x.hi)
 
 
 def topo_exprs(roots) -> list[Expr]:

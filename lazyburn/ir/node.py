@@ -53,7 +53,7 @@ class Node:
     attribute names; ``shape`` a tuple of ints; ``dtype`` a DType; ``device`` a canonical device
     string; ``buffer`` the realized backend memory (None while pending)."""
 
-    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "device", "_code", "_line",
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "device", "code", "line",
                  "buffer", "__weakref__")
 
     def __init__(self, op, inputs, attrs, shape, dtype, device, code=None, line=0, buffer=None):
@@ -63,22 +63,22 @@ class Node:
         self.shape = shape
         self.dtype = dtype
         self.device = device
-        self._code = code
-        self._line = line
+        self.code = code
+        self.line = line
         self.buffer = buffer
 
     @property
     def origin(self) -> str | None:
         """The user's ``file:line`` that recorded this node, or None."""
-        if self._code is None:
+        if self.code is None:
             return None
-        return f"{self._code.co_filename}:{self._line}"
+        return f"{self.code.co_filename}:{self.line}"
 
     @property
     def origin_short(self) -> str | None:
-        if self._code is None:
+        if self.code is None:
             return None
-        return f"{os.path.basename(self._code.co_filename)}:{self._line}"
+        return f"{os.path.basename(self.code.co_filename)}:{self.line}"
 
     @property
     def pending(self) -> bool:

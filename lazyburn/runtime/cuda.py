@@ -290,7 +290,7 @@ class CudaBackend(FusedBackend):
                                    f"{numel * dtype.itemsize} bytes: {_first_line(e)}",
                                    origin) from None
 
-    def _alloc(self, nbytes: int, origin=None):
+    def alloc(self, nbytes: int, origin=None):
         return self.empty(nbytes, dt.uint8, origin)
 
     def upload(self, host: np.ndarray):

@@ -140,7 +140,7 @@ class FusedBackend:
                 n_in = k.n_inputs
                 args = [values[p] for p in k.arg_pos[:n_in]]
                 for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:]):
-                    values[p] = self._alloc(a.size * a.dtype.itemsize, k.compiled.origin)
+                    values[p] = self.alloc(a.size * a.dtype.itemsize, k.compiled.origin)
                     args.append(values[p])
                 k.compiled(self, args)
                 self.kernels_launched += 1
@@ -516,7 +516,7 @@ class FirstLaunchTuner:
             return built[c.name]
 
         def new_outputs():
-            return [backend._alloc(a.size * a.dtype.itemsize, self.origin) for a in out_args]
+            return [backend.alloc(a.size * a.dtype.itemsize, self.origin) for a in out_args]
 
         reference = new_outputs() if proxy else list(args[n_in:])
         scratch: list = []

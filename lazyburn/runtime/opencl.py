@@ -132,7 +132,7 @@ class OpenCLBackend(FusedBackend):
         super().__init__()
 
     # memory ------------------------------------------------------------------------------------
-    def _alloc(self, nbytes: int, origin=None):
+    def alloc(self, nbytes: int, origin=None):
         """A buffer of ``nbytes`` bytes (the pool's, or new). Raises OutOfMemoryError naming
         ``origin`` (default: the user line running now) when it is larger than the device's
         largest buffer or does not fit in its global memory beside the live buffers."""
@@ -183,7 +183,7 @@ class OpenCLBackend(FusedBackend):
         if host.dtype == np.bool_:
             host = host.view(np.uint8)
         with self.lock:
-            buf = self._alloc(host.nbytes)
+            buf = self.alloc(host.nbytes)
             if host.nbytes:
                 self.cl.enqueue_copy(self.queue, buf, host)
         return buf
@@ -420,7 +420,7 @@ class LibraryMatmul:
             if parts.product_is_output:
                 prod_buf = args[n_in]
             else:
-                prod_buf = backend._alloc(numel * acc.itemsize, self.origin)
+                prod_buf = backend.alloc(numel * acc.itemsize, self.origin)
                 scratch.append(prod_buf)
             out = maps.write(prod_buf, numel, acc)
             maps.ready()
@@ -448,7 +448,7 @@ class LibraryMatmul:
                                                    tuple(s * isz for s in strides))
         part = parts.kernels[which]
         out = part.args[-1]
-        buf = backend._alloc(out.size * out.dtype.itemsize, self.origin)
+        buf = backend.alloc(out.size * out.dtype.itemsize, self.origin)
         scratch.append(buf)
         self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf])
         host = maps.read(buf, out.size, out.dtype.np)

@@ -292,7 +292,7 @@ class WebGPUBackend(FusedBackend):
         self._in_flight = collections.deque(maxlen=IN_FLIGHT_NOTED)
         self.pool = BufferPool(POOL_BYTES)
         self._sentinel = self.device.create_buffer(size=4, usage=self._usage)
-        self._profile: SyncProfile | None = None
+        self.profiling: SyncProfile | None = None
         self.compiles = 0
         super().__init__()
 
@@ -346,7 +346,7 @@ class WebGPUBackend(FusedBackend):
                 setattr(self, name, value)
 
     # memory ------------------------------------------------------------------------------------
-    def _alloc(self, nbytes: int, origin=None) -> "DeviceBuffer":
+    def alloc(self, nbytes: int, origin=None) -> "DeviceBuffer":
         size = max(4, -(-nbytes // 4) * 4)
         if size > self.max_binding:
             raise OutOfMemoryError(
@@ -356,8 +356,8 @@ class WebGPUBackend(FusedBackend):
         gpu = self.pool.take(size)
         if gpu is None:
             gpu = self._create(size, nbytes, origin)
-        if self._profile is not None:
-            self._profile.add("alloc", time.perf_counter() - t0)
+        if self.profiling is not None:
+            self.profiling.add("alloc", time.perf_counter() - t0)
         return DeviceBuffer(gpu, self.pool)
 
     def _create(self, size: int, nbytes: int, origin):
@@ -489,7 +489,7 @@ class WebGPUBackend(FusedBackend):
 
     def begin_pass(self):
         """A compute pass in this sync's encoder, timed on the device when profiling."""
-        p = self._profile
+        p = self.profiling
         if p is None or not p.on_device or p.passes >= MAX_TIMED_PASSES:
             return self.encoder().begin_compute_pass()
         first = 2 * p.passes
@@ -502,7 +502,7 @@ class WebGPUBackend(FusedBackend):
         """Submit the recorded kernels without waiting."""
         if self._encoder is not None:
             encoder, self._encoder = self._encoder, None
-            p = self._profile
+            p = self.profiling
             if p is not None and p.passes:
                 encoder.resolve_query_set(p.queries, 0, 2 * p.passes, p.resolved, 0)
             t0 = time.perf_counter()
@@ -547,7 +547,7 @@ class WebGPUBackend(FusedBackend):
             # Reading a buffer back waits for every earlier submission on the queue (wgpu's
             # on_submitted_work_done is not usable in every release)
             self.queue.read_buffer(self._sentinel)
-        p = self._profile
+        p = self.profiling
         if p is not None:
             p.add("wait", time.perf_counter() - t0)
             p.end_sync()
@@ -555,11 +555,11 @@ class WebGPUBackend(FusedBackend):
     def profile(self) -> "SyncProfile":
         """Start timing the phases of every sync (see ``SyncProfile``); ``stop_profile`` ends
         it. Device times need the adapter's ``timestamp-query``."""
-        self._profile = SyncProfile(self)
-        return self._profile
+        self.profiling = SyncProfile(self)
+        return self.profiling
 
     def stop_profile(self) -> None:
-        self._profile = None
+        self.profiling = None
 
     def device_errors(self) -> tuple:
         return (self.wgpu.GPUError,)
@@ -616,8 +616,8 @@ class CompiledKernel:
         compute.set_bind_group(0, group)
         compute.dispatch_workgroups(*self.rendered.workgroups)
         compute.end()
-        if backend._profile is not None:
-            backend._profile.add("encode", time.perf_counter() - t0)
+        if backend.profiling is not None:
+            backend.profiling.add("encode", time.perf_counter() - t0)
         backend.launched(self.label, self.origin)
 
 

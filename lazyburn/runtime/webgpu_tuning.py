@@ -102,14 +102,14 @@ class TunedKernel(FirstLaunchTuner):
         backend = self.backend
         probe = SyncProfile(backend)
         backend.finish()
-        outer, backend._profile = backend._profile, probe
+        outer, backend.profiling = backend.profiling, probe
         try:
             t0 = time.perf_counter()
             kernel(backend, args)
             backend.finish()
             elapsed = time.perf_counter() - t0
         finally:
-            backend._profile = outer
+            backend.profiling = outer
         return probe.syncs[-1].get("kernels", elapsed)
 
 
