@@ -592,3 +592,25 @@ def test_a_recorded_exponent_of_one_half_is_sqrt_a_tensor_exponent_is_pow(device
             np.testing.assert_array_equal(np.signbit(got[:4][ok]), np.signbit(want[:4][ok]))
             np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
                                        rtol=1e-2 if dtype in ("float16", "bfloat16") else 1e-6)
+
+
+@pytest.mark.parametrize("shapes", [((6, 2), (2, 2)), ((3, 5), (2, 5)), ((4, 3), (2, 3))])
+def test_broadcast_read_beside_a_concat_of_a_reshape_in_one_kernel(device, rng, shapes):
+    # One element-wise kernel stores a concat whose pieces read a reduction through a reshape
+    # (its index runs past the piece, masked) and a sum that broadcasts another reduction over
+    # rows at the same index tuple: that read must reduce its index, not reuse the piece's.
+    a = rng.standard_normal(shapes[0]).astype(np.float32)
+    b = rng.standard_normal(shapes[1]).astype(np.float32)
+
+    def program(device):
+        x, y = lb.tensor(a, device=device), lb.tensor(b, device=device)
+        s = x.sum(0)
+        return lb.concat([s, lb.flip(s, axis=0)], axis=0), y + x.max(0)
+
+    got = program(device)
+    for k in lb.explain(*got).kernels:
+        if k.spec is not None:
+            check_index_bounds(k.spec)
+    lb.sync(*got)
+    for g, w in zip(got, program("numpy")):
+        assert_same(g.numpy(), w.numpy())

@@ -62,7 +62,12 @@ class Lowering:
         b = self.b
         idx = tuple(b.index(0) if d == 1 else b.mod(b.div(flat, s), d)
                     for d, s in zip(shape, strides_of(shape)))
-        self.unflat[tuple(e.id for e in idx)] = (flat, tuple(shape))
+        # flat_index may answer ``flat`` for this tuple only where flat lies in the shape: the
+        # index a masked concat or pad piece reads at runs past its input, and there the tuple
+        # (reduced modulo the shape) names another position (a broadcast read of the same
+        # tuple elsewhere in the kernel would load at flat, out of bounds)
+        if 0 <= flat.lo and flat.hi < prod(shape):
+            self.unflat[tuple(e.id for e in idx)] = (flat, tuple(shape))
         return idx
 
     def flat_index(self, index, shape) -> Expr:
