@@ -519,19 +519,20 @@ class OpenCLPrinter(ExprPrinter):
                    f"({wide})(({n}) - 1)))"
         return f"clamp(({x}) < 0 ? ({x}) + {n} : ({x}), ({it})0, ({it})(({n}) - 1))"
 
-    def op_random_uniform(self, e, seed, offset, index):
-        return self._random(philox.UNIFORM, seed, offset, index)
+    def op_random_uniform(self, e, first, index):
+        return self._random(philox.UNIFORM, first, index)
 
-    def op_random_normal(self, e, seed, offset, index):
-        return self._random(philox.NORMAL, seed, offset, index)
+    def op_random_normal(self, e, first, index):
+        return self._random(philox.NORMAL, first, index)
 
-    def _random(self, program, seed, offset, index):
-        """A call of ``program`` (``codegen.philox``) at element ``index`` of the draw."""
+    def _random(self, program, first, index):
+        """A call of ``program`` (``codegen.philox``) at element ``index`` of the draw; its
+        counter offset and key are the kernel's ``uint`` scalar arguments ``first`` to
+        ``first + 3``."""
         self.helpers_used.add(("philox", program.name))
-        off, (k0, k1) = offset % 2 ** 64, philox.key_words(seed)
+        off_lo, off_hi, k0, k1 = (s.name for s in self.spec.scalars[first:first + 4])
         high = f"(uint)((ulong)({index}) >> 32)" if self.index_type == "long" else "0u"
-        return f"{program.name}({off & 0xFFFFFFFF}u, {off >> 32}u, (uint)({index}), {high}, " \
-               f"{k0}u, {k1}u)"
+        return f"{program.name}({off_lo}, {off_hi}, (uint)({index}), {high}, {k0}, {k1})"
 
     def op_reduced(self, e, stage):
         return f"stage{stage}"
@@ -582,11 +583,16 @@ def _key_helper(kind: str, t: str) -> str:
             f"    return (b & {mag}) > {inf} ? {nan_key} : (b < 0 ? b ^ {mag} : b);\n}}")
 
 
+#: OpenCL C's spelling of a scalar argument's type (``kernel_ir.ScalarArg``)
+SCALAR_TYPE = {"uint32": "uint"}
+
+
 def _signature(p: OpenCLPrinter, name: str, attrs: str = "") -> str:
     params = []
     for a in p.spec.args:
         qual = "" if a.is_output else "const "
         params.append(f"__global {qual}{STORAGE[a.dtype.name]}* restrict {a.name}")
+    params += [f"const {SCALAR_TYPE[s.type]} {s.name}" for s in p.spec.scalars]
     return f"__kernel {attrs}void {name}({', '.join(params)})"
 
 

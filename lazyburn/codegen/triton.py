@@ -84,7 +84,12 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
     params_text = ", ".join(f"{k}={v}" for k, v in sorted(full.items()))
-    head = ["@triton.jit", f"def {name}({', '.join(a.name for a in spec.args)}):",
+    params_list = [a.name for a in spec.args] + [sc.name for sc in spec.scalars]
+    # a scalar argument is a runtime value (a random draw's seed words): Triton must not
+    # specialize on it (a value of 1 or a multiple of 16 would compile another kernel)
+    jit = "@triton.jit" if not spec.scalars else \
+        f"@triton.jit(do_not_specialize={[sc.name for sc in spec.scalars]!r})"
+    head = [jit, f"def {name}({', '.join(params_list)}):",
             f"    # launch: grid={grid}, num_warps={warps}, num_stages={stages}; {params_text}"]
     source = p.module(head + indent(body))
     return RenderedKernel(name, source, grid, warps, stages, full)

@@ -582,26 +582,28 @@ class TritonPrinter(ExprPrinter):
             text = f"{text}.to({TL[e.dtype.name]})"
         return text
 
-    def op_random_uniform(self, e, seed, offset, index):
-        return self._random(e, philox.UNIFORM, seed, offset, index)
+    def op_random_uniform(self, e, first, index):
+        return self._random(e, philox.UNIFORM, first, index)
 
-    def op_random_normal(self, e, seed, offset, index):
-        return self._random(e, philox.NORMAL, seed, offset, index)
+    def op_random_normal(self, e, first, index):
+        return self._random(e, philox.NORMAL, first, index)
 
-    def _random(self, e, program, seed, offset, index):
+    def _random(self, e, program, first, index):
         """A call of ``program`` (``codegen.philox``) at element ``index`` of the draw, its
-        counter's words and the key as uint32."""
+        counter's words and the key as uint32: the kernel's scalar arguments ``first`` to
+        ``first + 3`` (offset low, high, key low, high), passed as int32 bit patterns so that
+        Triton types them alike whatever their value."""
         def word(value):
             return f"tl.full([], {value}, tl.uint32)"
-        off, (k0, k1) = offset % 2 ** 64, philox.key_words(seed)
-        where = e.args[2]
+        off_lo, off_hi, k0, k1 = (f"{s.name}.to(tl.uint32, bitcast=True)"
+                                  for s in self.spec.scalars[first:first + 4])
+        where = e.args[1]
         if where.is_const:
             lo, hi = word(where.value % 2 ** 32), word(where.value // 2 ** 32)
         else:
             lo = f"{index}.to(tl.uint32)"  # the low word (an int64 index is truncated)
             hi = f"({index} >> 32).to(tl.uint32)" if where.dtype.itemsize == 8 else word(0)
-        text = self.helper(program.name, word(off & 0xFFFFFFFF), word(off >> 32), lo, hi,
-                           word(k0), word(k1))
+        text = self.helper(program.name, off_lo, off_hi, lo, hi, k0, k1)
         return text if e.dtype.name in ("float32",) + HALF else f"{text}.to({VALUE[e.dtype.name]})"
 
     def op_reduced(self, e, stage):

@@ -200,6 +200,21 @@ class Target:
     loop_cap: int | None = None
 
 
+#: The uniform buffer holding a kernel's scalar arguments (``kernel_ir.ScalarArg``, all u32),
+#: bound after its storage buffers, four to a vec4 (a uniform array's stride is 16 bytes)
+SCALARS = "lb_scalars"
+
+
+def scalar_vectors(spec) -> int:
+    """The vec4<u32> elements of ``spec``'s scalar uniform buffer."""
+    return -(-len(spec.scalars) // 4)
+
+
+def scalar_ref(j: int) -> str:
+    """Scalar argument ``j`` in the uniform buffer."""
+    return f"{SCALARS}.v[{j // 4}].{'xyzw'[j % 4]}"
+
+
 @dataclass
 class RenderedKernel:
     """WGSL ``source`` with entry point ``name``; ``workgroups`` is the ``(x, y, z)`` to
@@ -531,18 +546,17 @@ class WGSLPrinter(ExprPrinter):
     def op_wrap_clamp(self, e, x, n):
         return f"clamp(select({x}, {x} + {n}, {x} < 0i), 0i, {n} - 1i)"
 
-    def op_random_uniform(self, e, seed, offset, index):
-        return self._round_half(e.dtype, self._random(philox.UNIFORM, seed, offset, index))
+    def op_random_uniform(self, e, first, index):
+        return self._round_half(e.dtype, self._random(philox.UNIFORM, first, index))
 
-    def op_random_normal(self, e, seed, offset, index):
-        return self._round_half(e.dtype, self._random(philox.NORMAL, seed, offset, index))
+    def op_random_normal(self, e, first, index):
+        return self._round_half(e.dtype, self._random(philox.NORMAL, first, index))
 
-    def _random(self, program, seed, offset, index):
+    def _random(self, program, first, index):
         """A call of ``program`` (``codegen.philox``) at element ``index`` (an i32) of the
-        draw."""
-        off, (k0, k1) = offset % 2 ** 64, philox.key_words(seed)
-        return self.call(program.name, f"{off & 0xFFFFFFFF}u", f"{off >> 32}u",
-                         f"bitcast<u32>({index})", "0u", f"{k0}u", f"{k1}u")
+        draw; its counter offset and key are the scalar arguments ``first`` to ``first + 3``."""
+        off_lo, off_hi, k0, k1 = (scalar_ref(j) for j in range(first, first + 4))
+        return self.call(program.name, off_lo, off_hi, f"bitcast<u32>({index})", "0u", k0, k1)
 
     def _round_half(self, dtype, v):
         if dtype.name == "float16":
@@ -568,6 +582,10 @@ class WGSLPrinter(ExprPrinter):
             access = "read_write" if a.is_output else "read"
             lines.append(f"@group(0) @binding({k}) var<storage, {access}> {a.name}: "
                          f"array<{element}>;")
+        if self.spec.scalars:  # a uniform buffer: storage bindings are the scarce kind
+            lines += [f"struct LbScalars {{ v: array<vec4<u32>, {scalar_vectors(self.spec)}>, }}",
+                      f"@group(0) @binding({len(self.spec.args)}) var<uniform> {SCALARS}: "
+                      f"LbScalars;"]
         return lines
 
     def module(self, shared: list[str], body: list[str]) -> str:

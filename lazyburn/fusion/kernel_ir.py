@@ -16,6 +16,10 @@ A spec says what one kernel computes, never how a language spells it:
 
 Expressions (``symbolic.Expr``) read kernel arguments through ``load`` with an index expression;
 arguments are listed in ``args`` (inputs first, then outputs), each with its dtype and size.
+Runtime values that are not buffers (a random draw's seed and counter offset) are ``scalars``:
+each backend passes them after the buffers, read from their graph node at every launch, so a
+new value needs no new kernel. A ``random_uniform`` / ``random_normal`` expression's first
+argument is the index in ``scalars`` of its four words (``RANDOM_WORDS``).
 ``text()`` prints a spec for people (``lb.explain`` and kernel dump headers).
 """
 from __future__ import annotations
@@ -37,6 +41,32 @@ class KernelArg:
     dtype: object
     size: int
     is_output: bool = False
+
+
+#: The uint32 scalar arguments of one random draw, in this order: the low and high words of
+#: its counter offset and of its Philox key (``codegen.philox``). Each is computed from the
+#: draw's node attrs ``(seed, offset)``, both taken modulo 2**64 (``scalar_value``).
+RANDOM_WORDS = ("offset_lo", "offset_hi", "key_lo", "key_hi")
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass
+class ScalarArg:
+    """A scalar argument: ``name`` (s0, s1, ...), ``source``: which value of its graph node it
+    holds (one of ``RANDOM_WORDS``), and its type's name (``"uint32"``, a type no tensor has).
+    Its value is never part of the kernel's source or of any key."""
+
+    name: str
+    source: str
+    type: str = "uint32"
+
+
+def scalar_value(source: str, attrs: tuple) -> int:
+    """The value of a scalar argument of ``source`` for a node with ``attrs``: an int in
+    [0, 2**32)."""
+    seed, offset = attrs
+    word = int(offset if source.startswith("offset") else seed) % 2 ** 64
+    return word >> 32 if source.endswith("hi") else word & _MASK32
 
 
 @dataclass
@@ -67,6 +97,7 @@ class KernelSpec:
     outputs: list[Output]
     index_dtype: object
     ops: list[str] = field(default_factory=list)  # the graph ops fused here (for dumps)
+    scalars: list[ScalarArg] = field(default_factory=list)  # passed after the buffers
 
     def exprs(self) -> list[Expr]:
         return topo_exprs(self.roots())
@@ -97,7 +128,8 @@ class KernelSpec:
 
     def _args_text(self) -> list[str]:
         return [f"  {'out' if a.is_output else 'in '} {a.name}: {a.dtype.name}[{a.size}]"
-                for a in self.args]
+                for a in self.args] + \
+            [f"  arg {s.name}: {s.type} ({s.source})" for s in self.scalars]
 
     def _body_text(self, extra_roots=()) -> list[str]:
         names: dict[int, str] = {}
@@ -111,6 +143,9 @@ class KernelSpec:
                     parts.append(names.get(a.id) or format_expr(a))
                 else:
                     parts.append(repr(a))
+            if e.op in ("random_uniform", "random_normal"):  # the draw's scalar arguments
+                first = e.args[0]
+                parts[0] = ", ".join(s.name for s in self.scalars[first:first + len(RANDOM_WORDS)])
             if e.op == "load":
                 mask = f" if {parts[2]}" if e.args[2] is not None else ""
                 rhs = f"{self.args[e.args[0]].name}[{parts[1]}]{mask}"

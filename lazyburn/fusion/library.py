@@ -176,8 +176,10 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False) -> MatmulParts:
         args.append(KernelArg(f"out{len(args)}", spec.acc_dtype, numel, is_output=True))
         shape = (spec.batch, c_size, r_size) if transposed[name] else \
             (spec.batch, r_size, c_size)
+        # every part takes all the matmul's scalar arguments (a random draw keeps its index)
         kernels[name] = ElementwiseSpec("elementwise", args, [Output(len(args) - 1, value)],
-                                        spec.index_dtype, shape=shape, numel=numel)
+                                        spec.index_dtype, shape=shape, numel=numel,
+                                        scalars=list(spec.scalars))
         inputs[name] = used
     numel = spec.batch * spec.m * spec.n
     b = ExprBuilder(spec.index_dtype)
@@ -199,7 +201,8 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False) -> MatmulParts:
         args.append(KernelArg(f"out{len(args)}", a.dtype, a.size, is_output=True))
         outputs.append(Output(len(args) - 1, v))
     kernels["epilogue"] = ElementwiseSpec("elementwise", args, outputs, spec.index_dtype,
-                                          shape=(spec.batch, spec.m, spec.n), numel=numel)
+                                          shape=(spec.batch, spec.m, spec.n), numel=numel,
+                                          scalars=list(spec.scalars))
     inputs["epilogue"] = used
     out_args = [a for a in spec.args if a.is_output]
     product_is_output = (len(spec.outputs) == 1 and spec.outputs[0].value.op == "acc" and

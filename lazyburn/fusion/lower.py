@@ -17,7 +17,8 @@ from __future__ import annotations
 from ..ir import dtypes as dt
 from ..ir.node import Node
 from ..ir.shapes import prod
-from .kernel_ir import (ElementwiseSpec, KernelArg, MatmulSpec, Output, ReductionSpec, Stage)
+from .kernel_ir import (RANDOM_WORDS, ElementwiseSpec, KernelArg, MatmulSpec, Output,
+                        ReductionSpec, ScalarArg, Stage)
 from .symbolic import Expr, ExprBuilder
 
 INT32_LIMIT = 2 ** 31 - 1
@@ -49,6 +50,9 @@ class Lowering:
         self.args: list[KernelArg] = []
         self.arg_nodes: list[Node] = []
         self.arg_of: dict[int, int] = {}
+        self.scalars: list[ScalarArg] = []
+        self.scalar_nodes: list[Node] = []  # per scalar argument, the node holding its value
+        self.scalar_of: dict[int, int] = {}  # node id -> index of its first scalar argument
         self.memo: dict = {}
         self.unflat: dict = {}
         self.stage_of: dict[int, int] = {}  # reduction node id -> stage number
@@ -93,6 +97,17 @@ class Lowering:
             self.arg_of[id(n)] = i
             self.args.append(KernelArg(f"in{i}", n.dtype, n.size))
             self.arg_nodes.append(n)
+        return i
+
+    def scalar_args(self, n: Node) -> int:
+        """The index of the first of node ``n``'s scalar arguments (``RANDOM_WORDS``), added
+        on first use: one set per node, however many indices read it."""
+        i = self.scalar_of.get(id(n))
+        if i is None:
+            i = self.scalar_of[id(n)] = len(self.scalars)
+            for source in RANDOM_WORDS:
+                self.scalars.append(ScalarArg(f"s{len(self.scalars)}", source))
+                self.scalar_nodes.append(n)
         return i
 
     # values -------------------------------------------------------------------------------------
@@ -150,8 +165,8 @@ class Lowering:
         if op == "iota":
             return b.index_to_value(index[n.attrs[0]], n.dtype)
         if op in ("random_uniform", "random_normal"):
-            seed, offset = n.attrs
-            return b.op(op, (seed, offset, self.flat_index(index, n.shape)), n.dtype)
+            # seed and offset are arguments, not literals: a new draw reuses the kernel
+            return b.op(op, (self.scalar_args(n), self.flat_index(index, n.shape)), n.dtype)
         if op == "cast":
             return b.cast((yield n.inputs[0], index, mask), n.dtype)
         if op in ("reshape", "permute", "expand", "slice", "pad"):
@@ -240,8 +255,8 @@ class Lowering:
 
 def lower(group, external) -> tuple:
     """Lower ``group`` (a ``partition.FusionGroup``) to ``(spec, arg_nodes, computed)``: the
-    KernelSpec, per kernel argument the graph node bound to it, and the graph nodes the kernel
-    computes (in no particular order).
+    KernelSpec, per kernel argument (the buffers, then the scalars) the graph node bound to
+    it, and the graph nodes the kernel computes (in no particular order).
 
     Raises FusionIllegal when the group cannot be one kernel."""
     lw = Lowering(group, external)
@@ -262,7 +277,8 @@ def lower(group, external) -> tuple:
     else:
         raise ValueError(f"cannot lower a {group.kind} group")
     spec.ops = sorted({n.op for n in lw.computed.values()})
-    return spec, lw.arg_nodes, list(lw.computed.values())
+    spec.scalars = lw.scalars
+    return spec, lw.arg_nodes + lw.scalar_nodes, list(lw.computed.values())
 
 
 def reduction_space(lw: Lowering, shape, axes) -> tuple:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..ir.graph import structural_key
 from ..ir.ops import VIEWS
-from .kernel_ir import KernelSpec
+from .kernel_ir import KernelSpec, scalar_value
 from .lower import lower
 from .partition import FusionGroup, external_for, partition
 
@@ -36,7 +36,9 @@ class OpInfo:
 @dataclass
 class PlannedKernel:
     """One launch: ``spec`` (None for a copy), ``arg_pos`` (graph positions bound to the
-    kernel's arguments, inputs then outputs), and the ops it fuses for people to read."""
+    kernel's buffer arguments, inputs then outputs), the ops it fuses for people to read, and
+    ``scalar_pos``: per scalar argument (``spec.scalars``), the graph position of the node
+    whose attrs hold its value (``scalar_values``)."""
 
     kind: str
     label: str
@@ -44,6 +46,13 @@ class PlannedKernel:
     arg_pos: list
     ops: list = field(default_factory=list)
     compiled: object = None  # set by the runtime that runs the plan
+    scalar_pos: list = field(default_factory=list)
+
+    def scalar_values(self, order) -> list:
+        """The scalar arguments' values for the recording ``order`` (the plan's graph
+        positions), each an int in [0, 2**32): passed after the buffers at every launch."""
+        return [scalar_value(s.source, order[p].attrs)
+                for s, p in zip(self.spec.scalars, self.scalar_pos)]
 
     @property
     def n_inputs(self) -> int:
@@ -82,8 +91,11 @@ def build_plan(order, outputs, fuse: bool = True, max_args: int | None = None) -
                                          [_info(n, "anchor")]))
             continue
         spec, arg_nodes, computed = lower(g, external_for(part, g))
-        kernels.append(PlannedKernel(g.kind, g.label, spec, [pos[id(n)] for n in arg_nodes],
-                                     _describe(g, computed, pos)))
+        positions = [pos[id(n)] for n in arg_nodes]
+        n_buffers = len(spec.args)
+        kernels.append(PlannedKernel(g.kind, g.label, spec, positions[:n_buffers],
+                                     _describe(g, computed, pos),
+                                     scalar_pos=positions[n_buffers:]))
     plan = Plan(kernels, [pos[id(o)] for o in outputs], len(order), _unfused_bytes(order),
                 leaf_pos=[p for p, n in enumerate(order) if n.buffer is not None])
     for k_index, k in enumerate(kernels):

@@ -42,7 +42,8 @@ def structural_key(outputs: Sequence[Node]):
     Returns ``(key, order)``: ``key`` is a hashable tuple of, per node in topological order,
     its op, attrs, shape, dtype, device and input positions, then the output positions; leaves
     contribute shape and dtype only. It names no data and no object ids, so two recordings of
-    the same computation on fresh data have equal keys (the plan cache relies on this).
+    the same computation on fresh data have equal keys (the plan cache relies on this). The
+    attrs of the ops in ``RUNTIME_ATTRS`` are left out: kernels take them as arguments.
     ``order`` is the topological order the key was built from.
     """
     # one iterative depth-first walk builds the order, the positions and the entries: this
@@ -77,10 +78,18 @@ def structural_key(outputs: Sequence[Node]):
     return (tuple(entries), outs), order
 
 
+#: Ops whose attrs are runtime values, not structure: the kernels read them as scalar
+#: arguments (``fusion.lower``), so a new seed or offset of a random draw reuses the plan
+#: and its compiled kernels.
+RUNTIME_ATTRS = frozenset(("random_uniform", "random_normal"))
+
+
 def _entry(n: Node, inputs: tuple) -> tuple:
     """Node ``n``'s part of the structural key; ``inputs`` are its inputs' positions."""
     if n.buffer is not None:
         return ("buffer", n.shape, n.dtype.name, n.device)
+    if n.op in RUNTIME_ATTRS:
+        return (n.op, n.shape, n.dtype.name, n.device, inputs)
     return (n.op, n.attrs, n.shape, n.dtype.name, n.device, inputs)
 
 

@@ -468,8 +468,9 @@ class TritonKernel:
 
     The first launch goes through ``JITFunction[grid](...)`` (which compiles, or finds the
     binary in Triton's cache); later launches call the compiled kernel directly. This is safe
-    because every argument is a whole buffer from the caching allocator (aligned like the first
-    one) and the kernels take no scalar arguments (sizes are baked into the source)."""
+    because every buffer argument is a whole buffer from the caching allocator (aligned like
+    the first one), sizes are baked into the source, and the only scalar arguments (a random
+    draw's seed words, int32 bit patterns) are excluded from Triton's specialization."""
 
     suffix, comment = ".py", "#"
     execution = Execution(CudaBackend.generated)

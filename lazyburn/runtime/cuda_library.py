@@ -70,7 +70,8 @@ class LibraryMatmul:
         out = parts.kernels[which].args[-1]
         operand = spec.a if which == "a" else spec.b
         buf = backend.empty(out.size, operand.dtype, self.origin)
-        self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf])
+        self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf] +
+                            list(args[len(spec.args):]))  # the scalar arguments
         return buf.reshape(shape)
 
 

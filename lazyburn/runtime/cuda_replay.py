@@ -49,7 +49,10 @@ class Program:
                     for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:])]
             drop = [p for p in in_pos if plan.last_use.get(p) == i and p not in out_set
                     and order[p].buffer is None]
-            self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop))
+            if k.scalar_pos:  # a graph would replay the values it was captured with
+                self.capturable = False
+            self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop,
+                                           k.scalar_values if k.scalar_pos else None))
         self.leaves = sorted(p for p in read if order[p].buffer is not None)
         self.runs = 0
         self.graph: GraphReplay | None = None
@@ -138,9 +141,11 @@ def direct_launch(kernel):
     return None if getattr(k, "empty", True) else getattr(k, "fast", None)
 
 
-def _kernel_step(backend, kernel, in_pos, outs, drop):
+def _kernel_step(backend, kernel, in_pos, outs, drop, scalar_values=None):
     """One kernel's launch: its output buffers allocated, then, once the kernel has launched
-    through ``kernel`` (which compiles or tunes it), its compiled launcher called directly."""
+    through ``kernel`` (which compiles or tunes it), its compiled launcher called directly.
+    ``scalar_values(order)``, when given, gives the scalar arguments that follow the buffers
+    (as int32 bit patterns: Triton types every one alike)."""
     empty = backend.torch.empty
     device = backend.device
     launch = None
@@ -152,6 +157,8 @@ def _kernel_step(backend, kernel, in_pos, outs, drop):
             buf = empty(numel, dtype=dtype, device=device)
             values[p] = buf
             args.append(buf)
+        if scalar_values is not None:
+            args += [v - (1 << 32) if v >= 1 << 31 else v for v in scalar_values(order)]
         if launch is not None:
             launch(*args, stream=backend.stream_handle)
         else:

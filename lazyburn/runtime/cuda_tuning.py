@@ -201,6 +201,8 @@ class TunedKernel:
         real = self.spec
         n_in = len(real.inputs)
         inputs = list(args[:n_in])
+        n_buffers = len(real.args)
+        scalars = list(args[n_buffers:])  # every candidate takes the same scalar arguments
         spec = representative(real, MAX_TUNED_WORK[real.kind])
         if spec is None:
             at.note_untuned("cuda", real.signature(),
@@ -222,7 +224,7 @@ class TunedKernel:
         def new_outputs():
             return [b.empty(a.size, a.dtype, self.origin) for a in out_args]
 
-        reference = new_outputs() if proxy else list(args[n_in:])
+        reference = new_outputs() if proxy else list(args[n_in:n_buffers])
         scratch: list = []
         ran = []
 
@@ -233,7 +235,7 @@ class TunedKernel:
 
         def run(c):
             into = reference if c.name == default.name else outputs()
-            kernel_of(c)(b, inputs + into)
+            kernel_of(c)(b, inputs + into + scalars)
             b.finish()
             ran.append(c.name)
             return into
@@ -241,7 +243,7 @@ class TunedKernel:
         warmup, rep = BENCH_MS.get(spec.kind, DEFAULT_BENCH_MS)
 
         def time(c):
-            k, outs = kernel_of(c), inputs + outputs()
+            k, outs = kernel_of(c), inputs + outputs() + scalars
             ms = do_bench(lambda: k(b, outs), warmup=warmup, rep=rep, return_mode="median")
             return ms * 1e-3
 

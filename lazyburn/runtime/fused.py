@@ -1,9 +1,10 @@
 """What every fused backend shares: plan lookup, compiling once per plan, and the launch loop.
 
 A backend subclasses ``FusedBackend`` and provides memory (``_alloc``, ``upload``, ``download``,
-``release``), ``compile_kernel`` (a callable taking ``(backend, buffers)`` with ``.origin`` and,
-when it has one, ``.source``/``.suffix``/``.comment`` for the dump), ``finish`` (wait for the
-device's stream) and ``device_errors`` (the exception types a launch may raise).
+``release``), ``compile_kernel`` (a callable taking ``(backend, args)``, the kernel's buffers
+then the values of its scalar arguments as ints in [0, 2**32), with ``.origin`` and, when it
+has one, ``.source``/``.suffix``/``.comment`` for the dump), ``finish`` (wait for the device's
+stream) and ``device_errors`` (the exception types a launch may raise).
 """
 from __future__ import annotations
 
@@ -142,6 +143,8 @@ class FusedBackend:
                 for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:]):
                     values[p] = self.alloc(a.size * a.dtype.itemsize, k.compiled.origin)
                     args.append(values[p])
+                if k.scalar_pos:  # a random draw's seed and offset: this recording's values
+                    args += k.scalar_values(order)
                 k.compiled(self, args)
                 self.kernels_launched += 1
                 for p in k.arg_pos[:n_in]:  # temporaries die after their last reader
@@ -489,6 +492,9 @@ class FirstLaunchTuner:
         k = self.k
         n_in = k.n_inputs
         inputs = list(args[:n_in])
+        # the scalar arguments follow the buffers; every candidate takes the same ones
+        n_buffers = len(k.spec.args)
+        scalars = list(args[n_buffers:])
         real_candidates = self.candidates(k)
         spec = representative(k.spec, self.max_work(k.kind))
         if spec is None:
@@ -518,7 +524,7 @@ class FirstLaunchTuner:
         def new_outputs():
             return [backend.alloc(a.size * a.dtype.itemsize, self.origin) for a in out_args]
 
-        reference = new_outputs() if proxy else list(args[n_in:])
+        reference = new_outputs() if proxy else list(args[n_in:n_buffers])
         scratch: list = []
         ran = []
 
@@ -529,13 +535,13 @@ class FirstLaunchTuner:
 
         def run(c):
             into = reference if c.name == default.name else outputs()
-            build(c)(backend, inputs + into)
+            build(c)(backend, inputs + into + scalars)
             backend.finish()
             ran.append(c.name)
             return into
 
         def timed(c):
-            return self.launch_time(build(c), inputs + outputs())
+            return self.launch_time(build(c), inputs + outputs() + scalars)
 
         def check(expected, actual):
             differs = self.compare(expected, actual, out_args)

@@ -249,7 +249,7 @@ class OpenCLBackend(FusedBackend):
             return LibraryMatmul(self, k, params, origin)
         r = cl_codegen.render(k.spec, name, params)
         prg = self._program(r.source, k, origin, r.options)
-        return CompiledKernel(prg, r, origin, k.label)
+        return CompiledKernel(prg, r, origin, k.label, k.spec)
 
     @property
     def fingerprint(self) -> str:
@@ -350,17 +350,26 @@ class BufferPool:
         self.held = 0
 
 
+#: NumPy's type of a scalar argument (``kernel_ir.ScalarArg``)
+SCALAR_NP = {"uint32": np.uint32}
+
+
 class CompiledKernel:
-    """A built OpenCL kernel with its NDRange; ``source`` is what the dump shows."""
+    """A built OpenCL kernel with its NDRange; ``source`` is what the dump shows. Called
+    with the buffers of ``spec``, then its scalar arguments' values (ints)."""
 
     suffix, comment = ".cl", "//"
     execution = Execution(OpenCLBackend.generated)
 
-    def __init__(self, program, rendered, origin, label: str = "kernel"):
+    def __init__(self, program, rendered, origin, label: str = "kernel", spec=None):
         import pyopencl as cl
 
         self.launches = [(cl.Kernel(program, kname), g, loc)
                          for kname, g, loc in rendered.all_launches()]
+        if spec is not None and spec.scalars:  # PyOpenCL then converts the Python ints
+            types = [None] * len(spec.args) + [SCALAR_NP[s.type] for s in spec.scalars]
+            for kernel, _, _ in self.launches:
+                kernel.set_scalar_arg_dtypes(types)
         self.rendered = rendered
         self.source = rendered.source
         self.origin = origin
@@ -391,7 +400,7 @@ class LibraryMatmul:
                 continue
             r = cl_codegen.render(part, f"{name}_{id(self)}", elementwise_params(backend, part))
             prg = backend._program(r.source, k, origin, r.options)
-            self.kernels[name] = CompiledKernel(prg, r, origin, f"{k.label}, {name}")
+            self.kernels[name] = CompiledKernel(prg, r, origin, f"{k.label}, {name}", part)
         self.execution = library_execution(self.parts)
 
     suffix, comment = ".cl", "//"
@@ -450,7 +459,8 @@ class LibraryMatmul:
         out = part.args[-1]
         buf = backend.alloc(out.size * out.dtype.itemsize, self.origin)
         scratch.append(buf)
-        self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf])
+        self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf] +
+                            list(args[len(spec.args):]))  # the scalar arguments
         host = maps.read(buf, out.size, out.dtype.np)
         if parts.transposed[which]:
             return host.reshape(spec.batch, matrix[1], matrix[0]).transpose(0, 2, 1)

@@ -447,7 +447,8 @@ class WebGPUBackend(FusedBackend):
         except wgsl.UnsupportedKernel as e:
             raise DeviceError(f"{self.device_string}: {k.label} kernel: {e}", origin) from None
         pipeline, layout = self._pipeline(r, k, origin)
-        return CompiledKernel(pipeline, layout, r, origin, params, k.label)
+        return CompiledKernel(pipeline, layout, r, origin, params, k.label,
+                              scalar_bytes=16 * wgsl.scalar_vectors(k.spec), backend=self)
 
     def _pipeline(self, r, kernel, origin) -> tuple:
         key = hashlib.sha256((r.name + "\0" + r.source + repr(r.read_only)).encode()).hexdigest()
@@ -458,11 +459,15 @@ class WebGPUBackend(FusedBackend):
         wgpu = self.wgpu
         try:
             module = self.device.create_shader_module(code=r.source)
-            layout = self.device.create_bind_group_layout(entries=[
-                {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
-                 "buffer": {"type": wgpu.BufferBindingType.read_only_storage if ro
-                            else wgpu.BufferBindingType.storage}}
-                for i, ro in enumerate(r.read_only)])
+            entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
+                        "buffer": {"type": wgpu.BufferBindingType.read_only_storage if ro
+                                   else wgpu.BufferBindingType.storage}}
+                       for i, ro in enumerate(r.read_only)]
+            if kernel.spec.scalars:  # the scalar arguments' uniform buffer, bound last
+                entries.append({"binding": len(r.read_only),
+                                "visibility": wgpu.ShaderStage.COMPUTE,
+                                "buffer": {"type": wgpu.BufferBindingType.uniform}})
+            layout = self.device.create_bind_group_layout(entries=entries)
             pipeline = self.device.create_compute_pipeline(
                 layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
                 compute={"module": module, "entry_point": r.name})
@@ -573,12 +578,19 @@ class CompiledKernel:
     mostly binds the same buffers (its inputs, and outputs the pool hands back), so the kernel
     keeps the bind groups of the last ``BIND_GROUPS_KEPT`` buffer sets it ran with. An entry
     holds its buffers, so they stay alive (and their ids unique) while it is kept; the pool's
-    ``clear`` (which destroys buffers) empties every kernel's entries."""
+    ``clear`` (which destroys buffers) empties every kernel's entries.
+
+    A kernel with scalar arguments (``scalar_bytes`` > 0: a random draw's seed words) owns a
+    uniform buffer bound after its storage buffers; a launch with new values writes them
+    into it (``queue.write_buffer``, ordered before the next submission), submitting first
+    when this kernel's previous dispatch is still in the unsubmitted encoder, which would
+    otherwise read the new values."""
 
     suffix, comment = ".wgsl", "//"
     execution = Execution(WebGPUBackend.generated)
 
-    def __init__(self, pipeline, layout, rendered, origin, params=None, label: str = "kernel"):
+    def __init__(self, pipeline, layout, rendered, origin, params=None, label: str = "kernel",
+                 scalar_bytes: int = 0, backend=None):
         self.pipeline = pipeline
         self.layout = layout
         self.rendered = rendered
@@ -588,9 +600,27 @@ class CompiledKernel:
         self.params = dict(params or {})
         self._groups: list[tuple] = []  # (GPUBuffers, bind group), the latest last
         self._clears = 0  # the pool's clears when the entries were made
+        self.n_buffers = len(rendered.read_only)
+        self.uniform = None
+        self._values = None  # the scalar values the uniform buffer holds
+        self._encoder = None  # the encoder of this kernel's latest dispatch
+        if scalar_bytes:
+            wgpu = backend.wgpu
+            self.uniform = backend.device.create_buffer(
+                size=scalar_bytes, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
+            self._data = np.zeros(scalar_bytes // 4, np.uint32)
+
+    def set_scalars(self, backend, values) -> None:
+        if values == self._values:
+            return
+        if self._encoder is not None and self._encoder is backend._encoder:
+            backend.flush()  # the dispatch recorded there must read the old values
+        self._data[:len(values)] = values
+        backend.queue.write_buffer(self.uniform, 0, self._data)
+        self._values = values
 
     def bind_group(self, backend, args):
-        buffers = tuple(b.gpu for b in args)
+        buffers = tuple(b.gpu for b in args[:self.n_buffers])
         if self._clears != backend.pool.clears:
             self._groups, self._clears = [], backend.pool.clears
         for j, (kept, group) in enumerate(self._groups):
@@ -600,7 +630,7 @@ class CompiledKernel:
                 return group
         group = backend.device.create_bind_group(layout=self.layout, entries=[
             {"binding": i, "resource": {"buffer": gpu, "offset": 0, "size": gpu.size}}
-            for i, gpu in enumerate(buffers)])
+            for i, gpu in enumerate(buffers + ((self.uniform,) if self.uniform else ()))])
         self._groups.append((buffers, group))
         if len(self._groups) > BIND_GROUPS_KEPT:
             del self._groups[0]
@@ -610,6 +640,9 @@ class CompiledKernel:
         if 0 in self.rendered.workgroups:
             return
         t0 = time.perf_counter()
+        if self.uniform is not None:
+            self.set_scalars(backend, list(args[self.n_buffers:]))
+            self._encoder = backend.encoder()
         group = self.bind_group(backend, args)
         compute = backend.begin_pass()
         compute.set_pipeline(self.pipeline)
