@@ -97,3 +97,23 @@ def test_explain_and_the_dump_show_the_scalar_arguments(device, tmp_path):
     spelled = {"opencl": "const uint s3", "webgpu": "lb_scalars.v[0].w",
                "cuda": "s3.to(tl.uint32, bitcast=True)"}
     assert spelled[device.split(":")[0]] in source
+
+
+@pytest.mark.parametrize("device", [d for d in FUSED_DEVICES if d.split(":")[0] in
+                                    ("opencl", "webgpu")])
+def test_a_draw_tuned_at_its_first_launch_passes_its_arguments_to_every_candidate(
+        device, monkeypatch, tmp_path):
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
+    monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "60")
+    backend = lb.runtime.backend(device)
+    backend.plans.clear()
+    lb.autotune.stats.reset()
+    x = np.random.default_rng(3).standard_normal((256, 300)).astype(np.float32)
+    try:
+        for seed, offset in DRAWS[:2]:
+            got = record(device, x, seed, offset).numpy()
+            np.testing.assert_array_equal(got, record("numpy", x, seed, offset).numpy())
+        assert lb.autotune.stats.tunes == 1 and lb.autotune.stats.benchmarks >= 2
+    finally:
+        backend.plans.clear()

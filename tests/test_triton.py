@@ -550,6 +550,7 @@ def compile_for_sm90(spec, name: str, params: dict) -> None:
     r = tr.render(spec, name, params, target="cuda")
     fn, _ = load_kernel(r.source, name, interpret=False)
     sig = {a.name: POINTER[a.dtype.name] for a in spec.args}
+    sig.update({s.name: "i32" for s in spec.scalars})  # int32 bit patterns (cuda_replay)
     try:
         triton.compile(ASTSource(fn, sig), target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": r.num_warps, "num_stages": r.num_stages})
