@@ -284,12 +284,15 @@ class _Scheduler:
         b = runtime.backend(device)
         # planned on this recording, so that the nodes and user lines shown are its own (a
         # cached plan of the same structure holds the recording it was first built from)
-        plan = build_plan(order, outs, self.fuse, getattr(b, "max_args", None))
+        fuse, max_args = self.fuse, getattr(b, "max_args", None)
+        if hasattr(b, "plan_settings"):  # a device that plans some graphs wider or unfused
+            fuse, max_args = b.plan_settings(outs, key, order, fuse)
+        plan = build_plan(order, outs, fuse, max_args)
         ran = plan
-        if hasattr(b, "plans") and self.fuse == b.fuse:
+        if hasattr(b, "plans") and fuse == b.fuse:
             # the plan the runtime runs (or ran) for this graph, with its compiled kernels:
             # what executes each group is that plan's answer
-            ran, _ = b.plans.lookup(outs, self.fuse, b.max_args, key, order)
+            ran, _ = b.plans.lookup(outs, fuse, max_args, key, order)
         first = self.n_kernels
         executions = [b.execution(k) for k in ran.kernels]
         for i, k in enumerate(plan.kernels):
