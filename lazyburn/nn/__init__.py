@@ -1,8 +1,9 @@
 """Neural-network layers over lazyburn's tensor ops.
 
 Modules hold parameters as Tensors that require grad, load them from safetensors files with
-name, shape and dtype checks (``Module.load_safetensors``), and record lazy ops when called, so a whole model's
-forward pass is one pending graph for the fusion compiler.
+name, shape and dtype checks (``Module.load_safetensors``), and record lazy ops when called,
+so a whole model's forward pass (and its backward, and an optimizer's update) is one pending
+graph for the fusion compiler.
 """
 from .attention import (MultiHeadSelfAttention, additive_attention_mask, attention_probs,
                         scaled_dot_product_attention)
