@@ -102,6 +102,20 @@ def test_a_learning_rate_changed_between_steps_is_used(rng):
         np.testing.assert_allclose(ours[k], theirs[k], rtol=1e-5, atol=2e-6, err_msg=k)
 
 
+@pytest.mark.skipif("opencl:0" not in FUSED_DEVICES, reason="no OpenCL device")
+def test_steps_with_a_changing_learning_rate_reuse_one_plan(rng):
+    # the learning rate and Adam's bias corrections are kernel inputs, not literals: once the
+    # moments exist (step 2), every step has the same graph
+    w, data = mlp_weights(rng), batches(rng, 6)
+    model = our_mlp(w, "opencl:0")
+    plans = lb.runtime.backend("opencl:0").plans
+    opt = optim.Adam(model.parameters())
+    our_steps(model, opt, data[:2], "opencl:0", [0.1, 0.05])
+    misses = plans.misses
+    our_steps(model, opt, data[2:], "opencl:0", [0.04, 0.03, 0.02, 0.01])
+    assert plans.misses == misses
+
+
 @pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
 def test_state_dict_round_trip_continues_identically(name, rng):
     kw = dict(lr=0.05, momentum=0.9) if name == "SGD" else dict(lr=0.01)
