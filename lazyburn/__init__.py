@@ -12,7 +12,7 @@ This module only names the public API; the layers below are described in ARCHITE
 """
 from __future__ import annotations
 
-from . import errors, graph, runtime
+from . import errors, graph, optim, runtime
 from .errors import (AutogradError, DeviceError, DTypeError, KernelCompileError,
                      OutOfMemoryError, ShapeError)
 from .frontend import autograd, random
@@ -24,8 +24,10 @@ from .frontend.elementwise import FUNCTIONS as _EW
 from .frontend.elementwise import astype, result_type, where
 from .frontend.explain import explain
 from .frontend.interop import from_torch, to_torch
-from .frontend.functional import (clip, dropout, embedding, gelu, layer_norm, linear,
-                                  log_softmax, relu, silu, softmax, softplus)
+from .frontend.functional import (binary_cross_entropy_with_logits, clip, cross_entropy,
+                                  dropout, embedding, gelu, l1_loss, layer_norm, linear,
+                                  log_softmax, mse_loss, nll_loss, relu, silu, softmax,
+                                  softplus)
 from .frontend.linalg import matmul
 from .frontend.movement import (broadcast_to, concat, expand_dims, flatten, flip, index_select,
                                 matrix_transpose, pad, permute_dims, repeat, reshape, squeeze,

@@ -1,4 +1,5 @@
-"""Layers over the tensor functions: Linear, LayerNorm, Embedding, GELU, Dropout.
+"""Layers over the tensor functions: Linear, LayerNorm, Embedding, the activations GELU, ReLU
+and Tanh, Dropout, and the losses MSELoss and CrossEntropyLoss.
 
 Parameters follow PyTorch's ``torch.nn`` layouts and default initializations, so checkpoints
 saved from PyTorch load by name. Every forward records lazy ops only.
@@ -8,6 +9,7 @@ from __future__ import annotations
 import math
 
 from ..frontend import functional as F
+from ..frontend import elementwise as ew
 from ..frontend.creation import ones, zeros
 from ..frontend.random import default_generator
 from .module import Module
@@ -124,3 +126,48 @@ class Dropout(Module):
     def extra_repr(self) -> str:
         return f"p={self.p}"
 
+
+
+class ReLU(Module):
+    """``maximum(x, 0)``; shape and dtype are kept."""
+
+    def forward(self, x):
+        return F.relu(x)
+
+
+class Tanh(Module):
+    """Hyperbolic tangent, element-wise; shape and dtype are kept."""
+
+    def forward(self, x):
+        return ew.unary("tanh", x)
+
+
+class MSELoss(Module):
+    """``mse_loss(input, target, reduction)`` as a module (``lazyburn.mse_loss``)."""
+
+    def __init__(self, reduction: str = "mean"):
+        self.reduction = reduction
+
+    def forward(self, input, target):  # noqa: A002 - PyTorch's name
+        return F.mse_loss(input, target, self.reduction)
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}"
+
+
+class CrossEntropyLoss(Module):
+    """``cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing)`` as a
+    module (``lazyburn.cross_entropy``); ``weight`` is a per-class Tensor or None."""
+
+    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0):
+        self._weight = weight  # a fixed weighting, not a parameter
+        self.ignore_index, self.reduction = ignore_index, reduction
+        self.label_smoothing = label_smoothing
+
+    def forward(self, input, target):  # noqa: A002 - PyTorch's name
+        return F.cross_entropy(input, target, self._weight, self.ignore_index, self.reduction,
+                               self.label_smoothing)
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}, label_smoothing={self.label_smoothing}"

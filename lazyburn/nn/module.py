@@ -5,9 +5,16 @@ A ``Module`` holds its parameters as public Tensor attributes and its children a
 in PyTorch's ``state_dict``, so checkpoint names map to attributes one to one. Loading checks
 every name, shape and dtype kind before anything is replaced, and reports all problems at once.
 
-Modules start in eval mode (``training`` is False), where dropout is the identity. Parameters
-are plain tensors: mark them with ``requires_grad_()`` to train (``frontend/autograd.py``);
-``zero_grad()`` clears their gradients.
+Modules start in eval mode (``training`` is False), where dropout is the identity; ``train()``
+and ``eval()`` set the flag on the whole tree. Parameters require grad, as PyTorch's: the
+floating-point Tensors assigned to public attributes become leaves that require grad when the
+parameters are listed (``parameters()`` can go straight to an optimizer) or the module is
+called in training mode; inference in eval mode with parameters never listed records no tape.
+Autograd's leaves are buffers (``frontend/autograd.py``), so pending values are
+computed then, all in one sync; doing it then rather than at assignment leaves a random
+initialization that a checkpoint replaces uncomputed. ``requires_grad_(False)`` freezes them;
+``zero_grad()`` clears their gradients. Inference that needs no gradients can run under
+``lazyburn.no_grad()``, which records no tape.
 """
 from __future__ import annotations
 
@@ -15,10 +22,16 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
+from ..frontend.capture import sync
 from ..frontend.creation import tensor, zeros_like
 from ..frontend.tensor import Tensor
 from ..ir import dtypes as dt
 from .weights import WeightsError, read_safetensors
+
+
+# how many floating-point tensors were assigned to modules so far: a module whose parameters
+# were made leaves at this count has nothing new to convert
+_ASSIGNED = [0]
 
 
 def _describe(shape, dtype) -> str:
@@ -41,7 +54,51 @@ class Module:
 
     training: bool = False
 
+    def __setattr__(self, name: str, value) -> None:
+        if not name.startswith("_") and isinstance(value, Tensor) and value.dtype.is_float:
+            _ASSIGNED[0] += 1  # a tensor that may still need to become a leaf
+        object.__setattr__(self, name, value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        """Set ``requires_grad`` on every floating-point parameter (False freezes them; they
+        stay frozen through ``to()`` and ``load_state_dict``); returns self."""
+        for _, m in self.named_modules():
+            object.__setattr__(m, "_grad_default", requires_grad)
+            object.__setattr__(m, "_leaves_at", -1)
+        if requires_grad:
+            self._make_leaves()
+        else:
+            for _, p in self._named_tensors():
+                if p.dtype.is_float and p.is_leaf:
+                    p.requires_grad_(False)
+        return self
+
+    def _make_leaves(self) -> None:
+        """Make every floating-point parameter of the tree a leaf that requires grad, unless
+        frozen: assigned tensors are replaced by new leaves (the caller's tensors are left as
+        they are), pending values computed in one sync. Runs only after a tensor was assigned
+        somewhere since this module last ran it."""
+        if self.__dict__.get("_leaves_at") == _ASSIGNED[0]:
+            return
+        todo = []
+        for prefix, m in self.named_modules():
+            if not m.__dict__.get("_grad_default", True):
+                continue
+            for name, value in vars(m).items():
+                if (not name.startswith("_") and isinstance(value, Tensor)
+                        and value.dtype.is_float
+                        and not (value.requires_grad and value.is_leaf)):
+                    todo.append((m, name, value.detach()))
+        if todo:
+            sync(*[t for _, _, t in todo])
+            for m, name, t in todo:
+                t.requires_grad_()
+                object.__setattr__(m, name, t)
+        object.__setattr__(self, "_leaves_at", _ASSIGNED[0])
+
     def __call__(self, *args, **kwargs):
+        if self.training and self.__dict__.get("_leaves_at") != _ASSIGNED[0]:
+            self._make_leaves()
         return self.forward(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
@@ -60,13 +117,19 @@ class Module:
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
     def named_parameters(self) -> Iterator[tuple[str, Tensor]]:
-        """``(dotted name, tensor)`` for every parameter, in definition order."""
+        """``(dotted name, tensor)`` for every parameter, in definition order; floating-point
+        ones are leaves that require grad unless frozen."""
+        self._make_leaves()
+        return self._named_tensors()
+
+    def _named_tensors(self) -> Iterator[tuple[str, Tensor]]:
         for prefix, module in self.named_modules():
             for name, value in vars(module).items():
                 if not name.startswith("_") and isinstance(value, Tensor):
                     yield (f"{prefix}.{name}" if prefix else name), value
 
     def parameters(self) -> list[Tensor]:
+        """Every parameter (the same Tensor objects the modules hold), in definition order."""
         return [p for _, p in self.named_parameters()]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -90,8 +153,10 @@ class Module:
         return self.train(False)
 
     def to(self, device) -> "Module":
-        """Move every parameter to ``device`` (recorded copies); returns self."""
-        for name, p in self.named_parameters():
+        """Move every parameter to ``device`` (recorded copies; each becomes a fresh leaf
+        there when the parameters are next listed or the module called in training mode);
+        returns self."""
+        for name, p in list(self._named_tensors()):
             owner, leaf = self._owner(name)
             setattr(owner, leaf, p.to(device))
         return self
@@ -115,7 +180,7 @@ class Module:
         Raises WeightsError naming every missing, unexpected or mismatched tensor; on error no
         parameter is changed. Returns self.
         """
-        params = dict(self.named_parameters())
+        params = dict(self._named_tensors())
         missing = [name for name in params if name not in arrays]
         unexpected = [name for name in arrays if name not in params] if strict else []
         mismatched = []
@@ -136,8 +201,15 @@ class Module:
                                missing, unexpected, mismatched)
         for name, a in converted.items():
             p = params[name]
-            owner, leaf = self._owner(name)
-            setattr(owner, leaf, tensor(a, dtype=p.dtype, device=p.device))
+            new = tensor(a, dtype=p.dtype, device=p.device)
+            if p.dtype.is_float and p.requires_grad and p.is_leaf:
+                # the same Tensor takes the value, as PyTorch's copy into the parameter: an
+                # optimizer holding it keeps updating it
+                p.node = new.node
+                p.requires_grad_()
+            else:
+                owner, leaf = self._owner(name)
+                setattr(owner, leaf, new)
         return self
 
     def _load_message(self, missing, unexpected, mismatched) -> str:
@@ -207,3 +279,16 @@ class ModuleList(Module):
     def append(self, module: Module) -> "ModuleList":
         self._items.append(module)
         return self
+
+
+class Sequential(ModuleList):
+    """Modules applied in order: ``Sequential(a, b)(x)`` is ``b(a(x))``; parameters are named
+    by position (``0.weight``), as ``torch.nn.Sequential``."""
+
+    def __init__(self, *modules):
+        super().__init__(modules)
+
+    def forward(self, x):
+        for m in self._items:
+            x = m(x)
+        return x

@@ -1,0 +1,291 @@
+"""Optimizers with PyTorch's names and update formulas: ``SGD``, ``Adam``, ``AdamW``.
+
+``step()`` records each parameter's update (moments, bias correction, weight decay) with grad
+mode off, then computes the new parameters, the optimizer state and the gradients in one
+realize. As the forward and backward that produced the gradients are usually still pending,
+the whole training step (forward, backward, update) is planned and fused as one graph there.
+Each parameter then takes its new value as a fresh leaf that requires grad (autograd's leaves
+are buffers: ``frontend/autograd.py``), keeping its ``.grad`` as PyTorch does; the Tensor
+objects are the same, so modules and optimizers keep holding them.
+
+Scalars in the kernels: the learning rate and the step-dependent bias corrections are uploaded
+as 0-d tensors every step, so a learning rate changed between steps (a schedule) and Adam's
+step count reuse the compiled plan. The other hyper-parameters (momentum, dampening, betas,
+eps, weight_decay) are literals in the generated kernels today: changing one recompiles.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .autograd import enable_grad, no_grad
+from .capture import sync
+from .creation import tensor, zeros_like
+from .record import is_tensor
+
+
+class Optimizer:
+    """Base class: parameter groups (``param_groups``, a list of dicts holding ``params`` and
+    the hyper-parameters), per-parameter ``state``, ``zero_grad``, ``step`` and the state dict.
+
+    ``params``: an iterable of floating-point leaf Tensors, or of dicts (``{"params": [...],
+    "lr": ...}``) whose entries override ``defaults`` for that group.
+
+    Raises TypeError when a parameter is not a Tensor, ValueError for an empty parameter list,
+    a non-leaf or non-floating parameter, or one given twice."""
+
+    def __init__(self, params, defaults: dict):
+        if is_tensor(params):
+            raise TypeError("params must be an iterable of Tensors or dicts, got a Tensor")
+        self.defaults = dict(defaults)
+        self.param_groups: list[dict] = []
+        self.state: dict[int, dict] = {}  # id(parameter) -> its state
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for g in groups:
+            self.add_param_group(g)
+
+    def add_param_group(self, group: dict) -> None:
+        """Add a group of parameters with its own hyper-parameters (missing ones default)."""
+        params = group["params"]
+        params = [params] if is_tensor(params) else list(params)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        for p in params:
+            if not is_tensor(p):
+                raise TypeError(f"optimizer can only optimize Tensors, got "
+                                f"{type(p).__name__}")
+            if not p.dtype.is_float:
+                raise ValueError(f"optimizer: parameters must be floating-point, got "
+                                 f"{p.dtype.name}")
+            if not p.is_leaf:
+                raise ValueError("optimizer: can't optimize a non-leaf Tensor")
+            if id(p) in seen:
+                raise ValueError("optimizer: a parameter appears in more than one group")
+            seen.add(id(p))
+        unknown = set(group) - set(self.defaults) - {"params"}
+        if unknown:
+            raise ValueError(f"optimizer: unknown hyper-parameter(s) {sorted(unknown)}")
+        full = {**self.defaults, **group, "params": params}
+        self._check(full)
+        self.param_groups.append(full)
+
+    def _check(self, group: dict) -> None:
+        if group["lr"] < 0:
+            raise ValueError(f"invalid learning rate: {group['lr']}")
+        if group["weight_decay"] < 0:
+            raise ValueError(f"invalid weight_decay value: {group['weight_decay']}")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear every parameter's ``.grad``: to None, or to zeros when not ``set_to_none``."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad = None if set_to_none else zeros_like(p)
+
+    @no_grad()
+    def step(self, closure=None):
+        """Update every parameter that has a ``.grad`` (computes; see the module docstring).
+        ``closure``: an optional function that re-evaluates the model and returns the loss,
+        called with grad mode on before the update; its result is returned."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        updated, keep = [], []
+        for group in self.param_groups:
+            scalars = {}
+            for p in group["params"]:
+                g = p.grad
+                if g is None:
+                    continue
+                state = self.state.setdefault(id(p), {})
+                new = self._update(p, g, state, group, _Scalars(scalars, p))
+                updated.append((p, new, g))
+                keep.extend(v for v in state.values() if is_tensor(v))
+        if not updated:
+            return loss
+        sync(*[new for _, new, _ in updated], *keep, *[g for _, _, g in updated])
+        for p, new, g in updated:
+            p.node = new.node
+            p.requires_grad_()
+            p.grad = g
+        return loss
+
+    def _update(self, p, g, state: dict, group: dict, scalars: "_Scalars"):
+        raise NotImplementedError
+
+    # state dict ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """``{"state": {index: {name: value}}, "param_groups": [{..., "params": [index, ...]}]}``
+        with parameters numbered in group order, as PyTorch's. State tensors are returned as
+        they are (tensors are never changed in place, so the dict stays a snapshot)."""
+        index, groups, state = 0, [], {}
+        for group in self.param_groups:
+            ids = []
+            for p in group["params"]:
+                if id(p) in self.state:
+                    state[index] = dict(self.state[id(p)])
+                ids.append(index)
+                index += 1
+            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore hyper-parameters and state from ``state_dict`` (this optimizer's or one saved
+        from an optimizer over parameters of the same shapes). State arrays (Tensors or NumPy
+        arrays) are converted to each parameter's dtype and device.
+
+        Raises ValueError when the number of groups or of parameters in a group differs, or a
+        state array's shape differs from its parameter's."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError(f"load_state_dict: {len(groups)} parameter groups for an optimizer "
+                             f"with {len(self.param_groups)}")
+        for saved, mine in zip(groups, self.param_groups):
+            if len(saved["params"]) != len(mine["params"]):
+                raise ValueError(f"load_state_dict: a group of {len(saved['params'])} "
+                                 f"parameters for one of {len(mine['params'])}")
+        new_state = {}
+        for saved, mine in zip(groups, self.param_groups):
+            for i, p in zip(saved["params"], mine["params"]):
+                s = state_dict["state"].get(i)
+                if s is None:
+                    continue
+                entry = {}
+                for k, v in s.items():
+                    if is_tensor(v) or isinstance(v, np.ndarray):
+                        if tuple(v.shape) != p.shape:
+                            raise ValueError(f"load_state_dict: state {k!r} of shape "
+                                             f"{tuple(v.shape)} for a parameter of shape "
+                                             f"{p.shape}")
+                        v = tensor(v, dtype=p.dtype, device=p.device)
+                    entry[k] = v
+                new_state[id(p)] = entry
+        for saved, mine in zip(groups, self.param_groups):
+            mine.update({k: v for k, v in saved.items() if k != "params"})
+        self.state = new_state
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            lines.extend(f"    {k}: {v}" for k, v in sorted(group.items()) if k != "params")
+        return "\n".join(lines) + "\n)"
+
+
+class _Scalars:
+    """Per-step scalars as 0-d tensors of a parameter's dtype on its device, uploaded once per
+    group, dtype and device (``cache``), so that their values are kernel inputs, not
+    literals."""
+
+    def __init__(self, cache: dict, p):
+        self.cache, self.dtype, self.device = cache, p.dtype, p.device
+
+    def __call__(self, name: str, value: float):
+        k = (name, value, self.dtype, self.device)
+        t = self.cache.get(k)
+        if t is None:
+            t = self.cache[k] = tensor(np.array(value, dtype=self.dtype.np), dtype=self.dtype,
+                                       device=self.device)
+        return t
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional momentum (Nesterov's too) and L2 weight
+    decay, as ``torch.optim.SGD``: with ``g`` the gradient plus ``weight_decay * p``, the
+    momentum buffer ``b = g`` at the first step and ``b = momentum * b + (1 - dampening) * g``
+    after; the direction is ``g + momentum * b`` (nesterov) or ``b``; ``p -= lr * direction``.
+
+    Raises ValueError for a negative lr, momentum or weight_decay, or nesterov without a
+    positive momentum and zero dampening."""
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      weight_decay=weight_decay, nesterov=nesterov))
+
+    def _check(self, group: dict) -> None:
+        super()._check(group)
+        if group["momentum"] < 0:
+            raise ValueError(f"invalid momentum value: {group['momentum']}")
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError("nesterov momentum requires a momentum and zero dampening")
+
+    def _update(self, p, g, state, group, scalars):
+        wd, momentum = group["weight_decay"], group["momentum"]
+        if wd != 0:
+            g = g + wd * p
+        if momentum != 0:
+            buf = state.get("momentum_buffer")
+            buf = g if buf is None else buf * momentum + (1.0 - group["dampening"]) * g
+            state["momentum_buffer"] = buf
+            g = g + momentum * buf if group["nesterov"] else buf
+        return p - scalars("lr", group["lr"]) * g
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba, 2015) as ``torch.optim.Adam``: with ``g`` the gradient (plus
+    ``weight_decay * p``, L2), ``m = beta1 * m + (1 - beta1) * g`` (as ``lerp``),
+    ``v = beta2 * v + (1 - beta2) * g * g``, and at step ``t``:
+    ``p -= lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 - beta2**t) + eps)``.
+    State per parameter: ``step`` (an int), ``exp_avg``, ``exp_avg_sq`` (the parameter's shape).
+
+    Raises ValueError for a negative lr, eps or weight_decay or a beta outside [0, 1),
+    NotImplementedError for ``amsgrad=True``."""
+
+    decoupled = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False):
+        if amsgrad:
+            raise NotImplementedError(f"{type(self).__name__}: amsgrad is not supported")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay))
+
+    def _check(self, group: dict) -> None:
+        super()._check(group)
+        if group["eps"] < 0:
+            raise ValueError(f"invalid epsilon value: {group['eps']}")
+        for i, b in enumerate(group["betas"]):
+            if not 0.0 <= b < 1.0:
+                raise ValueError(f"invalid beta parameter at index {i}: {b}")
+
+    def _update(self, p, g, state, group, scalars):
+        lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+        beta1, beta2 = group["betas"]
+        step = state.get("step", 0) + 1
+        state["step"] = step
+        if wd != 0:
+            if self.decoupled:
+                p = p * scalars("decay", 1.0 - lr * wd)
+            else:
+                g = g + wd * p
+        m = state.get("exp_avg")
+        v = state.get("exp_avg_sq")
+        if m is None:
+            m, v = zeros_like(p), zeros_like(p)
+        m = m + (1.0 - beta1) * (g - m)
+        v = v * beta2 + (1.0 - beta2) * g * g
+        state["exp_avg"], state["exp_avg_sq"] = m, v
+        # as PyTorch: the bias corrections in float64 on the host, applied in the parameter's
+        # dtype
+        step_size = lr / (1.0 - beta1 ** step)
+        correction2_sqrt = math.sqrt(1.0 - beta2 ** step)
+        denom = v.sqrt() / scalars("correction2_sqrt", correction2_sqrt) + eps
+        return p - scalars("step_size", step_size) * m / denom
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019) as ``torch.optim.AdamW``:
+    ``p *= 1 - lr * weight_decay`` before the Adam update (weight_decay defaults to 0.01).
+    Errors as ``Adam``."""
+
+    decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad)
