@@ -274,3 +274,30 @@ def test_explain_names_the_lines_of_its_own_recording_after_a_cached_plan(device
     assert f"test_explain.py:{line}" in text, text
     np.testing.assert_allclose(second.numpy(), np.exp(host.astype(np.float64) * 3).sum(-1),
                                rtol=1e-5)
+
+
+@pytest.mark.skipif("webgpu:0" not in FUSED_DEVICES, reason="no WebGPU adapter")
+def test_explain_of_a_graph_the_device_plans_wider_than_its_buffer_limit(rng):
+    """A kernel of this graph needs more than WebGPU's 8 storage buffers and cannot be split:
+    the device plans it with the adapter's own limit, and explain shows that plan instead of
+    raising (values checked against NumPy)."""
+    hosts = [rng.uniform(-2, 2, (8, 7, 2)).astype(np.float32) for _ in range(2)]
+
+    def program(device):
+        v1, v2 = [lb.tensor(h, device=device) for h in hosts]
+        v4 = lb.floor(v2)
+        v5 = v4.astype("bfloat16").astype("float32")
+        v7 = lb.exp(v4)
+        v8 = v7.astype("bfloat16").astype("float32")
+        return [v1.astype("int32").astype("float32"), v4, v5, lb.sin(v8),
+                v7.astype("float16").astype("float32"), (lb.abs(v8) + 0.5) ** 0.5,
+                v5.min((0, 1, 2)), v5.logsumexp(1, keepdims=True),
+                lb.broadcast_to(lb.expand_dims(v4, 1), (8, 3, 7, 2)), lb.repeat(v2, 2, axis=1),
+                lb.broadcast_to(lb.expand_dims(v7, 1), (8, 3, 7, 2))]
+
+    with pytest.warns(RuntimeWarning, match="buffers"):
+        text = str(lb.explain(*program("webgpu:0")))
+    assert GENERATED["webgpu"] in text
+    got, want = program("webgpu:0"), program("numpy")
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-2, atol=1e-5)
