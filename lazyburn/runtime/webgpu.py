@@ -306,40 +306,54 @@ class WebGPUBackend(FusedBackend):
     def _run(self, outputs, key, order) -> list:
         if key is None:
             key, order = structural_key(outputs)
-        fuse, max_args = self.plan_settings(outputs, key, order, self.fuse)
-        if fuse == self.fuse and max_args == self.max_args:
-            return super().run(outputs, key, order)
+        mode = self._fallbacks.get(key)
+        if mode is None:
+            try:
+                return super().run(outputs, key, order)
+            except FusionIllegal as e:
+                if not self.fuse:
+                    raise
+                mode = self._fall_back(outputs, key, order, str(e))
+        else:
+            self._fallbacks.move_to_end(key)
+        fuse, max_args = self._settings(mode)
         return self._run_with(outputs, fuse=fuse, max_args=max_args)
 
     def plan_settings(self, outputs, key, order, fuse: bool = True) -> tuple[bool, int]:
-        """``(fuse, max_args)`` this device plans the graph of ``outputs`` with: ``max_args``
-        storage buffers per kernel; where the partitioner cannot fit the graph in them, the
-        adapter's own limit; failing that, unfused (one kernel per op), with a warning the first
-        time. The choice is remembered per graph (``key``); the plans tried are cached."""
+        """``(fuse, max_args)`` this device plans the graph of ``outputs`` with (planning it
+        if need be, without running it): ``max_args`` storage buffers per kernel; where the
+        partitioner cannot fit the graph in them, the adapter's own limit; failing that,
+        unfused (one kernel per op). The choice is remembered per graph (``key``)."""
         if not fuse:
             return False, self.max_args
         mode = self._fallbacks.get(key)
-        if mode is not None:
-            self._fallbacks.move_to_end(key)
-        else:
+        if mode is None:
             try:
                 self.plans.lookup(outputs, True, self.max_args, key, order)
                 return True, self.max_args
             except FusionIllegal as e:
-                reason = str(e)
-            mode = "wider" if self.adapter_buffers > self.max_args else "unfused"
-            if mode == "wider":
-                try:
-                    self.plans.lookup(outputs, True, self.adapter_buffers, key, order)
-                except FusionIllegal:
-                    mode = "unfused"
-            how = f"with up to {self.adapter_buffers} buffers per kernel" \
-                if mode == "wider" else "unfused"
-            warnings.warn(f"{self.device_string}: {reason}; running this graph {how}",
-                          RuntimeWarning, stacklevel=4)
-            self._fallbacks[key] = mode
-            if len(self._fallbacks) > FALLBACKS_KEPT:
-                self._fallbacks.popitem(last=False)
+                mode = self._fall_back(outputs, key, order, str(e))
+        return self._settings(mode)
+
+    def _fall_back(self, outputs, key, order, reason: str) -> str:
+        """The plan for a graph that does not fit ``max_args`` buffers per kernel: "wider"
+        when it fits the adapter's own limit, else "unfused"; warned once and remembered."""
+        mode = "wider" if self.adapter_buffers > self.max_args else "unfused"
+        if mode == "wider":
+            try:
+                self.plans.lookup(outputs, True, self.adapter_buffers, key, order)
+            except FusionIllegal:
+                mode = "unfused"
+        how = f"with up to {self.adapter_buffers} buffers per kernel" \
+            if mode == "wider" else "unfused"
+        warnings.warn(f"{self.device_string}: {reason}; running this graph {how}",
+                      RuntimeWarning, stacklevel=5)
+        self._fallbacks[key] = mode
+        if len(self._fallbacks) > FALLBACKS_KEPT:
+            self._fallbacks.popitem(last=False)
+        return mode
+
+    def _settings(self, mode: str) -> tuple[bool, int]:
         return (True, self.adapter_buffers) if mode == "wider" else (False, self.max_args)
 
     def _run_with(self, outputs, **settings) -> list:
