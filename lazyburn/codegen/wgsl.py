@@ -523,6 +523,15 @@ class WGSLPrinter(ExprPrinter):
     def op_isfinite(self, e, x):
         return self._predicate(e, x, "lb_isfinite", "true")
 
+    def op_signbit(self, e, x):
+        return f"(bitcast<u32>({x}) >= 0x80000000u)"
+
+    def op_copysign(self, e, a, b):
+        return self.call("lb_copysign_op", a, b)
+
+    def op_nextafter(self, e, a, b):
+        return self.call("lb_nextafter", a, b)
+
     def op_cast(self, e, x):
         if e.id in self.index_casts:
             return self.call("lb_i64_to_index", x)

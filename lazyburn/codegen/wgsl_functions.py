@@ -159,6 +159,34 @@ fn lb_copysign(x: f32, s: f32) -> f32 {
 }
 """)
 
+_define("lb_copysign_op", """
+// copysign as an op of its own: the result's sign bit set by a select on s's, integer steps
+// only (lb_copysign's or of the two masked words is part of a pattern lavapipe miscompiles:
+// see lb_tanh).
+fn lb_copysign_op(x: f32, s: f32) -> f32 {
+    let m = bitcast<u32>(x) & 0x7fffffffu;
+    return bitcast<f32>(select(m, m | 0x80000000u, bitcast<u32>(s) >= 0x80000000u));
+}
+""")
+_define("lb_nextafter", """
+// NumPy's nextafter on the bits, no float arithmetic: a nan operand is the result (y where
+// both are, as NumPy's build gives); equal
+// values (+0 and -0 too) give y; from a zero, the smallest subnormal with y's sign; else the
+// bits step by one, up in magnitude where y lies farther from zero on x's side.
+fn lb_nextafter(x: f32, y: f32) -> f32 {
+    let ix = bitcast<u32>(x);
+    let iy = bitcast<u32>(y);
+    let ax = ix & 0x7fffffffu;
+    let ay = iy & 0x7fffffffu;
+    let away = (ix >> 31u) == (iy >> 31u) && ay > ax;
+    let step = select(ix - 1u, ix + 1u, away);
+    let from_zero = (iy & 0x80000000u) | 1u;
+    let r = select(select(step, from_zero, ax == 0u), iy, ix == iy || (ax | ay) == 0u);
+    let nan = select(y, x, ay <= 0x7f800000u);
+    return select(bitcast<f32>(r), nan, ax > 0x7f800000u || ay > 0x7f800000u);
+}
+""")
+
 # packed storage: 8- and 16-bit elements in u32 words (little-endian, as the host lays them out)
 _define("lb_byte", """
 fn lb_byte(w: u32, i: i32) -> u32 { return (w >> ((u32(i) & 3u) * 8u)) & 0xffu; }
@@ -196,10 +224,11 @@ _define("lb_f16_round", """
 fn lb_f16_round(x: f32) -> f32 { return lb_f16_value(lb_f16_bits(x)); }
 """, ("lb_f16_bits", "lb_f16_value"))
 _define("lb_bf16_bits", """
-// float32 -> bfloat16 bits, rounded to nearest-even; nan stays a quiet nan.
+// float32 -> bfloat16 bits, rounded to nearest-even; a nan stays a quiet nan of its sign (as
+// ml_dtypes converts it).
 fn lb_bf16_bits(f: f32) -> u32 {
     let b = bitcast<u32>(f);
-    if ((b & 0x7fffffffu) > 0x7f800000u) { return 0x7fc0u; }
+    if ((b & 0x7fffffffu) > 0x7f800000u) { return ((b >> 16u) & 0x8000u) | 0x7fc0u; }
     return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
 }
 """)

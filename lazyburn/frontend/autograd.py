@@ -395,7 +395,7 @@ VJP: dict[str, Callable] = {}
 NON_DIFFERENTIABLE = frozenset(
     "buffer const iota random_uniform random_normal isnan isinf isfinite logical_not "
     "bitwise_not eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or "
-    "bitwise_xor left_shift right_shift argmax argmin any all".split())
+    "bitwise_xor left_shift right_shift argmax argmin any all signbit nextafter".split())
 
 
 def _rule(*ops):
@@ -434,6 +434,13 @@ _unary("erf", lambda x, y: (2.0 / math.sqrt(math.pi)) * (-x * x).exp())
 @_rule("sign", "floor", "ceil", "round", "floordiv")
 def _zero(g, y, xs, attrs):
     return tuple(zeros_like(x) for x in xs)
+
+
+@_rule("copysign")
+def _copysign(g, y, xs, attrs):  # |x1| with x2's sign: slope +-1 in x1, 0 in x2
+    a, b = xs
+    flip = ew.binary("ne", ew.unary("signbit", a), ew.unary("signbit", b))
+    return ew.where(flip, -g, g), zeros_like(b)
 
 
 @_rule("cast")
