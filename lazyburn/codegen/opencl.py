@@ -202,7 +202,7 @@ EXACT_POW = {0.0: "{1}", 1.0: "({0})", 2.0: "({0} * {0})", -1.0: "({1} / {0})",
 UNARY_BUILTIN = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
                  "log1p": "log1p", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
                  "tan": "tan", "tanh": "tanh", "erf": "erf", "floor": "floor", "ceil": "ceil",
-                 "round": "rint"}
+                 "round": "rint", "log10": "log10"}
 
 # PoCL's built-ins give garbage when the compiler can see their argument (a constant, or an
 # operation on one: x - NAN is NAN for every x): exp, exp2, expm1 and tanh of float64 at nan or
@@ -213,7 +213,8 @@ UNARY_BUILTIN = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "
 # bits, past which every float is an integer already.
 AT_INFINITY = {"exp": (math.inf, 0.0), "exp2": (math.inf, 0.0), "expm1": (math.inf, -1.0),
                "log": (math.inf, math.nan), "log2": (math.inf, math.nan),
-               "log1p": (math.inf, math.nan), "rsqrt": (0.0, math.nan),
+               "log1p": (math.inf, math.nan), "log10": (math.inf, math.nan),
+               "rsqrt": (0.0, math.nan),
                "sin": (math.nan, math.nan), "cos": (math.nan, math.nan),
                "tan": (math.nan, math.nan), "tanh": (1.0, -1.0),
                "erf": (1.0, -1.0)}  # op -> (f(+inf), f(-inf)); f(nan) is nan

@@ -237,6 +237,19 @@ def lb_pow(a, b):
     r = tl.where(y == 0, 1.0, tl.where(x == 1, 1.0, r))
     return r.to(a.dtype)
 '''),
+    "lb_log10_f32": ((), '''
+def lb_log10_f32(x):
+    return (tl.log2(x.to(tl.float64)) * 0.30102999566398120).to(tl.float32)
+'''),
+    # float64 log10 under the interpreter only (as lb_pow_f64_interpreted): NumPy's own
+    "lb_log10_f64_interpreted": ((), '''
+def lb_log10_f64_interpreted(x):
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+    with np.errstate(all="ignore"):
+        r = np.log10(x.handle.data)
+    return tl.tensor(TensorHandle(r, x.dtype), x.type)
+'''),
     # copysign and nextafter on the bits (as the signed integer of the float's width), so that
     # no flush of subnormals and no float rule enters; F64 picks the width
     "lb_copysign": ((), '''

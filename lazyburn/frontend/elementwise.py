@@ -247,6 +247,27 @@ _BINARY = [name for name, d in OPS.items() if d.kind == "elementwise" and d.arit
 
 FUNCTIONS = {op: _make_unary(op) for op in _UNARY}
 FUNCTIONS.update({op: _make_binary(op) for op in _BINARY})
+FUNCTIONS["signbit"].__doc__ = (
+    "Whether the sign bit of each element of ``x`` is set (any shape; a bool Tensor): true for "
+    "-0.0 and a nan with its sign bit, exactly, on every backend; ``x < 0`` for integers, false "
+    "for bool.")
+FUNCTIONS["copysign"].__doc__ = (
+    "The magnitude of ``x1`` with the sign bit of ``x2`` (broadcast together; integers and bool "
+    "are cast to float32 first), exactly, on the bits: ``copysign(1.0, -0.0)`` is -1.0, a nan's "
+    "sign bit is read and set like any other.")
+FUNCTIONS["nextafter"].__doc__ = (
+    "The next float after ``x1`` toward ``x2`` (broadcast together; float32 or float64; integers "
+    "and bool are cast to float32 first), exactly, on the bits, as NumPy: ``x2`` where they are "
+    "equal (``nextafter(0.0, -0.0)`` is -0.0), the smallest subnormal of ``x2``'s sign from a "
+    "zero, the largest finite value from an infinity, nan where either is nan. Raises DTypeError "
+    "for float16 and bfloat16.")
+FUNCTIONS["log10"].__doc__ = (
+    "The base-10 logarithm of each element of ``x`` (any shape; integers and bool are cast to "
+    "float32 first). Within 1 ulp of the correctly rounded result, and exactly k at 10**k, on "
+    "OpenCL, WebGPU and Triton (measured; on a GPU, float64 is CUDA's log10, documented within "
+    "1 ulp); the NumPy device runs NumPy's, whose float32 log10 is up to 3 ulps off. -inf at "
+    "+-0, nan below 0.")
+
 # array-API spellings
 ALIASES = {
     "negative": "neg", "subtract": "sub", "multiply": "mul", "divide": "div",

@@ -50,6 +50,7 @@ _define("source", 0, "random_uniform random_normal", ("seed", "offset"))
 _define("elementwise", 1, "neg abs sign square", category="arith")
 _define("elementwise", 1, "exp exp2 expm1 log log2 log1p sqrt rsqrt sin cos tan tanh sigmoid erf",
         category="float")
+_define("elementwise", 1, "log10", category="float")
 _define("elementwise", 1, "floor ceil round", category="round")
 _define("elementwise", 1, "isnan isinf isfinite", category="predicate")
 # the sign bit of a float (set for -0.0 and a negative nan); x < 0 on integers

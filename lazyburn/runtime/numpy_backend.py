@@ -76,6 +76,7 @@ def _signbit(x):
 UNARY = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "square": np.square,
     "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
+    "log10": np.log10,
     "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sigmoid": _sigmoid,
     "erf": scipy.special.erf, "floor": np.floor, "ceil": np.ceil, "round": np.round,
