@@ -51,6 +51,7 @@ CASES = {
     "log": (lambda x: x.log(), [U(3, 4, **POS)]),
     "log2": (lambda x: x.log2(), [U(3, 4, **POS)]),
     "log1p": (lambda x: x.log1p(), [U(3, 4, **POS)]),
+    "log10": (lambda x: lb.log10(x), [U(3, 4, **POS)]),
     "sqrt": (lambda x: x.sqrt(), [U(3, 4, **POS)]),
     "rsqrt": (lambda x: x.rsqrt(), [U(3, 4, **POS)]),
     "sin": (lambda x: x.sin(), [U(3, 4, lo=-3, hi=3)]),
@@ -70,6 +71,9 @@ CASES = {
     "maximum": (lambda a, b: lb.maximum(a, b), [U(3, 4), U(4)]),
     "minimum": (lambda a, b: lb.minimum(a, b), [U(3, 4), U(4)]),
     "where": (lambda a, b: lb.where(lb.tensor(MASK), a, b), [U(3, 4), U(4)]),
+    "copysign": (lambda a, b: lb.copysign(a, b), [away_from_zero(3, 4), away_from_zero(4)]),
+    "logaddexp": (lambda a, b: lb.logaddexp(a, b), [U(3, 4), U(4)]),
+    "hypot": (lambda a, b: lb.hypot(a, b), [away_from_zero(3, 4), U(4)]),
     # reductions, with kept and dropped dimensions, over one and several axes
     "sum_all": (lambda x: x.sum(), [U(2, 3, 4)]),
     "sum_axes": (lambda x: x.sum((0, 2)), [U(2, 3, 4)]),

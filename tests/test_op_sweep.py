@@ -78,6 +78,13 @@ TOLERANCE = {
     "sigmoid": (4, 1), "erf": (16, 1), "pow": (16, 1),
     # composites: the error of a cancellation is relative to the scale of its terms
     "gelu": (16, 2), "gelu_tanh": (16, 2), "silu": (8, 2), "softplus": (8, 2),
+    # NumPy's float32 log10 is itself up to 3 ulps from the correctly rounded result (and
+    # log10(100) is 2.0000002 there); every backend's is within 1 ulp of it
+    "log10": (4, 1),
+    # max(a, b) + log1p(exp(-|a - b|)): exp's and log1p's errors, at 1 + |max(a, b)|
+    "logaddexp": (4, 2),
+    # m * sqrt(1 + (n / m)**2): correctly rounded steps, computed alike (lavapipe's sqrt)
+    "hypot": (1, 1),
     # reductions over n terms: ulps per level of a pairwise tree, at the sum of magnitudes
     "sum": ("log2n", 1), "mean": ("log2n", 1), "prod": ("n", "n"),
     "var": ("log2n", 2), "std": ("log2n", 2), "logsumexp": ("log2n", 2),
@@ -105,6 +112,10 @@ def _abs(x):
 SCALES = {
     "gelu": _abs, "gelu_tanh": _abs, "silu": _abs, "softplus": lambda x: 1 + np.abs(x),
     "sigmoid": lambda x: np.ones_like(x), "expm1": lambda x: np.ones_like(x) * 0,
+    # the result's terms are max(a, b) and a log1p below log(2); the scale reads the second
+    # operand only (the one _scale_for passes), so 1 + |b| is at least 1 + |max(a, b)| where
+    # b is the larger, and a cancellation needs |max(a, b)| < 1 where a is
+    "logaddexp": lambda x: 2 + np.abs(x),
 }
 
 
@@ -144,12 +155,12 @@ def _add(family, name, arity, fn, node_op=None, **kw):
 
 for _op in "neg abs sign square".split():
     _add("unary_arith", _op, 1, getattr(lb, _op), _op)
-for _op in ("exp exp2 expm1 log log2 log1p sqrt rsqrt sin cos tan tanh sigmoid "
+for _op in ("exp exp2 expm1 log log2 log1p log10 sqrt rsqrt sin cos tan tanh sigmoid "
             "erf").split():
     _add("unary_float", _op, 1, getattr(lb, _op), _op)
-for _op in "floor ceil round isnan isinf isfinite logical_not bitwise_not".split():
+for _op in "floor ceil round isnan isinf isfinite signbit logical_not bitwise_not".split():
     _add("unary_other", _op, 1, getattr(lb, _op), _op)
-for _op in "add sub mul div floordiv mod pow minimum maximum".split():
+for _op in "add sub mul div floordiv mod pow minimum maximum copysign nextafter".split():
     _add("binary_arith", _op, 2, getattr(lb, _op), _op)
 for _op in ("eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or "
             "bitwise_xor left_shift right_shift").split():
@@ -188,6 +199,8 @@ _add("composite", "gelu", 1, lb.gelu, None)
 _add("composite", "gelu_tanh", 1, lambda x: lb.gelu(x, approximate="tanh"), None)
 _add("composite", "silu", 1, lb.silu, None)
 _add("composite", "softplus", 1, lb.softplus, None)
+_add("composite", "logaddexp", 2, lb.logaddexp, None)
+_add("composite", "hypot", 2, lb.hypot, None)
 _add("composite", "clip(-2, 3)", 1, lambda x: lb.clip(x, -2, 3), None, tol="clip")
 _add("composite", "clip(min=0)", 1, lambda x: lb.clip(x, min=0), None, tol="clip")
 _add("composite", "clip(max=5)", 1, lambda x: lb.clip(x, max=5), None, tol="clip")

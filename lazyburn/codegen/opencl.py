@@ -72,7 +72,9 @@ static inline int lb_wrap8(uint x) { return as_char((uchar)x); }
 static inline float lb_bf16_load(__global const ushort* p, long i) { return as_float(((uint)p[i]) << 16); }
 static inline ushort lb_bf16_bits(float f) {
     uint b = as_uint(f);
-    return isnan(f) ? (ushort)0x7FC0 : (ushort)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+    /* a nan keeps its sign (as ml_dtypes converts it: the quiet nan of that sign) */
+    return isnan(f) ? (ushort)(((b >> 16) & 0x8000u) | 0x7FC0u)
+                    : (ushort)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
 }
 /* x rounded to the nearest float16 (ties to even), held in a float: a value of a float16
    expression. Normal results drop 13 mantissa bits by integer rounding of the bits; above 65504
@@ -189,7 +191,7 @@ HALF_ROUND = {"float16": "lb_round_f16", "bfloat16": "lb_round_bf16"}
 # ops whose float result of half operands is already a value of their half type (casts round
 # themselves)
 EXACT_IN_HALF = {"load", "const", "var", "cast", "where", "neg", "abs", "sign", "minimum",
-                 "maximum", "floor", "ceil", "round", "reduced"}
+                 "maximum", "floor", "ceil", "round", "reduced", "copysign"}
 
 # Constant float exponents spelled as NumPy computes ``x ** c`` for them (its fast paths:
 # ones, copy, square, reciprocal, sqrt), each pow's correctly rounded result; sqrt differs
@@ -200,7 +202,7 @@ EXACT_POW = {0.0: "{1}", 1.0: "({0})", 2.0: "({0} * {0})", -1.0: "({1} / {0})",
 UNARY_BUILTIN = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
                  "log1p": "log1p", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
                  "tan": "tan", "tanh": "tanh", "erf": "erf", "floor": "floor", "ceil": "ceil",
-                 "round": "rint"}
+                 "round": "rint", "log10": "log10"}
 
 # PoCL's built-ins give garbage when the compiler can see their argument (a constant, or an
 # operation on one: x - NAN is NAN for every x): exp, exp2, expm1 and tanh of float64 at nan or
@@ -211,11 +213,20 @@ UNARY_BUILTIN = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "
 # bits, past which every float is an integer already.
 AT_INFINITY = {"exp": (math.inf, 0.0), "exp2": (math.inf, 0.0), "expm1": (math.inf, -1.0),
                "log": (math.inf, math.nan), "log2": (math.inf, math.nan),
-               "log1p": (math.inf, math.nan), "rsqrt": (0.0, math.nan),
+               "log1p": (math.inf, math.nan), "log10": (math.inf, math.nan),
+               "rsqrt": (0.0, math.nan),
                "sin": (math.nan, math.nan), "cos": (math.nan, math.nan),
                "tan": (math.nan, math.nan), "tanh": (1.0, -1.0),
                "erf": (1.0, -1.0)}  # op -> (f(+inf), f(-inf)); f(nan) is nan
 INTEGRAL_FROM = {"float": "8388608.0f", "double": "4503599627370496.0"}  # 2^23, 2^52
+
+# A float's bits as a signed integer of its width, for the ops defined on the bits (signbit,
+# copysign, nextafter): (as_<int>, as_<float>, the magnitude mask, the bits of +inf, the bits
+# of the smallest negative subnormal). Integer operations only: no built-in sees a constant
+# (see AT_INFINITY), and nothing a compiler may fold by float rules.
+FLOAT_BITS = {"float": ("as_int", "as_float", "0x7FFFFFFF", "0x7F800000", "(INT_MIN + 1)"),
+              "double": ("as_long", "as_double", "0x7FFFFFFFFFFFFFFFL", "0x7FF0000000000000L",
+                         "(LONG_MIN + 1L)")}
 
 
 @dataclass
@@ -404,6 +415,30 @@ class OpenCLPrinter(ExprPrinter):
         if e.dtype.is_float:  # NumPy: sign(-0.0) is +0.0, sign(nan) is nan
             return f"(({x}) > 0 ? ({t})1 : (({x}) < 0 ? ({t})-1 : (({x}) == 0 ? ({t})0 : ({x}))))"
         return f"(({t})((({x}) > 0) - (({x}) < 0)))"
+
+    def op_signbit(self, e, x):
+        as_int = FLOAT_BITS[VALUE[e.args[0].dtype.name]][0]
+        return f"({as_int}({x}) < 0)"
+
+    def op_copysign(self, e, a, b):
+        as_int, as_float, mag = FLOAT_BITS[VALUE[e.dtype.name]][:3]
+        return f"{as_float}(({as_int}({a}) & {mag}) | ({as_int}({b}) & ~{mag}))"
+
+    def op_nextafter(self, e, a, b):
+        """NumPy's ``nextafter`` on the bits: a nan operand is the result (``b`` where both
+        are, as NumPy's build gives); equal values (``+0`` and ``-0`` too) give ``b``; from a
+        zero, the smallest subnormal with ``b``'s sign; else the bits step by one, up in
+        magnitude where ``b`` lies farther from zero on ``a``'s side (a signed step never
+        overflows: the bits of a non-nan float are within +-(2^k - 1))."""
+        as_int, as_float, mag, inf, tiny = FLOAT_BITS[VALUE[e.dtype.name]]
+        ia, ib = f"{as_int}({a})", f"{as_int}({b})"
+        ma, mb = f"({ia} & {mag})", f"({ib} & {mag})"
+        away = f"((({ia} < 0) == ({ib} < 0)) && {mb} > {ma})"
+        step = f"{as_float}({away} ? {ia} + 1 : {ia} - 1)"
+        zero = f"{as_float}({ib} < 0 ? {tiny} : 1)"
+        return (f"({mb} > {inf} ? ({b}) : {ma} > {inf} ? ({a}) : "
+                f"(({ia} == {ib} || ({ma} == 0 && {mb} == 0)) ? ({b}) : "
+                f"({ma} == 0 ? {zero} : {step})))")
 
     def op_sigmoid(self, e, x):
         if self.fast_math and "sigmoid" in opencl_math.FUNCTIONS and e.dtype.name != "float64":

@@ -237,6 +237,65 @@ def lb_pow(a, b):
     r = tl.where(y == 0, 1.0, tl.where(x == 1, 1.0, r))
     return r.to(a.dtype)
 '''),
+    "lb_log10_f32": ((), '''
+def lb_log10_f32(x):
+    return (tl.log2(x.to(tl.float64)) * 0.30102999566398120).to(tl.float32)
+'''),
+    # float64 log10 under the interpreter only (as lb_pow_f64_interpreted): NumPy's own
+    "lb_log10_f64_interpreted": ((), '''
+def lb_log10_f64_interpreted(x):
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+    with np.errstate(all="ignore"):
+        r = np.log10(x.handle.data)
+    return tl.tensor(TensorHandle(r, x.dtype), x.type)
+'''),
+    # copysign and nextafter on the bits (as the signed integer of the float's width), so that
+    # no flush of subnormals and no float rule enters; F64 picks the width
+    "lb_copysign": ((), '''
+def lb_copysign(a, b, F64: tl.constexpr):
+    if F64:
+        ia = a.to(tl.int64, bitcast=True)
+        ib = b.to(tl.int64, bitcast=True)
+        m = ia & 0x7FFFFFFFFFFFFFFF
+        return tl.where(ib < 0, m | tl.full([], -9223372036854775808, tl.int64), m).to(
+            tl.float64, bitcast=True)
+    ia = a.to(tl.int32, bitcast=True)
+    ib = b.to(tl.int32, bitcast=True)
+    m = ia & 0x7FFFFFFF
+    return tl.where(ib < 0, m | tl.full([], -2147483648, tl.int32), m).to(tl.float32,
+                                                                           bitcast=True)
+'''),
+    # NumPy's nextafter: a nan operand is the result (b where both are, as NumPy's build
+    # gives); equal values (+0 and -0 too) give b; from a zero, the smallest subnormal with
+    # b's sign; else the bits step by one, up in magnitude where b lies farther from zero on
+    # a's side (never overflowing: a non-nan float's bits as a
+    # signed integer lie within +-(2^(k-1) - 1 - 2^mantissa))
+    "lb_nextafter": ((), '''
+def lb_nextafter(a, b, F64: tl.constexpr):
+    if F64:
+        ia = a.to(tl.int64, bitcast=True)
+        ib = b.to(tl.int64, bitcast=True)
+        ma = ia & 0x7FFFFFFFFFFFFFFF
+        mb = ib & 0x7FFFFFFFFFFFFFFF
+        inf = 0x7FF0000000000000
+        tiny = tl.full([], -9223372036854775807, tl.int64)
+        one = tl.full([], 1, tl.int64)
+    else:
+        ia = a.to(tl.int32, bitcast=True)
+        ib = b.to(tl.int32, bitcast=True)
+        ma = ia & 0x7FFFFFFF
+        mb = ib & 0x7FFFFFFF
+        inf = 0x7F800000
+        tiny = tl.full([], -2147483647, tl.int32)
+        one = tl.full([], 1, tl.int32)
+    away = tl.where((ia < 0) == (ib < 0), mb > ma, False)
+    r = tl.where(away, ia + one, ia - one)
+    r = tl.where(ma == 0, tl.where(ib < 0, tiny, one), r)
+    r = tl.where(ia == ib, ib, tl.where(ma == 0, tl.where(mb == 0, ib, r), r))
+    r = r.to(a.dtype, bitcast=True)
+    return tl.where(mb > inf, b, tl.where(ma > inf, a, r))
+'''),
 }
 
 # the random numbers of codegen.philox, the programs the NumPy reference backend runs

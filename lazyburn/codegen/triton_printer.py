@@ -53,7 +53,7 @@ PORTABLE = {"expm1": "lb_expm1", "log1p": "lb_log1p", "tanh": "lb_tanh", "tan": 
 
 # ops spelled as a call of a helper, of libdevice or of a tl.math function
 CALLS = frozenset(LIBDEVICE) | {"floordiv", "mod", "minimum", "maximum", "pow", "div", "rsqrt",
-                                "sigmoid", "exp"}
+                                "sigmoid", "exp", "copysign", "nextafter", "log10"}
 
 # The smallest normal float32, 2**-126. Triton links libdevice in its flush-to-zero form
 # (Triton 3.6 has no option to change that), so its float32 functions read a subnormal input
@@ -69,7 +69,8 @@ NEAR_IDENTITY = frozenset({"sin", "tan", "tanh", "expm1", "log1p"})
 # rounds itself; a stage result is rounded by the reduction); every other op on float16 or
 # bfloat16 is computed in float32 and rounded to its type, as NumPy rounds each operation.
 EXACT_IN_HALF = frozenset({"load", "const", "var", "cast", "where", "neg", "abs", "sign",
-                           "minimum", "maximum", "floor", "ceil", "round", "reduced", "acc"})
+                           "minimum", "maximum", "floor", "ceil", "round", "reduced", "acc",
+                           "copysign"})
 # int8/int16/uint8 ops whose result can leave the type's range (-x of -128, x * -1, x // -1,
 # x << k, ~x of a uint8, sums and products): computed on the int32 values, where nothing but a
 # power overflows (and a power wraps the low bits as the narrow type would), then wrapped into
@@ -498,6 +499,29 @@ class TritonPrinter(ExprPrinter):
             return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, tl.where({x} == 0, 0.0, {x})))"
         t = VALUE[e.dtype.name]
         return f"(({x} > 0).to({t}) - ({x} < 0).to({t}))"
+
+    def op_log10(self, e, x):
+        """float32: log2 in float64 times log10(2), rounded once (within an ulp but for rare
+        double roundings; float32's subnormals are normal there, so libdevice's flush does not
+        enter); float64: libdevice's log10 (CUDA's documented bound: 1 ulp), NumPy's own under
+        the interpreter."""
+        if VALUE[e.dtype.name] == "tl.float64":
+            if self.target == "cuda":
+                self.uses_libdevice = True
+                return f"libdevice.log10({x})"
+            return self.helper("lb_log10_f64_interpreted", x)
+        return self.helper("lb_log10_f32", x)
+
+    # the ops defined on a float's bits, through the signed integer of its width
+    def op_signbit(self, e, x):
+        wide = VALUE[e.args[0].dtype.name] == "tl.float64"
+        return f"({x}.to({'tl.int64' if wide else 'tl.int32'}, bitcast=True) < 0)"
+
+    def op_copysign(self, e, a, b):
+        return self.helper("lb_copysign", a, b, VALUE[e.dtype.name] == "tl.float64")
+
+    def op_nextafter(self, e, a, b):
+        return self.helper("lb_nextafter", a, b, VALUE[e.dtype.name] == "tl.float64")
 
     def op_minimum(self, e, a, b):
         if e.dtype.is_float:

@@ -119,7 +119,7 @@ I64_CALLS = {"add": "lb_i64_add", "sub": "lb_i64_sub", "mul": "lb_i64_mul", "neg
 MATH = {"exp": "lb_exp", "exp2": "lb_exp2", "sin": "lb_sin", "cos": "lb_cos", "tan": "lb_tan",
         "floor": "floor", "ceil": "ceil", "round": "round", "log": "lb_log", "log2": "lb_log2",
         "sqrt": "lb_sqrt", "rsqrt": "lb_rsqrt", "expm1": "lb_expm1", "log1p": "lb_log1p",
-        "tanh": "lb_tanh", "sigmoid": "lb_sigmoid", "erf": "lb_erf"}
+        "tanh": "lb_tanh", "sigmoid": "lb_sigmoid", "erf": "lb_erf", "log10": "lb_log10"}
 
 
 # the opaque identity of the module doc, and the zero it uses (declared by ``entry_point``)
@@ -537,6 +537,15 @@ class WGSLPrinter(ExprPrinter):
 
     def op_isfinite(self, e, x):
         return self._predicate(e, x, "lb_isfinite", "true")
+
+    def op_signbit(self, e, x):
+        return f"(bitcast<u32>({x}) >= 0x80000000u)"
+
+    def op_copysign(self, e, a, b):
+        return self.call("lb_copysign_op", a, b)
+
+    def op_nextafter(self, e, a, b):
+        return self.call("lb_nextafter", a, b)
 
     def op_cast(self, e, x):
         if e.id in self.index_casts:

@@ -11,19 +11,20 @@ are integer code rounding to nearest-even, as NumPy's ``astype(float16)`` does.
 ``FUNCTIONS`` maps a name to ``(source, dependencies)``; ``library(names)`` returns the
 definitions of ``names`` and everything they call, once each, dependencies first.
 
-Accuracy, in float32 ulps of the exact result (measured against float64 on lavapipe: every
-float32 for sin, cos and tan from 2^-2 to 2^24, every binade up to 3.4e38 sampled, and millions
-of random arguments for the others; the WebGPU tests assert them): exp 1.3, exp2 1.2, expm1 1.5,
-tanh 2.3, sigmoid 2.6, sin 2.1, cos 2.1, tan 2.9, pow 2.7 (for every base, subnormals included,
-wherever the result is finite). Subnormal results are kept (the scaling by 2^k is two exact
-steps), and -0 stays -0 through the odd functions. None of them relies on a fused multiply-add
-(lavapipe's ``fma`` rounds twice): exact products are of 12-bit halves, and the reduction of
-sin, cos and tan is integer arithmetic (``lb_rem_pio2``). They have no loops and no branches.
-What this costs on lavapipe, per call (2 CPU cores; the driver's built-in in parentheses): exp
-1.6 ns (0.7), sin and cos 6 ns (1.3-1.6; the reduction is 3.5 of them, mostly its three
-32 x 32 -> 64-bit products of 16-bit halves), tan 5 ns (1.6), pow 3 ns (the previous pow took
-as long). Branching around the Payne-Hanek reduction saves nothing there: llvmpipe runs both
-sides of a branch.
+Accuracy, in float32 ulps of the exact result (measured against float64 on lavapipe: every float32
+for sin, cos and tan from 2^-2 to 2^24, every binade up to 3.4e38 sampled, and millions of random
+arguments for the others; the WebGPU tests assert them): exp 1.3, exp2 1.2, expm1 1.5, tanh 2.3,
+sigmoid 2.6, sin 2.1, cos 2.1, tan 2.9, pow 2.7 (for every base, subnormals included, wherever the
+result is finite), log10 1.0 (of the correctly rounded result, over 500000 arguments from every
+binade, subnormals included; exact at the powers of ten). Subnormal results are kept (the scaling
+by 2^k is two exact steps), and -0 stays -0 through the odd functions. None of them relies on a
+fused multiply-add (lavapipe's ``fma`` rounds twice): exact products are of 12-bit halves, and the
+reduction of sin, cos and tan is integer arithmetic (``lb_rem_pio2``). They have no loops and no
+branches. What this costs on lavapipe, per call (2 CPU cores; the driver's built-in in
+parentheses): exp 1.6 ns (0.7), sin and cos 6 ns (1.3-1.6; the reduction is 3.5 of them, mostly its
+three 32 x 32 -> 64-bit products of 16-bit halves), tan 5 ns (1.6), pow 3 ns (the previous pow took
+as long). Branching around the Payne-Hanek reduction saves nothing there: llvmpipe runs both sides
+of a branch.
 
 References: the float floor division and remainder follow NumPy's ``npy_divmod``; ``log1p``
 uses W. Kahan's and D. Goldberg's corrections ("What every computer scientist should
@@ -159,6 +160,34 @@ fn lb_copysign(x: f32, s: f32) -> f32 {
 }
 """)
 
+_define("lb_copysign_op", """
+// copysign as an op of its own: the result's sign bit set by a select on s's, integer steps
+// only (lb_copysign's or of the two masked words is part of a pattern lavapipe miscompiles:
+// see lb_tanh).
+fn lb_copysign_op(x: f32, s: f32) -> f32 {
+    let m = bitcast<u32>(x) & 0x7fffffffu;
+    return bitcast<f32>(select(m, m | 0x80000000u, bitcast<u32>(s) >= 0x80000000u));
+}
+""")
+_define("lb_nextafter", """
+// NumPy's nextafter on the bits, no float arithmetic: a nan operand is the result (y where
+// both are, as NumPy's build gives); equal
+// values (+0 and -0 too) give y; from a zero, the smallest subnormal with y's sign; else the
+// bits step by one, up in magnitude where y lies farther from zero on x's side.
+fn lb_nextafter(x: f32, y: f32) -> f32 {
+    let ix = bitcast<u32>(x);
+    let iy = bitcast<u32>(y);
+    let ax = ix & 0x7fffffffu;
+    let ay = iy & 0x7fffffffu;
+    let away = (ix >> 31u) == (iy >> 31u) && ay > ax;
+    let step = select(ix - 1u, ix + 1u, away);
+    let from_zero = (iy & 0x80000000u) | 1u;
+    let r = select(select(step, from_zero, ax == 0u), iy, ix == iy || (ax | ay) == 0u);
+    let nan = select(y, x, ay <= 0x7f800000u);
+    return select(bitcast<f32>(r), nan, ax > 0x7f800000u || ay > 0x7f800000u);
+}
+""")
+
 # packed storage: 8- and 16-bit elements in u32 words (little-endian, as the host lays them out)
 _define("lb_byte", """
 fn lb_byte(w: u32, i: i32) -> u32 { return (w >> ((u32(i) & 3u) * 8u)) & 0xffu; }
@@ -196,10 +225,11 @@ _define("lb_f16_round", """
 fn lb_f16_round(x: f32) -> f32 { return lb_f16_value(lb_f16_bits(x)); }
 """, ("lb_f16_bits", "lb_f16_value"))
 _define("lb_bf16_bits", """
-// float32 -> bfloat16 bits, rounded to nearest-even; nan stays a quiet nan.
+// float32 -> bfloat16 bits, rounded to nearest-even; a nan stays a quiet nan of its sign (as
+// ml_dtypes converts it).
 fn lb_bf16_bits(f: f32) -> u32 {
     let b = bitcast<u32>(f);
-    if ((b & 0x7fffffffu) > 0x7f800000u) { return 0x7fc0u; }
+    if ((b & 0x7fffffffu) > 0x7f800000u) { return ((b >> 16u) & 0x8000u) | 0x7fc0u; }
     return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
 }
 """)
@@ -346,6 +376,40 @@ fn lb_log2(x: f32) -> f32 {{
     return log2(x);
 }}
 """, ("lb_isnan",))
+_define("lb_log10", f"""
+// fdlibm's log10f (FreeBSD e_log10f.c and k_logf.h, after Sun's 1993 original), within one
+// ulp: x = 2^k m, m in [sqrt(2)/2, sqrt(2)), f = m - 1; log(1 + f) = f - f^2/2 + s (f^2/2 + R)
+// with s = f / (2 + f) and R a polynomial in s^2; the part f - f^2/2 cut to its top 12
+// significant bits (hi) so that hi times the first half of 1/ln(10) and k times the first
+// half of log10(2) are exact, the rest summed from the smallest term up. No step needs a fused
+// multiply-add, and no pattern lavapipe folds: (f - hi) is exact, not an (a + b) - b.
+fn lb_log10(x: f32) -> f32 {{
+    let ux = bitcast<u32>(x);
+    // a subnormal normalized on the bits (a driver may flush it in float arithmetic): its
+    // leading one shifted to the implicit bit, with exponent field 1, and 2^-s put in k
+    let sub = ux < 0x00800000u;
+    let shift = countLeadingZeros(ux) - 8u;
+    let hx = select(ux, ((ux << shift) & 0x007fffffu) | 0x00800000u, sub);
+    let bits = hx & 0x007fffffu;
+    let i = (bits + 0x4afb0du) & 0x800000u;
+    let m = bitcast<f32>(bits | (i ^ 0x3f800000u));
+    let y = f32(i32(hx >> 23u) - 127i + i32(i >> 23u) - select(0i, i32(shift), sub));
+    let f = m - 1.0f;
+    let hfsq = 0.5f * f * f;
+    let s = f / (2.0f + f);
+    let z = s * s;
+    let w = z * z;
+    let r = s * (hfsq + (z * (0.66666662693f + w * 0.28498786688f) +
+                         w * (0.40000972152f + w * 0.24279078841f)));
+    let hi = bitcast<f32>(bitcast<u32>(f - hfsq) & 0xfffff000u);
+    let lo = ((f - hi) - hfsq) + r;
+    let v = (((y * 7.9034151668e-07f + (lo + hi) * -3.1689971365e-05f) + lo * 4.3432617188e-01f)
+             + hi * 4.3432617188e-01f) + y * 3.0102920532e-01f;
+    // +inf is itself; nan and every x < 0 (sign bit set, zero aside) give nan; +-0 -inf
+    let special = select(v, x, ux == 0x7f800000u);
+    return select(select(special, {NAN}, ux > 0x7f800000u), -{INF}, (ux & 0x7fffffffu) == 0u);
+}}
+""")
 _define("lb_sqrt", f"""
 fn lb_sqrt(x: f32) -> f32 {{
     if (x < 0.0f || lb_isnan(x)) {{ return {NAN}; }}

@@ -395,7 +395,7 @@ VJP: dict[str, Callable] = {}
 NON_DIFFERENTIABLE = frozenset(
     "buffer const iota random_uniform random_normal isnan isinf isfinite logical_not "
     "bitwise_not eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or "
-    "bitwise_xor left_shift right_shift argmax argmin any all".split())
+    "bitwise_xor left_shift right_shift argmax argmin any all signbit nextafter".split())
 
 
 def _rule(*ops):
@@ -421,6 +421,7 @@ _unary("expm1", lambda x, y: y + 1.0)
 _unary("log", lambda x, y: 1.0 / x)
 _unary("log2", lambda x, y: 1.0 / (x * _LN2))
 _unary("log1p", lambda x, y: 1.0 / (x + 1.0))
+_unary("log10", lambda x, y: 1.0 / (x * math.log(10.0)))
 _unary("sqrt", lambda x, y: 0.5 / y)
 _unary("rsqrt", lambda x, y: -0.5 * y * y * y)
 _unary("sin", lambda x, y: x.cos())
@@ -434,6 +435,13 @@ _unary("erf", lambda x, y: (2.0 / math.sqrt(math.pi)) * (-x * x).exp())
 @_rule("sign", "floor", "ceil", "round", "floordiv")
 def _zero(g, y, xs, attrs):
     return tuple(zeros_like(x) for x in xs)
+
+
+@_rule("copysign")
+def _copysign(g, y, xs, attrs):  # |x1| with x2's sign: slope +-1 in x1, 0 in x2
+    a, b = xs
+    flip = ew.binary("ne", ew.unary("signbit", a), ew.unary("signbit", b))
+    return ew.where(flip, -g, g), zeros_like(b)
 
 
 @_rule("cast")

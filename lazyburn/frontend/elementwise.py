@@ -5,11 +5,15 @@ Each op's category in the op table decides its dtypes:
     float      integer and bool inputs are cast to float32 first; result floating
     round      floor/ceil/round: identity on integers
     predicate  isnan/isinf/isfinite: bool result; constant on integers
+    signbit    bool result: the float's sign bit (-0.0 and a negative nan included); x < 0 on
+               integers, false on bool
     compare    inputs promoted together; bool result
     logical    inputs cast to bool; bool result
     bitwise    integers or bools only (DTypeError on floats)
 """
 from __future__ import annotations
+
+import math
 
 from ..errors import DTypeError
 from ..ir import dtypes as dt
@@ -46,6 +50,12 @@ def unary(op: str, x, origin: Origin | None = None):
         if not d.is_float:
             return wrap(const(op == "isfinite", n.shape, dt.bool_, n.device, origin))
         d = dt.bool_
+    elif cat == "signbit":
+        if d.is_bool:
+            return wrap(const(False, n.shape, dt.bool_, n.device, origin))
+        if not d.is_float:
+            return binary("lt", wrap(n), 0, origin)
+        d = dt.bool_
     elif cat == "logical":
         n = cast(n, dt.bool_, origin)
         d = dt.bool_
@@ -68,6 +78,9 @@ def binary(op: str, a, b, origin: Origin | None = None):
             d = dt.DEFAULT_FLOAT
         if d.is_bool:
             raise DTypeError(f"{op}: not defined for bool tensors", origin)
+        if op == "nextafter" and d.name in ("float16", "bfloat16"):
+            raise DTypeError(f"nextafter: defined for float32 and float64 only, got {d.name} "
+                             f"(cast with astype first)", origin)
         if op == "pow" and d.is_int and nb.op == "const" and nb.attrs[0] < 0:
             raise ValueError(f"pow: Integers to negative integer powers are not allowed "
                              f"({d.name} ** {nb.attrs[0]}; cast to a float dtype first) "
@@ -161,6 +174,55 @@ def trunc(x):
     return record("where", (nonnegative, floor, ceil), (), n.shape, n.dtype, n.device, origin)
 
 
+_LN2 = 0.6931471805599453
+
+
+def logaddexp(x1, x2):
+    """``log(exp(x1) + exp(x2))`` element-wise without overflow or underflow (``x1``, ``x2``
+    broadcast together; integers and bool are cast to float32 first; floats keep their promoted
+    dtype). A front-end composite of NumPy's own algorithm (``npy_logaddexp``):
+    ``max(x1, x2) + log1p(exp(-|x1 - x2|))``, and ``x1 + log(2)`` where ``x1 == x2`` (so
+    ``logaddexp(inf, inf)`` is inf and ``logaddexp(-inf, -inf)`` is -inf); nan where either is
+    nan. Its error is that of ``exp`` and ``log1p`` on the device plus two roundings, relative
+    to ``1 + |max(x1, x2)|`` (see the op sweep's tolerance table)."""
+    origin = Origin()
+    a, b = _float_pair("logaddexp", x1, x2, origin)
+    top = binary("maximum", a, b, origin)
+    gap = unary("neg", unary("abs", binary("sub", a, b, origin), origin), origin)
+    r = binary("add", top, unary("log1p", unary("exp", gap, origin), origin), origin)
+    same = binary("eq", a, b, origin)
+    return where(same, binary("add", a, _LN2, origin), r)
+
+
+def hypot(x1, x2):
+    """``sqrt(x1**2 + x2**2)`` element-wise without overflow or underflow in the squares
+    (``x1``, ``x2`` broadcast together; integers and bool are cast to float32 first; floats keep
+    their promoted dtype). A front-end composite: ``m * sqrt(1 + (n / m)**2)`` with ``m`` and
+    ``n`` the larger and smaller magnitude, each step correctly rounded, within 2 ulps of the
+    exact value (NumPy's C ``hypot`` is within 1). As C's ``hypot``: an infinity gives +inf
+    even beside a nan; otherwise a nan gives nan; ``hypot(±0, ±0)`` is +0."""
+    origin = Origin()
+    a, b = _float_pair("hypot", x1, x2, origin)
+    ax, ay = unary("abs", a, origin), unary("abs", b, origin)
+    m, n = binary("maximum", ax, ay, origin), binary("minimum", ax, ay, origin)
+    r = binary("div", n, m, origin)
+    h = binary("mul", m, unary("sqrt", binary("add", 1.0, unary("square", r, origin),
+                                                   origin), origin), origin)
+    h = where(binary("eq", m, 0.0, origin), 0.0, h)
+    infinite = binary("logical_or", unary("isinf", a, origin), unary("isinf", b, origin),
+                      origin)
+    return where(infinite, math.inf, h)
+
+
+def _float_pair(op, x1, x2, origin):
+    """``x1`` and ``x2`` broadcast together and promoted, as one float dtype (integers and
+    bool as float32): the operands of a float composite."""
+    na, nb, d = binary_operands(op, x1, x2, origin)
+    if not d.is_float:
+        d = dt.DEFAULT_FLOAT
+    return wrap(cast(na, d, origin)), wrap(cast(nb, d, origin))
+
+
 def _make_unary(op):
     def f(x):
         return unary(op, x, Origin())
@@ -185,6 +247,27 @@ _BINARY = [name for name, d in OPS.items() if d.kind == "elementwise" and d.arit
 
 FUNCTIONS = {op: _make_unary(op) for op in _UNARY}
 FUNCTIONS.update({op: _make_binary(op) for op in _BINARY})
+FUNCTIONS["signbit"].__doc__ = (
+    "Whether the sign bit of each element of ``x`` is set (any shape; a bool Tensor): true for "
+    "-0.0 and a nan with its sign bit, exactly, on every backend; ``x < 0`` for integers, false "
+    "for bool.")
+FUNCTIONS["copysign"].__doc__ = (
+    "The magnitude of ``x1`` with the sign bit of ``x2`` (broadcast together; integers and bool "
+    "are cast to float32 first), exactly, on the bits: ``copysign(1.0, -0.0)`` is -1.0, a nan's "
+    "sign bit is read and set like any other.")
+FUNCTIONS["nextafter"].__doc__ = (
+    "The next float after ``x1`` toward ``x2`` (broadcast together; float32 or float64; integers "
+    "and bool are cast to float32 first), exactly, on the bits, as NumPy: ``x2`` where they are "
+    "equal (``nextafter(0.0, -0.0)`` is -0.0), the smallest subnormal of ``x2``'s sign from a "
+    "zero, the largest finite value from an infinity, nan where either is nan. Raises DTypeError "
+    "for float16 and bfloat16.")
+FUNCTIONS["log10"].__doc__ = (
+    "The base-10 logarithm of each element of ``x`` (any shape; integers and bool are cast to "
+    "float32 first). Within 1 ulp of the correctly rounded result, and exactly k at 10**k, on "
+    "OpenCL, WebGPU and Triton (measured; on a GPU, float64 is CUDA's log10, documented within "
+    "1 ulp); the NumPy device runs NumPy's, whose float32 log10 is up to 3 ulps off. -inf at "
+    "+-0, nan below 0.")
+
 # array-API spellings
 ALIASES = {
     "negative": "neg", "subtract": "sub", "multiply": "mul", "divide": "div",

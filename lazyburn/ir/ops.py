@@ -50,14 +50,19 @@ _define("source", 0, "random_uniform random_normal", ("seed", "offset"))
 _define("elementwise", 1, "neg abs sign square", category="arith")
 _define("elementwise", 1, "exp exp2 expm1 log log2 log1p sqrt rsqrt sin cos tan tanh sigmoid erf",
         category="float")
+_define("elementwise", 1, "log10", category="float")
 _define("elementwise", 1, "floor ceil round", category="round")
 _define("elementwise", 1, "isnan isinf isfinite", category="predicate")
+# the sign bit of a float (set for -0.0 and a negative nan); x < 0 on integers
+_define("elementwise", 1, "signbit", category="signbit")
 _define("elementwise", 1, "logical_not", category="logical")
 _define("elementwise", 1, "bitwise_not", category="bitwise")
 _define("elementwise", 1, "cast", ("dtype",), category="cast")
 # element-wise: binary
 _define("elementwise", 2, "add sub mul floordiv mod minimum maximum", category="arith")
 _define("elementwise", 2, "div pow", category="float")
+# bit-level and exact: x1's magnitude with x2's sign bit; the float after x1 toward x2
+_define("elementwise", 2, "copysign nextafter", category="float")
 _define("elementwise", 2, "eq ne lt le gt ge", category="compare")
 _define("elementwise", 2, "logical_and logical_or logical_xor", category="logical")
 _define("elementwise", 2, "bitwise_and bitwise_or bitwise_xor left_shift right_shift",

@@ -68,13 +68,19 @@ def _shift(fn, left):
     return f
 
 
+def _signbit(x):
+    # through float32 for bfloat16 (a NumPy kind "V"): the sign bit survives the widening
+    return np.signbit(x if x.dtype.kind == "f" else x.astype(np.float32))
+
+
 UNARY = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "square": np.square,
     "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
+    "log10": np.log10,
     "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sigmoid": _sigmoid,
     "erf": scipy.special.erf, "floor": np.floor, "ceil": np.ceil, "round": np.round,
-    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
+    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite, "signbit": _signbit,
     "logical_not": np.logical_not, "bitwise_not": np.invert,
 }
 
@@ -86,6 +92,7 @@ BINARY = {
     "logical_and": np.logical_and, "logical_or": np.logical_or,
     "logical_xor": np.logical_xor, "bitwise_and": np.bitwise_and,
     "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "copysign": np.copysign, "nextafter": np.nextafter,
 }
 
 INT_BINARY = {

@@ -1,0 +1,221 @@
+"""The array API's element-wise functions defined on a float's bits (``signbit``, ``copysign``,
+``nextafter``: exact, asserted bit for bit, nan's sign included) and the stable composites
+``logaddexp`` and ``hypot`` (within a stated number of ulps of NumPy's), each against NumPy on
+fresh random data and every pair of special values (+-0, +-inf, +-nan, subnormals, extremes),
+on the reference device and every fused device."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lazyburn as lb
+from core_support import edge_pairs, float_mismatches, np_dtype, special_values
+from fused_devices import FUSED_DEVICES
+from lazyburn.errors import DTypeError
+
+DEVICES = ["numpy"] + FUSED_DEVICES
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
+
+
+@pytest.fixture
+def rng(request):
+    seed = abs(hash(request.node.name)) % 2**32  # differs per process: fresh data each run
+    print(f"seed {seed}")
+    return np.random.default_rng(seed)
+
+
+def floats(device):
+    """The float dtypes ``device`` holds (WGSL has no float64)."""
+    return ["float32"] + (["float64"] if not device.startswith("webgpu") else [])
+
+
+def pairs(rng, dtype: str):
+    """Every pair of special values of ``dtype`` plus a negative nan on either side, then fresh
+    random pairs (many magnitudes, both signs) and random bit patterns (every exponent,
+    subnormals and nan payloads included)."""
+    a, b = edge_pairs(rng, dtype, 2400)
+    size = np_dtype(dtype).itemsize
+    raw = rng.integers(0, 2 ** (8 * size), (2, 500), dtype=np.uint64).astype(f"u{size}")
+    a = np.concatenate([a, raw[0].view(np_dtype(dtype))])
+    b = np.concatenate([b, raw[1].view(np_dtype(dtype))])
+    neg_nan = np.copysign(np.array(np.nan, np_dtype(dtype)), np.array(-1, np_dtype(dtype)))
+    s = special_values(dtype)
+    extra_a = np.concatenate([np.full(len(s), neg_nan), s])
+    extra_b = np.concatenate([s, np.full(len(s), neg_nan)])
+    return (np.concatenate([a, extra_a]).astype(np_dtype(dtype)),
+            np.concatenate([b, extra_b]).astype(np_dtype(dtype)))
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return x.view(f"u{x.dtype.itemsize}")
+
+
+def test_signbit_copysign_are_exact_to_the_bit(device, rng):
+    for dtype in floats(device) + ["float16", "bfloat16"]:
+        a, b = pairs(rng, dtype)
+        ta, tb = lb.tensor(a, device=device), lb.tensor(b, device=device)
+        sign = lb.signbit(ta).numpy()
+        assert sign.dtype == np.bool_
+        # half types through float32, which holds their values and signs exactly
+        wa, wb = (a, b) if dtype in ("float32", "float64") else (a.astype(np.float32),
+                                                                  b.astype(np.float32))
+        np.testing.assert_array_equal(sign, np.signbit(wa), err_msg=dtype)
+        got = lb.copysign(ta, tb).numpy()
+        assert got.dtype == np_dtype(dtype)
+        want = np.copysign(wa, wb).astype(np_dtype(dtype))
+        if dtype in ("float32", "float64"):
+            np.testing.assert_array_equal(bits(got), bits(want), err_msg=dtype)
+        else:  # a half type's store keeps a nan's sign but may not keep its payload
+            nan = np.isnan(want.astype(np.float32))
+            np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), nan)
+            np.testing.assert_array_equal(bits(got)[~nan], bits(want)[~nan], err_msg=dtype)
+            np.testing.assert_array_equal(np.signbit(got[nan].astype(np.float32)),
+                                          np.signbit(wb[nan]), err_msg=dtype)
+        # -0.0 and a negative nan have the sign bit; +0.0 and nan do not
+        special = lb.tensor(np.array([0.0, -0.0, np.nan, -np.nan, -1e-45, np.inf], dtype),
+                            device=device)
+        np.testing.assert_array_equal(lb.signbit(special).numpy(),
+                                      [False, True, False, True, True, False])
+
+
+def test_signbit_of_integers_and_bool(device, rng):
+    x = rng.integers(-50, 50, 200).astype(np.int32)
+    np.testing.assert_array_equal(lb.signbit(lb.tensor(x, device=device)).numpy(), x < 0)
+    m = rng.random(20) < 0.5
+    assert not lb.signbit(lb.tensor(m, device=device)).numpy().any()
+
+
+def test_copysign_fuses_with_its_neighbours(device, rng):
+    """copysign between element-wise producers and consumers: one kernel, bits exact."""
+    dtype = floats(device)[-1]
+    a, b = pairs(rng, dtype)
+    ta, tb = lb.tensor(a, device=device), lb.tensor(b, device=device)
+    y = lb.copysign(ta * 2.0, lb.where(ta > 1.0, tb, tb)) * 0.5
+    if device != "numpy":
+        assert lb.explain(y).kinds() == ["elementwise"]
+    with np.errstate(all="ignore"):
+        want = (np.copysign(a * 2.0, b) * 0.5).astype(dtype)
+    got = y.numpy()
+    nan = np.isnan(want)  # (the sign of a nan times 0.5 is the hardware's)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(bits(got[~nan]), bits(want[~nan]))
+
+
+def test_nextafter_is_exact(device, rng):
+    for dtype in floats(device):
+        a, b = pairs(rng, dtype)
+        # steps from each value toward its own neighbours too, across zero and the extremes
+        finfo = np.finfo(dtype)
+        a = np.concatenate([a, a, [finfo.max, -finfo.max, finfo.smallest_subnormal,
+                                   -finfo.smallest_subnormal, 0.0, -0.0]]).astype(dtype)
+        b = np.concatenate([b, -a[:len(b)], [np.inf, -np.inf, 0.0, 0.0, -1.0, 1.0]]
+                           ).astype(dtype)
+        got = lb.nextafter(lb.tensor(a, device=device), lb.tensor(b, device=device)).numpy()
+        with np.errstate(all="ignore"):
+            want = np.nextafter(a, b)
+        assert got.dtype == want.dtype
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(got), nan, err_msg=dtype)
+        np.testing.assert_array_equal(bits(got[~nan]), bits(want[~nan]), err_msg=dtype)
+        # a nan operand is passed on (b's where both are nan), its sign with it
+        np.testing.assert_array_equal(np.signbit(got[nan]), np.signbit(want[nan]),
+                                      err_msg=dtype)
+
+
+def test_nextafter_refuses_half_types(device):
+    for dtype in ("float16", "bfloat16"):
+        x = lb.ones((3,), dtype=dtype, device=device)
+        with pytest.raises(DTypeError, match="nextafter"):
+            lb.nextafter(x, x)
+
+
+# ulps of the result's dtype by which each composite may differ from NumPy's function (NumPy's
+# own is within about half an ulp of exact): logaddexp's at 1 + |max(x1, x2)| (a cancellation
+# when the max is near -log 2), hypot's at the result
+ULPS = {"logaddexp": 4, "hypot": 2}
+
+
+@pytest.mark.parametrize("name", ["logaddexp", "hypot"])
+def test_stable_composites_match_numpy(device, rng, name):
+    for dtype in floats(device):
+        a, b = pairs(rng, dtype)
+        # large magnitudes where exp and the squares would overflow, and tiny where they
+        # would underflow
+        big = (np.finfo(dtype).max / 4 * rng.random(200)).astype(dtype)
+        tiny = (np.finfo(dtype).smallest_normal * rng.random(200)).astype(dtype)
+        a = np.concatenate([a, big, tiny, 300 * rng.standard_normal(200)]).astype(dtype)
+        b = np.concatenate([b, big[::-1], tiny[::-1], 300 * rng.standard_normal(200)]
+                           ).astype(dtype)
+        got = getattr(lb, name)(lb.tensor(a, device=device), lb.tensor(b, device=device))
+        with np.errstate(all="ignore"):
+            want = getattr(np, name)(a, b)
+        got = got.numpy()
+        assert got.dtype == want.dtype
+        scale = 1 + np.abs(np.fmax(a, b).astype(np.float64)) if name == "logaddexp" else None
+        bad = float_mismatches(got, want, dtype, ULPS[name], scale)
+        assert not bad.any(), (dtype, a[bad][:5], b[bad][:5], got[bad][:5], want[bad][:5])
+
+
+def test_composite_special_values(device):
+    """NumPy's rules at the infinities: logaddexp(inf, inf) = inf, logaddexp(-inf, -inf) =
+    -inf, hypot(+-inf, nan) = inf."""
+    inf, nan = np.inf, np.nan
+    a = np.array([inf, -inf, -inf, inf, nan, 0.0, -0.0, 3.0], np.float32)
+    b = np.array([inf, -inf, 2.0, nan, -inf, -0.0, -0.0, 4.0], np.float32)
+    ta, tb = lb.tensor(a, device=device), lb.tensor(b, device=device)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(lb.logaddexp(ta, tb).numpy()[:3], [inf, -inf, 2.0])
+        assert np.isnan(lb.logaddexp(ta, tb).numpy()[3:5]).all()
+        h = lb.hypot(ta, tb).numpy()
+    np.testing.assert_array_equal(h, [inf, inf, inf, inf, inf, 0.0, 0.0, 5.0])
+    assert not np.signbit(h[5:7]).any()
+
+
+def test_integer_operands_compute_in_float32(device, rng):
+    x = rng.integers(-20, 20, 50).astype(np.int32)
+    y = rng.integers(-20, 20, 50).astype(np.int32)
+    tx, ty = lb.tensor(x, device=device), lb.tensor(y, device=device)
+    for name in ("copysign", "nextafter", "logaddexp", "hypot"):
+        got = getattr(lb, name)(tx, ty)
+        assert got.dtype == lb.float32, name
+        want = getattr(np, name)(x.astype(np.float32), y.astype(np.float32))
+        np.testing.assert_allclose(got.numpy(), want, rtol=4e-7, err_msg=name)
+
+
+def test_copysign_gradient():
+    a = np.array([1.5, -2.0, 3.0, -0.5], np.float64)
+    b = np.array([-1.0, -3.0, 0.0, -0.0], np.float64)
+    x = lb.tensor(a, device="numpy", requires_grad=True)
+    y = lb.tensor(b, device="numpy", requires_grad=True)
+    (lb.copysign(x, y) * lb.tensor(np.arange(1.0, 5.0), device="numpy")).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.arange(1.0, 5.0) *
+                                  np.where(np.signbit(a) != np.signbit(b), -1.0, 1.0))
+    np.testing.assert_array_equal(y.grad.numpy(), np.zeros(4))
+
+
+def test_log10_within_an_ulp_and_exact_at_powers_of_ten(device, rng):
+    """log10 on every binade (subnormals included), within 1 ulp of the correctly rounded
+    result on every fused device and exactly k at 10^k; on the reference device it is NumPy's
+    (whose float32 log10 is up to 3 ulps off, and gives 2.0000002 for log10(100))."""
+    for dtype in floats(device):
+        fi = np.finfo(dtype)
+        lo, hi = np.log2(float(fi.smallest_subnormal)), np.log2(float(fi.max))
+        x = 2.0 ** rng.uniform(lo, hi, 20000)
+        x = np.concatenate([x, rng.uniform(0.5, 2.0, 5000), special_values(dtype)]).astype(dtype)
+        got = lb.log10(lb.tensor(x, device=device)).numpy()
+        with np.errstate(all="ignore"):
+            want = np.log10(x)
+            exact = np.log10(x.astype(np.longdouble)).astype(dtype)  # x86's 64-bit mantissa
+        assert got.dtype == want.dtype
+        if device == "numpy":
+            np.testing.assert_array_equal(got, want)
+            continue
+        assert not float_mismatches(got, exact, dtype, 1).any(), dtype
+        assert not float_mismatches(got, want, dtype, 4).any(), dtype
+        k = np.arange(11 if dtype == "float32" else 23)
+        powers = lb.tensor((10.0 ** k).astype(dtype), device=device)
+        np.testing.assert_array_equal(lb.log10(powers).numpy(), k.astype(dtype))
