@@ -181,7 +181,7 @@ class PlanCache:
             self.misses += 1
             plan = build_plan(order, outputs, fuse, max_args)
             self._plans[key] = plan
-            if len(self._plans) > self.capacity:
+            while len(self._plans) > self.capacity:
                 self._plans.popitem(last=False)
         else:
             self.hits += 1

@@ -201,7 +201,7 @@ def load_kernel(source: str, name: str, interpret: bool):
                     not isinstance(value, wanted):
                 setattr(mod, attr, wanted(value.fn))
         _modules[mod_name] = mod
-        if len(_modules) > KERNEL_CACHE_SIZE:  # kernels built from it keep their functions
+        while len(_modules) > KERNEL_CACHE_SIZE:  # kernels built from it keep their functions
             old, _ = _modules.popitem(last=False)
             sys.modules.pop(old, None)
     return getattr(mod, name), mod.__file__
@@ -435,7 +435,7 @@ class CudaBackend(FusedBackend):
         if program is None or program.plan is not plan:
             self.compile(plan, order)
             program = programs[id(plan)] = Program(self, plan, order)
-            if len(programs) > KERNEL_CACHE_SIZE:
+            while len(programs) > KERNEL_CACHE_SIZE:
                 programs.popitem(last=False)
         else:
             programs.move_to_end(id(plan))

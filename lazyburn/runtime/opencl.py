@@ -220,7 +220,7 @@ class OpenCLBackend(FusedBackend):
                 raise KernelCompileError(f"OpenCL kernel for {kernel.label} failed to compile: "
                                          f"{first}", origin, kernel_file=str(path)) from None
             self._programs[key] = prg
-            if len(self._programs) > PROGRAM_CACHE_SIZE:
+            while len(self._programs) > PROGRAM_CACHE_SIZE:
                 self._programs.popitem(last=False)
             self.compiles += 1
         return prg

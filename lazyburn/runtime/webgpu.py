@@ -349,7 +349,7 @@ class WebGPUBackend(FusedBackend):
         warnings.warn(f"{self.device_string}: {reason}; running this graph {how}",
                       RuntimeWarning, stacklevel=5)
         self._fallbacks[key] = mode
-        if len(self._fallbacks) > FALLBACKS_KEPT:
+        while len(self._fallbacks) > FALLBACKS_KEPT:
             self._fallbacks.popitem(last=False)
         return mode
 
@@ -501,7 +501,7 @@ class WebGPUBackend(FusedBackend):
             raise KernelCompileError(f"WGSL kernel for {kernel.label} failed to compile: "
                                      f"{message}", origin, kernel_file=str(path)) from None
         self._pipelines[key] = (pipeline, layout)
-        if len(self._pipelines) > PIPELINE_CACHE_SIZE:
+        while len(self._pipelines) > PIPELINE_CACHE_SIZE:
             self._pipelines.popitem(last=False)
         self.compiles += 1
         return pipeline, layout
@@ -653,7 +653,7 @@ class CompiledKernel:
             {"binding": i, "resource": {"buffer": gpu, "offset": 0, "size": gpu.size}}
             for i, gpu in enumerate(buffers + ((self.uniform,) if self.uniform else ()))])
         self._groups.append((buffers, group))
-        if len(self._groups) > BIND_GROUPS_KEPT:
+        while len(self._groups) > BIND_GROUPS_KEPT:
             del self._groups[0]
         return group
 
