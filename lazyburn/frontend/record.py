@@ -49,7 +49,7 @@ def is_tensor(x) -> bool:
 class Origin:
     """The user's frame for one public call: ``(code, line)``, formatted only on error.
 
-    The walk of ``graph.node.user_frame`` is repeated inline: it runs once per recorded op."""
+    The walk of ``ir.node.user_frame`` is repeated inline: it runs once per recorded op."""
 
     __slots__ = ("code", "line")
 
