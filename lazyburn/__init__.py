@@ -29,6 +29,9 @@ from .frontend.functional import (binary_cross_entropy_with_logits, clip, cross_
                                   log_softmax, mse_loss, nll_loss, relu, silu, softmax,
                                   softplus)
 from .frontend.linalg import matmul
+from .frontend.conv import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool2d,
+                            avg_pool1d, avg_pool2d, conv1d, conv2d, conv_transpose1d,
+                            conv_transpose2d, max_pool1d, max_pool2d)
 from .frontend.movement import (broadcast_to, concat, expand_dims, flatten, flip, index_select,
                                 matrix_transpose, pad, permute_dims, repeat, reshape, squeeze,
                                 stack, take, take_along_axis, tile, transpose, unsqueeze)

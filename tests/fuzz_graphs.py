@@ -434,7 +434,7 @@ def _view_step(g: _Gen, name, a: Value) -> Value | None:
     s = a.shape
     nd = len(s)
     op = g.choice(["permute", "flip", "slice", "reshape", "pad", "tile", "repeat", "concat",
-                   "take", "expand", "getitem", "take_along"])
+                   "take", "expand", "getitem", "take_along", "unfold"])
     v = lambda expr, shape: Value(expr, tuple(shape), a.dtype, a.bound, a.err, a.exact)  # noqa
     if op == "permute":
         perm = tuple(int(p) for p in g.rng.permutation(nd))
@@ -509,6 +509,15 @@ def _view_step(g: _Gen, name, a: Value) -> Value | None:
         return v(f"lb.take_along_axis({name}, (lb.arange({k}, device={name}.device) * 3 % "
                  f"{s[ax]}).reshape({(1,) * (nd - 1) + (k,)}), axis={ax})",
                  s[:ax] + (k,))
+    if op == "unfold":  # overlapping windows (the convolution's and the pooling's reads)
+        ax = int(g.rng.integers(nd))
+        size, step = int(g.rng.integers(1, 4)), int(g.rng.integers(1, 4))
+        if s[ax] < size:
+            return None
+        out = s[:ax] + ((s[ax] - size) // step + 1,) + s[ax + 1:] + (size,)
+        if _size(out) > MAX_ELEMENTS:
+            return None
+        return v(f"{name}.unfold({ax}, {size}, {step})", out)
     if op == "expand":
         out = s[:1] + (3,) + s[1:]
         if _size(out) > MAX_ELEMENTS:

@@ -102,6 +102,14 @@ CASES = {
     "slice_ints": (lambda x: x[1, :, -1], [U(2, 3, 4)]),
     "pad": (lambda x: lb.pad(x, ((1, 0), (2, 3)), constant_values=0.5), [U(2, 3)]),
     "flip": (lambda x: lb.flip(x, (0, 2)) * lb.arange(4.0), [U(2, 3, 4)]),
+    "unfold": (lambda x: x.unfold(1, 3, 2) * lb.arange(3.0), [U(2, 7)]),
+    "conv2d": (lambda x, w, b: lb.conv2d(x, w, b, stride=2, padding=1, dilation=(1, 2)),
+               [U(1, 2, 5, 6), U(3, 2, 2, 2), U(3)]),
+    "conv_transpose2d": (lambda x, w: lb.conv_transpose2d(x, w, stride=2, padding=1,
+                                                          output_padding=1), [U(1, 2, 3, 3),
+                                                                              U(2, 3, 3, 3)]),
+    "max_avg_pool2d": (lambda x: lb.max_pool2d(x, 3, 2, 1, ceil_mode=True) +
+                       lb.avg_pool2d(x, 3, 2, 1, ceil_mode=True), [U(1, 2, 6, 5)]),
     "concat": (lambda a, b: lb.concat([a, b, a], axis=1), [U(2, 3), U(2, 1)]),
     "stack_tile_repeat": (lambda x: lb.stack([lb.tile(x, (2, 1)), lb.repeat(x, 2, 0)]) *
                           lb.arange(3.0), [U(2, 3)]),

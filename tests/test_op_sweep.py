@@ -238,6 +238,8 @@ _VIEWS = {
     "take_flat": lambda x: lb.take(x, lb.tensor(_IDX * 3, device=x.device)),
     "take_along_axis": _take_along,
     "expand_dims_squeeze": lambda x: lb.squeeze(lb.expand_dims(x, 1), 1)[:, 2:9],
+    "unfold": lambda x: x.unfold(1, 4, 3),
+    "unfold_tile_rev": lambda x: lb.tile(x, (1, 2)).unfold(1, 5, 2)[::-1, ::-2],
 }
 for _name, _fn in _VIEWS.items():
     _add("views", _name, 1, _fn, None, tol="view", elementwise=False)

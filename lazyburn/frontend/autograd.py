@@ -46,7 +46,7 @@ from . import record as rec
 from .creation import arange, ones, zeros_like
 from .elementwise import where
 from .linalg import matmul
-from .movement import concat, flip, pad, permute_dims
+from .movement import concat, flip, pad, permute_dims, spread
 from .record import Origin, wrap
 
 
@@ -543,14 +543,29 @@ def _slice(g, y, xs, attrs):
         if step < 0:
             g = flip(g, axis)
             start, step = start + (count - 1) * step, -step
-        if step > 1 and count > 1:
-            spread = g.reshape(g.shape[:axis + 1] + (1,) + g.shape[axis + 1:])
-            spread = pad(spread, [(0, 0)] * (axis + 1) + [(0, step - 1)] +
-                         [(0, 0)] * (len(shape) - axis - 1))
-            spread = spread.reshape(g.shape[:axis] + (count * step,) + g.shape[axis + 1:])
-            g = spread[(slice(None),) * axis + (slice(0, (count - 1) * step + 1),)]
+        g = spread(g, axis, step)
         widths.append((start, size - start - g.shape[axis]))
     return (pad(g, widths),)
+
+
+@_rule("window")
+def _window(g, y, xs, attrs):
+    # one listed axis at a time, the last first (its window axis is g's last): the input
+    # element at o*stride + k*dilation receives g[..., o, ..., k] from every (o, k) reading it,
+    # so the gradient is the sum over k of g[..., k] spread by the stride and shifted by
+    # k*dilation (col2im as k padded element-wise terms, which fuse into one kernel)
+    axes, sizes, strides, dilations = attrs
+    extent = xs[0].shape
+    for a, k, st, d in reversed(tuple(zip(axes, sizes, strides, dilations))):
+        total = None
+        for i in range(k):
+            part = spread(g[..., i], a, st)
+            width = [(0, 0)] * len(part.shape)
+            width[a] = (i * d, extent[a] - i * d - part.shape[a])
+            part = pad(part, width)
+            total = part if total is None else total + part
+        g = total
+    return (g,)
 
 
 @_rule("pad")

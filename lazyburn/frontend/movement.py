@@ -1,7 +1,7 @@
 """Views, movement and indexing: reshape, permute, broadcast, slice, pad, flip, concat, tile,
 repeat, ``__getitem__``, take and take_along_axis.
 
-Views (reshape, permute, expand, slice, pad) record a node that only re-indexes its input: the
+Views (reshape, permute, expand, slice, pad, window) record a node that only re-indexes its input: the
 fusion compiler folds them into the load indices of whatever kernel reads them, so a view never
 costs a copy unless it is itself an output.
 """
@@ -200,6 +200,57 @@ def pad(x, pad_width, mode="constant", constant_values=0):
     if n.size == 0:  # all padding
         return wrap(rec.const(value, shape, n.dtype, n.device, origin, "pad"))
     return record("pad", (n,), (pads, value), shape, n.dtype, n.device, origin)
+
+
+def spread(x, axis: int, step: int):
+    """``x`` with ``step - 1`` zeros between neighbours along ``axis`` (extent n becomes
+    (n - 1) * step + 1): the adjoint of reading every ``step``-th element, and the input
+    dilation of a transposed convolution. Views only (reshape, pad, slice)."""
+    count = x.shape[axis]
+    if step == 1 or count <= 1:
+        return x
+    out = x.reshape(x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
+    out = pad(out, [(0, 0)] * (axis + 1) + [(0, step - 1)] +
+              [(0, 0)] * (len(x.shape) - axis - 1))
+    out = out.reshape(x.shape[:axis] + (count * step,) + x.shape[axis + 1:])
+    return out[(slice(None),) * axis + (slice(0, (count - 1) * step + 1),)]
+
+
+def window_node(n: Node, axes, sizes, strides, dilations, origin, op="window") -> Node:
+    """The sliding windows of ``n`` along ``axes`` (op table: ``window``): each listed axis of
+    extent L becomes its (L - dilation*(size-1) - 1) // stride + 1 window positions, and one
+    axis of extent ``size`` per listed axis is appended, in the order of ``axes``.
+
+    Raises ShapeError when a window does not fit its axis or a size, stride or dilation is
+    not positive (``op`` names the user's call in the message)."""
+    shape = list(n.shape)
+    for a, k, st, d in zip(axes, sizes, strides, dilations):
+        if k < 1 or st < 1 or d < 1:
+            raise ShapeError(f"{op}: window size, stride and dilation must be positive, got "
+                             f"{k}, {st}, {d}", origin)
+        span = d * (k - 1) + 1
+        if span > n.shape[a]:
+            raise ShapeError(f"{op}: a window spanning {span} does not fit axis {a} of extent "
+                             f"{n.shape[a]} (shape {n.shape})", origin)
+        shape[a] = (n.shape[a] - span) // st + 1
+    shape += list(sizes)
+    attrs = (tuple(axes), tuple(sizes), tuple(strides), tuple(dilations))
+    return node("window", (n,), attrs, tuple(shape), n.dtype, n.device, origin)
+
+
+def unfold(x, dimension: int, size: int, step: int):
+    """PyTorch's ``Tensor.unfold``: the windows of ``size`` elements every ``step`` along
+    ``dimension``, which becomes the count of windows; a new last axis of extent ``size``
+    indexes inside a window. A view (no copy): ``x.unfold(0, 3, 1)`` of a (5,) tensor is
+    (3, 3) with rows ``x[0:3], x[1:4], x[2:5]``.
+
+    Raises ShapeError when ``size`` exceeds the axis or ``size``/``step`` is not positive."""
+    origin = Origin()
+    n = tensor_node("unfold", x, origin)
+    if not n.shape:
+        n = reshape_node(n, (1,), origin)
+    a = normalize_axis("unfold", dimension, n.shape, origin)
+    return wrap(window_node(n, (a,), (int(size),), (int(step),), (1,), origin, "unfold"))
 
 
 def concat(tensors, axis=0):

@@ -285,6 +285,9 @@ class Tensor:
     def flip(self, axis=None) -> "Tensor":
         return movement.flip(self, axis)
 
+    def unfold(self, dimension: int, size: int, step: int) -> "Tensor":
+        return movement.unfold(self, dimension, size, step)
+
     # reductions -------------------------------------------------------------------------------
     def sum(self, axis=None, keepdims=False, dtype=None): return reduction.sum(self, axis, keepdims, dtype)
     def prod(self, axis=None, keepdims=False, dtype=None): return reduction.prod(self, axis, keepdims, dtype)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..ir import dtypes as dt
 from ..ir.node import Node
+from ..ir.ops import VIEWS
 from ..ir.shapes import prod
 from .kernel_ir import (RANDOM_WORDS, ElementwiseSpec, KernelArg, MatmulSpec, Output,
                         ReductionSpec, ScalarArg, Stage)
@@ -169,7 +170,7 @@ class Lowering:
             return b.op(op, (self.scalar_args(n), self.flat_index(index, n.shape)), n.dtype)
         if op == "cast":
             return b.cast((yield n.inputs[0], index, mask), n.dtype)
-        if op in ("reshape", "permute", "expand", "slice", "pad"):
+        if op in VIEWS:
             return (yield from self._view(n, index, mask))
         if op == "take":
             return (yield from self._take(n, index, mask))
@@ -209,6 +210,13 @@ class Lowering:
             src = tuple(b.add(b.index(s), b.mul(e, b.index(st)))
                         for e, s, st in zip(index, starts, steps))
             return (yield x, src, mask)
+        if op == "window":
+            axes, _, strides, dilations = n.attrs
+            src = list(index[:len(x.shape)])
+            for j, (a, st, d) in enumerate(zip(axes, strides, dilations)):
+                offset = index[len(x.shape) + j]
+                src[a] = b.add(b.mul(src[a], b.index(st)), b.mul(offset, b.index(d)))
+            return (yield x, tuple(src), mask)
         # pad: positions outside the input read nothing and take the pad value
         pads, fill = n.attrs
         inside = None

@@ -33,9 +33,8 @@ from .lower import FusionIllegal, Lowering, add_stage, lower, reduction_space
 CHEAP_OPS = frozenset(
     "add sub mul neg abs sign square cast where eq ne lt le gt ge minimum maximum "
     "logical_and logical_or logical_xor logical_not bitwise_and bitwise_or bitwise_xor "
-    "bitwise_not const iota reshape permute expand slice pad concat div floor ceil round "
+    "bitwise_not const iota reshape permute expand slice pad window concat div floor ceil round "
     "isnan isinf isfinite".split())
-VIEWS = frozenset("reshape permute expand slice pad".split())
 MAX_DEPTH = 96  # ops in the longest chain one kernel computes inline
 
 

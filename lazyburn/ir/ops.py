@@ -11,7 +11,12 @@ Kinds:
     elementwise  one output element from the same element of each input (inputs share the
                  output's shape; broadcasting and promotion are explicit ``expand``/``cast``)
     view         movement ops that only re-index their input: reshape, permute, expand, slice,
-                 pad; they fold into load indices when fused
+                 pad, window; they fold into load indices when fused. ``window`` (sliding
+                 windows, PyTorch's ``Tensor.unfold`` on several axes) replaces each listed
+                 axis of extent L by its count of window positions (L - dilation*(size-1)
+                 - 1) // stride + 1 and appends one axis of extent ``size`` per listed axis:
+                 out[..., o, ..., k] = x[..., o*stride + k*dilation, ...]. Convolution and
+                 pooling read their input through it (im2col as index arithmetic)
     gather       data-dependent re-indexing: ``take`` (index_select) and ``take_along_axis``
     concat       joins inputs along an axis (a select on the index when fused)
     reduce       sum, prod, max, min, argmax, argmin, any, all over a set of axes
@@ -76,6 +81,7 @@ _define("view", 1, "permute", ("perm",))
 _define("view", 1, "expand")
 _define("view", 1, "slice", ("starts", "steps"))
 _define("view", 1, "pad", ("pads", "value"))
+_define("view", 1, "window", ("axes", "sizes", "strides", "dilations"))
 
 # data-dependent indexing: inputs (data, indices)
 _define("gather", 2, "take", ("axis",))

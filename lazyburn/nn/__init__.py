@@ -8,12 +8,16 @@ graph for the fusion compiler.
 from .attention import (MultiHeadSelfAttention, additive_attention_mask, attention_probs,
                         scaled_dot_product_attention)
 from . import functional
+from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d,
+                   Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, MaxPool1d, MaxPool2d)
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, MSELoss, ReLU,
                      Tanh)
 from .module import Module, ModuleList, Sequential
 from .weights import WeightsError, read_safetensors
 
-__all__ = ["CrossEntropyLoss", "Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "MSELoss",
+__all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "AvgPool1d",
+           "AvgPool2d", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d",
+           "MaxPool2d", "CrossEntropyLoss", "Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "MSELoss",
            "Module", "ModuleList", "MultiHeadSelfAttention", "ReLU", "Sequential", "Tanh",
            "WeightsError", "additive_attention_mask", "attention_probs", "functional",
            "read_safetensors", "scaled_dot_product_attention"]

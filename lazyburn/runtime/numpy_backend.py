@@ -120,6 +120,15 @@ def _slice(x, starts, steps, shape):
     return x[tuple(index)]
 
 
+def _window(x, axes, sizes, strides, dilations, shape):
+    """The sliding-window view of ``x`` (op table: ``window``), as strides over its memory."""
+    inner = list(x.strides)
+    for a, st in zip(axes, strides):
+        inner[a] = x.strides[a] * st
+    extra = [x.strides[a] * d for a, d in zip(axes, dilations)]
+    return np.lib.stride_tricks.as_strided(x, shape, tuple(inner + extra), writeable=False)
+
+
 def _wrap_clamp(idx, n):
     idx = np.where(idx < 0, idx + n, idx)
     return np.clip(idx, 0, max(n - 1, 0)).astype(np.intp)
@@ -183,6 +192,8 @@ def evaluate(n: Node, args: list) -> np.ndarray:
     if op == "pad":
         pads, value = n.attrs
         return np.pad(args[0], pads, constant_values=np.array(value, dtype=n.dtype.np))
+    if op == "window":
+        return _window(args[0], *n.attrs, shape)
     if op == "take":
         x, idx = args
         axis = n.attrs[0]
