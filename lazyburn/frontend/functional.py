@@ -146,10 +146,11 @@ def _channels_input(op, x, origin):
     return x
 
 
-def _assign(t, value) -> None:
-    """``t`` takes ``value``'s (pending) node, as PyTorch's in-place update: every holder of the
-    Tensor object sees the new value. The current graph tracks ``t`` again, so that a global
-    sync computes it even when ``t`` was already computed before."""
+def assign(t, value) -> None:
+    """Tensor ``t`` takes ``value``'s (pending) node, as PyTorch's in-place update of a buffer:
+    every holder of the Tensor object sees the new value. The current graph tracks ``t`` again,
+    so that a global sync computes it even when ``t`` was computed before. ``value`` must have
+    ``t``'s shape and dtype (not checked: for internal state such as running statistics)."""
     t.node = value.node
     current_graph().track(t)
 
@@ -210,7 +211,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
             for t, batch in ((running_mean, mu), (running_var, variance * (count / (count - 1)))):
                 if t is not None:
                     new = t * (1.0 - momentum) + batch.reshape(c) * momentum
-                    _assign(t, new.astype(t.dtype))
+                    assign(t, new.astype(t.dtype))
         return _back(y, x)
     if stats[0] is None or stats[1] is None:
         raise ValueError(f"{op}: running_mean and running_var are needed outside training "

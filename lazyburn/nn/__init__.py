@@ -11,9 +11,12 @@ from . import functional
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, MSELoss, ReLU,
                      Tanh)
 from .module import Module, ModuleList, Sequential
+from .normalization import (BatchNorm1d, BatchNorm2d, Flatten, GroupNorm, RMSNorm,
+                            Upsample)
 from .weights import WeightsError, read_safetensors
 
-__all__ = ["CrossEntropyLoss", "Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "MSELoss",
-           "Module", "ModuleList", "MultiHeadSelfAttention", "ReLU", "Sequential", "Tanh",
+__all__ = ["BatchNorm1d", "BatchNorm2d", "CrossEntropyLoss", "Dropout", "Embedding", "Flatten",
+           "GELU", "GroupNorm", "LayerNorm", "Linear", "MSELoss", "Module", "ModuleList",
+           "MultiHeadSelfAttention", "RMSNorm", "ReLU", "Sequential", "Tanh", "Upsample",
            "WeightsError", "additive_attention_mask", "attention_probs", "functional",
            "read_safetensors", "scaled_dot_product_attention"]
