@@ -9,14 +9,14 @@ import math
 
 import numpy as np
 
-from ..errors import AutogradError, DTypeError, ShapeError
-from ..ir.shapes import normalize_axis
 from .autograd import no_grad
 from .capture import current_graph
 from .creation import arange
 from .elementwise import where
 from .movement import expand_dims, squeeze, take, take_along_axis
 from .random import default_generator
+from ..errors import AutogradError, DTypeError, ShapeError
+from ..ir.shapes import normalize_axis
 from .record import Origin, is_tensor, tensor_node, wrap
 
 
@@ -246,7 +246,7 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
     w = None if weight is None else _channel_param(op, "weight", weight, c, origin)
     b = None if bias is None else _channel_param(op, "bias", bias, c, origin)
     per_channel = (1, c) + (1,) * (x.ndim - 2)
-    xg = _upcast(x).reshape(n, num_groups, x.size // max(n * num_groups, 1))
+    xg = _upcast(x).reshape(n, num_groups, c // num_groups * math.prod(x.shape[2:]))
     mu = xg.mean(-1, keepdims=True)
     centered = xg - mu
     variance = (centered * centered).mean(-1, keepdims=True)
