@@ -94,7 +94,7 @@ def test_batch_norm_training_updates_the_running_statistics(device, rng):
 
 def test_batch_norm_training_without_running_statistics(device, rng):
     x = randn(rng, 5, 4)
-    close(lb.batch_norm(lb.tensor(x, device=device), None, None, training=True),
+    close(F.batch_norm(lb.tensor(x, device=device), None, None, training=True),
           TF.batch_norm(torch.tensor(x), None, None, training=True))
 
 

@@ -164,7 +164,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
     (the population variance); the running statistics (each (C,), or None), when given, take
     ``(1 - momentum) * running + momentum * batch`` (the batch's sample variance for
     ``running_var``), recorded lazily and assigned to the same Tensor objects, as PyTorch's
-    in-place update. Otherwise ``running_mean`` and ``running_var`` normalize, as a per-channel
+    in-place update; they are computed by a global sync (``lazyburn.graph.sync()``) or when
+    read, and until then each update keeps its batch's statistics pending. Otherwise ``running_mean`` and ``running_var`` normalize, as a per-channel
     ``x * scale + shift`` (element-wise, so it fuses into the producer's kernel, e.g. a matmul's
     epilogue). Half inputs are normalized in float32; the result has the input's dtype.
     ``weight`` and ``bias``: (C,) or None.
