@@ -201,6 +201,16 @@ def test_interpolate_3d_matches_pytorch(device, rng, mode, align_corners):
         close(got, want, 1e-5, 1e-5)
 
 
+@pytest.mark.parametrize("mode, align_corners", [("nearest", None), ("bilinear", False),
+                                                 ("bilinear", True)])
+def test_interpolate_gradients_match_pytorch(rng, mode, align_corners):
+    x = randn(rng, 1, 2, 4, 5)
+    check_grads("numpy", lambda t: lb.interpolate(t, size=(7, 3), mode=mode,
+                                                  align_corners=align_corners),
+                lambda t: TF.interpolate(t, size=(7, 3), mode=mode, align_corners=align_corners),
+                [x])
+
+
 def test_interpolate_steps_by_the_scale_factor_unless_recomputed():
     # 3 -> 3 elements with scale_factor 1.2: the source step is 1 / 1.2, not 3 / 3
     x = lb.tensor(np.arange(3, dtype=np.float32).reshape(1, 1, 3), device="numpy")
