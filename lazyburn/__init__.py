@@ -24,10 +24,10 @@ from .frontend.elementwise import FUNCTIONS as _EW
 from .frontend.elementwise import astype, result_type, where
 from .frontend.explain import explain
 from .frontend.interop import from_torch, to_torch
-from .frontend.functional import (binary_cross_entropy_with_logits, clip, cross_entropy,
-                                  dropout, embedding, gelu, l1_loss, layer_norm, linear,
-                                  log_softmax, mse_loss, nll_loss, relu, silu, softmax,
-                                  softplus)
+from .frontend.functional import (batch_norm, binary_cross_entropy_with_logits, clip,
+                                  cross_entropy, dropout, embedding, gelu, group_norm,
+                                  interpolate, l1_loss, layer_norm, linear, log_softmax,
+                                  mse_loss, nll_loss, relu, rms_norm, silu, softmax, softplus)
 from .frontend.linalg import matmul
 from .frontend.conv import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool2d,
                             avg_pool1d, avg_pool2d, conv1d, conv2d, conv_transpose1d,

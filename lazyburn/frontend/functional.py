@@ -1,17 +1,23 @@
 """Composite functions built from primitives, so that fusion sees primitives only:
-activations (relu, gelu, silu, softplus), clip, softmax, log_softmax, layer_norm, linear,
-embedding, dropout, and the losses (cross_entropy, nll_loss, mse_loss, l1_loss,
-binary_cross_entropy_with_logits) with PyTorch's semantics."""
+activations (relu, gelu, silu, softplus), clip, softmax, log_softmax, the normalizations
+(layer_norm, batch_norm, group_norm, rms_norm), interpolate, linear, embedding, dropout, and
+the losses (cross_entropy, nll_loss, mse_loss, l1_loss, binary_cross_entropy_with_logits) with
+PyTorch's semantics."""
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from .autograd import no_grad
+from .capture import current_graph
+from .creation import arange
 from .elementwise import where
 from .movement import expand_dims, squeeze, take, take_along_axis
 from .random import default_generator
-from ..errors import DTypeError, ShapeError
+from ..errors import AutogradError, DTypeError, ShapeError
 from ..ir.shapes import normalize_axis
-from .record import Origin, tensor_node, wrap
+from .record import Origin, is_tensor, tensor_node, wrap
 
 
 def _t(op, x):
@@ -122,6 +128,305 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     if bias is not None:
         y = y + bias
     return _back(y, x) if y.dtype is xc.dtype else y
+
+
+def _channel_param(op, what, t, c, origin):
+    """A per-channel tensor (weight, bias, running statistic) of shape (C,), as a Tensor."""
+    t = _float_input(op, t, origin, what)
+    if t.shape != (c,):
+        raise ShapeError(f"{op}: {what} of shape {t.shape} for {c} channels (expected "
+                         f"({c},))", origin)
+    return t
+
+
+def _channels_input(op, x, origin):
+    x = _float_input(op, x, origin)
+    if x.ndim < 2:
+        raise ShapeError(f"{op}: input must have shape (N, C, *), got {x.shape}", origin)
+    return x
+
+
+def assign(t, value) -> None:
+    """Tensor ``t`` takes ``value``'s (pending) node, as PyTorch's in-place update of a buffer:
+    every holder of the Tensor object sees the new value. The current graph tracks ``t`` again,
+    so that a global sync computes it even when ``t`` was computed before. ``value`` must have
+    ``t``'s shape and dtype (not checked: for internal state such as running statistics)."""
+    t.node = value.node
+    current_graph().track(t)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa: A002
+               training: bool = False, momentum: float = 0.1, eps: float = 1e-5):
+    """Batch normalization (Ioffe & Szegedy, 2015) over an input (N, C, *) per channel C, as
+    ``torch.nn.functional.batch_norm``: ``(x - mean) / sqrt(var + eps) * weight + bias``.
+
+    ``training``: ``mean`` and ``var`` are the batch's statistics over every dimension but C
+    (the population variance); the running statistics (each (C,), or None), when given, take
+    ``(1 - momentum) * running + momentum * batch`` (the batch's sample variance for
+    ``running_var``), recorded lazily and assigned to the same Tensor objects, as PyTorch's
+    in-place update; they are computed by a global sync (``lazyburn.graph.sync()``) or when
+    read, and until then each update keeps its batch's statistics pending. Otherwise ``running_mean`` and ``running_var`` normalize, as a per-channel
+    ``x * scale + shift`` (element-wise, so it fuses into the producer's kernel, e.g. a matmul's
+    epilogue). Half inputs are normalized in float32; the result has the input's dtype.
+    ``weight`` and ``bias``: (C,) or None.
+
+    Raises DTypeError for non-floating operands or running statistics that are not Tensors in
+    training, ShapeError for an input of rank < 2, per-channel tensors not of shape (C,) or a
+    training batch with a single value per channel, ValueError for running statistics missing
+    outside training, AutogradError for running statistics that require grad."""
+    origin = Origin()
+    op = "batch_norm"
+    x = _channels_input(op, input, origin)
+    c = x.shape[1]
+    stats = []
+    for what, t in (("running_mean", running_mean), ("running_var", running_var)):
+        if t is None:
+            stats.append(None)
+            continue
+        if training and not is_tensor(t):
+            raise DTypeError(f"{op}: {what} must be a Tensor to be updated in training, got "
+                             f"{type(t).__name__}", origin)
+        if training and t.requires_grad:
+            raise AutogradError(f"{op}: {what} requires grad and cannot be updated in place",
+                                origin)
+        stats.append(_channel_param(op, what, t, c, origin))
+    w = None if weight is None else _channel_param(op, "weight", weight, c, origin)
+    b = None if bias is None else _channel_param(op, "bias", bias, c, origin)
+    per_channel = (1, c) + (1,) * (x.ndim - 2)
+    xc = _upcast(x)
+    if training:
+        count = x.size // c if c else 0
+        if count <= 1:
+            raise ShapeError(f"{op}: expected more than 1 value per channel when training, "
+                             f"got input of shape {x.shape}", origin)
+        axes = (0,) + tuple(range(2, x.ndim))
+        mu = xc.mean(axes, keepdims=True)
+        centered = xc - mu
+        variance = (centered * centered).mean(axes, keepdims=True)
+        y = centered * (variance + eps).rsqrt()
+        if w is not None:
+            y = y * w.reshape(per_channel)
+        if b is not None:
+            y = y + b.reshape(per_channel)
+        with no_grad():
+            for t, batch in ((running_mean, mu), (running_var, variance * (count / (count - 1)))):
+                if t is not None:
+                    new = t * (1.0 - momentum) + batch.reshape(c) * momentum
+                    assign(t, new.astype(t.dtype))
+        return _back(y, x)
+    if stats[0] is None or stats[1] is None:
+        raise ValueError(f"{op}: running_mean and running_var are needed outside training "
+                         f"(at {origin})")
+    scale = (_upcast(stats[1]) + eps).rsqrt()
+    if w is not None:
+        scale = scale * w
+    shift = -_upcast(stats[0]) * scale
+    if b is not None:
+        shift = shift + b
+    y = xc * scale.reshape(per_channel) + shift.reshape(per_channel)
+    return _back(y, x)
+
+
+def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):  # noqa: A002
+    """Group normalization (Wu & He, 2018), as ``torch.nn.functional.group_norm``: the C
+    channels of an input (N, C, *) split into ``num_groups`` groups of consecutive channels,
+    each group of each sample normalized by its own mean and population variance, then
+    ``* weight + bias`` per channel (each (C,) or None). Half inputs are normalized in float32;
+    the result has the input's dtype.
+
+    Raises DTypeError for non-floating operands, ShapeError for an input of rank < 2, C not
+    divisible by ``num_groups`` (or ``num_groups`` < 1), per-channel tensors not of shape
+    (C,)."""
+    origin = Origin()
+    op = "group_norm"
+    x = _channels_input(op, input, origin)
+    n, c = x.shape[:2]
+    if not isinstance(num_groups, int) or num_groups < 1 or c % num_groups:
+        raise ShapeError(f"{op}: {c} channels cannot be split into {num_groups!r} groups "
+                         f"(input of shape {x.shape})", origin)
+    w = None if weight is None else _channel_param(op, "weight", weight, c, origin)
+    b = None if bias is None else _channel_param(op, "bias", bias, c, origin)
+    per_channel = (1, c) + (1,) * (x.ndim - 2)
+    xg = _upcast(x).reshape(n, num_groups, c // num_groups * math.prod(x.shape[2:]))
+    mu = xg.mean(-1, keepdims=True)
+    centered = xg - mu
+    variance = (centered * centered).mean(-1, keepdims=True)
+    y = (centered * (variance + eps).rsqrt()).reshape(x.shape)
+    if w is not None:
+        y = y * w.reshape(per_channel)
+    if b is not None:
+        y = y + b.reshape(per_channel)
+    return _back(y, x)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):  # noqa: A002
+    """Root-mean-square normalization (Zhang & Sennrich, 2019) over the trailing
+    ``normalized_shape``, as ``torch.nn.functional.rms_norm``: ``x / sqrt(mean(x**2) + eps)``,
+    computed in float32 for half inputs and rounded to the input's dtype, then ``* weight``
+    (of ``normalized_shape``, or None). ``eps`` None: the machine epsilon of the dtype the
+    statistics are computed in (float32's for half inputs), as PyTorch.
+
+    Raises DTypeError for non-floating operands, ShapeError when ``normalized_shape`` does not
+    match the trailing dimensions or ``weight``'s shape differs from it."""
+    origin = Origin()
+    op = "rms_norm"
+    x = _float_input(op, input, origin)
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    normalized_shape = tuple(normalized_shape)
+    k = len(normalized_shape)
+    if k > x.ndim or tuple(x.shape[x.ndim - k:]) != normalized_shape:
+        raise ShapeError(f"{op}: normalized_shape {normalized_shape} does not match the "
+                         f"trailing dimensions of {x.shape}", origin)
+    w = None
+    if weight is not None:
+        w = _float_input(op, weight, origin, "weight")
+        if w.shape != normalized_shape:
+            raise ShapeError(f"{op}: weight of shape {w.shape} for normalized_shape "
+                             f"{normalized_shape}", origin)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    xc = _upcast(x)
+    if eps is None:
+        eps = float(np.finfo(xc.dtype.np).eps)
+    y = _back(xc * ((xc * xc).mean(axes, keepdims=True) + eps).rsqrt(), x)
+    return y * w if w is not None else y
+
+
+# interpolate --------------------------------------------------------------------------------
+_INTERPOLATE_MODES = {"nearest": (3, 4), "nearest-exact": (3, 4), "linear": (3,),
+                      "bilinear": (4,)}
+
+
+def _output_sizes(op, x, size, scale_factor, origin):
+    """The output's spatial sizes, and the scale factors the source indices use (None where
+    they are recomputed from the sizes)."""
+    dims = x.ndim - 2
+    if (size is None) == (scale_factor is None):
+        raise ValueError(f"{op}: exactly one of size and scale_factor must be given (at "
+                         f"{origin})")
+    if size is not None:
+        sizes = (size,) * dims if isinstance(size, int) else tuple(size)
+        if len(sizes) != dims or not all(isinstance(s, int) for s in sizes):
+            raise ShapeError(f"{op}: size {size!r} for {dims} spatial dimension(s) of input "
+                             f"{x.shape}", origin)
+        scales = (None,) * dims
+    else:
+        scales = (scale_factor,) * dims if isinstance(scale_factor, (int, float)) \
+            else tuple(scale_factor)
+        if len(scales) != dims:
+            raise ShapeError(f"{op}: scale_factor {scale_factor!r} for {dims} spatial "
+                             f"dimension(s) of input {x.shape}", origin)
+        scales = tuple(float(s) for s in scales)
+        sizes = tuple(math.floor(d * s) for d, s in zip(x.shape[2:], scales))
+    if not all(s > 0 for s in sizes) or not all(d > 0 for d in x.shape[2:]):
+        raise ShapeError(f"{op}: input {x.shape} and output {sizes} spatial sizes must be "
+                         f"positive", origin)
+    return sizes, scales
+
+
+def _source_scale(in_size, out_size, scale, align_corners):
+    """PyTorch's float32 step from output to source coordinates (``area_pixel_compute_scale``
+    and ``compute_scales_value`` in ATen's UpSample.h)."""
+    f32 = np.float32
+    if align_corners:
+        return f32(in_size - 1) / f32(out_size - 1) if out_size > 1 else f32(0)
+    if scale is not None and scale > 0:
+        return f32(1.0 / scale)
+    return f32(in_size) / f32(out_size)
+
+
+def _nearest(x, axis, out_size, step, exact, origin):
+    """``x`` resampled along ``axis`` by nearest neighbour: source index
+    ``min(floor(i * step), in - 1)`` (``(i + 0.5) * step`` when ``exact``), in float32 as
+    PyTorch computes it."""
+    in_size = x.shape[axis]
+    i = np.arange(out_size, dtype=np.float32)
+    host = np.minimum(np.floor((i + np.float32(0.5) if exact else i) * step), in_size - 1)
+    if out_size % in_size == 0 and np.array_equal(host, np.arange(out_size) //
+                                                  (out_size // in_size)):
+        # each source element repeated k times: a view, no gather
+        k = out_size // in_size
+        if k == 1:
+            return x
+        shape = x.shape
+        y = expand_dims(x, axis + 1)
+        y = y.broadcast_to(shape[:axis + 1] + (k,) + shape[axis + 1:])
+        return y.reshape(shape[:axis] + (out_size,) + shape[axis + 1:])
+    src = arange(out_size, dtype="float32", device=x.device)
+    if exact:
+        src = src + 0.5
+    index = (src * float(step)).floor().minimum(float(in_size - 1)).astype("int32")
+    return take(x, index, axis=axis, origin=origin)
+
+
+def _linear(x, axis, out_size, step, align_corners, origin):
+    """``x`` (float) resampled along ``axis`` by linear interpolation between the two nearest
+    source elements, with PyTorch's source coordinate (``area_pixel_compute_source_index``)
+    and clamping of the index and weight (``guard_index_and_lambda``), in float32."""
+    in_size = x.shape[axis]
+    i = arange(out_size, dtype="float32", device=x.device)
+    if align_corners:
+        src = i * float(step)
+    else:
+        src = ((i + 0.5) * float(step) - 0.5).maximum(0.0)
+    lower = src.floor().minimum(float(in_size - 1))
+    weight = (src - lower).clip(0.0, 1.0)
+    i0 = lower.astype("int32")
+    i1 = (i0 + 1).minimum(in_size - 1)
+    shape = [1] * x.ndim
+    shape[axis] = out_size
+    weight = weight.reshape(shape).astype(x.dtype)
+    a, b = take(x, i0, axis=axis, origin=origin), take(x, i1, axis=axis, origin=origin)
+    return a * (1.0 - weight) + b * weight
+
+
+def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
+                align_corners=None, recompute_scale_factor=None, antialias: bool = False):
+    """Resampling of an input (N, C, L) or (N, C, H, W) to ``size`` (an int or one per spatial
+    dimension) or by ``scale_factor`` (output size ``floor(in * scale_factor)``), as
+    ``torch.nn.functional.interpolate``. Modes: "nearest" (source index ``floor(i * in /
+    out)``, PyTorch's legacy rule), "nearest-exact" (``floor((i + 0.5) * in / out)``),
+    "linear" (3-D) and "bilinear" (4-D), with ``align_corners`` as PyTorch's (False when None).
+    With ``scale_factor`` and no ``recompute_scale_factor``, the source indices step by
+    ``1 / scale_factor`` (PyTorch's rule), not by ``in / out``. Index arithmetic is float32 as
+    in PyTorch; the result has the input's dtype (linear modes need a floating input).
+
+    Raises ShapeError for an input of another rank or a mode that does not fit it, sizes that
+    do not match the spatial dimensions or are not positive; ValueError for an unknown mode,
+    both or neither of size and scale_factor, ``align_corners`` with a nearest mode;
+    NotImplementedError for ``antialias``."""
+    origin = Origin()
+    op = "interpolate"
+    x = wrap(tensor_node(op, input, origin))
+    if mode not in _INTERPOLATE_MODES:
+        raise ValueError(f"{op}: mode must be one of {sorted(_INTERPOLATE_MODES)}, got "
+                         f"{mode!r}")
+    ranks = _INTERPOLATE_MODES[mode]
+    if x.ndim not in ranks:
+        want = " or ".join(f"{r}-D" for r in ranks)
+        raise ShapeError(f"{op}: mode {mode!r} needs a {want} input (N, C, ...), got shape "
+                         f"{x.shape}", origin)
+    nearest = mode.startswith("nearest")
+    if nearest and align_corners is not None:
+        raise ValueError(f"{op}: align_corners can only be set with the linear modes (at "
+                         f"{origin})")
+    if antialias:
+        raise NotImplementedError(f"{op}: antialias is not supported")
+    sizes, scales = _output_sizes(op, x, size, scale_factor, origin)
+    if recompute_scale_factor:
+        scales = (None,) * len(sizes)
+    if not nearest and not x.dtype.is_float:
+        raise DTypeError(f"{op}: mode {mode!r} needs a floating-point input, got "
+                         f"{x.dtype.name}", origin)
+    y = x if nearest else _upcast(x)
+    for d, (out_size, scale) in enumerate(zip(sizes, scales)):
+        axis = 2 + d
+        step = _source_scale(x.shape[axis], out_size, scale, bool(align_corners))
+        if nearest:
+            y = _nearest(y, axis, out_size, step, mode == "nearest-exact", origin)
+        else:
+            y = _linear(y, axis, out_size, step, bool(align_corners), origin)
+    return y if nearest else _back(y, x)
 
 
 def linear(x, weight, bias=None):

@@ -13,11 +13,15 @@ from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgP
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, MSELoss, ReLU,
                      Tanh)
 from .module import Module, ModuleList, Sequential
+from .normalization import (BatchNorm1d, BatchNorm2d, Flatten, GroupNorm, RMSNorm,
+                            Upsample)
 from .weights import WeightsError, read_safetensors
 
 __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "AvgPool1d",
-           "AvgPool2d", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d",
-           "MaxPool2d", "CrossEntropyLoss", "Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "MSELoss",
-           "Module", "ModuleList", "MultiHeadSelfAttention", "ReLU", "Sequential", "Tanh",
+           "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose1d",
+           "ConvTranspose2d", "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU",
+           "GroupNorm", "LayerNorm", "Linear", "MSELoss", "MaxPool1d", "MaxPool2d", "Module",
+           "ModuleList", "MultiHeadSelfAttention", "RMSNorm", "ReLU", "Sequential", "Tanh",
+           "Upsample",
            "WeightsError", "additive_attention_mask", "attention_probs", "functional",
            "read_safetensors", "scaled_dot_product_attention"]

@@ -15,6 +15,10 @@ computed then, all in one sync; doing it then rather than at assignment leaves a
 initialization that a checkpoint replaces uncomputed. ``requires_grad_(False)`` freezes them;
 ``zero_grad()`` clears their gradients. Inference that needs no gradients can run under
 ``lazyburn.no_grad()``, which records no tape.
+
+Buffers (``register_buffer``, as PyTorch's: a batch norm's running statistics) are state that
+is not trained: they are saved, loaded and moved with the parameters under their attribute
+names, but never become leaves and are not among ``parameters()``.
 """
 from __future__ import annotations
 
@@ -59,6 +63,20 @@ class Module:
             _ASSIGNED[0] += 1  # a tensor that may still need to become a leaf
         object.__setattr__(self, name, value)
 
+    def register_buffer(self, name: str, value) -> None:
+        """Hold ``value`` (a Tensor or None) as the attribute ``name``, a buffer: saved and
+        loaded by that name (``state_dict``, ``load_state_dict``) and moved by ``to()``, but not
+        a parameter (never a leaf that requires grad). Later assignments to ``name`` stay
+        buffers. Raises ValueError for a name starting with ``_``."""
+        if name.startswith("_"):
+            raise ValueError(f"register_buffer: a buffer's name must not start with '_', got "
+                             f"{name!r}")
+        object.__setattr__(self, "_buffers", self.__dict__.get("_buffers", frozenset()) | {name})
+        object.__setattr__(self, name, value)
+
+    def _is_buffer(self, name: str) -> bool:
+        return name in self.__dict__.get("_buffers", ())
+
     def requires_grad_(self, requires_grad: bool = True) -> "Module":
         """Set ``requires_grad`` on every floating-point parameter (False freezes them; they
         stay frozen through ``to()`` and ``load_state_dict``); returns self."""
@@ -68,8 +86,8 @@ class Module:
         if requires_grad:
             self._make_leaves()
         else:
-            for _, p in self._named_tensors():
-                if p.dtype.is_float and p.is_leaf:
+            for _, p, buffer in self._named_entries():
+                if not buffer and p.dtype.is_float and p.is_leaf:
                     p.requires_grad_(False)
         return self
 
@@ -86,7 +104,7 @@ class Module:
                 continue
             for name, value in vars(m).items():
                 if (not name.startswith("_") and isinstance(value, Tensor)
-                        and value.dtype.is_float
+                        and value.dtype.is_float and not m._is_buffer(name)
                         and not (value.requires_grad and value.is_leaf)):
                     todo.append((m, name, value.detach()))
         if todo:
@@ -117,16 +135,26 @@ class Module:
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
     def named_parameters(self) -> Iterator[tuple[str, Tensor]]:
-        """``(dotted name, tensor)`` for every parameter, in definition order; floating-point
-        ones are leaves that require grad unless frozen."""
+        """``(dotted name, tensor)`` for every parameter (buffers excluded), in definition
+        order; floating-point ones are leaves that require grad unless frozen."""
         self._make_leaves()
-        return self._named_tensors()
+        return ((name, t) for name, t, buffer in self._named_entries() if not buffer)
+
+    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
+        """``(dotted name, tensor)`` for every buffer (``register_buffer``), in definition
+        order."""
+        return ((name, t) for name, t, buffer in self._named_entries() if buffer)
 
     def _named_tensors(self) -> Iterator[tuple[str, Tensor]]:
+        """Parameters and buffers: what is saved, loaded and moved."""
+        return ((name, t) for name, t, _ in self._named_entries())
+
+    def _named_entries(self) -> Iterator[tuple[str, Tensor, bool]]:
         for prefix, module in self.named_modules():
             for name, value in vars(module).items():
                 if not name.startswith("_") and isinstance(value, Tensor):
-                    yield (f"{prefix}.{name}" if prefix else name), value
+                    yield (f"{prefix}.{name}" if prefix else name), value, \
+                        module._is_buffer(name)
 
     def parameters(self) -> list[Tensor]:
         """Every parameter (the same Tensor objects the modules hold), in definition order."""
@@ -140,8 +168,9 @@ class Module:
                 p.grad = None if set_to_none else zeros_like(p)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Every parameter's value as a NumPy array (computes pending parameters)."""
-        return {name: p.numpy() for name, p in self.named_parameters()}
+        """Every parameter's and buffer's value as a NumPy array (computes pending ones)."""
+        self._make_leaves()
+        return {name: p.numpy() for name, p in self._named_tensors()}
 
     def train(self, mode: bool = True) -> "Module":
         """Set ``training`` on this module and every descendant; returns self."""
@@ -202,13 +231,15 @@ class Module:
         for name, a in converted.items():
             p = params[name]
             new = tensor(a, dtype=p.dtype, device=p.device)
+            owner, leaf = self._owner(name)
             if p.dtype.is_float and p.requires_grad and p.is_leaf:
                 # the same Tensor takes the value, as PyTorch's copy into the parameter: an
                 # optimizer holding it keeps updating it
                 p.node = new.node
                 p.requires_grad_()
+            elif owner._is_buffer(leaf):
+                p.node = new.node  # likewise for whoever holds a buffer
             else:
-                owner, leaf = self._owner(name)
                 setattr(owner, leaf, new)
         return self
 
