@@ -12,7 +12,7 @@ This module only names the public API; the layers below are described in ARCHITE
 """
 from __future__ import annotations
 
-from . import errors, graph, optim, runtime
+from . import errors, graph, linalg, optim, runtime
 from .errors import (AutogradError, DeviceError, DTypeError, KernelCompileError,
                      OutOfMemoryError, ShapeError)
 from .frontend import autograd, random
