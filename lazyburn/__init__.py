@@ -23,7 +23,7 @@ from .frontend.creation import (arange, asarray, empty, empty_like, eye, full, f
 from .frontend.elementwise import FUNCTIONS as _EW
 from .frontend.elementwise import astype, result_type, where
 from .frontend.explain import explain
-from .frontend.interop import from_torch, to_torch
+from .frontend.interop import from_dlpack, from_torch, to_torch
 from .frontend.functional import (binary_cross_entropy_with_logits, clip, cross_entropy,
                                   dropout, embedding, gelu, l1_loss, layer_norm, linear,
                                   log_softmax, mse_loss, nll_loss, relu, silu, softmax,

@@ -17,7 +17,7 @@ from ..errors import ShapeError
 from . import autograd
 from . import elementwise as ew
 from . import functional as F
-from . import assignment, linalg, movement, reduction
+from . import assignment, interop, linalg, movement, reduction
 from .capture import current_graph
 from .record import Origin, from_host, record, resolve_device, set_tensor_class
 
@@ -94,6 +94,25 @@ class Tensor:
         if n.buffer is None:
             runtime.realize([n])
         return np.array(runtime.download(n), copy=True)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this tensor's value (computed first), for ``np.from_dlpack``,
+        ``torch.from_dlpack`` and other array libraries: the device buffer itself on the
+        NumPy device (read-only) and on ``cuda`` devices, a host copy elsewhere (see
+        ``frontend/interop.py``). Raises BufferError where the asked-for export is impossible
+        (``copy=False`` from device memory, another ``dl_device``)."""
+        return interop.to_dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple:
+        """``(device type, index)`` of what ``__dlpack__`` hands out, in DLPack's numbering:
+        (2, N) for a CUDA GPU (10 for ROCm), (1, 0) for host memory."""
+        return interop.dlpack_device(self)
+
+    def __reduce__(self):
+        """Pickling: the value (computed, copied to the host) and the device string; unpickled
+        onto the same device (DeviceError if that process lacks it). A leaf that requires grad
+        still does, without its ``.grad``."""
+        return interop.pickled_value(self)
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
