@@ -165,8 +165,23 @@ def test_dtypes_follow_the_same_kind_rule(device, rng):
     f[0] = 7  # a Python int into floats
     f[1] = lb.asarray(np.array([2], np.int32), device=device)
     assert f.dtype == lb.float32 and f.numpy()[:2].tolist() == [7.0, 2.0]
+    h = lb.asarray(normal(rng, (2, 3)), device=device)
+    row = rng.standard_normal(3)  # float64 host data, uploaded as float32 (WGSL has no float64)
+    h[1] = row
+    h[0, :2] = [1, 2]
+    np.testing.assert_array_equal(h.numpy()[1], row.astype(np.float32))
+    np.testing.assert_array_equal(h.numpy()[0, :2], [1.0, 2.0])
     with pytest.raises(TypeError):
         x[0] = 1.5
+    with pytest.raises(TypeError):
+        x[0] = np.ones(5)
+    u = lb.asarray(np.zeros(4, np.uint8), device=device)
+    u[1:3] = [7, 255]  # Python ints fit an unsigned target
+    assert u.numpy().tolist() == [0, 7, 255, 0]
+    with pytest.raises(OverflowError):
+        u[:1] = [256]
+    with pytest.raises(TypeError):
+        u[:1] = [1.5]
     with pytest.raises(TypeError):
         x[0] = lb.asarray(normal(rng, (5,)), device=device)
     with pytest.raises(TypeError):

@@ -82,12 +82,33 @@ def _assigned(value, target: Node, origin) -> Node:
             raise TypeError(f"cannot assign a Python {type(v).__name__} to a {d.name} tensor "
                             f"(at {origin})")
         return rec.const(v, (), d, target.device, origin, "setitem")
+    if isinstance(value, (np.ndarray, list, tuple)):
+        # host data is uploaded in the target's dtype (a float64 array into a float32 tensor
+        # on a device without float64)
+        host = np.asarray(value)
+        kind = host.dtype.kind
+        if kind not in _KIND_RANK:
+            raise TypeError(f"cannot assign host data of dtype {host.dtype} to a {d.name} "
+                            f"tensor (at {origin})")
+        if isinstance(value, np.ndarray):
+            _check_same_kind(kind, f"NumPy {host.dtype}", d, origin)
+        else:
+            # Python numbers: ints fit unsigned targets too, converted by NumPy (which raises
+            # OverflowError for one out of range)
+            kind = "u" if kind == "i" and d.kind == "u" else kind
+            _check_same_kind(kind, f"{type(value).__name__} of {host.dtype}", d, origin)
+            host = np.asarray(value, dtype=d.np)
+        return rec.from_host(host, d, target.device, origin)
     n = tensor_node("setitem", value, origin, target.device)
     same_device("setitem", [target, n], origin)
-    if _KIND_RANK[n.dtype.kind] > _KIND_RANK[d.kind]:
-        raise TypeError(f"cannot assign a {n.dtype.name} value to a {d.name} tensor under the "
-                        f"same-kind casting rule; cast it with astype first (at {origin})")
+    _check_same_kind(n.dtype.kind, n.dtype.name, d, origin)
     return cast(n, d, origin)
+
+
+def _check_same_kind(kind: str, value_name: str, target, origin) -> None:
+    if _KIND_RANK[kind] > _KIND_RANK[target.kind]:
+        raise TypeError(f"cannot assign a {value_name} value to a {target.name} tensor under "
+                        f"the same-kind casting rule; cast it with astype first (at {origin})")
 
 
 def _fit(v: Node, shape: tuple, origin) -> Node:
