@@ -21,9 +21,9 @@ _KIND_RANK = {"b": 0, "u": 1, "i": 2, "f": 3}
 
 def _basic_key(key, shape, origin):
     """A basic index (ints, slices, None, one Ellipsis) of a tensor of ``shape``, resolved:
-    ``(selection, result_dims)`` where ``selection[d] = (start, step, count, dropped)`` says
-    which positions of dimension d it names (``dropped`` for an int) and ``result_dims`` is
-    ``x[key]``'s shape (None adds a dimension of size 1).
+    ``(selection, result_dims)`` where ``selection[d] = (start, step, count)`` says which
+    positions of dimension d it names (an int names one and drops the dimension) and
+    ``result_dims`` is ``x[key]``'s shape (None adds a dimension of size 1).
 
     Raises IndexError for an index out of range, too many indices or a second Ellipsis,
     ValueError for a zero step, TypeError for a non-integer bound."""
@@ -54,14 +54,14 @@ def _basic_key(key, shape, origin):
                 raise ValueError(f"slice step cannot be zero (at {origin})")
             start, stop, step = k.indices(size)
             count = len(range(start, stop, step))
-            selection.append((start, step, count, False))
+            selection.append((start, step, count))
             result.append(count)
         elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
             i = int(k)
             if not -size <= i < size:
                 raise IndexError(f"index {i} is out of bounds for axis {d} with size {size} "
                                  f"(at {origin})")
-            selection.append((i % size, 1, 1, True))
+            selection.append((i % size, 1, 1))
         else:
             raise IndexError(f"only ints, slices, None, Ellipsis and a boolean mask are valid "
                              f"in an assignment's index, got {k!r} (at {origin})")
@@ -218,11 +218,11 @@ def setitem(x, key, value, origin):
     v = _fit(v, result, origin)
     if n.size == 0 or 0 in result:
         return wrap(n)  # nothing is written
-    counts = tuple(c for _, _, c, _ in selection)
+    counts = tuple(c for _, _, c in selection)
     v = reshape_node(v, counts, origin)  # drop None's dimensions, give ints theirs
     uniform = v.op == "const"  # one value everywhere: nothing to spread
     keep = None
-    for d, (start, step, count, _) in enumerate(selection):
+    for d, (start, step, count) in enumerate(selection):
         size = n.shape[d]
         if count == size and step == 1:
             continue
