@@ -181,7 +181,8 @@ def test_outer(device, rng):
     close(lb.linalg.outer(lb.asarray(a, device=device), lb.asarray(b, device=device)),
           np.linalg.outer(a, b).astype(np.float32))
     with pytest.raises(lb.ShapeError):
-        lb.linalg.outer(lb.asarray(a, device=device), lb.asarray(np.ones((2, 2), np.float32), device=device))
+        lb.linalg.outer(lb.asarray(a, device=device),
+                        lb.asarray(np.ones((2, 2), np.float32), device=device))
 
 
 def test_matrix_power(device, rng):
