@@ -12,7 +12,7 @@ This module only names the public API; the layers below are described in ARCHITE
 """
 from __future__ import annotations
 
-from . import errors, graph, optim, runtime
+from . import errors, graph, linalg, optim, runtime
 from .errors import (AutogradError, DeviceError, DTypeError, KernelCompileError,
                      OutOfMemoryError, ShapeError)
 from .frontend import autograd, random
@@ -23,7 +23,7 @@ from .frontend.creation import (arange, asarray, empty, empty_like, eye, full, f
 from .frontend.elementwise import FUNCTIONS as _EW
 from .frontend.elementwise import astype, result_type, where
 from .frontend.explain import explain
-from .frontend.interop import from_torch, to_torch
+from .frontend.interop import from_dlpack, from_torch, to_torch
 from .frontend.functional import (batch_norm, binary_cross_entropy_with_logits, clip,
                                   cross_entropy, dropout, embedding, gelu, group_norm,
                                   interpolate, l1_loss, layer_norm, linear, log_softmax,

@@ -2,7 +2,8 @@
 
 Every method records a node and returns at once; values are computed at
 ``lazyburn.graph.sync()`` or when read (``numpy()``, ``item()``, ``float()``, ``int()``,
-``bool()``, ``repr()``, ``__array__``). Tensors are immutable.
+``bool()``, ``repr()``, ``__array__``). A tensor's value never changes under it: item
+assignment (``x[key] = value``) rebinds ``x`` to a new node computed from the old one.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from ..errors import ShapeError
 from . import autograd
 from . import elementwise as ew
 from . import functional as F
-from . import linalg, movement, reduction
+from . import assignment, interop, linalg, movement, reduction
+from .capture import current_graph
 from .record import Origin, from_host, record, resolve_device, set_tensor_class
 
 
@@ -92,6 +94,25 @@ class Tensor:
         if n.buffer is None:
             runtime.realize([n])
         return np.array(runtime.download(n), copy=True)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this tensor's value (computed first), for ``np.from_dlpack``,
+        ``torch.from_dlpack`` and other array libraries: the device buffer itself on the
+        NumPy device (read-only) and on ``cuda`` devices, a host copy elsewhere (see
+        ``frontend/interop.py``). Raises BufferError where the asked-for export is impossible
+        (``copy=False`` from device memory, another ``dl_device``)."""
+        return interop.to_dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple:
+        """``(device type, index)`` of what ``__dlpack__`` hands out, in DLPack's numbering:
+        (2, N) for a CUDA GPU (10 for ROCm), (1, 0) for host memory."""
+        return interop.dlpack_device(self)
+
+    def __reduce__(self):
+        """Pickling: the value (computed, copied to the host) and the device string; unpickled
+        onto the same device (DeviceError if that process lacks it). A leaf that requires grad
+        still does, without its ``.grad``."""
+        return interop.pickled_value(self)
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
@@ -238,6 +259,43 @@ class Tensor:
     def __abs__(self): return ew.unary("abs", self, Origin())
     def __invert__(self): return ew.unary("bitwise_not", self, Origin())
     def __getitem__(self, key): return movement.getitem(self, key)
+
+    def __setitem__(self, key, value) -> None:
+        """``x[key] = value``, recorded lazily: this Tensor is rebound to a new node computed
+        from its old value (a ``where`` over the written positions, see
+        ``frontend/assignment.py``), which fuses with its producers and consumers like any op.
+
+        ``key``: ints, slices (any step), None, Ellipsis, or a boolean mask over the leading
+        dimensions; ``value``: a scalar or a tensor/array broadcasting to ``x[key]``'s shape
+        (for a mask, to one selected element's shape), cast to ``x``'s dtype by NumPy's
+        same-kind rule.
+
+        Values, not memory, are updated. Unlike NumPy, where a basic-indexing result is a view
+        that shares memory with its base, ``x[key]`` here is a new tensor: assigning into it
+        does not change ``x``, and tensors taken from ``x`` before the assignment (views
+        included) keep the old value.
+
+        Raises IndexError (an index out of range, too many indices), ValueError (a value that
+        does not broadcast), TypeError (a cast the same-kind rule refuses, e.g. a float into
+        an int tensor), RuntimeError for a leaf that requires grad while grad mode is on (as
+        PyTorch; under ``no_grad()`` it is updated and stays a leaf, its value computed now),
+        NotImplementedError for integer-array keys."""
+        origin = Origin()
+        leaf = autograd.requires_grad(self) and self.is_leaf
+        if leaf and autograd.is_grad_enabled():
+            raise RuntimeError(f"a leaf tensor that requires grad cannot be assigned to in "
+                               f"place; assign under lazyburn.no_grad() or to a copy "
+                               f"(at {origin})")
+        new = assignment.setitem(self, key, value, origin)
+        if leaf:  # under no_grad: the new value becomes the leaf, keeping its gradient
+            grad = self.grad
+            self.node = new.node
+            self.requires_grad_()
+            self.grad = grad
+            return
+        self.node = new.node
+        if new.node.buffer is None:
+            current_graph().track(self)
 
     # views -----------------------------------------------------------------------------------
     @property
