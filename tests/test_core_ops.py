@@ -610,6 +610,18 @@ def test_sum_dtype_argument_and_integer_accumulation():
     assert lb.sum(h, dtype=lb.float32).dtype == lb.float32
 
 
+def test_float32_sums_along_every_axis_round_once():
+    # the reference's sums: NumPy adds along a non-contiguous axis row after row (error ~ n);
+    # the NumPy device accumulates in float64, so each result is float64's, rounded once
+    x = np.random.default_rng().uniform(0.5, 1.5, (4096, 5)).astype(np.float32)
+    for axis in (0, 1, None):
+        got = lb.tensor(x).sum(axis).numpy()
+        want = x.astype(np.float64).sum(axis).astype(np.float32)
+        np.testing.assert_array_equal(got, want)
+    col = np.full((1024, 3), 0.1, np.float32)
+    np.testing.assert_array_equal(lb.tensor(col).mean(0).numpy(), np.float32(col[0, 0]))
+
+
 def test_half_mean_does_not_overflow():
     # 4096 * 60000 is beyond float16's range; the mean is not
     x = lb.full((4096,), 60000.0, dtype="float16")

@@ -8,7 +8,10 @@ every backend: integer division and remainder by zero give 0 (as NumPy's, withou
 warning), ``take`` indices wrap once (negative) and are clamped into range, float-to-int casts
 truncate toward zero and saturate (nan gives 0, values beyond the integer range its bounds:
 ``dtypes.float_to_int``), integer powers with a negative exponent known only at run time give
-``1 // a**|b|`` (1 for a = 1, +-1 for a = -1, else 0).
+``1 // a**|b|`` (1 for a = 1, +-1 for a = -1, else 0). Float sums of 32 bits or fewer
+accumulate in float64 and round once: NumPy's pairwise summation covers the contiguous axis
+only, and along any other axis it adds row after row, an error growing like n (a float32 mean
+of 1024 equal values over a column was off by 1.8e-5 relative), more than the fused kernels'.
 """
 from __future__ import annotations
 
@@ -207,6 +210,9 @@ def evaluate(n: Node, args: list) -> np.ndarray:
     if op in REDUCE:
         x = args[0]
         axes = n.attrs[0]
+        if op == "sum" and n.dtype.is_float and n.dtype.itemsize <= 4:
+            total = np.sum(x, axis=axes, keepdims=True, dtype=np.float64)
+            return total.astype(_compute_dtype(n.dtype))
         if op in ("sum", "prod"):
             acc = _compute_dtype(n.dtype)
             return REDUCE[op](x, axis=axes, keepdims=True, dtype=acc)
