@@ -85,10 +85,12 @@ TOLERANCE = {
     "logaddexp": (4, 2),
     # m * sqrt(1 + (n / m)**2): correctly rounded steps, computed alike (lavapipe's sqrt)
     "hypot": (1, 1),
-    # OpenCL C's bounds (asin, acos, sinh, cosh 4; atan 5; atan2 6); asinh, acosh and atanh
-    # are within 4.5 ulp of the exact result on WebGPU (its log1p's error, 4 ulp in OpenCL C),
-    # and NumPy's float32 results are themselves an ulp or so off
-    "asin": (4, 1), "acos": (4, 1), "atan": (5, 1), "atan2": (6, 1), "sinh": (4, 1),
+    # the sum of two measured errors from the exact result: the backends' (float32 OpenCL
+    # and WebGPU: asin 2.5, acos 1.3, atan 2.4, atan2 2.7, sinh 1.7, cosh 1.5; asinh, acosh,
+    # atanh 1.9 on OpenCL and 4.7 on WebGPU, its log1p's) and NumPy's own float32 functions'
+    # (asin 2.9, acos 2.0, atan 2.3, atan2 3.2, sinh 1.5, cosh 2.2, asinh 1.0, acosh 0.9,
+    # atanh 1.4), rounded up
+    "asin": (6, 1), "acos": (4, 1), "atan": (5, 1), "atan2": (6, 1), "sinh": (4, 1),
     "cosh": (4, 1), "asinh": (6, 1), "acosh": (6, 1), "atanh": (6, 1),
     # reductions over n terms: ulps per level of a pairwise tree, at the sum of magnitudes
     "sum": ("log2n", 1), "mean": ("log2n", 1), "prod": ("n", "n"),
