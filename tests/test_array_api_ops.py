@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import lazyburn as lb
-from core_support import edge_pairs, float_mismatches, np_dtype, special_values
+from core_support import edge_pairs, float_info, float_mismatches, np_dtype, special_values
 from fused_devices import FUSED_DEVICES
 from lazyburn.errors import DTypeError
 
@@ -219,3 +219,92 @@ def test_log10_within_an_ulp_and_exact_at_powers_of_ten(device, rng):
         k = np.arange(11 if dtype == "float32" else 23)
         powers = lb.tensor((10.0 ** k).astype(dtype), device=device)
         np.testing.assert_array_equal(lb.log10(powers).numpy(), k.astype(dtype))
+
+
+INVERSE = {"asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+           "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh}
+# ulps of the exact result, rounded to the dtype (so half an ulp more than the functions'
+# measured bounds): float32 within 2.7 on OpenCL (codegen.opencl_math), 4.7 for asinh, acosh
+# and atanh on WebGPU (its log1p), within 0.5 through float64 on Triton; float64 is OpenCL C's
+# built-ins (specified within 4 to 6 ulp) or NumPy's
+F32_BOUND, F32_BOUND_WEBGPU_LOG1P, F64_BOUND = 3.5, 5.5, 6.0
+
+
+def inverse_inputs(rng, dtype: str) -> np.ndarray:
+    """Every binade (subnormals to the largest float, both signs), [-1.1, 1.1], the approach to
+    +-1 from both sides, sinh's overflow threshold, and the special values."""
+    nmant, minexp, fmax = float_info(dtype)
+    mag = 2.0 ** rng.uniform(minexp - nmant, np.log2(fmax), 6000) * rng.choice([-1.0, 1.0], 6000)
+    near = 1.0 + np.ldexp(rng.uniform(-1, 1, 3000), -rng.integers(1, nmant + 2, 3000))
+    x = np.concatenate([mag, rng.uniform(-1.1, 1.1, 3000), near, -near,
+                        rng.uniform(80, 95, 500), rng.uniform(700, 712, 500)])
+    with np.errstate(over="ignore"):
+        return np.concatenate([x.astype(np_dtype(dtype)), special_values(dtype)])
+
+
+def exact(fn, *xs) -> np.ndarray:
+    """``fn`` of float arrays ``xs`` in x86's long double (64-bit mantissa), rounded once to
+    their dtype."""
+    with np.errstate(all="ignore"):
+        return fn(*[x.astype(np.longdouble) for x in xs]).astype(xs[0].dtype)
+
+
+@pytest.mark.parametrize("op", sorted(INVERSE))
+def test_inverse_and_hyperbolic_functions_within_their_bounds(device, rng, op):
+    """Each function over every binade and the ends of its domain, against the exact result:
+    within the stated ulps on the fused devices, NumPy's own on the reference device; nan
+    outside the domain, infinities and signed zeros exactly."""
+    for dtype in floats(device):
+        x = inverse_inputs(rng, dtype)
+        got = getattr(lb, op)(lb.tensor(x, device=device)).numpy()
+        assert got.dtype == x.dtype
+        if device == "numpy":
+            with np.errstate(all="ignore"):
+                np.testing.assert_array_equal(got, INVERSE[op](x))
+            continue
+        bound = F64_BOUND if dtype == "float64" else \
+            F32_BOUND_WEBGPU_LOG1P if device.startswith("webgpu") and op in (
+                "asinh", "acosh", "atanh") else F32_BOUND
+        bad = float_mismatches(got, exact(INVERSE[op], x), dtype, bound)
+        assert not bad.any(), (dtype, x[bad][:5], got[bad][:5])
+
+
+def test_inverse_and_hyperbolic_functions_of_half_types_round_once(device, rng):
+    """float16 and bfloat16 are computed in float32 and rounded once: within an ulp of
+    NumPy's float32 result rounded to the half type."""
+    for dtype in ("float16", "bfloat16"):
+        x = inverse_inputs(rng, dtype)
+        for op, fn in INVERSE.items():
+            got = getattr(lb, op)(lb.tensor(x, device=device)).numpy()
+            with np.errstate(all="ignore"):
+                want = fn(x.astype(np.float32)).astype(np_dtype(dtype))
+            assert not float_mismatches(got, want, dtype, 1).any(), (op, dtype)
+
+
+def test_atan2_quadrants_and_special_values(device, rng):
+    """atan2 of every pair of special values (negative nans included) and random pairs: the
+    C99 Annex F results exactly where an operand is a zero or an infinity (+-0, +-pi/4,
+    +-pi/2, +-3pi/4, +-pi by the signs, as NumPy), within the bound elsewhere."""
+    for dtype in floats(device):
+        a, b = pairs(rng, dtype)
+        got = lb.atan2(lb.tensor(a, device=device), lb.tensor(b, device=device)).numpy()
+        with np.errstate(all="ignore"):
+            want = np.arctan2(a, b)
+        assert got.dtype == want.dtype
+        edge = ((a == 0) | np.isinf(a) | (b == 0) | np.isinf(b)) & ~np.isnan(a) & ~np.isnan(b)
+        np.testing.assert_array_equal(got[edge], want[edge])
+        assert np.array_equal(np.signbit(got[edge]), np.signbit(want[edge]))
+        if device == "numpy":
+            np.testing.assert_array_equal(got, want)
+            continue
+        bound = F64_BOUND if dtype == "float64" else F32_BOUND
+        bad = float_mismatches(got, exact(np.arctan2, a, b), dtype, bound)
+        assert not bad.any(), (dtype, a[bad][:5], b[bad][:5], got[bad][:5])
+
+
+def test_numpy_names_of_the_inverse_functions():
+    """``arcsin`` ... ``arctan2`` are the array API's ``asin`` ... ``atan2``."""
+    for numpy_name, name in (("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"),
+                             ("arcsinh", "asinh"), ("arccosh", "acosh"),
+                             ("arctanh", "atanh"), ("arctan2", "atan2")):
+        assert getattr(lb, numpy_name) is getattr(lb, name)

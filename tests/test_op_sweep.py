@@ -85,6 +85,13 @@ TOLERANCE = {
     "logaddexp": (4, 2),
     # m * sqrt(1 + (n / m)**2): correctly rounded steps, computed alike (lavapipe's sqrt)
     "hypot": (1, 1),
+    # the sum of two measured errors from the exact result: the backends' (float32 OpenCL
+    # and WebGPU: asin 2.5, acos 1.3, atan 2.4, atan2 2.7, sinh 1.7, cosh 1.5; asinh, acosh,
+    # atanh 1.9 on OpenCL and 4.7 on WebGPU, its log1p's) and NumPy's own float32 functions'
+    # (asin 2.9, acos 2.0, atan 2.3, atan2 3.2, sinh 1.5, cosh 2.2, asinh 1.0, acosh 0.9,
+    # atanh 1.4), rounded up
+    "asin": (6, 1), "acos": (4, 1), "atan": (5, 1), "atan2": (6, 1), "sinh": (4, 1),
+    "cosh": (4, 1), "asinh": (6, 1), "acosh": (6, 1), "atanh": (6, 1),
     # reductions over n terms: ulps per level of a pairwise tree, at the sum of magnitudes
     "sum": ("log2n", 1), "mean": ("log2n", 1), "prod": ("n", "n"),
     "var": ("log2n", 2), "std": ("log2n", 2), "logsumexp": ("log2n", 2),
@@ -158,6 +165,13 @@ for _op in "neg abs sign square".split():
 for _op in ("exp exp2 expm1 log log2 log1p log10 sqrt rsqrt sin cos tan tanh sigmoid "
             "erf").split():
     _add("unary_float", _op, 1, getattr(lb, _op), _op)
+# the inverse trigonometric and hyperbolic functions: inputs that add their domains' edges
+# (INVERSE_EDGES) to the edge cases
+for _op in "asin acos atan".split():
+    _add("asin_acos_atan", _op, 1, getattr(lb, _op), _op)
+_add("asin_acos_atan", "atan2", 2, lb.atan2, "atan2")
+for _op in "sinh cosh asinh acosh atanh".split():
+    _add("sinh_cosh_asinh_acosh_atanh", _op, 1, getattr(lb, _op), _op)
 for _op in "floor ceil round isnan isinf isfinite signbit logical_not bitwise_not".split():
     _add("unary_other", _op, 1, getattr(lb, _op), _op)
 for _op in "add sub mul div floordiv mod pow minimum maximum copysign nextafter".split():
@@ -473,10 +487,28 @@ def _nan_in_any_order(t: np.ndarray) -> np.ndarray:
 
 
 # --- running a batch -----------------------------------------------------------------------
+# Values at the ends of the inverse functions' domains and ranges, each sign: 1 and the floats
+# on either side of it (asin, acos and atanh beyond 1, acosh below it), 1 + 2^-k and 1 - 2^-k
+# approaching it, 0.5 and its neighbours (where asin and acos change formulas), tan(pi/8) and
+# tan(3pi/8) (atan's), 2^-12 and 2^12 (where asinh and acosh change formulas and the odd
+# functions start returning x), and sinh's and cosh's overflow threshold, 89.415.
+INVERSE_EDGES = [1.0, 1.0 + 2.0 ** -23, 1.0 - 2.0 ** -24, 1.0 + 2.0 ** -10, 1.0 - 2.0 ** -10,
+                 1.0 - 2.0 ** -5, 1.0 + 2.0 ** -3, 0.5, 0.5 + 2.0 ** -24, 0.5 - 2.0 ** -25,
+                 0.41421356, 2.41421356, 2.0 ** -12, 2.0 ** -12 * 1.01, 4096.0, 4095.0, 4097.0,
+                 89.41, 89.42, 710.4, 0.999, 3.0e38]
+INVERSE_FAMILIES = ("asin_acos_atan", "sinh_cosh_asinh_acosh_atanh")
+
+
 def inputs_for(op: SweepOp, dtype: str, arg_dtypes) -> list:
     """Host inputs (rows, ROWS) for ``op`` with arguments of ``arg_dtypes``: the same arrays
     for every op of a family with the same argument dtypes (they share kernels)."""
     rng = _host_rng(op.family, dtype, tuple(arg_dtypes))
+    if op.arity == 1 and op.family in INVERSE_FAMILIES and arg_dtypes[0] in FLOATS:
+        edges = np.array(INVERSE_EDGES, np.float64)
+        with np.errstate(over="ignore"):
+            edges = np.concatenate([edges, -edges]).astype(np_dtype(arg_dtypes[0]))
+        x = np.concatenate([edge_inputs(rng, arg_dtypes[0], ROWS * 8 - len(edges)), edges])
+        return [x.reshape(-1, ROWS)]
     if op.arity == 1:
         n = ROWS * 3
         return [edge_inputs(rng, arg_dtypes[0], n).reshape(-1, ROWS)]

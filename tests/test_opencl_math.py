@@ -29,6 +29,9 @@ REFERENCE = {
     "log": np.log, "log2": np.log2, "log1p": np.log1p,
     "sin": np.sin, "cos": np.cos, "tan": np.tan,
     "tanh": np.tanh, "sigmoid": special.expit, "erf": special.erf,
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "atan2": np.arctan2,
+    "pow": np.power,
 }
 
 
@@ -76,6 +79,22 @@ RANGES = [
     ("sigmoid", "+-[1e-30, 10]", _symmetric_log_uniform(1e-30, 10.0)),
     ("erf", "[-5, 5]", _uniform(-5.0, 5.0)),
     ("erf", "+-[1e-30, 1]", _symmetric_log_uniform(1e-30, 1.0)),
+    ("asin", "[-1, 1]", _uniform(-1.0, 1.0)),
+    ("asin", "+-[1e-30, 1]", _symmetric_log_uniform(1e-30, 1.0)),
+    ("acos", "[-1, 1]", _uniform(-1.0, 1.0)),
+    ("acos", "1 - [1e-8, 1]", lambda rng: 1.0 - _log_uniform(1e-8, 1.0)(rng)),
+    ("atan", "[-10, 10]", _uniform(-10.0, 10.0)),
+    ("atan", "+-[1e-30, 1e30]", _symmetric_log_uniform(1e-30, 1e30)),
+    ("sinh", "[-89, 89]", _uniform(-89.0, 89.0)),
+    ("sinh", "+-[1e-30, 2]", _symmetric_log_uniform(1e-30, 2.0)),
+    ("cosh", "[-89, 89]", _uniform(-89.0, 89.0)),
+    ("cosh", "[-2, 2]", _uniform(-2.0, 2.0)),
+    ("asinh", "+-[1e-30, 1e30]", _symmetric_log_uniform(1e-30, 1e30)),
+    ("asinh", "[-2, 2]", _uniform(-2.0, 2.0)),
+    ("acosh", "[1, 1e30]", _log_uniform(1.0, 1e30)),
+    ("acosh", "1 + [1e-7, 1]", lambda rng: 1.0 + _log_uniform(1e-7, 1.0)(rng)),
+    ("atanh", "(-1, 1)", _uniform(-1.0, 1.0)),
+    ("atanh", "+-[1e-30, 1)", _symmetric_log_uniform(1e-30, 0.99999)),
 ]
 
 INF, NAN = np.inf, np.nan
@@ -105,6 +124,38 @@ SPECIALS = [
     ("sigmoid", -100.0, 3.7200760e-44),
     ("erf", NAN, NAN), ("erf", INF, 1.0), ("erf", -INF, -1.0), ("erf", 0.0, 0.0),
     ("erf", -0.0, -0.0), ("erf", 4.0, 1.0), ("erf", -1e30, -1.0),
+    ("asin", NAN, NAN), ("asin", INF, NAN), ("asin", 1.0000001, NAN), ("asin", -2.0, NAN),
+    ("asin", 0.0, 0.0), ("asin", -0.0, -0.0), ("asin", 1e-40, 1e-40), ("asin", -1.0, -np.pi / 2),
+    ("acos", NAN, NAN), ("acos", -INF, NAN), ("acos", -1.0000001, NAN), ("acos", 1.0, 0.0),
+    ("acos", -1.0, np.pi), ("acos", 0.0, np.pi / 2), ("acos", -0.0, np.pi / 2),
+    ("atan", NAN, NAN), ("atan", INF, np.pi / 2), ("atan", -INF, -np.pi / 2), ("atan", 0.0, 0.0),
+    ("atan", -0.0, -0.0), ("atan", 1e-40, 1e-40), ("atan", 1.0, np.pi / 4),
+    ("sinh", NAN, NAN), ("sinh", INF, INF), ("sinh", -INF, -INF), ("sinh", 0.0, 0.0),
+    ("sinh", -0.0, -0.0), ("sinh", 1e-40, 1e-40), ("sinh", 89.5, INF), ("sinh", -1e30, -INF),
+    ("sinh", 89.4, np.sinh(np.float64(np.float32(89.4)))),
+    ("cosh", NAN, NAN), ("cosh", INF, INF), ("cosh", -INF, INF), ("cosh", 0.0, 1.0),
+    ("cosh", -0.0, 1.0), ("cosh", 89.5, INF),
+    ("cosh", -89.4, np.cosh(np.float64(np.float32(89.4)))),
+    ("asinh", NAN, NAN), ("asinh", INF, INF), ("asinh", -INF, -INF), ("asinh", 0.0, 0.0),
+    ("asinh", -0.0, -0.0), ("asinh", 1e-40, 1e-40),
+    ("asinh", -3.4e38, np.arcsinh(np.float64(np.float32(-3.4e38)))),
+    ("acosh", NAN, NAN), ("acosh", INF, INF), ("acosh", -INF, NAN), ("acosh", 1.0, 0.0),
+    ("acosh", 0.99999994, NAN), ("acosh", 0.0, NAN),
+    ("acosh", 3.4e38, np.arccosh(np.float64(np.float32(3.4e38)))),
+    ("atanh", NAN, NAN), ("atanh", 1.0, INF), ("atanh", -1.0, -INF), ("atanh", 0.0, 0.0),
+    ("atanh", -0.0, -0.0), ("atanh", 1e-40, 1e-40), ("atanh", 1.0000001, NAN), ("atanh", INF, NAN),
+]
+
+# C99 Annex F atan2 special cases (y, x, result), as NumPy's.
+ATAN2_SPECIALS = [
+    (0.0, 0.0, 0.0), (-0.0, 0.0, -0.0), (0.0, -0.0, np.pi), (-0.0, -0.0, -np.pi),
+    (0.0, 1.0, 0.0), (-0.0, 1.0, -0.0), (0.0, -1.0, np.pi), (-0.0, -1.0, -np.pi),
+    (1.0, 0.0, np.pi / 2), (1.0, -0.0, np.pi / 2), (-1.0, 0.0, -np.pi / 2),
+    (INF, INF, np.pi / 4), (-INF, INF, -np.pi / 4), (INF, -INF, 3 * np.pi / 4),
+    (-INF, -INF, -3 * np.pi / 4), (1.0, INF, 0.0), (-1.0, INF, -0.0), (1.0, -INF, np.pi),
+    (-1.0, -INF, -np.pi), (INF, 1.0, np.pi / 2), (-INF, -1.0, -np.pi / 2),
+    (NAN, 1.0, NAN), (1.0, NAN, NAN), (NAN, NAN, NAN), (INF, NAN, NAN),
+    (1e-40, 1.0, 1e-40), (1e-45, 3.0, 0.0), (3.4e38, 1e-45, np.pi / 2), (1e-45, 1e-45, np.pi / 4),
 ]
 
 # C99 Annex F pow special cases: (x, y, result).
@@ -139,10 +190,11 @@ class Device:
             f"{{ size_t i = get_global_id(0); y[i] = {f.name}(x[i]); }}"
             for f in unary
         ]
-        kernels.append(
-            "__kernel void k_pow(__global const float *x, __global const float *y, "
-            "__global float *z)\n{ size_t i = get_global_id(0); z[i] = lb_pow(x[i], y[i]); }"
-        )
+        kernels += [
+            f"__kernel void k_{f.op}(__global const float *x, __global const float *y, "
+            f"__global float *z)\n{{ size_t i = get_global_id(0); z[i] = {f.name}(x[i], y[i]); }}"
+            for f in FUNCTIONS.values() if f.arity == 2
+        ]
         source = preamble(FUNCTIONS) + "\n" + "\n".join(kernels)
         program = cl.Program(self.context, source).build()
         self.kernels = {name: cl.Kernel(program, "k_" + name) for name in FUNCTIONS}
@@ -309,6 +361,28 @@ def test_pow_special_values(device, x, y, expected):
     _assert_special(got, expected, FUNCTIONS["pow"].max_ulp)
 
 
+def test_atan2_every_quadrant_and_scale(device, rng, seed):
+    """Pairs of random signs over every binade (ratios from subnormal to overflowing), against
+    the float64 NumPy value."""
+    y = _symmetric_log_uniform(1e-44, 3e38)(rng).astype(np.float32)
+    x = _symmetric_log_uniform(1e-44, 3e38)(rng).astype(np.float32)
+    near = _symmetric_log_uniform(0.5, 2.0)(rng).astype(np.float32)
+    y, x = np.concatenate([y, near]), np.concatenate([x, near[::-1]])
+    got = device.apply("atan2", y, x)
+    exact = np.arctan2(y.astype(np.float64), x.astype(np.float64))
+    error = ulp_error(got, exact)
+    assert error.max() <= FUNCTIONS["atan2"].max_ulp, f"seed {seed}: " + _worst(
+        [y, x], got, exact, error)
+
+
+@pytest.mark.parametrize(
+    "y,x,expected", ATAN2_SPECIALS, ids=[f"atan2({y},{x})" for y, x, _ in ATAN2_SPECIALS]
+)
+def test_atan2_special_values(device, y, x, expected):
+    got = device.apply("atan2", np.array([y]), np.array([x]))[0]
+    _assert_special(got, expected, FUNCTIONS["atan2"].max_ulp)
+
+
 # --- the contract of the module itself -----------------------------------------------------
 
 _BUILTIN_CALL = re.compile(
@@ -328,7 +402,7 @@ def test_every_function_documents_bound_domain_and_reference():
     for fn in FUNCTIONS.values():
         assert fn.max_ulp is not None and fn.max_ulp > 0, fn.op
         assert fn.domain and fn.reference, fn.op
-        assert re.search(rf"static inline float {fn.name}\(float x(, float y)?\)", fn.source)
+        assert re.search(rf"static inline float {fn.name}\(float \w+(, float \w+)?\)", fn.source)
 
 
 def test_preamble_orders_dependencies_first_and_once():
@@ -362,6 +436,6 @@ def test_preamble_of_one_function_builds_and_computes_alone(device, rng, seed, o
     cl.enqueue_copy(device.queue, got, out)
     device.queue.finish()
     np.testing.assert_array_equal(got, device.apply(op, *x))
-    exact = (np.power if op == "pow" else REFERENCE[op])(*[a.astype(np.float64) for a in x])
+    exact = REFERENCE[op](*[a.astype(np.float64) for a in x])
     error = ulp_error(got, exact)
     assert error.max() <= fn.max_ulp, f"{op}, seed {seed}: " + _worst(x, got, exact, error)

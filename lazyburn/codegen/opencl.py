@@ -141,6 +141,31 @@ static inline {T} lb_floordiv_{T}({T} a, {T} b) {{
 }}
 """
 
+# atan2 where opencl_math's float32 function does not apply (float64): C99 Annex F's special
+# cases decided here, so that the built-in atan sees a finite argument only, t in [0, 1] (the
+# smaller magnitude over the larger; both zero: 0; both infinite: 1), and the result is
+# base + sign * atan(t) with base 0, pi/2 or pi (each a {T} and its rest) by the octant; the sign
+# of x is read from its bit (atan2(+-0, -0) is +-pi)
+ATAN2_HELPER = r"""
+static inline {T} lb_atan2_{T}({T} y, {T} x) {{
+    {T} ax = fabs(x), ay = fabs(y);
+    int swap = ay > ax;
+    {T} num = swap ? ax : ay;
+    {T} den = swap ? ay : ax;
+    int both_inf = isinf(ax) && isinf(ay);
+    num = both_inf ? ({T})1 : num;
+    den = both_inf ? ({T})1 : (den == ({T})0 ? ({T})1 : den);
+    {T} a = atan(num / den);
+    int xneg = signbit(x);
+    {T} base_hi = swap ? ({T})1.5707963267948966 : (xneg ? ({T})3.141592653589793 : ({T})0);
+    {T} base_lo = swap ? ({T})6.123233995736766e-17
+                       : (xneg ? ({T})1.2246467991473532e-16 : ({T})0);
+    {T} r = (base_lo + ((swap != xneg) ? -a : a)) + base_hi;
+    r = (isnan(x) || isnan(y)) ? x + y : r;
+    return copysign(r, y);
+}}
+"""
+
 # Integer floor division, remainder and power with NumPy's results where C has none: division
 # by zero gives 0 (NumPy warns and gives 0), MIN // -1 wraps to MIN and MIN % -1 is 0 (C leaves
 # both undefined, x86 traps); products are formed in an unsigned type {U} (wrapping, as NumPy's)
@@ -202,7 +227,9 @@ EXACT_POW = {0.0: "{1}", 1.0: "({0})", 2.0: "({0} * {0})", -1.0: "({1} / {0})",
 UNARY_BUILTIN = {"exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
                  "log1p": "log1p", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
                  "tan": "tan", "tanh": "tanh", "erf": "erf", "floor": "floor", "ceil": "ceil",
-                 "round": "rint", "log10": "log10"}
+                 "round": "rint", "log10": "log10", "asin": "asin", "acos": "acos",
+                 "atan": "atan", "sinh": "sinh", "cosh": "cosh", "asinh": "asinh",
+                 "acosh": "acosh", "atanh": "atanh"}
 
 # PoCL's built-ins give garbage when the compiler can see their argument (a constant, or an
 # operation on one: x - NAN is NAN for every x): exp, exp2, expm1 and tanh of float64 at nan or
@@ -217,7 +244,11 @@ AT_INFINITY = {"exp": (math.inf, 0.0), "exp2": (math.inf, 0.0), "expm1": (math.i
                "rsqrt": (0.0, math.nan),
                "sin": (math.nan, math.nan), "cos": (math.nan, math.nan),
                "tan": (math.nan, math.nan), "tanh": (1.0, -1.0),
-               "erf": (1.0, -1.0)}  # op -> (f(+inf), f(-inf)); f(nan) is nan
+               "erf": (1.0, -1.0), "asin": (math.nan, math.nan), "acos": (math.nan, math.nan),
+               "atan": (math.pi / 2, -math.pi / 2), "sinh": (math.inf, -math.inf),
+               "cosh": (math.inf, math.inf), "asinh": (math.inf, -math.inf),
+               "acosh": (math.inf, math.nan),
+               "atanh": (math.nan, math.nan)}  # op -> (f(+inf), f(-inf)); f(nan) is nan
 INTEGRAL_FROM = {"float": "8388608.0f", "double": "4503599627370496.0"}  # 2^23, 2^52
 
 # A float's bits as a signed integer of its width, for the ops defined on the bits (signbit,
@@ -440,6 +471,13 @@ class OpenCLPrinter(ExprPrinter):
                 f"(({ia} == {ib} || ({ma} == 0 && {mb} == 0)) ? ({b}) : "
                 f"({ma} == 0 ? {zero} : {step})))")
 
+    def op_atan2(self, e, y, x):
+        if self.fast_math and e.dtype.name != "float64":
+            self.math_used.add("atan2")
+            return f"{opencl_math.FUNCTIONS['atan2'].name}({y}, {x})"
+        t = self._typed_helper("atan2", e)
+        return f"lb_atan2_{t}({y}, {x})"
+
     def op_sigmoid(self, e, x):
         if self.fast_math and "sigmoid" in opencl_math.FUNCTIONS and e.dtype.name != "float64":
             self.math_used.add("sigmoid")
@@ -583,6 +621,10 @@ class OpenCLPrinter(ExprPrinter):
         for kind, t in sorted(self.helpers_used):
             if kind in ("max", "min", "unkey"):
                 parts.append(_key_helper(kind, t))
+                continue
+            if kind == "atan2":
+                parts.append(ATAN2_HELPER.replace("{T}", t).replace("{{", "{")
+                             .replace("}}", "}"))
                 continue
             if kind == "half64":
                 parts.append(HALF_FROM_DOUBLE)

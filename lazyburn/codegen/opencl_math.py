@@ -58,7 +58,11 @@ class MathFunction:
             on every float32 of the function's working interval (for instance all positive
             floats for the logarithms, all floats for sin, cos and tan) plus 2^26 random bit
             patterns; ``pow`` on 4.6e8 random pairs (largest seen 2.92 ulps, where |y log2 x|
-            nears 127: the double-float logarithm's 2^-30 error is magnified by y log2 x).
+            nears 127: the double-float logarithm's 2^-30 error is magnified by y log2 x);
+            the inverse trigonometric and hyperbolic functions, sinh, cosh and atan2 on 2^24
+            arguments (pairs) from each of: random bit patterns, every binade, [-1, 1], the
+            approach to +-1, 1 + 2^-k, [-10, 10], [1, 5] and [80, 95] (the largest seen, plus a
+            margin of 0.05 to 0.1).
             ``None`` for internal helpers.
         domain: the inputs over which ``max_ulp`` holds, and what happens outside them.
         reference: where the algorithm and its coefficients come from.
@@ -110,6 +114,20 @@ _ERF_SMALL = ("-5.96761703e-4", "4.99119423e-3", "-2.67681349e-2", "1.12819925e-
               "-3.76125336e-1", "1.28379166e-1")
 _ERF_LARGE = ("-1.72853470e-5", "3.83197126e-4", "-3.88396438e-3", "2.42546219e-2",
               "-1.06777877e-1", "-6.34846687e-1", "-1.28717512e-1")
+
+# Cephes asinf: asin(s) = s + s^3 P(s^2) on |s| <= 0.5 (beyond, through 1 - 2 s^2).
+_ASIN_P = ("4.2163199048E-2", "2.4181311049E-2", "4.5470025998E-2", "7.4953002686E-2",
+           "1.6666752422E-1")
+# Cephes atanf: atan(t) = t + t^3 P(t^2) on |t| <= tan(pi/8).
+_ATAN_P = ("8.05374449538E-2", "-1.38776856032E-1", "1.99777106478E-1", "-3.33329491539E-1")
+# Cephes sinhf: sinh(x) = x + x^3 P(x^2) on |x| <= 1.
+_SINH_P = ("2.03721912945E-4", "8.33028376239E-3", "1.66667160211E-1")
+# pi/4, pi/2 and pi as the float nearest them plus the float nearest the rest (the rest is
+# added first, so that the constant enters a sum with about 2^-24 relative more precision)
+_PIO4 = ("0.785398185253143310546875f", "-2.1855695031324710e-8f")
+_PIO2 = ("1.57079637050628662109375f", "-4.3711390063094140e-8f")
+_PI = ("3.1415927410125732421875f", "-8.7422780126189280e-8f")
+_LN2_F = "0.693147180559945309f"
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,9 +310,50 @@ static inline float lb_sin_quadrant(float x, int q0)
     reference="Cephes sinf.c/cosf polynomials (S. L. Moshier) on the reduction of lb_rem_pio2.",
 )
 
+_ASIN_KERNEL = MathFunction(
+    op="asin_kernel",
+    name="lb_asin_poly",
+    source=f"""\
+/* asin(s) for |s| <= 0.5 given z = s^2: s + s z P(z). */
+static inline float lb_asin_poly(float s, float z)
+{{
+{_poly("z", _ASIN_P)}
+    return fma(s * z, p, s);
+}}
+""",
+    reference="Cephes asinf (S. L. Moshier): degree-4 minimax polynomial in s^2.",
+)
+
+_ATAN_KERNEL = MathFunction(
+    op="atan_kernel",
+    name="lb_atan_pos",
+    source=f"""\
+/* atan(a) for a >= 0 (+inf included; a nan gives nan), without its last rounding to float:
+   returns the float nearest pi/2, pi/4 or 0 (the quadrant's base) and stores the rest in
+   *lo, so that the caller adds the two once (lo first) and may fold a sign or another
+   constant into that sum. The argument is reduced by the tangent's addition formula to
+   |t| <= tan(pi/8): t = -1/a above tan(3 pi/8) (base pi/2), (a - 1)/(a + 1) above tan(pi/8)
+   (base pi/4). */
+static inline float lb_atan_pos(float a, float *lo)
+{{
+    int big = a > 2.414213562373095f;
+    int mid = a > 0.4142135623730950f;
+    float t = big ? -1.0f / a : (mid ? (a - 1.0f) / (a + 1.0f) : a);
+    float z = t * t;
+{_poly("z", _ATAN_P)}
+    float r = fma(t * z, p, t);
+    *lo = r + (big ? {_PIO2[1]} : (mid ? {_PIO4[1]} : 0.0f));
+    return big ? {_PIO2[0]} : (mid ? {_PIO4[0]} : 0.0f);
+}}
+""",
+    reference="Cephes atanf (S. L. Moshier): reduction by tan(x - pi/4) = (a - 1)/(a + 1) "
+              "and atan(a) = pi/2 - atan(1/a), degree-3 minimax polynomial in t^2.",
+)
+
 HELPERS: dict[str, MathFunction] = {
     f.name: f
-    for f in (_LDEXP, _EXP_KERNEL, _LOG_NORMAL_KERNEL, _LOG_KERNEL, _REM_PIO2, _SIN_KERNEL)
+    for f in (_LDEXP, _EXP_KERNEL, _LOG_NORMAL_KERNEL, _LOG_KERNEL, _REM_PIO2, _SIN_KERNEL,
+              _ASIN_KERNEL, _ATAN_KERNEL)
 }
 """Internal building blocks, keyed by C name; ``preamble`` pulls them in through ``deps``."""
 
@@ -666,10 +725,225 @@ static inline float lb_pow(float x, float y)
               "polynomial; special cases per C99 Annex F.",
 )
 
+_ASIN = MathFunction(
+    op="asin",
+    name="lb_asin",
+    deps=("lb_asin_poly",),
+    source=f"""\
+static inline float lb_asin(float x)
+{{
+    /* above |x| = 0.5: asin a = pi/2 - 2 asin(s) with s = sqrt((1 - a)/2), where 1 - a and
+       the halving are exact */
+    float a = fabs(x);
+    int big = a > 0.5f;
+    float z = big ? 0.5f * (1.0f - a) : a * a;
+    float s = big ? sqrt(z) : a;
+    float r = lb_asin_poly(s, z);
+    r = big ? {_PIO2[0]} - fma(2.0f, r, {_PIO2[1][1:]}) : r;
+    r = a <= 1.0f ? r : NAN;  /* |x| > 1 or nan */
+    return copysign(r, x);
+}}
+""",
+    max_ulp=2.45,
+    domain="[-1, 1]; nan outside (+-inf included); -0 at -0",
+    reference="Cephes asinf (S. L. Moshier), pi/2 carried in two parts.",
+)
+
+_ACOS = MathFunction(
+    op="acos",
+    name="lb_acos",
+    deps=("lb_asin_poly",),
+    source=f"""\
+static inline float lb_acos(float x)
+{{
+    /* |x| <= 0.5: pi/2 - asin x; above: 2 asin(s) (x > 0) or pi - 2 asin(s) (x < 0) with
+       s = sqrt((1 - |x|)/2), small where the result is: acos(1) is exactly +0 */
+    float a = fabs(x);
+    int big = a > 0.5f;
+    float z = big ? 0.5f * (1.0f - a) : x * x;
+    float s = big ? sqrt(z) : x;
+    float r = lb_asin_poly(s, z);
+    float v = {_PIO2[0]} - (r - {_PIO2[1]});
+    v = big ? (x > 0.0f ? 2.0f * r : {_PI[0]} - fma(2.0f, r, {_PI[1][1:]})) : v;
+    return a <= 1.0f ? v : NAN;  /* |x| > 1 or nan */
+}}
+""",
+    max_ulp=1.2,
+    domain="[-1, 1]; nan outside (+-inf included); exactly +0 at 1",
+    reference="Cephes acosf (S. L. Moshier) through the asinf polynomial, pi and pi/2 "
+              "carried in two parts.",
+)
+
+_ATAN = MathFunction(
+    op="atan",
+    name="lb_atan",
+    deps=("lb_atan_pos",),
+    source="""\
+static inline float lb_atan(float x)
+{
+    float lo;
+    float hi = lb_atan_pos(fabs(x), &lo);
+    return copysign(hi + lo, x);  /* a nan passes */
+}
+""",
+    max_ulp=2.4,
+    domain="all floats; +-pi/2 at +-inf; -0 at -0",
+    reference=_ATAN_KERNEL.reference,
+)
+
+_ATAN2 = MathFunction(
+    op="atan2",
+    name="lb_atan2",
+    arity=2,
+    deps=("lb_atan_pos",),
+    source=f"""\
+static inline float lb_atan2(float y, float x)
+{{
+    /* t = min(|x|, |y|) / max(|x|, |y|) in [0, 1] (both zero: 0; both infinite: 1), never
+       overflowing; then atan2 = base + sign * atan t with base 0, pi/2 or pi and the sign
+       by the octant, the base's and atan's low parts summed before their high parts. The
+       sign of x is read from its bit, so atan2(+-0, -0) = +-pi. */
+    float ax = fabs(x), ay = fabs(y);
+    int swap = ay > ax;
+    float num = swap ? ax : ay;
+    float den = swap ? ay : ax;
+    int both_inf = isinf(ax) && isinf(ay);
+    num = both_inf ? 1.0f : num;
+    den = both_inf ? 1.0f : (den == 0.0f ? 1.0f : den);
+    float lo;
+    float hi = lb_atan_pos(num / den, &lo);
+    int xneg = as_int(x) < 0;
+    float base_hi = swap ? {_PIO2[0]} : (xneg ? {_PI[0]} : 0.0f);
+    float base_lo = swap ? {_PIO2[1]} : (xneg ? {_PI[1]} : 0.0f);
+    int minus = swap != xneg;
+    float r = ((base_lo + (minus ? -lo : lo)) + (minus ? -hi : hi)) + base_hi;
+    r = isnan(x) || isnan(y) ? x + y : r;
+    return copysign(r, y);
+}}
+""",
+    max_ulp=2.7,
+    domain="all pairs; C99 Annex F's special cases (signed zeros, infinities) as NumPy's",
+    reference=_ATAN_KERNEL.reference + " Octant reduction as in fdlibm e_atan2.c.",
+)
+
+_SINH = MathFunction(
+    op="sinh",
+    name="lb_sinh",
+    deps=("lb_expm1_reduced", "lb_ldexp_k"),
+    source=f"""\
+static inline float lb_sinh(float x)
+{{
+    /* |x| <= 1: Cephes' polynomial; above, h - 1/(4h) with h = exp|x| / 2 = 2^(n-1)(1 + u)
+       scaled on the exponent (no overflow of exp before the halving: sinh is finite up to
+       89.415). Clamping at 89.5 keeps n in the scaling's range; a nan passes. */
+    float a = fabs(x);
+    float z = a * a;
+{_poly("z", _SINH_P)}
+    float small = fma(a * z, p, a);
+    float ac = a > 89.5f ? 89.5f : a;
+    int n;
+    float u = lb_expm1_reduced(ac, &n);
+    float h = lb_ldexp_k(u + 1.0f, n - 1);
+    float large = h - 0.25f / h;
+    return copysign(a <= 1.0f ? small : large, x);
+}}
+""",
+    max_ulp=1.7,
+    domain="all floats; +-inf beyond |x| = 89.415; -0 at -0",
+    reference="Cephes sinhf (S. L. Moshier): polynomial on |x| <= 1, (e^x - e^-x)/2 above, "
+              "over the expf reduction of lb_exp.",
+)
+
+_COSH = MathFunction(
+    op="cosh",
+    name="lb_cosh",
+    deps=("lb_expm1_reduced", "lb_ldexp_k"),
+    source="""\
+static inline float lb_cosh(float x)
+{
+    /* h + 1/(4h) with h = exp|x| / 2 = 2^(n-1)(1 + u) (see lb_sinh); a nan passes */
+    float a = fabs(x);
+    float ac = a > 89.5f ? 89.5f : a;
+    int n;
+    float u = lb_expm1_reduced(ac, &n);
+    float h = lb_ldexp_k(u + 1.0f, n - 1);
+    return h + 0.25f / h;
+}
+""",
+    max_ulp=1.5,
+    domain="all floats; +inf beyond |x| = 89.415; 1 at +-0",
+    reference="Cephes coshf (S. L. Moshier): (e^x + e^-x)/2 over the expf reduction of lb_exp.",
+)
+
+_ASINH = MathFunction(
+    op="asinh",
+    name="lb_asinh",
+    deps=("lb_log1p", "lb_log"),
+    source=f"""\
+static inline float lb_asinh(float x)
+{{
+    /* asinh a = log1p(a + a^2 / (1 + sqrt(1 + a^2))) below 2^12 (no cancellation, and a
+       itself for tiny a); above, log a + ln 2, which is within 2^-26 of it */
+    float a = fabs(x);
+    float z = a * a;
+    float small = lb_log1p(a + z / (1.0f + sqrt(1.0f + z)));
+    float large = lb_log(a) + {_LN2_F};
+    return copysign(a < 4096.0f ? small : large, x);  /* a nan passes */
+}}
+""",
+    max_ulp=1.85,
+    domain="all floats; +-inf at +-inf; -0 at -0",
+    reference="fdlibm s_asinh.c's log1p form (here below 2^12) and log(2|x|) above.",
+)
+
+_ACOSH = MathFunction(
+    op="acosh",
+    name="lb_acosh",
+    deps=("lb_log1p", "lb_log"),
+    source=f"""\
+static inline float lb_acosh(float x)
+{{
+    /* acosh x = log1p(t + sqrt(t (2 + t))) with t = x - 1 (exact) below 2^12, log x + ln 2
+       above */
+    float t = x - 1.0f;
+    float small = lb_log1p(t + sqrt(t * (2.0f + t)));
+    float large = lb_log(x) + {_LN2_F};
+    float r = x < 4096.0f ? small : large;
+    return x >= 1.0f ? r : NAN;  /* x < 1 or nan */
+}}
+""",
+    max_ulp=2.5,
+    domain="[1, inf]; nan below 1; exactly +0 at 1",
+    reference="fdlibm e_acosh.c's log1p form (here below 2^12) and log(2x) above.",
+)
+
+_ATANH = MathFunction(
+    op="atanh",
+    name="lb_atanh",
+    deps=("lb_log1p",),
+    source="""\
+static inline float lb_atanh(float x)
+{
+    /* atanh a = log1p(2a / (1 - a)) / 2, written 2a + 2a a/(1 - a) below 0.5 (1 - a is
+       exact above it); +-inf at +-1 */
+    float a = fabs(x);
+    float t = a + a;
+    float w = a < 0.5f ? fma(t, a / (1.0f - a), t) : t / (1.0f - a);
+    float r = 0.5f * lb_log1p(w);
+    r = a <= 1.0f ? r : NAN;  /* |x| > 1 or nan */
+    return copysign(r, x);
+}
+""",
+    max_ulp=1.8,
+    domain="[-1, 1]; +-inf at +-1, nan outside; -0 at -0",
+    reference="fdlibm e_atanh.c: 0.5 log1p(2a + 2a a/(1 - a)) below 0.5, "
+              "0.5 log1p(2a/(1 - a)) above.",
+)
+
 FUNCTIONS: dict[str, MathFunction] = {
     f.op: f
     for f in (_EXP, _EXP2, _EXPM1, _LOG, _LOG2, _LOG1P, _SIN, _COS, _TAN, _TANH, _SIGMOID,
-              _ERF, _POW)
+              _ERF, _POW, _ASIN, _ACOS, _ATAN, _ATAN2, _SINH, _COSH, _ASINH, _ACOSH, _ATANH)
 }
 """The float32 functions a kernel may call, keyed by IR operation name."""
 

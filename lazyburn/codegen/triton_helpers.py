@@ -298,6 +298,33 @@ def lb_nextafter(a, b, F64: tl.constexpr):
 '''),
 }
 
+# The inverse trigonometric and hyperbolic functions, sinh and cosh, and atan2 under the
+# interpreter only (as lb_pow_f64_interpreted): NumPy's float64 function of the values the
+# interpreter holds, rounded once to their type, as a GPU's libdevice call in float64 gives
+# them (see triton_printer.INVERSE_MATH). Never compiled.
+_INTERPRETED_UNARY = """
+def lb_{op}_interpreted(x):
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+    with np.errstate(all="ignore"):
+        r = np.{numpy}(x.handle.data.astype(np.float64)).astype(x.handle.data.dtype)
+    return tl.tensor(TensorHandle(r, x.dtype), x.type)
+"""
+_INTERPRETED_BINARY = """
+def lb_{op}_interpreted(a, b):
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+    x, y = tl.broadcast(a, b)
+    with np.errstate(all="ignore"):
+        r = np.{numpy}(x.handle.data.astype(np.float64), y.handle.data.astype(np.float64))
+    return tl.tensor(TensorHandle(r.astype(x.handle.data.dtype), x.dtype), x.type)
+"""
+for _op, _numpy in (("asin", "arcsin"), ("acos", "arccos"), ("atan", "arctan"),
+                    ("sinh", "sinh"), ("cosh", "cosh"), ("asinh", "arcsinh"),
+                    ("acosh", "arccosh"), ("atanh", "arctanh"), ("atan2", "arctan2")):
+    _text = _INTERPRETED_BINARY if _op == "atan2" else _INTERPRETED_UNARY
+    HELPERS[f"lb_{_op}_interpreted"] = ((), _text.format(op=_op, numpy=_numpy))
+
 # the random numbers of codegen.philox, the programs the NumPy reference backend runs
 HELPERS.update({program.name: ((), philox.source(program, "triton"))
                 for program in philox.PROGRAMS.values()})

@@ -53,7 +53,14 @@ PORTABLE = {"expm1": "lb_expm1", "log1p": "lb_log1p", "tanh": "lb_tanh", "tan": 
 
 # ops spelled as a call of a helper, of libdevice or of a tl.math function
 CALLS = frozenset(LIBDEVICE) | {"floordiv", "mod", "minimum", "maximum", "pow", "div", "rsqrt",
-                                "sigmoid", "exp", "copysign", "nextafter", "log10"}
+                                "sigmoid", "exp", "copysign", "nextafter", "log10", "atan2"}
+# The inverse trigonometric and hyperbolic functions, sinh and cosh: libdevice's functions of
+# these names on a GPU (float32 computed in float64 and rounded once: within an ulp but for
+# rare double roundings, and float32's subnormals are normal there, so libdevice's flush does
+# not enter), NumPy's under the interpreter (the same float64 values, rounded once)
+INVERSE_MATH = frozenset({"asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+                          "atan2"})
+CALLS = CALLS | INVERSE_MATH
 
 # The smallest normal float32, 2**-126. Triton links libdevice in its flush-to-zero form
 # (Triton 3.6 has no option to change that), so its float32 functions read a subnormal input
@@ -311,6 +318,8 @@ class TritonPrinter(ExprPrinter):
             if e.op == "exp2":
                 return self._exp2(args[0], VALUE[e.dtype.name])
             return self._keep_subnormals(e, args[0], f"{TL_MATH[e.op]}({args[0]})")
+        if e.op in INVERSE_MATH:
+            return self._inverse_math(e, args)
         if e.op in LIBDEVICE and e.op != "pow":
             if not e.dtype.is_float:
                 return args[0]
@@ -511,6 +520,17 @@ class TritonPrinter(ExprPrinter):
                 return f"libdevice.log10({x})"
             return self.helper("lb_log10_f64_interpreted", x)
         return self.helper("lb_log10_f32", x)
+
+    def _inverse_math(self, e: Expr, args: list) -> str:
+        """An INVERSE_MATH op: libdevice's float64 function on a GPU (float32 arguments widened
+        and the result rounded once), NumPy's under the interpreter."""
+        if self.target != "cuda":
+            return self.helper(f"lb_{e.op}_interpreted", *args)
+        self.uses_libdevice = True
+        if VALUE[e.dtype.name] == "tl.float64":
+            return f"libdevice.{e.op}({', '.join(args)})"
+        wide = ", ".join(f"{a}.to(tl.float64)" for a in args)
+        return f"libdevice.{e.op}({wide}).to(tl.float32)"
 
     # the ops defined on a float's bits, through the signed integer of its width
     def op_signbit(self, e, x):

@@ -119,7 +119,9 @@ I64_CALLS = {"add": "lb_i64_add", "sub": "lb_i64_sub", "mul": "lb_i64_mul", "neg
 MATH = {"exp": "lb_exp", "exp2": "lb_exp2", "sin": "lb_sin", "cos": "lb_cos", "tan": "lb_tan",
         "floor": "floor", "ceil": "ceil", "round": "round", "log": "lb_log", "log2": "lb_log2",
         "sqrt": "lb_sqrt", "rsqrt": "lb_rsqrt", "expm1": "lb_expm1", "log1p": "lb_log1p",
-        "tanh": "lb_tanh", "sigmoid": "lb_sigmoid", "erf": "lb_erf", "log10": "lb_log10"}
+        "tanh": "lb_tanh", "sigmoid": "lb_sigmoid", "erf": "lb_erf", "log10": "lb_log10",
+        "asin": "lb_asin", "acos": "lb_acos", "atan": "lb_atan", "sinh": "lb_sinh",
+        "cosh": "lb_cosh", "asinh": "lb_asinh", "acosh": "lb_acosh", "atanh": "lb_atanh"}
 
 
 # the opaque identity of the module doc, and the zero it uses (declared by ``entry_point``)
@@ -546,6 +548,9 @@ class WGSLPrinter(ExprPrinter):
 
     def op_nextafter(self, e, a, b):
         return self.call("lb_nextafter", a, b)
+
+    def op_atan2(self, e, y, x):
+        return self.call("lb_atan2", y, x)
 
     def op_cast(self, e, x):
         if e.id in self.index_casts:

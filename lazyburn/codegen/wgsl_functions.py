@@ -16,7 +16,11 @@ for sin, cos and tan from 2^-2 to 2^24, every binade up to 3.4e38 sampled, and m
 arguments for the others; the WebGPU tests assert them): exp 1.3, exp2 1.2, expm1 1.5, tanh 2.3,
 sigmoid 2.6, sin 2.1, cos 2.1, tan 2.9, pow 2.7 (for every base, subnormals included, wherever the
 result is finite), log10 1.0 (of the correctly rounded result, over 500000 arguments from every
-binade, subnormals included; exact at the powers of ten). Subnormal results are kept (the scaling
+binade, subnormals included; exact at the powers of ten), asin 2.4, acos 1.3, atan 2.3,
+atan2 2.6, sinh 1.7, cosh 1.5, asinh 4.7, acosh 4.6, atanh 4.5 (the last three are lb_log1p's
+error near 0.5, where it changes formulas; 2^20 to 2^22 arguments from each of: random bit
+patterns, every binade, [-1, 1], the approach to +-1, [-10, 10], [1, 5], [80, 95]). Subnormal
+results are kept (the scaling
 by 2^k is two exact steps), and -0 stays -0 through the odd functions. None of them relies on a
 fused multiply-add (lavapipe's ``fma`` rounds twice): exact products are of 12-bit halves, and the
 reduction of sin, cos and tan is integer arithmetic (``lb_rem_pio2``). They have no loops and no
@@ -624,6 +628,173 @@ fn lb_tan(x: f32) -> f32 {{
     return select(w, x, x == 0.0f);  // tan(-0) = -0
 }}
 """, ("lb_rem_pio2",))
+
+# asin, acos, atan, atan2, sinh, cosh, asinh, acosh, atanh: our own --------------------------
+# (WGSL's built-ins of these are bounded only through their formulas: atan to 4096 ulp, asin as
+# atan2(x, sqrt(1 - x x)), sinh as (exp(x) - exp(-x)) / 2, which loses every bit near 0.) The
+# recipes are those of the OpenCL backend's functions (``codegen.opencl_math``): Cephes'
+# asinf, atanf and sinhf polynomials, exp through lb_exp_reduced scaled on the exponent, fdlibm's
+# log1p forms of asinh, acosh and atanh. Below 2^-12 the odd ones return x itself (the cubic
+# term is under half an ulp), which keeps a subnormal argument that a driver's arithmetic may
+# flush; infinities and nan are selected on the bits. The sign goes on by xor, as in lb_tanh.
+_PIO4 = ("0.785398185253143310546875f", "-2.1855695031324710e-8f")
+_PIO2 = ("1.57079637050628662109375f", "-4.3711390063094140e-8f")
+_PI = ("3.1415927410125732421875f", "-8.7422780126189280e-8f")
+_TINY = "2.44140625e-4f"  # 2^-12
+_ASIN_P = ("4.2163199048E-2", "2.4181311049E-2", "4.5470025998E-2", "7.4953002686E-2",
+           "1.6666752422E-1")
+_ATAN_P = ("8.05374449538E-2", "-1.38776856032E-1", "1.99777106478E-1", "-3.33329491539E-1")
+_SINH_P = ("2.03721912945E-4", "8.33028376239E-3", "1.66667160211E-1")
+
+
+def _signed(value: str, sign_of: str) -> str:
+    """``value`` (not negative) with the sign bit of ``sign_of`` put on by xor."""
+    return (f"bitcast<f32>(bitcast<u32>({value}) ^ (bitcast<u32>({sign_of}) & "
+            f"0x80000000u))")
+
+
+_define("lb_asin_poly", f"""
+// asin(s) for |s| <= 0.5 given z = s^2: s + s z P(z) (Cephes asinf)
+fn lb_asin_poly(s: f32, z: f32) -> f32 {{
+{_horner("z", _ASIN_P, "p")}
+    return s * z * p + s;
+}}
+""")
+_define("lb_asin", f"""
+// above |x| = 0.5: pi/2 - 2 asin(s) with s = sqrt((1 - |x|)/2) (1 - |x| and the halving exact)
+fn lb_asin(x: f32) -> f32 {{
+    let a = abs(x);
+    let big = a > 0.5f;
+    let z = select(a * a, 0.5f * (1.0f - a), big);
+    let r = lb_asin_poly(select(a, sqrt(z), big), z);
+    var v = select(r, {_PIO2[0]} - (2.0f * r - {_PIO2[1]}), big);
+    v = select(v, a, a < {_TINY});
+    v = select(v, {NAN}, a > 1.0f || lb_isnan(x));
+    return {_signed("v", "x")};
+}}
+""", ("lb_asin_poly", "lb_isnan"))
+_define("lb_acos", f"""
+// |x| <= 0.5: pi/2 - asin x; above: 2 asin(s) (x > 0) or pi - 2 asin(s) (x < 0), with
+// s = sqrt((1 - |x|)/2): acos(1) is exactly +0
+fn lb_acos(x: f32) -> f32 {{
+    let a = abs(x);
+    let big = a > 0.5f;
+    let z = select(x * x, 0.5f * (1.0f - a), big);
+    let r = lb_asin_poly(select(x, sqrt(z), big), z);
+    let mid = {_PIO2[0]} - (r - {_PIO2[1]});
+    let v = select(mid, select({_PI[0]} - (2.0f * r - {_PI[1]}), 2.0f * r, x > 0.0f), big);
+    return select(v, {NAN}, a > 1.0f || lb_isnan(x));
+}}
+""", ("lb_asin_poly", "lb_isnan"))
+_define("lb_atan_pos", f"""
+// atan(a) for a >= 0 (+inf included) as vec2(hi, lo), hi the float nearest the quadrant's
+// base (0, pi/4 or pi/2) and lo the rest, for the caller to add once: the argument is reduced
+// to |t| <= tan(pi/8) by t = -1/a above tan(3 pi/8) and (a - 1)/(a + 1) above tan(pi/8)
+// (Cephes atanf)
+fn lb_atan_pos(a: f32) -> vec2<f32> {{
+    let big = a > 2.414213562373095f;
+    let mid = a > 0.4142135623730950f;
+    var t = select(select(a, (a - 1.0f) / (a + 1.0f), mid), -1.0f / a, big);
+    t = select(t, 0.0f, lb_isinf(a));
+    let z = t * t;
+{_horner("z", _ATAN_P, "p")}
+    let r = t * z * p + t;
+    let lo = r + select(select(0.0f, {_PIO4[1]}, mid), {_PIO2[1]}, big);
+    return vec2<f32>(select(select(0.0f, {_PIO4[0]}, mid), {_PIO2[0]}, big), lo);
+}}
+""", ("lb_isinf",))
+_define("lb_atan", f"""
+fn lb_atan(x: f32) -> f32 {{
+    let a = abs(x);
+    let h = lb_atan_pos(a);
+    var v = select(h.x + h.y, a, a < {_TINY});
+    v = select(v, x, lb_isnan(x));
+    return {_signed("v", "x")};
+}}
+""", ("lb_atan_pos", "lb_isnan"))
+_define("lb_atan2", f"""
+// t = min(|x|, |y|) / max(|x|, |y|) in [0, 1] (both zero: 0; both infinite: 1; a finite over
+// an infinite one: 0), then atan2 = base + sign atan t with base 0, pi/2 or pi and the sign by
+// the octant, the low parts summed before the high ones; x's sign from its bit, so that
+// atan2(+-0, -0) is +-pi (C99 Annex F, as NumPy)
+fn lb_atan2(y: f32, x: f32) -> f32 {{
+    let ax = abs(x);
+    let ay = abs(y);
+    let swap = ay > ax;
+    let both_inf = lb_isinf(ax) && lb_isinf(ay);
+    let den = select(ax, ay, swap);
+    let num = select(select(ay, ax, swap), 1.0f, both_inf);
+    var t = num / select(select(den, 1.0f, den == 0.0f), 1.0f, both_inf);
+    t = select(t, 0.0f, lb_isinf(den) && !both_inf);
+    let h = lb_atan_pos(t);
+    let xneg = bitcast<u32>(x) >= 0x80000000u;
+    let minus = swap != xneg;
+    let base_hi = select(select(0.0f, {_PI[0]}, xneg), {_PIO2[0]}, swap);
+    let base_lo = select(select(0.0f, {_PI[1]}, xneg), {_PIO2[1]}, swap);
+    var v = ((base_lo + select(h.y, -h.y, minus)) + select(h.x, -h.x, minus)) + base_hi;
+    v = select(v, {NAN}, lb_isnan(x) || lb_isnan(y));
+    return {_signed("v", "y")};
+}}
+""", ("lb_atan_pos", "lb_isnan", "lb_isinf"))
+_define("lb_sinh", f"""
+// |x| <= 1: Cephes sinhf's polynomial; above, h - 1/(4h) with h = exp|x| / 2 = 2^(k-1) e^r
+// scaled on the exponent (sinh is finite up to 89.415, past exp's overflow)
+fn lb_sinh(x: f32) -> f32 {{
+    let a = abs(x);
+    let z = a * a;
+{_horner("z", _SINH_P, "p")}
+    let small = a * z * p + a;
+    let u = lb_exp_reduced(min(a, 89.5f));
+    let h = lb_ldexp(u.x + 1.0f, i32(u.y) - 1i);
+    var v = select(h - 0.25f / h, small, a <= 1.0f);
+    v = select(v, a, a < {_TINY});
+    v = select(select(v, {INF}, lb_isinf(x)), x, lb_isnan(x));
+    return {_signed("v", "x")};
+}}
+""", ("lb_exp_reduced", "lb_ldexp", "lb_isnan", "lb_isinf"))
+_define("lb_cosh", f"""
+// h + 1/(4h) with h = exp|x| / 2 = 2^(k-1) e^r (see lb_sinh)
+fn lb_cosh(x: f32) -> f32 {{
+    let u = lb_exp_reduced(min(abs(x), 89.5f));
+    let h = lb_ldexp(u.x + 1.0f, i32(u.y) - 1i);
+    return select(select(h + 0.25f / h, {INF}, lb_isinf(x)), x, lb_isnan(x));
+}}
+""", ("lb_exp_reduced", "lb_ldexp", "lb_isnan", "lb_isinf"))
+_define("lb_asinh", f"""
+// log1p(a + a^2 / (1 + sqrt(1 + a^2))) below 2^12, log a + ln 2 above (fdlibm s_asinh.c)
+fn lb_asinh(x: f32) -> f32 {{
+    let a = abs(x);
+    let z = a * a;
+    let small = lb_log1p(a + z / (1.0f + sqrt(1.0f + z)));
+    var v = select(lb_log(a) + 0.693147180559945309f, small, a < 4096.0f);
+    v = select(v, a, a < {_TINY});
+    v = select(select(v, {INF}, lb_isinf(x)), x, lb_isnan(x));
+    return {_signed("v", "x")};
+}}
+""", ("lb_log1p", "lb_log", "lb_isnan", "lb_isinf"))
+_define("lb_acosh", f"""
+// log1p(t + sqrt(t (2 + t))) with t = x - 1 (exact) below 2^12, log x + ln 2 above (fdlibm
+// e_acosh.c); exactly +0 at 1
+fn lb_acosh(x: f32) -> f32 {{
+    let t = x - 1.0f;
+    let small = lb_log1p(t + sqrt(t * (2.0f + t)));
+    var v = select(lb_log(x) + 0.693147180559945309f, small, x < 4096.0f);
+    v = select(v, {INF}, lb_isinf(x));
+    return select(v, {NAN}, x < 1.0f || lb_isnan(x));
+}}
+""", ("lb_log1p", "lb_log", "lb_isnan", "lb_isinf"))
+_define("lb_atanh", f"""
+// log1p(2a / (1 - a)) / 2, written 2a + 2a a/(1 - a) below 0.5 (fdlibm e_atanh.c)
+fn lb_atanh(x: f32) -> f32 {{
+    let a = abs(x);
+    let t = a + a;
+    let w = select(t / (1.0f - a), t * (a / (1.0f - a)) + t, a < 0.5f);
+    var v = select(0.5f * lb_log1p(w), a, a < {_TINY});
+    v = select(v, {INF}, a == 1.0f);
+    v = select(v, {NAN}, a > 1.0f || lb_isnan(x));
+    return {_signed("v", "x")};
+}}
+""", ("lb_log1p", "lb_isnan"))
 
 # pow ------------------------------------------------------------------------------------------
 _define("lb_hi12", """

@@ -430,6 +430,14 @@ _unary("tan", lambda x, y: 1.0 + y * y)
 _unary("tanh", lambda x, y: 1.0 - y * y)
 _unary("sigmoid", lambda x, y: y * (1.0 - y))
 _unary("erf", lambda x, y: (2.0 / math.sqrt(math.pi)) * (-x * x).exp())
+_unary("asin", lambda x, y: (1.0 - x * x).rsqrt())
+_unary("acos", lambda x, y: -(1.0 - x * x).rsqrt())
+_unary("atan", lambda x, y: 1.0 / (1.0 + x * x))
+_unary("sinh", lambda x, y: ew.unary("cosh", x))
+_unary("cosh", lambda x, y: ew.unary("sinh", x))
+_unary("asinh", lambda x, y: (x * x + 1.0).rsqrt())
+_unary("acosh", lambda x, y: ((x - 1.0) * (x + 1.0)).rsqrt())
+_unary("atanh", lambda x, y: 1.0 / ((1.0 - x) * (1.0 + x)))
 
 
 @_rule("sign", "floor", "ceil", "round", "floordiv")
@@ -442,6 +450,13 @@ def _copysign(g, y, xs, attrs):  # |x1| with x2's sign: slope +-1 in x1, 0 in x2
     a, b = xs
     flip = ew.binary("ne", ew.unary("signbit", a), ew.unary("signbit", b))
     return ew.where(flip, -g, g), zeros_like(b)
+
+
+@_rule("atan2")
+def _atan2(g, y, xs, attrs):  # the angle of (b, a): gradient (b, -a) / (a^2 + b^2)
+    a, b = xs
+    gr = g / (a * a + b * b)
+    return gr * b, -gr * a
 
 
 @_rule("cast")

@@ -56,6 +56,8 @@ _define("elementwise", 1, "neg abs sign square", category="arith")
 _define("elementwise", 1, "exp exp2 expm1 log log2 log1p sqrt rsqrt sin cos tan tanh sigmoid erf",
         category="float")
 _define("elementwise", 1, "log10", category="float")
+# inverse trigonometric and hyperbolic functions (the array API's names)
+_define("elementwise", 1, "asin acos atan sinh cosh asinh acosh atanh", category="float")
 _define("elementwise", 1, "floor ceil round", category="round")
 _define("elementwise", 1, "isnan isinf isfinite", category="predicate")
 # the sign bit of a float (set for -0.0 and a negative nan); x < 0 on integers
@@ -68,6 +70,8 @@ _define("elementwise", 2, "add sub mul floordiv mod minimum maximum", category="
 _define("elementwise", 2, "div pow", category="float")
 # bit-level and exact: x1's magnitude with x2's sign bit; the float after x1 toward x2
 _define("elementwise", 2, "copysign nextafter", category="float")
+# the angle of the point (x2, x1), quadrant by both signs (C99 Annex F's special cases)
+_define("elementwise", 2, "atan2", category="float")
 _define("elementwise", 2, "eq ne lt le gt ge", category="compare")
 _define("elementwise", 2, "logical_and logical_or logical_xor", category="logical")
 _define("elementwise", 2, "bitwise_and bitwise_or bitwise_xor left_shift right_shift",

@@ -80,6 +80,8 @@ UNARY = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "square": np.square,
     "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
     "log10": np.log10,
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sigmoid": _sigmoid,
     "erf": scipy.special.erf, "floor": np.floor, "ceil": np.ceil, "round": np.round,
@@ -95,7 +97,7 @@ BINARY = {
     "logical_and": np.logical_and, "logical_or": np.logical_or,
     "logical_xor": np.logical_xor, "bitwise_and": np.bitwise_and,
     "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
-    "copysign": np.copysign, "nextafter": np.nextafter,
+    "copysign": np.copysign, "nextafter": np.nextafter, "atan2": np.arctan2,
 }
 
 INT_BINARY = {
