@@ -8,6 +8,8 @@
 #   benchmarks/gpu_run.sh sanitize  the op sweep on cuda:0 under compute-sanitizer (memcheck)
 #   benchmarks/gpu_run.sh trust     the op sweep and the trust tests, then random programs
 #                                   (2 000 on cuda:0, 1 000 on NVIDIA's OpenCL)
+#   benchmarks/gpu_run.sh pocl      random programs on PoCL's OpenCL (the CI device), 2 000 as 16
+#                                   processes on the GPU host's cores
 #   benchmarks/gpu_run.sh before    the GPU suite (autotune off) on this tree and, side by side
 #                                   in the same run, on the tree in .base/ (made beforehand with
 #                                   `git archive COMMIT lazyburn benchmarks | tar -x -C .base`)
@@ -95,6 +97,15 @@ case "${1:-check}" in
     seq 0 125 875 | timeout 90 xargs -P 8 -I{} python3 tests/fuzz_graphs.py --n 125 \
       --start {} --device opencl:0 --out "$OUT/fuzz-opencl" 2>&1 \
       | grep -E "FAIL|programs on" | tee "$OUT/fuzz_opencl.txt" || failed tests/fuzz_graphs.py
+    ;;
+  pocl)
+    # before NVIDIA's OpenCL is registered, opencl:0 is PoCL on the host's CPU
+    python3 -m lazyburn.cli devices
+    base=${2:-80000}
+    seq "$base" 125 $((base + 1875)) | POCL_MAX_PTHREAD_COUNT=1 POCL_CPU_MAX_CU_COUNT=1 \
+      LAZYBURN_AUTOTUNE=0 timeout 560 xargs -P 16 -I{} python3 tests/fuzz_graphs.py --n 125 --start {} \
+      --device opencl:0 --out "$OUT/fuzz-pocl" 2>&1 | grep -E "FAIL|programs on" \
+      | tee "$OUT/fuzz_pocl.txt" || failed tests/fuzz_graphs.py
     ;;
   before)
     LAZYBURN_AUTOTUNE=0 timeout 270 python3 benchmarks/gpu_suite.py --no-compile 2>&1 \
