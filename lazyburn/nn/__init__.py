@@ -8,6 +8,7 @@ graph for the fusion compiler.
 from .attention import (MultiHeadSelfAttention, additive_attention_mask, attention_probs,
                         scaled_dot_product_attention)
 from . import functional, utils
+from .checkpoint import load_checkpoint, save_checkpoint
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, MSELoss, ReLU,
                      Tanh)
 from .module import Module, ModuleList, Sequential
@@ -16,4 +17,5 @@ from .weights import WeightsError, read_safetensors
 __all__ = ["CrossEntropyLoss", "Dropout", "Embedding", "GELU", "LayerNorm", "Linear", "MSELoss",
            "Module", "ModuleList", "MultiHeadSelfAttention", "ReLU", "Sequential", "Tanh",
            "WeightsError", "additive_attention_mask", "attention_probs", "functional",
+           "load_checkpoint", "save_checkpoint",
            "read_safetensors", "scaled_dot_product_attention", "utils"]
