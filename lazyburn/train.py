@@ -205,8 +205,9 @@ def main(device: str, epochs: int, batch_size: int, lr: float, seed: int, hidden
                    resume=resume, data=data)
     total = time.perf_counter() - t0
     trained = len(result.epochs)
+    compiling = "" if device == "numpy" else ", planning and compiling included"
     print(f"test accuracy {100 * result.accuracy:.2f}% after {trained} epoch"
-          f"{'' if trained == 1 else 's'} ({total:.1f} s in all, compiling included)")
+          f"{'' if trained == 1 else 's'} ({total:.1f} s in all{compiling})")
     if checkpoint is not None and trained:
         print(f"checkpoint: {checkpoint}")
     return 0
