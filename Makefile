@@ -4,12 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test bench fuzz opencl-runtime webgpu-runtime clean
+.PHONY: demo train test bench fuzz opencl-runtime webgpu-runtime clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[opencl,webgpu,models,autotune,test,reference]'
+	$(PY) -m pip install -q -e '.[opencl,webgpu,models,autotune,train,test,reference]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -41,6 +41,9 @@ webgpu-runtime: $(STAMP)
 
 demo: $(STAMP) opencl-runtime
 	$(VENV)/bin/lazyburn demo
+
+train: $(STAMP) opencl-runtime
+	$(VENV)/bin/lazyburn train
 
 test: $(STAMP) opencl-runtime webgpu-runtime
 	$(PY) -m pytest -q -p no:cacheprovider -n auto --maxprocesses=4 tests

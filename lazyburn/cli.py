@@ -1,4 +1,4 @@
-"""The ``lazyburn`` command: ``demo``, ``devices`` and ``cache``.
+"""The ``lazyburn`` command: ``demo``, ``train``, ``devices`` and ``cache``.
 
 A problem with what was asked (a bad argument, an unknown or missing device, an unreadable
 ``--file``, a folder that is not a model) is reported as one line, ``lazyburn: error: ...``, on
@@ -19,10 +19,11 @@ import os
 import sys
 from pathlib import Path
 
-from . import demo, runtime
+from . import demo, runtime, train
 from .autotune import cli as autotune_cli
 from .autotune.cache import FILE_NAME, cache_dir
 from .errors import DeviceError, LazyburnError
+from .nn import WeightsError
 from .models import minilm
 from .version import __version__
 
@@ -138,6 +139,35 @@ def _load_model(path: str | None, device: str):
             raise
         raise UsageError(f"--model: cannot load {path}: {type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
+
+
+# -- train ----------------------------------------------------------------------------------
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def _train(args) -> int:
+    device = _open_device(args.device)
+    if args.resume is not None and not Path(args.resume).is_file():
+        raise UsageError(f"--resume {args.resume}: no such file")
+    if args.checkpoint is not None:
+        parent = Path(args.checkpoint).resolve().parent
+        if not parent.is_dir():
+            raise UsageError(f"--checkpoint {args.checkpoint}: {parent} is not a directory")
+    try:
+        return train.main(device, args.epochs, args.batch_size, args.lr, args.seed,
+                          args.hidden, checkpoint=args.checkpoint, resume=args.resume)
+    except ImportError as e:  # scikit-learn or safetensors missing
+        raise UsageError(str(e)) from None
+    except (WeightsError, ValueError) as e:  # a checkpoint that does not fit, a bad size
+        raise UsageError(str(e)) from None
 
 
 # -- cache ----------------------------------------------------------------------------------
@@ -288,7 +318,8 @@ def parser() -> ArgumentParser:
     p = ArgumentParser(prog="lazyburn",
                        description="lazyburn: a lazy tensor engine with a fusion compiler.")
     p.add_argument("--version", action="version", version=f"lazyburn {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{demo,devices,cache}")
+    sub = p.add_subparsers(dest="command", required=True,
+                           metavar="{demo,train,devices,cache}")
 
     d = sub.add_parser("demo", help="sentence embeddings with MiniLM, fused end to end",
                        description=demo.__doc__.split("\n\n")[0])
@@ -305,6 +336,29 @@ def parser() -> ArgumentParser:
                    help="sentences per batch (default 32)")
     d.add_argument("--dump", default=None, metavar="DIR", help="write fused kernels to DIR")
     d.set_defaults(run=_demo)
+
+    t = sub.add_parser("train", help="train an MLP on scikit-learn's handwritten digits",
+                       description=train.__doc__.split("\n\n")[0])
+    t.add_argument("--device", default=None,
+                   help="numpy, opencl:N, webgpu:N or cuda:N (default: LAZYBURN_DEVICE, "
+                        "else the best device found)")
+    t.add_argument("--epochs", type=_positive_int, default=10,
+                   help="epochs of the whole run (default 10)")
+    t.add_argument("--batch-size", type=_positive_int, default=64, dest="batch_size",
+                   help="images per step (default 64)")
+    t.add_argument("--lr", type=_positive_float, default=1e-2,
+                   help="AdamW's peak learning rate, annealed to 0 (default 0.01)")
+    t.add_argument("--seed", type=int, default=0,
+                   help="seeds the initial weights and the batch order (default 0)")
+    t.add_argument("--hidden", type=_positive_int, default=128,
+                   help="width of the two hidden layers (default 128)")
+    t.add_argument("--checkpoint", default=None, metavar="PATH",
+                   help="save the model, optimizer and schedule to PATH (safetensors) "
+                        "after every epoch")
+    t.add_argument("--resume", default=None, metavar="PATH",
+                   help="continue the run saved in PATH (same --epochs, --batch-size and "
+                        "--hidden) from the epoch it reached")
+    t.set_defaults(run=_train)
 
     devices = sub.add_parser("devices", help="list the devices lazyburn can use")
     devices.set_defaults(run=_devices)

@@ -73,8 +73,12 @@ def _usage_error(capsys, argv) -> str:
 
 
 @pytest.mark.parametrize("argv, message", [
-    ([], "the following arguments are required: {demo,devices,cache} (see 'lazyburn --help')"),
-    (["train"], "argument {demo,devices,cache}: invalid choice: 'train'"),
+    ([], "the following arguments are required: {demo,train,devices,cache} (see 'lazyburn "
+         "--help')"),
+    (["fit"], "argument {demo,train,devices,cache}: invalid choice: 'fit'"),
+    (["train", "--epochs", "0"], "argument --epochs: must be a positive integer, got '0' (see "
+                                 "'lazyburn train --help')"),
+    (["train", "--lr", "fast"], "argument --lr: must be a positive number, got 'fast'"),
     (["demo", "--batch-size", "0"],
      "argument --batch-size: must be a positive integer, got '0' (see 'lazyburn demo --help')"),
     (["demo", "--batch-size", "many"], "argument --batch-size: must be a positive integer"),

@@ -1,6 +1,7 @@
 """Optimizers against torch.optim (five steps on a small MLP from the same initial weights, on
 the NumPy device and every fused device), the state dict's round trip, zero_grad, their errors;
-modules' parameters, modes and Sequential; and an MLP trained on scikit-learn's digits."""
+modules' parameters, modes and Sequential; an MLP trained on scikit-learn's digits; and
+gradient clipping against torch.nn.utils, planned with the step that follows it."""
 from __future__ import annotations
 
 import numpy as np
@@ -241,3 +242,114 @@ def test_mlp_learns_the_digits_on_opencl():
         predicted = model(lb.tensor(x, device=device)).argmax(-1).numpy()
     assert losses[-1] < losses[0] / 4
     assert (predicted == y).mean() > 0.9
+
+
+# gradient clipping -------------------------------------------------------------------------------
+def grads_of_both(rng, device, scale=1.0):
+    """An MLP's gradients after one backward, ours on ``device`` and PyTorch's."""
+    w = mlp_weights(rng)
+    x, t = batches(rng, 1)[0]
+    x = x * scale
+    model = our_mlp(w, device)
+    model.parameters()  # leaves that require grad, as an optimizer's would be
+    lb.cross_entropy(model(lb.tensor(x, device=device)), lb.tensor(t, device=device)).backward()
+    tmodel = torch_mlp(w)
+    torch.nn.functional.cross_entropy(tmodel(torch.tensor(x)), torch.tensor(t)).backward()
+    return model, tmodel
+
+
+# every norm on the reference; the usual two on every fused device
+NORM_CASES = [("numpy", n) for n in (1.0, 3.0, 0.0)] + \
+    [(d, n) for d in DEVICES for n in (2.0, float("inf"))]
+
+
+@pytest.mark.parametrize("device,norm_type", NORM_CASES)
+def test_clip_grad_norm_matches_torch(device, norm_type, rng):
+    model, tmodel = grads_of_both(rng, device)
+    theirs_total = torch.nn.utils.get_total_norm(
+        [p.grad for p in tmodel.parameters()], norm_type).item()
+    max_norm = 0.3 * theirs_total  # clips
+    total = nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type)
+    assert total.shape == () and total.is_pending
+    assert all(p.grad.is_pending for p in model.parameters())  # recorded, not computed
+    theirs = torch.nn.utils.clip_grad_norm_(tmodel.parameters(), max_norm, norm_type)
+    np.testing.assert_allclose(total.item(), theirs.item(), rtol=1e-5)
+    for (k, p), tp in zip(model.named_parameters(), tmodel.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-5, atol=1e-7,
+                                   err_msg=k)
+    clipped = nn.utils.get_total_norm([p.grad for p in model.parameters()], norm_type).item()
+    if norm_type != 0.0:  # scaling leaves the count of non-zeros as it is
+        np.testing.assert_allclose(clipped, max_norm, rtol=1e-4)
+
+
+def test_clip_grad_norm_below_the_bound_and_without_gradients(rng):
+    model, tmodel = grads_of_both(rng, "numpy")
+    before = [p.grad.numpy() for p in model.parameters()]
+    total = nn.utils.clip_grad_norm_(iter(model.parameters()), 1e6)  # a generator, as torch
+    theirs = torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 1e6)
+    np.testing.assert_allclose(total.item(), theirs.item(), rtol=1e-6)
+    for b, p in zip(before, model.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), b, rtol=1e-6)  # times 1.0
+    fresh = lb.tensor([3.0, 4.0], requires_grad=True)
+    assert nn.utils.clip_grad_norm_([fresh], 1.0).item() == 0.0 and fresh.grad is None
+    fresh.grad = lb.tensor([3.0, 4.0])
+    np.testing.assert_allclose(nn.utils.clip_grad_norm_(fresh, 1.0).item(), 5.0)
+    np.testing.assert_allclose(fresh.grad.numpy(), np.array([3.0, 4.0]) / (5.0 + 1e-6),
+                               rtol=1e-6)
+
+
+def test_clip_grad_norm_of_non_finite_gradients():
+    p = lb.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    p.grad = lb.tensor([1.0, np.inf, 2.0])
+    with pytest.raises(RuntimeError, match="non-finite"):
+        nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
+    tp = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    tp.grad = torch.tensor([1.0, np.inf, 2.0])
+    total = nn.utils.clip_grad_norm_([p], 1.0)
+    theirs = torch.nn.utils.clip_grad_norm_([tp], 1.0)
+    assert total.item() == theirs.item() == np.inf
+    np.testing.assert_array_equal(p.grad.numpy(), tp.grad.numpy())  # 0 and nan, as torch
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_clip_grad_value_matches_torch(device, rng):
+    model, tmodel = grads_of_both(rng, device)
+    bound = 0.5 * float(np.median(np.abs(model.parameters()[0].grad.numpy())))
+    assert nn.utils.clip_grad_value_(model.parameters(), bound) is None
+    torch.nn.utils.clip_grad_value_(tmodel.parameters(), bound)
+    for p, tp in zip(model.parameters(), tmodel.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-5, atol=1e-7)
+    assert np.abs(model.parameters()[0].grad.numpy()).max() == np.float32(bound)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_clipping_is_planned_with_the_step_and_matches_torch(device, rng):
+    w, data = mlp_weights(rng), batches(rng, 4)
+    model = our_mlp(w, device)
+    opt = optim.AdamW(model.parameters(), lr=0.05)
+    tmodel = torch_mlp(w)
+    topt = torch.optim.AdamW(tmodel.parameters(), lr=0.05)
+    plans = getattr(lb.runtime.backend(device), "plans", None)
+    for i, (x, t) in enumerate(data):
+        opt.zero_grad()
+        loss = lb.cross_entropy(model(lb.tensor(x, device=device)), lb.tensor(t, device=device))
+        loss.backward()
+        total = nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        lookups = None if plans is None else plans.hits + plans.misses
+        opt.step()
+        # one realize computed the loss, the norm, the clipped gradients and the update (a
+        # first plan may look up more: WebGPU replans a graph over its buffer limit)
+        assert not loss.is_pending and not total.is_pending
+        if plans is not None and i >= 2:
+            assert plans.hits + plans.misses == lookups + 1
+        topt.zero_grad()
+        tloss = torch.nn.functional.cross_entropy(tmodel(torch.tensor(x)), torch.tensor(t))
+        tloss.backward()
+        ttotal = torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 0.5)
+        topt.step()
+        np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-5)
+        np.testing.assert_allclose(total.item(), ttotal.item(), rtol=1e-5)
+        assert ttotal.item() > 0.5  # the clip did act
+    for (k, p), tp in zip(model.named_parameters(), tmodel.parameters()):
+        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-5, atol=2e-6,
+                                   err_msg=k)

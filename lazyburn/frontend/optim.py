@@ -1,17 +1,21 @@
 """Optimizers with PyTorch's names and update formulas: ``SGD``, ``Adam``, ``AdamW``.
 
 ``step()`` records each parameter's update (moments, bias correction, weight decay) with grad
-mode off, then computes the new parameters, the optimizer state and the gradients in one
-realize. As the forward and backward that produced the gradients are usually still pending,
-the whole training step (forward, backward, update) is planned and fused as one graph there.
+mode off, then computes the new parameters, the optimizer state, the gradients and every other
+pending tensor still referenced in one realize (``lazyburn.graph.sync()``). As the forward and
+backward that produced the gradients are usually still pending, the whole training step
+(forward, backward, update, and the loss or a gradient norm the caller holds) is planned and
+fused as one graph there, and reading the loss after the step computes nothing again.
 Each parameter then takes its new value as a fresh leaf that requires grad (autograd's leaves
 are buffers: ``frontend/autograd.py``), keeping its ``.grad`` as PyTorch does; the Tensor
 objects are the same, so modules and optimizers keep holding them.
 
-Scalars in the kernels: the learning rate and the step-dependent bias corrections are uploaded
-as 0-d tensors every step, so a learning rate changed between steps (a schedule) and Adam's
-step count reuse the compiled plan. The other hyper-parameters (momentum, dampening, betas,
-eps, weight_decay) are literals in the generated kernels today: changing one recompiles.
+Scalars in the kernels: the learning rate, the step-dependent bias corrections, SGD's momentum
+and Adam's first beta are uploaded as 0-d tensors every step, so what a schedule changes
+between steps (``lazyburn.optim.lr_scheduler``: the rate, and the momentum a one-cycle policy
+cycles) and Adam's step count reuse the compiled plan. The other hyper-parameters (dampening,
+the second beta, eps, weight_decay) are literals in the generated kernels: changing one
+recompiles (turning weight decay or momentum on or off changes the graph in any case).
 """
 from __future__ import annotations
 
@@ -95,7 +99,7 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        updated, keep = [], []
+        updated = []
         for group in self.param_groups:
             scalars = {}
             for p in group["params"]:
@@ -105,10 +109,12 @@ class Optimizer:
                 state = self.state.setdefault(id(p), {})
                 new = self._update(p, g, state, group, _Scalars(scalars, p))
                 updated.append((p, new, g))
-                keep.extend(v for v in state.values() if is_tensor(v))
         if not updated:
             return loss
-        sync(*[new for _, new, _ in updated], *keep, *[g for _, _, g in updated])
+        # every pending tensor still referenced, not only the update's: the loss and anything
+        # else computed from the same forward (a gradient norm) come out of the same plan
+        # instead of computing that forward again when read
+        sync()
         for p, new, g in updated:
             p.node = new.node
             p.requires_grad_()
@@ -221,9 +227,12 @@ class SGD(Optimizer):
             g = g + wd * p
         if momentum != 0:
             buf = state.get("momentum_buffer")
-            buf = g if buf is None else buf * momentum + (1.0 - group["dampening"]) * g
+            if buf is None:
+                buf = g
+            else:
+                buf = buf * scalars("momentum", momentum) + (1.0 - group["dampening"]) * g
             state["momentum_buffer"] = buf
-            g = g + momentum * buf if group["nesterov"] else buf
+            g = g + scalars("momentum", momentum) * buf if group["nesterov"] else buf
         return p - scalars("lr", group["lr"]) * g
 
 
@@ -268,7 +277,7 @@ class Adam(Optimizer):
         v = state.get("exp_avg_sq")
         if m is None:
             m, v = zeros_like(p), zeros_like(p)
-        m = m + (1.0 - beta1) * (g - m)
+        m = m + scalars("one_minus_beta1", 1.0 - beta1) * (g - m)
         v = v * beta2 + (1.0 - beta2) * g * g
         state["exp_avg"], state["exp_avg_sq"] = m, v
         # as PyTorch: the bias corrections in float64 on the host, applied in the parameter's

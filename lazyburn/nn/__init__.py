@@ -7,7 +7,8 @@ graph for the fusion compiler.
 """
 from .attention import (MultiHeadSelfAttention, additive_attention_mask, attention_probs,
                         scaled_dot_product_attention)
-from . import functional
+from . import functional, utils
+from .checkpoint import load_checkpoint, save_checkpoint
 from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool1d, AvgPool2d,
                    Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, MaxPool1d, MaxPool2d)
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, MSELoss, ReLU,
@@ -24,4 +25,5 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "AvgPo
            "ModuleList", "MultiHeadSelfAttention", "RMSNorm", "ReLU", "Sequential", "Tanh",
            "Upsample",
            "WeightsError", "additive_attention_mask", "attention_probs", "functional",
-           "read_safetensors", "scaled_dot_product_attention"]
+           "load_checkpoint", "save_checkpoint",
+           "read_safetensors", "scaled_dot_product_attention", "utils"]
