@@ -6,8 +6,9 @@
 #   benchmarks/gpu_run.sh graphs    MiniLM replayed through CUDA graphs, then WGSL vs Triton
 #   benchmarks/gpu_run.sh wgsl      WGSL tests on the GPU through Vulkan, then WGSL vs Triton
 #   benchmarks/gpu_run.sh sanitize  the op sweep on cuda:0 under compute-sanitizer (memcheck)
-#   benchmarks/gpu_run.sh trust     the op sweep and the trust tests, then random programs
-#                                   (2 000 on cuda:0, 1 000 on NVIDIA's OpenCL)
+#   benchmarks/gpu_run.sh trust     the op sweep and the trust tests on cuda:0, then 2 000 random
+#                                   programs there
+#   benchmarks/gpu_run.sh trust-opencl  the same on NVIDIA's OpenCL (1 000 programs)
 #   benchmarks/gpu_run.sh pocl      random programs on PoCL's OpenCL (the CI device), 2 000 as 16
 #                                   processes on the GPU host's cores
 #   benchmarks/gpu_run.sh before    the GPU suite (autotune off) on this tree and, side by side
@@ -79,22 +80,27 @@ case "${1:-check}" in
     grep -E "Invalid|ERROR SUMMARY|passed|failed" "$OUT/sanitize.txt" | head -20
     ;;
   trust)
-    # NVIDIA's OpenCL driver is installed but not registered with the ICD loader
-    echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
-    python3 -m lazyburn.cli devices
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line -n 8 \
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line -n 8 \
       tests/test_op_sweep.py tests/test_triton_trust.py -k cuda > "$OUT/sweep_cuda.txt" 2>&1 \
       || failed tests/test_op_sweep.py
     grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/sweep_cuda.txt" | cut -c1-300 | tail -30
     # 2 000 programs as 16 processes of 125 seeds each (Triton compiles on the host's cores)
-    seq 0 125 1875 | timeout 170 xargs -P 16 -I{} python3 tests/fuzz_graphs.py --n 125 \
+    base=${2:-0}
+    seq "$base" 125 $((base + 1875)) | timeout 170 xargs -P 16 -I{} python3 tests/fuzz_graphs.py --n 125 \
       --start {} --device cuda:0 --out "$OUT/fuzz-cuda" 2>&1 | grep -E "FAIL|programs on" \
       | tee "$OUT/fuzz_cuda.txt" || failed tests/fuzz_graphs.py
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line -n 8 \
+    ;;
+  trust-opencl)
+    # NVIDIA's OpenCL driver is installed but not registered with the ICD loader; registered,
+    # it is opencl:0 (PoCL, the CPU, moves to opencl:1)
+    echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
+    python3 -m lazyburn.cli devices
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line -n 8 \
       tests/test_op_sweep.py tests/test_opencl_trust.py -k opencl > "$OUT/sweep_opencl.txt" \
       2>&1 || failed tests/test_op_sweep.py
     grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/sweep_opencl.txt" | cut -c1-300 | tail -30
-    seq 0 125 875 | timeout 90 xargs -P 8 -I{} python3 tests/fuzz_graphs.py --n 125 \
+    base=${2:-0}
+    seq "$base" 125 $((base + 875)) | timeout 240 xargs -P 8 -I{} python3 tests/fuzz_graphs.py --n 125 \
       --start {} --device opencl:0 --out "$OUT/fuzz-opencl" 2>&1 \
       | grep -E "FAIL|programs on" | tee "$OUT/fuzz_opencl.txt" || failed tests/fuzz_graphs.py
     ;;
