@@ -251,20 +251,21 @@ def lb_log10_f64_interpreted(x):
     return tl.tensor(TensorHandle(r, x.dtype), x.type)
 '''),
     # copysign and nextafter on the bits (as the signed integer of the float's width), so that
-    # no flush of subnormals and no float rule enters; F64 picks the width
+    # no flush of subnormals and no float rule enters; F64 picks the width (with an else:
+    # Triton 3.6 compiles the code after a constexpr branch's return for both values)
     "lb_copysign": ((), '''
 def lb_copysign(a, b, F64: tl.constexpr):
     if F64:
         ia = a.to(tl.int64, bitcast=True)
         ib = b.to(tl.int64, bitcast=True)
         m = ia & 0x7FFFFFFFFFFFFFFF
-        return tl.where(ib < 0, m | tl.full([], -9223372036854775808, tl.int64), m).to(
-            tl.float64, bitcast=True)
-    ia = a.to(tl.int32, bitcast=True)
-    ib = b.to(tl.int32, bitcast=True)
-    m = ia & 0x7FFFFFFF
-    return tl.where(ib < 0, m | tl.full([], -2147483648, tl.int32), m).to(tl.float32,
-                                                                           bitcast=True)
+        sign = tl.full([], -9223372036854775808, tl.int64)
+    else:
+        ia = a.to(tl.int32, bitcast=True)
+        ib = b.to(tl.int32, bitcast=True)
+        m = ia & 0x7FFFFFFF
+        sign = tl.full([], -2147483648, tl.int32)
+    return tl.where(ib < 0, m | sign, m).to(a.dtype, bitcast=True)
 '''),
     # NumPy's nextafter: a nan operand is the result (b where both are, as NumPy's build
     # gives); equal values (+0 and -0 too) give b; from a zero, the smallest subnormal with
