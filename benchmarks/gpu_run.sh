@@ -5,7 +5,8 @@
 #   benchmarks/gpu_run.sh minilm    MiniLM-L6 vs PyTorch eager and torch.compile
 #   benchmarks/gpu_run.sh graphs    MiniLM replayed through CUDA graphs, then WGSL vs Triton
 #   benchmarks/gpu_run.sh wgsl      WGSL tests on the GPU through Vulkan, then WGSL vs Triton
-#   benchmarks/gpu_run.sh sanitize  the op sweep on cuda:0 under compute-sanitizer (memcheck)
+#   benchmarks/gpu_run.sh sanitize N  the op sweep on cuda:0 under compute-sanitizer (memcheck),
+#                                   half N (1 or 2)
 #   benchmarks/gpu_run.sh trust     the op sweep and the trust tests on cuda:0, then 2 000 random
 #                                   programs there
 #   benchmarks/gpu_run.sh trust-opencl  the same on NVIDIA's OpenCL (1 000 programs)
@@ -73,9 +74,12 @@ case "${1:-check}" in
       | tee "$OUT/wgsl.txt" || failed benchmarks/wgsl_gpu.py
     ;;
   sanitize)
-    # the op sweep on cuda:0 under memcheck: no kernel reads or writes out of bounds
-    timeout 540 compute-sanitizer --tool memcheck --error-exitcode 86 --print-limit 20 \
-      python3 -m pytest -q -p no:cacheprovider -rfE --tb=no tests/test_op_sweep.py -k cuda \
+    # the op sweep on cuda:0 under memcheck: no kernel reads or writes out of bounds; in two
+    # halves that each fit a job (sanitize 1, sanitize 2)
+    late="views or reduction or shapes or matmul_dtypes or sources"
+    [ "${2:-1}" = 1 ] && half="cuda and not ($late)" || half="cuda and ($late)"
+    timeout 560 compute-sanitizer --tool memcheck --error-exitcode 86 --print-limit 20 \
+      python3 -m pytest -q -p no:cacheprovider -rfE --tb=no tests/test_op_sweep.py -k "$half" \
       > "$OUT/sanitize.txt" 2>&1 || failed compute-sanitizer
     grep -E "Invalid|ERROR SUMMARY|passed|failed" "$OUT/sanitize.txt" | head -20
     ;;

@@ -120,6 +120,12 @@ class OpenCLBackend(FusedBackend):
         correctly_rounded = cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
         self.build_options = ("-cl-fp32-correctly-rounded-divide-sqrt",) \
             if device.single_fp_config & correctly_rounded else ()
+        # NVIDIA's driver optimizer (580.159, an H100) turned the running max of -x over int32
+        # rows into a wrong one (a rewrite that assumes negation cannot wrap), from correct
+        # PTX, compare-and-keep or max() alike; a kernel keeping an integer max/min is built
+        # without that optimizer there (it changes speed, not results)
+        self.integer_extremes_options = ("-cl-nv-opt-level=0",) \
+            if "NVIDIA" in device.platform.name else ()
         self._programs: collections.OrderedDict[str, object] = collections.OrderedDict()
         self.pool = BufferPool(min(POOL_FRACTION * device.global_mem_size, POOL_MAX_BYTES))
         self.compiles = 0
@@ -248,7 +254,8 @@ class OpenCLBackend(FusedBackend):
         if k.kind == "matmul" and params.get("library"):
             return LibraryMatmul(self, k, params, origin)
         r = cl_codegen.render(k.spec, name, params)
-        prg = self._program(r.source, k, origin, r.options)
+        options = r.options + (self.integer_extremes_options if r.integer_extremes else ())
+        prg = self._program(r.source, k, origin, options)
         return CompiledKernel(prg, r, origin, k.label, k.spec)
 
     @property
