@@ -51,6 +51,12 @@ CPU_BLOCKS = {"outer": (((8, 2), 1), ((4, 2), 1), ((8, 1), 2), ((8, 4), 2), ((12
               "inner": (((4, 4), 1), ((6, 4), 1), ((4, 6), 2), ((3, 8), 2), ((2, 4), 2))}
 
 
+def cpu_lanes(backend) -> int:
+    """Float lanes of the CPU GEMM's vectors: the device's preferred width (16 with AVX-512,
+    8 with AVX2), 4 to 16."""
+    return max(4, min(16, pow2_at_least(backend.vector_width)))
+
+
 def cpu_blocks(backend, spec) -> list[tuple[str, dict, int]]:
     """``(name, params, priority)`` of the register-blocked GEMM's candidates for matmul
     ``spec`` on CPU device ``backend``; empty when the kernel cannot take ``spec``'s operands
@@ -58,7 +64,7 @@ def cpu_blocks(backend, spec) -> list[tuple[str, dict, int]]:
     form = cl_codegen.cpu_gemm_form(spec)
     if not backend.is_cpu or form is None:
         return []
-    lanes = max(4, min(16, pow2_at_least(backend.vector_width)))
+    lanes = cpu_lanes(backend)
     out = []
     for (rows, cols), priority in CPU_BLOCKS[form]:
         cols = cols * lanes if form == "outer" else cols
