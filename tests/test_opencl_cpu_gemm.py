@@ -72,7 +72,7 @@ def run(fn, *arrays):
 def blocked(k) -> bool:
     """Whether the matmul group ran the register-blocked kernel (one work-item per group)."""
     launches = getattr(k.compiled, "launches", None)
-    return bool(launches) and all(local == (1, 1, 1) for _, _, local in launches)
+    return bool(launches) and all(local and set(local) == {1} for _, _, local in launches)
 
 
 def check(got, want, a_abs, b_abs, k):
@@ -90,7 +90,7 @@ def gelu(x):
 
 SIZES = [(1, 1, 1), (7, 33, 129), (33, 129, 7), (129, 7, 33), (1000, 33, 7), (7, 1000, 33),
          (33, 7, 1000), (129, 129, 129), (1, 1000, 129)]
-BLOCKS = [(form, i) for form, blocks in opencl_tuning.CPU_BLOCKS.items()
+BLOCKS = [(form, i) for form, blocks in opencl_tuning.CPU_BLOCKS[32].items()
           for i in range(len(blocks))]
 
 
@@ -121,7 +121,7 @@ def test_odd_sizes_with_a_fused_bias_gelu_epilogue(backend, rng, monkeypatch, mk
 @pytest.mark.parametrize("form, index", BLOCKS)
 def test_every_register_block_on_ragged_edges(backend, rng, monkeypatch, form, index):
     m, k, n = 37, 45, 101  # no block divides them; K % 16 leaves a tail for the inner form
-    (rows, cols), _ = opencl_tuning.CPU_BLOCKS[form][index]
+    (rows, cols), _ = opencl_tuning.cpu_block_table(backend)[form][index]
     cols = cols * opencl_tuning.cpu_lanes(backend) if form == "outer" else cols
     name = f"{form}={rows}x{cols}"
     a = rng.standard_normal((m, k), dtype=np.float32)
@@ -135,8 +135,26 @@ def test_every_register_block_on_ragged_edges(backend, rng, monkeypatch, form, i
         got, kern = run(lambda x, w, r: (x @ w.mT) * 0.5 - r, a, w, r)
         wk = w.T.astype(np.float64)
     assert seen == [name] and blocked(kern)
-    assert kern.compiled.rendered.global_size[:2] == (-(-n // cols), -(-m // rows))
+    # the full blocks, then the edge kernel over the last column and the last row of blocks
+    assert [g for _, g, _ in kern.compiled.launches] == \
+        [(m // rows, n // cols, 1), (-(-m // rows) + n // cols, 1)]
     check(got, (a.astype(np.float64) @ wk) * 0.5 - r, np.abs(a) * 0.5, np.abs(wk), k)
+
+
+@pytest.mark.parametrize("form, index", BLOCKS)
+def test_the_blocks_for_eight_lanes(backend, rng, monkeypatch, form, index):
+    # what a device with AVX2 (8 float lanes, 16 vector registers) runs, here too
+    monkeypatch.setattr(opencl_tuning, "cpu_lanes", lambda backend: 8)
+    (rows, cols), _ = opencl_tuning.CPU_BLOCKS[16][form][index]
+    name = f"{form}={rows}x{cols * 8 if form == 'outer' else cols}"
+    m, k, n = 29, 21, 43
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((k, n) if form == "outer" else (n, k), dtype=np.float32)
+    seen = force_block(monkeypatch, name)
+    got, kern = run(lambda x, w: x @ (w if form == "outer" else w.mT), a, w)
+    wk = (w if form == "outer" else w.T).astype(np.float64)
+    assert seen == [name] and blocked(kern) and "float8" in kern.compiled.source
+    check(got, a.astype(np.float64) @ wk, np.abs(a), np.abs(wk), k)
 
 
 @pytest.mark.parametrize("case", ["a prologue", "b prologue", "float16 b", "batched",
@@ -198,7 +216,7 @@ def test_small_matmuls_default_to_the_register_blocks(backend, rng):
     assert [e.engine for e in plan.executions] == ["generated OpenCL C"]
 
 
-@pytest.mark.parametrize("winner", ["outer=4x32", "library"])
+@pytest.mark.parametrize("winner", ["outer=6x64", "library"])
 def test_the_autotuner_chooses_between_register_blocks_and_blas(backend, rng, monkeypatch,
                                                                tmp_path, winner):
     from lazyburn.runtime import opencl, opencl_tuning

@@ -42,13 +42,24 @@ def default_params(backend, k) -> dict:
     return {}
 
 
-#: register blocks of the CPU GEMM per form (``codegen.opencl.cpu_gemm_form``), as (rows,
-#: columns in vectors) for "outer" and (rows, columns) for "inner", with their priority. The
-#: first is the default. Measured on PoCL (AVX-512, 16 lanes) at 1024^3: outer 8 x 2 vectors
-#: 150 GFLOP/s on 2 cores (4 x 2: 90, 8 x 1: 100, 8 x 4: 125); inner 6 x 4 and 4 x 6 130,
-#: 4 x 4 115 -- 16 to 32 accumulators, the most that stay in registers with the operands.
-CPU_BLOCKS = {"outer": (((8, 2), 1), ((4, 2), 1), ((8, 1), 2), ((8, 4), 2), ((12, 2), 2)),
-              "inner": (((4, 4), 1), ((6, 4), 1), ((4, 6), 2), ((3, 8), 2), ((2, 4), 2))}
+#: register blocks of the CPU GEMM (``codegen.opencl.cpu_gemm_form``) by the vector registers
+#: the device has (32 with AVX-512, 16 with AVX2) and form, as ((rows, columns in vectors) for
+#: "outer", (rows, columns) for "inner"), priority): each within the registers with the operand
+#: vectors, the first the default. Measured on PoCL (AVX-512, 16 lanes, one thread) at 1024^3:
+#: outer 12 x 2 and 6 x 4 205 GFLOP/s (8 x 2: 176; OpenBLAS's AVX2 kernel: 121); inner 4 x 6
+#: 190, 5 x 5 178, 4 x 4 159.
+CPU_BLOCKS = {
+    32: {"outer": (((12, 2), 1), ((6, 4), 1), ((8, 2), 2), ((14, 2), 2), ((4, 4), 2)),
+         "inner": (((4, 6), 1), ((5, 5), 1), ((4, 4), 2), ((6, 4), 2), ((2, 8), 2))},
+    16: {"outer": (((6, 2), 1), ((4, 3), 1), ((4, 2), 2), ((3, 4), 2), ((8, 1), 2)),
+         "inner": (((3, 3), 1), ((2, 4), 1), ((4, 3), 2), ((2, 6), 2), ((2, 2), 2))},
+}
+
+
+def cpu_block_table(backend) -> dict:
+    """``CPU_BLOCKS``' entry for CPU device ``backend``: 32 registers where its float vectors
+    are 16 lanes wide (AVX-512), else 16."""
+    return CPU_BLOCKS[32 if cpu_lanes(backend) >= 16 else 16]
 
 
 def cpu_lanes(backend) -> int:
@@ -66,7 +77,7 @@ def cpu_blocks(backend, spec) -> list[tuple[str, dict, int]]:
         return []
     lanes = cpu_lanes(backend)
     out = []
-    for (rows, cols), priority in CPU_BLOCKS[form]:
+    for (rows, cols), priority in cpu_block_table(backend)[form]:
         cols = cols * lanes if form == "outer" else cols
         params = {"tile": 16, "library": False, "cpu_block": [form, rows, cols],
                   "lanes": lanes}
