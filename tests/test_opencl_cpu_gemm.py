@@ -190,6 +190,8 @@ def test_prologues_and_batches(backend, rng, monkeypatch, case):
 @pytest.mark.parametrize("case", ["relu of b", "every second column of b"])
 def test_an_operand_it_cannot_vectorize_falls_back_to_the_tiled_kernel(backend, rng,
                                                                         monkeypatch, case):
+    from lazyburn.runtime import opencl
+
     # B does not run along K (no inner form), and along N it is a maximum (no vector
     # spelling here) or steps by two elements (no vector load)
     a = rng.standard_normal((24, 20), dtype=np.float32)
@@ -204,6 +206,11 @@ def test_an_operand_it_cannot_vectorize_falls_back_to_the_tiled_kernel(backend, 
     assert kern.spec.b.op != "load" or case != "relu of b"  # the prologue is fused
     assert cl_codegen.cpu_gemm_form(kern.spec) is None and not seen and not blocked(kern)
     check(got, a.astype(np.float64) @ wk, np.abs(a), np.abs(wk), 20)
+    # explain says which kernel and why
+    x, y = lb.tensor(a, device=DEVICE), lb.tensor(w, device=DEVICE)
+    (e,) = lb.explain(x @ (lb.relu(y) if case == "relu of b" else y[:, ::2])).executions
+    assert e.engine == f"generated OpenCL C ({opencl.TILED_ON_CPU})"
+    assert str(kern.compiled.execution) == e.engine
 
 
 def test_small_matmuls_default_to_the_register_blocks(backend, rng):
