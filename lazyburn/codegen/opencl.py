@@ -1083,18 +1083,20 @@ def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
 # block of C: its accumulators stay in vector registers for the whole K loop, each step loading
 # a few operand vectors and issuing rows x cols / lanes fused multiply-adds. Work-groups are one
 # work-item (the runtime spreads them over the cores), so no local memory and no barriers.
+# Measured on PoCL (AVX-512) at 1024^3 on one core: 205 GFLOP/s, against 121 for OpenBLAS's
+# AVX2 kernel; scalar work-items of one column each, left to the work-group loop vectorizer,
+# reach 5-10.
 #
 # Two forms, by which operand runs contiguously:
 # * "outer" -- B along n (a row-major B): per k, the block's B row segment is loaded as vectors
 #   along n, each A value is broadcast, and every accumulator is a vector of C along n. A may be
-#   any expression (it is read one value per row and k).
+#   any expression: it is read one value per row and k, and so computed once per block column
+#   (a costly prologue on A is the library path's case, which the autotuner measures).
 # * "inner" -- A and B both along k (``x @ w.T``, a Linear layer's weight): accumulators are
 #   vectors along k, one per element of the block, summed across lanes after the K loop; the
 #   last K % lanes steps run one at a time.
-# Blocks that reach past M or N run a second copy of the loop with the row and column indices
-# clamped into range (their extra results are not stored), so the full blocks keep constant
-# offsets from one base address: with the clamp the compiler keeps one pointer per row
-# (measured on PoCL, AVX-512: 25 % slower).
+# Blocks that reach past M or N run in a second kernel, with row and column indices clamped
+# into range (their extra results are not stored); the blocks inside C need no check at all.
 
 #: ops an operand's prologue may apply to vectors of operand values; others (compares, math
 #: functions, half rounding) have no vector spelling here and leave the kernel to ``tile``
@@ -1260,26 +1262,34 @@ def _blocked_kernel(p, spec, form, rows, cols, w, name, edge, coords) -> list[st
     body += [f"    {vt} c{i}_{j} = ({vt})(0.0f);" for i in range(rows) for j in range(nv)]
     body.append(f"    float cb[{rows}][{cols}];  /* the block of C, for the epilogue */")
     if form == "outer":
-        loop = [f"for ({it} k = 0; k < {K}; ++k) {{"]
-        for j in range(nv):
-            loop.append(f"    {vt} b{j};")
-            if edge:  # B one column at a time, clamped into range
-                loop += [f"    {{ float lane[{w}];", f"    for (int l = 0; l < {w}; ++l) {{",
-                         f"        const {it} n = {clamp(f'n0 + {j * w} + l', N)};"]
-                loop += indent(operand(spec.b, {vk.id: "k", vn.id: "n"}, frozenset(),
-                                       "lane[l]", False), 8)
-                loop += ["    }", f"    b{j} = vload{w}(0, lane); }}"]
-            else:
-                loop += [f"    {{ const {it} n = n0 + {j * w};"]
-                loop += indent(operand(spec.b, {vk.id: "k", vn.id: "n"},
-                                       _lane_exprs(spec.b, "n"), f"b{j}", True), 4)
+        def k_loop(lanes_clamped):
+            loop = [f"for ({it} k = 0; k < {K}; ++k) {{"]
+            for j in range(nv):
+                loop.append(f"    {vt} b{j};")
+                if lanes_clamped:  # B one column at a time, clamped into range
+                    loop += [f"    {{ float lane[{w}];",
+                             f"    for (int l = 0; l < {w}; ++l) {{",
+                             f"        const {it} n = {clamp(f'n0 + {j * w} + l', N)};"]
+                    loop += indent(operand(spec.b, {vk.id: "k", vn.id: "n"}, frozenset(),
+                                           "lane[l]", False), 8)
+                    loop += ["    }", f"    b{j} = vload{w}(0, lane); }}"]
+                else:
+                    loop += [f"    {{ const {it} n = n0 + {j * w};"]
+                    loop += indent(operand(spec.b, {vk.id: "k", vn.id: "n"},
+                                           _lane_exprs(spec.b, "n"), f"b{j}", True), 4)
+                    loop.append("    }")
+            for i in range(rows):
+                loop.append(f"    {{ {vt} a;")
+                loop += indent(operand(spec.a, {vm.id: f"row{i}", vk.id: "k"}, frozenset(),
+                                       "a", True), 4)
+                loop += [f"    c{i}_{j} = fma(a, b{j}, c{i}_{j});" for j in range(nv)]
                 loop.append("    }")
-        for i in range(rows):
-            loop.append(f"    {{ {vt} a;")
-            loop += indent(operand(spec.a, {vm.id: f"row{i}", vk.id: "k"}, frozenset(), "a",
-                                   True), 4)
-            loop += [f"    c{i}_{j} = fma(a, b{j}, c{i}_{j});" for j in range(nv)] + ["    }"]
-        body += indent(loop + ["}"], 4)
+            return loop + ["}"]
+        if edge:  # a block past M but not past N still loads B in vectors
+            body += [f"    if (n0 + {cols} <= {N}) {{"] + indent(k_loop(False), 8) + \
+                ["    } else {"] + indent(k_loop(True), 8) + ["    }"]
+        else:
+            body += indent(k_loop(False), 4)
         body += [f"    vstore{w}(c{i}_{j}, 0, &cb[{i}][{j * w}]);"
                  for i in range(rows) for j in range(nv)]
     else:

@@ -10,8 +10,9 @@ temporaries a sync releases go to a ``BufferPool`` for the next allocations of t
 Matmul groups on a CPU device run the register-blocked GEMM (``codegen.opencl.cpu_gemm_form``;
 the tiled kernel for operands it cannot take, which explain then names) or a library matmul
 (NumPy's BLAS on mapped host buffers, ``LibraryMatmul``), with the prologue and the epilogue as
-element-wise kernels; the autotuner chooses. BLAS then runs single-threaded on blocks spread over our own threads
-(``HostBlas``), so that no BLAS thread spins on the cores the OpenCL runtime needs next.
+element-wise kernels; the autotuner chooses. BLAS then runs single-threaded on blocks spread
+over our own threads (``HostBlas``), so that no BLAS thread spins on the cores the OpenCL
+runtime needs next.
 
 Threads. Tensors may be recorded and synced from several threads. Each device serializes its
 submissions: a per-device lock (``OpenCLBackend.lock``) is held while a sync plans, compiles,

@@ -43,11 +43,11 @@ def default_params(backend, k) -> dict:
 
 
 #: register blocks of the CPU GEMM (``codegen.opencl.cpu_gemm_form``) by the vector registers
-#: the device has (32 with AVX-512, 16 with AVX2) and form, as ((rows, columns in vectors) for
-#: "outer", (rows, columns) for "inner"), priority): each within the registers with the operand
-#: vectors, the first the default. Measured on PoCL (AVX-512, 16 lanes, one thread) at 1024^3:
-#: outer 12 x 2 and 6 x 4 205 GFLOP/s (8 x 2: 176; OpenBLAS's AVX2 kernel: 121); inner 4 x 6
-#: 190, 5 x 5 178, 4 x 4 159.
+#: of the device (32 with AVX-512, 16 with AVX2) and form: ``((rows, columns), priority)``, the
+#: columns counted in vectors for "outer" and in elements for "inner"; the first is the
+#: default. Each block's accumulators fit the registers beside its operand vectors. Measured on
+#: PoCL (AVX-512, 16 lanes, one thread) at 1024^3: outer 12 x 2 and 6 x 4 205 GFLOP/s (8 x 2:
+#: 176; OpenBLAS's AVX2 kernel: 121); inner 4 x 6 190, 5 x 5 178, 4 x 4 159.
 CPU_BLOCKS = {
     32: {"outer": (((12, 2), 1), ((6, 4), 1), ((8, 2), 2), ((14, 2), 2), ((4, 4), 2)),
          "inner": (((4, 6), 1), ((5, 5), 1), ((4, 4), 2), ((6, 4), 2), ((2, 8), 2))},
