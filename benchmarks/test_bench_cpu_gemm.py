@@ -9,7 +9,8 @@ on as many threads as the OpenCL CPU device has compute units: NumPy's BLAS and 
 to that count (``threadpoolctl``, ``torch.set_num_threads``). Modes:
 
 * ``numpy``: ``a @ b`` (and ``gelu(a @ b + bias)`` with SciPy's erf), BLAS;
-* ``torch``: eager ``torch.matmul`` (and ``F.gelu(x @ w + bias)``);
+* ``torch``: eager ``torch.matmul`` (and ``F.gelu(x @ w + bias)``); ``torch-compile``: the
+  same through ``torch.compile`` (Inductor's CPU code; compiled before the timed rounds);
 * ``generated``: the register-blocked OpenCL kernel with the epilogue fused, the default block;
 * ``library``: BLAS on the device's mapped buffers, the epilogue as a separate kernel;
 * ``tuned``: what the autotuner picks at level 1 (in a private cache).
@@ -74,7 +75,8 @@ def force(monkeypatch, library: bool):
 
 @pytest.mark.parametrize("epilogue", [False, True], ids=["plain", "bias_gelu"])
 @pytest.mark.parametrize("shape", list(SHAPES))
-@pytest.mark.parametrize("mode", ["numpy", "torch", "generated", "library", "tuned"])
+@pytest.mark.parametrize("mode", ["numpy", "torch", "torch-compile", "generated", "library",
+                                  "tuned"])
 def test_cpu_gemm(benchmark, shape, epilogue, mode, monkeypatch, tmp_path_factory):
     benchmark.group = f"{shape}{' + bias + gelu' if epilogue else ''}"
     a, b, c = DATA[shape]
@@ -86,12 +88,18 @@ def test_cpu_gemm(benchmark, shape, epilogue, mode, monkeypatch, tmp_path_factor
         with threadpool_limits(threads()):
             benchmark.pedantic(numpy_fn(epilogue), (a, b, c), rounds=9, warmup_rounds=1)
         return
-    if mode == "torch":
+    if mode in ("torch", "torch-compile"):
         torch = pytest.importorskip("torch")
         before = torch.get_num_threads()
         torch.set_num_threads(threads())
         ta, tb, tc = (torch.from_numpy(x) for x in (a, b, c))
-        fn = (lambda: torch.nn.functional.gelu(ta @ tb + tc)) if epilogue else (lambda: ta @ tb)
+
+        def eager(x, y, z):
+            return torch.nn.functional.gelu(x @ y + z) if epilogue else x @ y
+        compiled = torch.compile(eager) if mode == "torch-compile" else eager
+
+        def fn():
+            return compiled(ta, tb, tc)
         try:
             np.testing.assert_allclose(fn().numpy(), want, rtol=1e-3, atol=1e-3)
             benchmark.pedantic(fn, rounds=9, warmup_rounds=1)
