@@ -125,10 +125,10 @@ def test_every_register_block_on_ragged_edges(backend, rng, monkeypatch, form, i
     cols = cols * opencl_tuning.cpu_lanes(backend) if form == "outer" else cols
     name = f"{form}={rows}x{cols}"
     a = rng.standard_normal((m, k), dtype=np.float32)
-    w = rng.standard_normal((k, n) if name.startswith("outer") else (n, k), dtype=np.float32)
+    w = rng.standard_normal((k, n) if form == "outer" else (n, k), dtype=np.float32)
     r = rng.standard_normal((m, n), dtype=np.float32)
     seen = force_block(monkeypatch, name)
-    if name.startswith("outer"):
+    if form == "outer":
         got, kern = run(lambda x, w, r: (x @ w) * 0.5 - r, a, w, r)
         wk = w.astype(np.float64)
     else:
@@ -158,7 +158,7 @@ def test_the_blocks_for_eight_lanes(backend, rng, monkeypatch, form, index):
 
 
 @pytest.mark.parametrize("case", ["a prologue", "b prologue", "float16 b", "batched",
-                                  "shared b"])
+                                  "shared b", "float16 a @ w.T"])
 def test_prologues_and_batches(backend, rng, monkeypatch, case):
     force_block(monkeypatch, None)
     a = rng.standard_normal((3, 19, 40), dtype=np.float32)
@@ -174,6 +174,16 @@ def test_prologues_and_batches(backend, rng, monkeypatch, case):
         w16 = w.astype(np.float16)
         got, kern = run(lambda x, w: x @ w.astype("float32"), a, w16)
         w64 = w16.astype(np.float64)
+    elif case == "float16 a @ w.T":  # both operands in half vectors along K, a half output
+        a16, w16 = a.astype(np.float16), w.mT.copy().astype(np.float16)
+        got, kern = run(lambda x, w: x @ w.mT, a16, w16)
+        assert got.dtype == np.float16 and cl_codegen.cpu_gemm_form(kern.spec) == "inner"
+        want = a16.astype(np.float64) @ w16.astype(np.float64).mT
+        # the float32 sum, then one rounding to float16
+        bound = np.abs(want) * 2.0 ** -11 + 4 * np.finfo(np.float32).eps * 42 * \
+            (np.abs(a16.astype(np.float64)) @ np.abs(w16.astype(np.float64)).mT) + 1e-7
+        assert blocked(kern) and np.all(np.abs(got - want) <= bound)
+        return
     elif case == "batched":
         got, kern = run(lambda x, w: lb.tanh(x @ w), a, w)
     else:
@@ -226,8 +236,10 @@ def test_small_matmuls_default_to_the_register_blocks(backend, rng):
 @pytest.mark.parametrize("winner", ["outer=6x64", "library"])
 def test_the_autotuner_chooses_between_register_blocks_and_blas(backend, rng, monkeypatch,
                                                                tmp_path, winner):
-    from lazyburn.runtime import opencl, opencl_tuning
+    from lazyburn.runtime import opencl
 
+    if opencl_tuning.cpu_lanes(backend) != 16:
+        pytest.skip("the candidate names assume 16 float lanes")
     monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
     monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "60")  # compiles on a busy machine
@@ -249,8 +261,6 @@ def test_the_autotuner_chooses_between_register_blocks_and_blas(backend, rng, mo
         return kernel
     monkeypatch.setattr(opencl_tuning.TunedKernel, "launch_time", launch_time)
     monkeypatch.setattr(opencl.OpenCLBackend, "build", build)
-    if backend.vector_width != 16:
-        pytest.skip("the candidate names assume 16 float lanes")
     # enough outputs to be tuned (fused.MIN_TUNED_ELEMENTS)
     a = rng.standard_normal((300, 96), dtype=np.float32)
     w = rng.standard_normal((96, 256), dtype=np.float32)
