@@ -15,7 +15,10 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
   int64 mask). Float sums and products accumulate in that many explicit partial results per
   work-item, blocked and combined pairwise (see ``_pairwise_accumulate`` for the error bound),
   so that the loop vectorizes without letting the compiler reorder float arithmetic;
-* matmul: ``tile`` (square tiles of A and B staged through local memory).
+* matmul: ``tile`` (square tiles of A and B staged through local memory); or, for CPU devices,
+  ``cpu_block`` = ``[form, rows, cols]`` with ``lanes`` (the register-blocked GEMM: one
+  work-item per ``rows`` x ``cols`` block of C, its accumulators in vector registers; see
+  ``_render_matmul_blocked`` and ``cpu_gemm_form``).
 
 Storage: bool as uchar, float16 through ``vload_half``/``vstore_half_rte`` (no cl_khr_fp16
 needed), bfloat16 as ushort with round-to-nearest-even on store; half types compute in float,
@@ -1086,6 +1089,8 @@ def _tree_combine(stage: Stage, k: int, local: int, acc_t: str, it: str) -> list
 
 
 def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
+    if params.get("cpu_block"):
+        return _render_matmul_blocked(spec, name, params, fast)
     p = OpenCLPrinter(spec, fast)
     it = p.index_type
     tile = int(params.get("tile", 16))
@@ -1128,3 +1133,263 @@ def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
     body += ["    }", "}"]
     grid = (-(-N // tile) * tile, -(-M // tile) * tile, spec.batch)
     return RenderedKernel(name, _finish(p, body), grid, (tile, tile, 1))
+
+
+# The register-blocked GEMM for CPU devices -------------------------------------------------------
+# What BLAS micro-kernels (and CubeCL's CPU backend, tinygrad) do, written as one work-item per
+# block of C: its accumulators stay in vector registers for the whole K loop, each step loading
+# a few operand vectors and issuing rows x cols / lanes fused multiply-adds. Work-groups are one
+# work-item (the runtime spreads them over the cores), so no local memory and no barriers.
+# Measured on PoCL (AVX-512) at 1024^3 on one core: 205 GFLOP/s, against 121 for OpenBLAS's
+# AVX2 kernel; scalar work-items of one column each, left to the work-group loop vectorizer,
+# reach 5-10.
+#
+# Two forms, by which operand runs contiguously:
+# * "outer" -- B along n (a row-major B): per k, the block's B row segment is loaded as vectors
+#   along n, each A value is broadcast, and every accumulator is a vector of C along n. A may be
+#   any expression: it is read one value per row and k, and so computed once per block column
+#   (a costly prologue on A is the library path's case, which the autotuner measures).
+# * "inner" -- A and B both along k (``x @ w.T``, a Linear layer's weight): accumulators are
+#   vectors along k, one per element of the block, summed across lanes after the K loop; the
+#   last K % lanes steps run one at a time.
+# Blocks that reach past M or N run in a second kernel, with row and column indices clamped
+# into range (their extra results are not stored); the blocks inside C need no check at all.
+
+#: ops an operand's prologue may apply to vectors of operand values; others (compares, math
+#: functions, half rounding) have no vector spelling here and leave the kernel to ``tile``
+LANE_OPS = {"add", "sub", "mul", "neg", "square", "cast"}
+
+
+def _step_along(e: Expr, var: str):
+    """How far index ``e`` moves when loop variable ``var`` grows by one: an int when ``e`` is
+    linear in ``var``, None when ``var`` enters it otherwise (a division, a modulo)."""
+    if e.op == "var":
+        return 1 if e.args[0] == var else 0
+    if e.op == "const":
+        return 0
+    if e.op == "idx_add":
+        a, b = _step_along(e.args[0], var), _step_along(e.args[1], var)
+        return None if a is None or b is None else a + b
+    if e.op == "idx_mul" and e.args[1].op == "const":
+        a = _step_along(e.args[0], var)
+        return None if a is None else a * e.args[1].value
+    uses = any(x.op == "var" and x.args[0] == var for x in topo_exprs([e]))
+    return None if uses else 0
+
+
+def _lane_exprs(e: Expr, var: str) -> set | None:
+    """The ids of operand expression ``e``'s parts that vary along ``var``, each then computed
+    as a vector of consecutive ``var`` (its loads as ``vload``); None when some part cannot be
+    (a load that does not step by one element, an op outside ``LANE_OPS``, a non-float value)."""
+    lanes = set()
+    for x in topo_exprs([e]):
+        if x.op == "load":
+            step = _step_along(x.args[1], var)
+            if step == 1 and x.args[2] is None and x.dtype.name in ("float32", "float16"):
+                lanes.add(x.id)
+            elif step != 0:
+                return None
+        elif any(isinstance(a, Expr) and a.id in lanes for a in x.args):
+            if x.op not in LANE_OPS or x.dtype.name != "float32" or \
+                    (x.op == "cast" and x.args[0].dtype.name not in ("float32", "float16")):
+                return None
+            lanes.add(x.id)
+    return lanes
+
+
+def cpu_gemm_form(spec: MatmulSpec) -> str | None:
+    """The form of the register-blocked CPU GEMM that ``spec`` takes (see above): "outer" when
+    its B operand is computed in vectors along n, else "inner" when both operands are along
+    k; None (the ``tile`` kernel) otherwise, and for accumulators other than float32."""
+    if spec.acc_dtype.name != "float32":
+        return None
+    if _lane_exprs(spec.b, "n") is not None:
+        return "outer"
+    if _lane_exprs(spec.a, "k") is not None and _lane_exprs(spec.b, "k") is not None:
+        return "inner"
+    return None
+
+
+class _GemmPrinter(OpenCLPrinter):
+    """Prints the expressions whose ids are in ``lanes`` as ``float<width>`` vectors."""
+
+    lanes: set = frozenset()
+    width = 16
+
+    def assign(self, name, e, rhs):
+        if e.id in self.lanes:
+            self.named[e.id] = name
+            return f"const float{self.width} {name} = {rhs};"
+        return super().assign(name, e, rhs)
+
+    def load(self, e: Expr, index: str, mask):
+        if e.id not in self.lanes:
+            return super().load(e, index, mask)
+        arg = self.spec.args[e.args[0]].name
+        half = "_half" if e.dtype.name == "float16" else ""
+        return f"vload{half}{self.width}(0, {arg} + {index})"
+
+    def op_cast(self, e, x):
+        if e.id in self.lanes:  # float16 values are computed in float already
+            return x
+        return super().op_cast(e, x)
+
+
+def _hsum_into(v: str, into: str, width: int) -> list[str]:
+    """Statements setting ``into`` to the sum of vector ``v``'s lanes, added pairwise."""
+    lines, cur = ["{"], v
+    while width > 1:
+        width //= 2
+        t = f"float{width}" if width > 1 else "float"
+        lines.append(f"    const {t} h{width} = {cur}.lo + {cur}.hi;")
+        cur = f"h{width}"
+    return lines + [f"    {into} = {cur};", "}"]
+
+
+def _render_matmul_blocked(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
+    """Two kernels: ``name`` over the blocks that lie inside C, unchecked, and ``name_edge``
+    over the last column and the last row of blocks where they reach past N or M (see the
+    comment above)."""
+    form, rows, cols = params["cpu_block"]
+    w = int(params.get("lanes", 16))
+    p = _GemmPrinter(spec, fast)
+    p.width = w
+    it = p.index_type
+    M, N, K = spec.m, spec.n, spec.k
+    full_m, full_n = M // rows, N // cols  # blocks inside C along each side
+    # the edge kernel's blocks: the last column of blocks (every row), then the last row
+    edge_col = -(-M // rows) if N % cols else 0
+    edge_row = full_n if M % rows else 0
+    launches, body = [], []
+    if full_m and full_n:
+        body += _blocked_kernel(p, spec, form, rows, cols, w, name, False, [
+            f"const {it} m0 = ({it})get_global_id(0) * {rows};",
+            f"const {it} n0 = ({it})get_global_id(1) * {cols};",
+            f"const {it} b = ({it})get_global_id(2);"])
+        # blocks down a column of C are neighbours (the runtime hands out work-groups in
+        # order of the first dimension): they share B's panel, which stays in cache (measured
+        # 1.8x faster on PoCL at 1024^3 than along a row of C)
+        launches.append((name, (full_m, full_n, spec.batch), (1, 1, 1)))
+    if edge_col + edge_row:
+        body += _blocked_kernel(p, spec, form, rows, cols, w, name + "_edge", True, [
+            f"const {it} e = ({it})get_global_id(0);",
+            f"const {it} m0 = (e < {edge_col} ? e : ({it}){full_m}) * {rows};",
+            f"const {it} n0 = (e < {edge_col} ? ({it}){full_n} : e - {edge_col}) * {cols};",
+            f"const {it} b = ({it})get_global_id(1);"])
+        launches.append((name + "_edge", (edge_col + edge_row, spec.batch), (1, 1)))
+    what = "B along n" if form == "outer" else "A and B along k"
+    head = (f"/* register-blocked CPU GEMM, {form} form ({what}): a {rows} x {cols} block of C "
+            f"per work-item, {w} float lanes */\n")
+    r = RenderedKernel(name, head + _finish(p, body), launches[0][1], launches[0][2])
+    r.launches = launches
+    return r
+
+
+def _blocked_kernel(p, spec, form, rows, cols, w, name, edge, coords) -> list[str]:
+    """One kernel of ``_render_matmul_blocked``: block coordinates ``m0``, ``n0`` and batch
+    ``b`` from statements ``coords``; ``edge``: indices clamped into C, stores checked.
+
+    The block's rows and vectors are unrolled here, each accumulator a variable of its own:
+    kept in an array, the compiler left them on the stack (measured on PoCL: a load and a
+    store around every fma, 2.5x slower)."""
+    it = p.index_type
+    vt = f"float{w}"
+    M, N, K = spec.m, spec.n, spec.k
+    vb, vm, vn, vk = (find_var(spec, v) for v in ("b", "m", "n", "k"))
+    attrs = "__attribute__((reqd_work_group_size(1, 1, 1))) "
+
+    def operand(expr, env, lanes, into, as_vector):
+        """Statements computing operand ``expr`` into ``into`` (a vector when ``as_vector``)."""
+        p.lanes = lanes
+        lines, names = p.emit([expr], {vb.id: "b", **env})
+        value = names[expr.id]
+        if as_vector and expr.id not in lanes:
+            value = f"({vt})((float)({value}))"
+        elif not as_vector:
+            value = f"(float)({value})"
+        p.lanes = frozenset()
+        return ["{"] + indent(lines + [f"{into} = {value};"], 4) + ["}"]
+
+    def clamp(index, size):
+        return f"min({index}, ({it}){size - 1})" if edge else index
+
+    nv = cols // w if form == "outer" else cols  # vectors across the block's columns
+    body = [_signature(p, name, attrs) + " {"] + indent(coords, 4)
+    body += [f"    const {it} row{i} = {clamp(f'm0 + {i}', M)};" for i in range(rows)]
+    body += [f"    {vt} c{i}_{j} = ({vt})(0.0f);" for i in range(rows) for j in range(nv)]
+    body.append(f"    float cb[{rows}][{cols}];  /* the block of C, for the epilogue */")
+    if form == "outer":
+        def k_loop(lanes_clamped):
+            loop = [f"for ({it} k = 0; k < {K}; ++k) {{"]
+            for j in range(nv):
+                loop.append(f"    {vt} b{j};")
+                if lanes_clamped:  # B one column at a time, clamped into range
+                    loop += [f"    {{ float lane[{w}];",
+                             f"    for (int l = 0; l < {w}; ++l) {{",
+                             f"        const {it} n = {clamp(f'n0 + {j * w} + l', N)};"]
+                    loop += indent(operand(spec.b, {vk.id: "k", vn.id: "n"}, frozenset(),
+                                           "lane[l]", False), 8)
+                    loop += ["    }", f"    b{j} = vload{w}(0, lane); }}"]
+                else:
+                    loop += [f"    {{ const {it} n = n0 + {j * w};"]
+                    loop += indent(operand(spec.b, {vk.id: "k", vn.id: "n"},
+                                           _lane_exprs(spec.b, "n"), f"b{j}", True), 4)
+                    loop.append("    }")
+            for i in range(rows):
+                loop.append(f"    {{ {vt} a;")
+                loop += indent(operand(spec.a, {vm.id: f"row{i}", vk.id: "k"}, frozenset(),
+                                       "a", True), 4)
+                loop += [f"    c{i}_{j} = fma(a, b{j}, c{i}_{j});" for j in range(nv)]
+                loop.append("    }")
+            return loop + ["}"]
+        if edge:  # a block past M but not past N still loads B in vectors
+            body += [f"    if (n0 + {cols} <= {N}) {{"] + indent(k_loop(False), 8) + \
+                ["    } else {"] + indent(k_loop(True), 8) + ["    }"]
+        else:
+            body += indent(k_loop(False), 4)
+        body += [f"    vstore{w}(c{i}_{j}, 0, &cb[{i}][{j * w}]);"
+                 for i in range(rows) for j in range(nv)]
+    else:
+        kv = K - K % w
+        if kv:
+            loop = [f"for ({it} k = 0; k < {kv}; k += {w}) {{"]
+            for j in range(cols):
+                loop += [f"    {vt} b{j};", f"    {{ const {it} n = {clamp(f'n0 + {j}', N)};"]
+                loop += indent(operand(spec.b, {vk.id: "k", vn.id: "n"},
+                                       _lane_exprs(spec.b, "k"), f"b{j}", True), 4)
+                loop.append("    }")
+            for i in range(rows):
+                loop.append(f"    {{ {vt} a;")
+                loop += indent(operand(spec.a, {vm.id: f"row{i}", vk.id: "k"},
+                                       _lane_exprs(spec.a, "k"), "a", True), 4)
+                loop += [f"    c{i}_{j} = fma(a, b{j}, c{i}_{j});" for j in range(cols)]
+                loop.append("    }")
+            body += indent(loop + ["}"], 4)
+        for i in range(rows):
+            for j in range(cols):
+                body += indent(_hsum_into(f"c{i}_{j}", f"cb[{i}][{j}]", w), 4)
+        if K % w:  # the last steps of K, one at a time
+            body += [f"    for ({it} k = {kv}; k < {K}; ++k) {{",
+                     f"        for (int j = 0; j < {cols}; ++j) {{",
+                     f"            const {it} n = {clamp('n0 + j', N)};", "            float bk;"]
+            body += indent(operand(spec.b, {vk.id: "k", vn.id: "n"}, frozenset(), "bk",
+                                   False), 12)
+            for i in range(rows):
+                body.append(f"            {{ float a;")
+                body += indent(operand(spec.a, {vm.id: f"row{i}", vk.id: "k"}, frozenset(),
+                                       "a", False), 12)
+                body.append(f"            cb[{i}][j] = fma(a, bk, cb[{i}][j]); }}")
+            body += ["        }", "    }"]
+    # the epilogue: scalar code over the block's rows, which the compiler vectorizes where
+    # it can
+    e_lines, e_names = p.emit([o.value for o in spec.outputs],
+                              {vb.id: "b", vm.id: "m", vn.id: "n",
+                               acc_expr_id(spec): "cb[i][j]"})
+    store = [f"const {it} m = m0 + i;", f"const {it} n = n0 + j;"]
+    out = [f"const {it} flat = (b * {M} + m) * {N} + n;"] + e_lines + \
+        [p.store(o.arg, "flat", e_names[o.value.id]) for o in spec.outputs]
+    store += [f"if (m < {M} && n < {N}) {{"] + indent(out, 4) + ["}"] if edge else out
+    body += [f"    for (int i = 0; i < {rows}; ++i) {{",
+             f"        for (int j = 0; j < {cols}; ++j) {{"] + indent(store, 12) + \
+        ["        }", "    }", "}", ""]
+    return body

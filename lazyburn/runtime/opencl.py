@@ -7,10 +7,12 @@ hash and on disk by PyOpenCL), allocates each kernel's outputs, enqueues the ker
 order and waits for the queue, so device faults surface at the sync that caused them. The
 temporaries a sync releases go to a ``BufferPool`` for the next allocations of their size.
 
-Matmul groups on a CPU device may run as a library matmul instead (NumPy's BLAS on mapped host
-buffers, ``LibraryMatmul``), with the prologue and the epilogue as element-wise kernels; the
-autotuner chooses. BLAS then runs single-threaded on blocks spread over our own threads
-(``HostBlas``), so that no BLAS thread spins on the cores the OpenCL runtime needs next.
+Matmul groups on a CPU device run the register-blocked GEMM (``codegen.opencl.cpu_gemm_form``;
+the tiled kernel for operands it cannot take, which explain then names) or a library matmul
+(NumPy's BLAS on mapped host buffers, ``LibraryMatmul``), with the prologue and the epilogue as
+element-wise kernels; the autotuner chooses. BLAS then runs single-threaded on blocks spread
+over our own threads (``HostBlas``), so that no BLAS thread spins on the cores the OpenCL
+runtime needs next.
 
 Threads. Tensors may be recorded and synced from several threads. Each device serializes its
 submissions: a per-device lock (``OpenCLBackend.lock``) is held while a sync plans, compiles,
@@ -247,6 +249,8 @@ class OpenCLBackend(FusedBackend):
     def params_execution(self, k, params: dict) -> Execution:
         if k.kind == "matmul" and params.get("library"):
             return library_execution(split_matmul(k.spec, follow_source=True))
+        if k.kind == "matmul" and self.is_cpu and cl_codegen.cpu_gemm_form(k.spec) is None:
+            return Execution(f"{self.generated} ({TILED_ON_CPU})")
         return Execution(self.generated)
 
     def build(self, k, name: str, params: dict, origin):
@@ -256,7 +260,10 @@ class OpenCLBackend(FusedBackend):
         r = cl_codegen.render(k.spec, name, params)
         options = r.options + (self.integer_extremes_options if r.integer_extremes else ())
         prg = self._program(r.source, k, origin, options)
-        return CompiledKernel(prg, r, origin, k.label, k.spec)
+        kernel = CompiledKernel(prg, r, origin, k.label, k.spec)
+        if k.kind == "matmul":
+            kernel.execution = self.params_execution(k, params)
+        return kernel
 
     @property
     def fingerprint(self) -> str:
@@ -312,6 +319,12 @@ class OpenCLBackend(FusedBackend):
 
     def device_errors(self) -> tuple:
         return (self.cl.Error,)
+
+
+#: what explain and the dump add for a matmul on a CPU device that the register-blocked GEMM
+#: cannot take (``codegen.opencl.cpu_gemm_form``)
+TILED_ON_CPU = ("tiled through local memory: the register-blocked CPU GEMM takes B as float "
+                "vectors along n, or A and B along k, and float32 accumulation")
 
 
 POOL_FRACTION = 0.25  # of the device's memory that released temporaries may hold ...
