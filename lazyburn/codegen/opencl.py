@@ -1100,6 +1100,10 @@ def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
     a_lines, a_names = p.emit([spec.a], {**base, vm.id: "m", vk.id: "k"})
     b_lines, b_names = p.emit([spec.b], {**base, vk.id: "k", vn.id: "n"})
     M, N, K = spec.m, spec.n, spec.k
+    # products accumulate in an explicit fma (one rounding per step, as BLAS's kernels);
+    # FP_CONTRACT is off for everything else
+    step = ("acc = fma(As[tm][kk], Bs[kk][tn], acc);" if spec.acc_dtype.is_float else
+            "acc += As[tm][kk] * Bs[kk][tn];")
     body = [_signature(p, name, f"__attribute__((reqd_work_group_size({tile}, {tile}, 1))) ")
             + " {",
             "    const int tn = get_local_id(0), tm = get_local_id(1);",
@@ -1121,7 +1125,7 @@ def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
     body += indent(b_lines + [f"v = ({acc_t}){b_names[spec.b.id]};"], 16)
     body += ["            }", "            Bs[tm][tn] = v;", "        }",
              "        barrier(CLK_LOCAL_MEM_FENCE);",
-             f"        for (int kk = 0; kk < {tile}; ++kk) acc += As[tm][kk] * Bs[kk][tn];",
+             f"        for (int kk = 0; kk < {tile}; ++kk) {step}",
              "        barrier(CLK_LOCAL_MEM_FENCE);", "    }"]
     acc_id = acc_expr_id(spec)
     e_lines, e_names = p.emit([o.value for o in spec.outputs],
