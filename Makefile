@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[opencl,webgpu,models,autotune,test,reference]'
+	$(PY) -m pip install -q -e '.[opencl,webgpu,models,vision,autotune,test,reference]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

