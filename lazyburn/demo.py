@@ -186,7 +186,8 @@ def classify(model, images, device: str, labels=None, image_size: int = 224, top
     if random_weights:
         print("weights: random (pass --weights FILE.safetensors with a torchvision state dict "
               "for real classes)")
-    print(f"class names: {'from --labels' if labels else 'none (pass --labels FILE, one name a line); indices shown'}")
+    print("class names: " + ("from --labels" if labels else
+                             "none (pass --labels FILE, one name a line); indices shown"))
     inputs = [(name, preprocess(image, image_size, resize, device=device).numpy())
               for name, image in images]
     with lb.no_grad():

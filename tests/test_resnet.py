@@ -27,7 +27,7 @@ LOGIT_DEVICES = ["numpy"] + [d for d in FUSED_DEVICES if not d.startswith("cuda"
 SIZE = 64  # small images: every stage keeps at least 2x2 positions
 
 
-# the reference: torchvision's ResNet in plain PyTorch ------------------------------------------
+# the reference: torchvision's ResNet in plain PyTorch ----------------------------------------
 class TorchBasicBlock(tnn.Module):
     expansion = 1
 
@@ -161,7 +161,7 @@ def assert_logits_close(got, want):
     assert err <= 1e-4 * scale, f"max |diff| {err:.3g} against logits of scale {scale:.3g}"
 
 
-# values -------------------------------------------------------------------------------------------
+# values --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("device", LOGIT_DEVICES)
 def test_resnet18_logits_match_pytorch(device, state18, rng):
     x = images(rng, 2)
@@ -191,7 +191,7 @@ def test_train_mode_uses_batch_statistics(state18, rng):
                                reference.layer1[0].bn1.running_var.numpy(), rtol=1e-4)
 
 
-# names and loading --------------------------------------------------------------------------------
+# names and loading ---------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["resnet18", "resnet34", "resnet50"])
 def test_state_dict_has_torchvisions_names_and_shapes(name):
     ours = resnet.MODELS[name](device="numpy")
@@ -249,7 +249,7 @@ def test_loader_names_every_problem(state18, tmp_path):
     assert model.fc.weight is before  # nothing replaced
 
 
-# the plan ------------------------------------------------------------------------------------------
+# the plan ------------------------------------------------------------------------------------
 def _planned(device, state, size=SIZE):
     model = lazyburn_model("resnet18", state, device)
     lb.graph.sync()  # the weights: computed once, not part of a forward pass
@@ -326,7 +326,7 @@ def test_conv_batch_norm_relu_is_one_kernel(device, state18):
     assert plan.kinds().count("elementwise") == 0, str(plan)
 
 
-# preprocessing and the demo --------------------------------------------------------------------
+# preprocessing and the demo ------------------------------------------------------------------
 def torch_preprocess(image: np.ndarray, size: int, resize: int) -> np.ndarray:
     """torchvision's Resize(resize) (bilinear, here without antialiasing), CenterCrop(size),
     ToTensor and Normalize(ImageNet) on an (H, W, 3) uint8 image, in plain PyTorch."""

@@ -13,8 +13,10 @@ convolution is bias-free and followed by a batch norm; parameter names are torch
 norms carrying ``running_mean``, ``running_var`` and ``num_batches_tracked``.
 
 Models start in eval mode: each batch norm normalizes with its running statistics, a
-per-channel scale and shift that fuses on write into the preceding convolution's kernel, with
-the ReLU and, at the end of a block, the residual add. A torchvision state dict saved with
+per-channel scale and shift. At the end of a block it fuses on write into the convolution's
+kernel with the residual add and the ReLU; between two convolutions it is computed today by
+the kernel that writes the next convolution's window operand (``lazyburn.explain`` shows the
+groups). A torchvision state dict saved with
 ``safetensors.torch.save_file(model.state_dict(), path)`` loads with ``load_safetensors``;
 the checks are ``Module.load_state_dict``'s (every name, shape and dtype kind, all problems
 reported at once as a ``lazyburn.nn.WeightsError``).
