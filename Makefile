@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[opencl,webgpu,models,autotune,train,test,reference]'
+	$(PY) -m pip install -q -e '.[opencl,webgpu,models,vision,autotune,train,test,reference]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

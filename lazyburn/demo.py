@@ -4,9 +4,13 @@ Embeds a built-in set of sentences (plus any given on the command line or in ``-
 prints each sentence's nearest neighbour with its cosine similarity, and reports the device,
 the ops recorded and kernels launched per batch, and the time per batch fused against the
 unfused NumPy reference. ``--dump DIR`` writes every fused kernel to DIR.
+
+``--model resnet50`` (or ``resnet18``, ``resnet34``) classifies the photographs bundled with
+scikit-learn instead (``classify``): top-5 classes, kernels and time per image.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -14,6 +18,7 @@ import numpy as np
 
 import lazyburn as lb
 from .models import minilm
+from .models.resnet import preprocess
 
 SENTENCES = [
     "A man is eating food.",
@@ -129,3 +134,101 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
+
+
+# -- image classification -------------------------------------------------------------------
+
+def sample_images() -> list[tuple[str, np.ndarray]]:
+    """The photographs bundled with scikit-learn (``sklearn.datasets.load_sample_images``:
+    china.jpg and flower.jpg, 427x640): ``(file name, (H, W, 3) uint8 RGB array)`` each.
+
+    Raises ModuleNotFoundError naming the install command when scikit-learn, or Pillow (which
+    scikit-learn needs to decode them), is missing."""
+    hint = "pip install 'lazyburn[vision]'"
+    try:
+        from sklearn.datasets import load_sample_images
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError(f"the image demo classifies scikit-learn's sample "
+                                  f"photographs: {hint}", name=e.name) from e
+    try:
+        data = load_sample_images()
+    except ImportError as e:  # scikit-learn decodes the JPEG files with Pillow
+        raise ModuleNotFoundError(f"scikit-learn needs Pillow to read its sample photographs: "
+                                  f"{hint}", name="PIL") from e
+    return [(os.path.basename(f), np.asarray(a)) for f, a in zip(data.filenames, data.images)]
+
+
+def read_labels(path, num_classes: int) -> list[str]:
+    """Class names from a text file, one per line in class-index order (blank lines kept, as
+    a name may be empty). Raises ValueError when the file does not hold ``num_classes``
+    lines, OSError/UnicodeDecodeError when it cannot be read."""
+    with open(path, encoding="utf-8") as f:
+        names = [line.rstrip("\r\n") for line in f]
+    if names and names[-1] == "":
+        names.pop()
+    if len(names) != num_classes:
+        raise ValueError(f"{path}: expected {num_classes} class names, one per line, found "
+                         f"{len(names)}")
+    return names
+
+
+def classify(model, images, device: str, labels=None, image_size: int = 224, top: int = 5,
+             dump=None, random_weights: bool = True) -> int:
+    """Classify ``images`` (``(name, (H, W, 3) uint8 array)`` pairs) with ``model`` (a
+    ``lazyburn.models.resnet.ResNet`` on the canonical ``device``), one image per batch,
+    preprocessed as torchvision's ImageNet evaluation transform scaled to ``image_size``
+    (resize the shorter side to ``image_size * 256 / 224``, center crop ``image_size``);
+    print each image's ``top`` classes with their probabilities (named from ``labels``, a list
+    of class names, when given), the kernels per image and the time per image. ``dump``: a
+    directory for the fused kernels, or None. Returns the exit status (0)."""
+    resize = round(image_size * 256 / 224)
+    print(f"device: {device} ({_describe(device)})")
+    if random_weights:
+        print("weights: random (pass --weights FILE.safetensors with a torchvision state dict "
+              "for real classes)")
+    print("class names: " + ("from --labels" if labels else
+                             "none (pass --labels FILE, one name a line); indices shown"))
+    inputs = [(name, preprocess(image, image_size, resize, device=device).numpy())
+              for name, image in images]
+    with lb.no_grad():
+        lb.graph.sync()  # the weights (a random initialization, or uploads): once, not per image
+        forward = lb.jit(model.forward, device=device)
+        backend = lb.runtime.backend(device)
+        with lb.dump(dump) if dump else _nullcontext():
+            if device != "numpy":
+                print("first image: planning and compiling the kernels (cached on disk for "
+                      "later runs) ...", flush=True)
+                t0 = time.perf_counter()
+                forward(inputs[0][1]).numpy()
+                print(f"  done in {time.perf_counter() - t0:.1f} s")
+            results, seconds, launched = [], [], []
+            for name, x in inputs:
+                before = getattr(backend, "kernels_launched", 0)
+                t0 = time.perf_counter()
+                logits = forward(x).numpy()
+                seconds.append(time.perf_counter() - t0)
+                launched.append(getattr(backend, "kernels_launched", 0) - before)
+                results.append((name, logits[0]))
+        # after the first run: the plan the device ran, each group's library-or-generated
+        # choice made (explain reads the plan cache; nothing runs)
+        plan = lb.explain(model(inputs[0][1]))
+    for name, logits in results:
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        best = np.argsort(-p, kind="stable")[:top]
+        print(f"\n{name}: top {top}")
+        for k in best:
+            label = f"  {labels[k]}" if labels else ""
+            print(f"  class {k:>4}  {p[k]:.4f}{label}")
+    what = f"{plan.generated_kernels} generated kernels, {plan.library_calls} library calls"
+    if device == "numpy":
+        counted = (f"{plan.steps[-1].ops} ops run one at a time by NumPy (a fused device runs "
+                   f"{plan.kernel_count} kernels)")
+    else:
+        counted = f"{max(launched)} groups launched ({what})"
+    how = "recorded and run op by op" if device == "numpy" else "the cached plan replayed"
+    print(f"\nper image ({image_size}x{image_size}): {counted}, "
+          f"{np.median(seconds) * 1e3:.1f} ms (median of {len(seconds)}, {how})")
+    if dump:
+        print(f"fused kernels written to {dump}")
+    return 0

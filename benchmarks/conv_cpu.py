@@ -1,0 +1,257 @@
+"""Convolution, pooling and ResNet-50 on the CPU: lazyburn on the OpenCL CPU device against
+PyTorch eager and torch.compile (Inductor's C++ kernels) in one run.
+
+    .venv/bin/python benchmarks/conv_cpu.py --rounds 5
+    .venv/bin/python benchmarks/conv_cpu.py -k max_pool --rounds 9
+
+Workloads (float32, NCHW): ``max_pool2d`` on (2, 32, 512, 512) with kernel 2 stride 2 and with
+kernel 3 stride 1 padding 1; ``conv2d`` 3x3, 64 -> 64 channels, 56x56, batch 8, padding 1, no
+bias (a ResNet-50 layer1 convolution); ResNet-50 inference at batch 1, 224x224 (eval mode, the
+same random weights and batch-norm statistics on both sides).
+
+Columns, each the median over rounds of one round's median (a round times every contender in
+turn, so a noisy moment of a shared machine falls on all of them):
+
+- ``lazyburn e2e``: record the ops and sync (``lb.graph.sync``): planning comes from the plan
+  cache, the output stays on the device (as torch's stays in memory).
+- ``lazyburn replay``: the same function through ``lazyburn.jit``: the cached plan's kernels
+  and library calls launched and waited for, no recording. lazyburn's OpenCL backend has no
+  per-kernel profiler, so this is the closest to kernel time it reports.
+- ``torch eager`` and ``torch.compile``: the CPU build's ATen kernels (oneDNN for
+  convolutions) and Inductor's generated C++ in its default mode and settings (no weight
+  freezing), as a user would call it; both use ``torch.get_num_threads()`` threads.
+
+The spread printed beside each median is the interquartile range of the per-round medians,
+relative to the median: the machine's noise for that row. ``LAZYBURN_AUTOTUNE`` applies as
+usual; the first, untimed calls compile (and tune).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as TF
+
+import lazyburn as lb
+from lazyburn.models import resnet
+
+ROOT = Path(__file__).resolve().parent.parent
+DEVICE = "opencl:0"
+
+
+# the workloads: (name, lazyburn function of device tensors, torch function, input arrays)
+def _max_pool(kernel, stride, padding):
+    shape = (2, 32, 512, 512)
+    x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    return (lambda t: lb.max_pool2d(t, kernel, stride, padding),
+            lambda t: TF.max_pool2d(t, kernel, stride, padding), [x])
+
+
+def _conv():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((8, 64, 56, 56), dtype=np.float32)
+    w = (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)
+    return (lambda t, k: lb.conv2d(t, k, padding=1),
+            lambda t, k: TF.conv2d(t, k, padding=1), [x, w])
+
+
+def _resnet50():
+    """ResNet-50 on both sides with one set of random weights; the functions take the image."""
+    rng = np.random.default_rng(2)
+    ours = resnet.resnet50(device=DEVICE)
+    state = {}
+    for name, t in ours._named_tensors():
+        if name.endswith("num_batches_tracked"):
+            state[name] = np.array(1, np.int64)
+        elif name.endswith("running_var"):
+            state[name] = rng.uniform(0.5, 2.0, t.shape).astype(np.float32)
+        elif len(t.shape) == 1:
+            state[name] = rng.normal(0.0, 0.2, t.shape).astype(np.float32) + \
+                (1.0 if name.endswith(".weight") else 0.0)
+        else:
+            std = math.sqrt(2.0 / math.prod(t.shape[1:]))
+            state[name] = rng.normal(0.0, std, t.shape).astype(np.float32)
+    ours.load_state_dict(state)
+    theirs = _torch_resnet50(state)
+    x = rng.standard_normal((1, 3, 224, 224), dtype=np.float32)
+    return ours, (lambda t: theirs(t)), [x]
+
+
+def _torch_resnet50(state):
+    """torchvision's ResNet-50 in plain PyTorch, built from the lazyburn model's state dict
+    (the same names): a Bottleneck network of torch.nn layers."""
+    nn = torch.nn
+
+    class Bottleneck(nn.Module):
+        def __init__(self, inplanes, planes, stride, downsample):
+            super().__init__()
+            self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(planes * 4)
+            self.downsample = downsample
+
+        def forward(self, x):
+            identity = x if self.downsample is None else self.downsample(x)
+            out = torch.relu(self.bn1(self.conv1(x)))
+            out = torch.relu(self.bn2(self.conv2(out)))
+            return torch.relu(self.bn3(self.conv3(out)) + identity)
+
+    class ResNet50(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+            inplanes = 64
+            for i, (planes, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+                stride = 1 if i == 0 else 2
+                down = nn.Sequential(nn.Conv2d(inplanes, planes * 4, 1, stride, bias=False),
+                                     nn.BatchNorm2d(planes * 4))
+                stage = [Bottleneck(inplanes, planes, stride, down)]
+                inplanes = planes * 4
+                stage += [Bottleneck(inplanes, planes, 1, None) for _ in range(1, blocks)]
+                setattr(self, f"layer{i + 1}", nn.Sequential(*stage))
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(2048, 1000)
+
+        def forward(self, x):
+            x = self.maxpool(torch.relu(self.bn1(self.conv1(x))))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return self.fc(torch.flatten(self.avgpool(x), 1))
+
+    model = ResNet50()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    return model.eval()
+
+
+def workloads(select: str | None):
+    table = [("max_pool2d k2 s2 (2,32,512,512)", lambda: _max_pool(2, 2, 0)),
+             ("max_pool2d k3 s1 p1 (2,32,512,512)", lambda: _max_pool(3, 1, 1)),
+             ("conv2d 3x3 64->64 56x56 b8", _conv),
+             ("resnet50 b1 224x224", _resnet50)]
+    for name, make in table:
+        if select is None or select.replace("_", " ") in name.replace("_", " "):
+            yield name, make
+
+
+def _median_seconds(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def contenders(name, make):
+    """(label, zero-argument timed function, result as a NumPy array) per contender."""
+    ours, theirs, arrays = make()
+    model = ours if isinstance(ours, resnet.ResNet) else None
+    if model is not None:
+        ours = model.forward
+    dev = [lb.tensor(a, device=DEVICE) for a in arrays]
+    lb.graph.sync()  # inputs and weights uploaded once, outside the timings
+    th = [torch.from_numpy(a) for a in arrays]
+    with lb.no_grad():
+        replay = lb.jit(ours, device=DEVICE)
+
+    def e2e():
+        with lb.no_grad():
+            y = ours(*dev)
+            lb.graph.sync(y)
+        return y
+
+    def replayed():
+        with lb.no_grad():
+            return replay(*dev)
+
+    compiled = None
+    try:
+        compiled = torch.compile(theirs)
+        with torch.no_grad():
+            compiled(*th)  # compiles here, untimed
+    except Exception as e:  # no C++ compiler, an Inductor failure: say so, keep going
+        print(f"  torch.compile failed on {name}: {type(e).__name__}: "
+              f"{str(e).splitlines()[0][:200]}", file=sys.stderr)
+        compiled = None
+
+    def eager():
+        with torch.no_grad():
+            return theirs(*th)
+
+    def torch_compiled():
+        with torch.no_grad():
+            return compiled(*th)
+
+    rows = [("lazyburn e2e", e2e, lambda: e2e().numpy()),
+            ("lazyburn replay", replayed, lambda: replayed().numpy()),
+            ("torch eager", eager, lambda: eager().numpy())]
+    if compiled is not None:
+        rows.append(("torch.compile", torch_compiled, lambda: torch_compiled().numpy()))
+    return rows
+
+
+def machine() -> str:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores; torch {torch.__version__} "
+            f"({torch.get_num_threads()} threads); OpenCL device: "
+            f"{lb.runtime.backend(DEVICE).device.name.strip()}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-k", dest="select", help="only workloads whose name contains this")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=5, help="timed calls per contender per round")
+    args = ap.parse_args(argv)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {head}; {machine()}")
+    print(f"{args.rounds} rounds x {args.reps} calls; medians of round medians in ms "
+          f"(IQR of round medians / median)")
+    for name, make in workloads(args.select):
+        rows = contenders(name, make)
+        results = [check() for _, _, check in rows]  # warm: compiles, tunes, checks
+        want = results[2]
+        for (label, _, _), got in zip(rows, results):
+            err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+            if err > 1e-3:
+                print(f"  {label} differs from torch eager on {name}: {err:.2g} relative",
+                      file=sys.stderr)
+        per_round = {label: [] for label, _, _ in rows}
+        for _ in range(args.rounds):
+            for label, fn, _ in rows:
+                per_round[label].append(_median_seconds(fn, args.reps))
+        print(f"\n{name}")
+        eager = statistics.median(per_round["torch eager"])
+        for label, _, _ in rows:
+            t = per_round[label]
+            med = statistics.median(t)
+            q = statistics.quantiles(t, n=4) if len(t) > 1 else [med, med, med]
+            print(f"  {label:16s} {med * 1e3:9.2f} ms  (±{(q[2] - q[0]) / med * 100:4.0f} %)"
+                  f"  {eager / med:6.2f}x eager")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
