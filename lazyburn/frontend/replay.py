@@ -8,8 +8,10 @@ cached plan on them directly: no recording, no structural key, no partitioning. 
 trace-once-and-reuse of JAX's ``jit`` and tinygrad's ``TinyJit``.
 
 The function must be pure: its graph may depend on the arguments' shapes and dtypes but not on
-their values, and tensors it closes over (model weights) must not be replaced between calls
-(tensors are immutable, so they cannot change in place).
+their values, and tensors it closes over (model weights) must not be rebound between calls
+(``x[k] = v``, an optimizer's ``step()`` and batch norm's running statistics give a Tensor a
+new value; a replay reads the values the recording saw). An assignment into an argument
+happens in the recording call only: a replay computes the function's results, not its effects.
 """
 from __future__ import annotations
 
