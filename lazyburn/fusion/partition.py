@@ -26,7 +26,7 @@ from itertools import islice
 import networkx as nx
 
 from ..ir.node import Node
-from ..ir.ops import REDUCTIONS
+from ..ir.ops import REDUCTIONS, VIEWS
 from ..ir.shapes import prod
 from .lower import FusionIllegal, Lowering, add_stage, lower, reduction_space
 
@@ -321,8 +321,14 @@ class Partitioner:
             if not grown:
                 break
             # store the most downstream values first: once they are stored, what they inline
-            # may no longer need storing (a chain is written out once, at its end)
-            stored |= grown - self._upstream_of(grown, stored)
+            # may no longer need storing (a chain is written out once, at its end)...
+            picked = set()
+            for i in grown - self._upstream_of(grown, stored):
+                # ...though not necessarily the value itself: see _store_points
+                points = self._store_points(self._node_by_id(i), groups, group_of, stored,
+                                            home) - stored
+                picked |= points or {i}
+            stored |= picked
         for g in groups:  # anchors are written out when a tensor or another group reads them
             for a in g.anchors:
                 if id(a) in self.out_ids or readers[id(a)] - {id(g)}:
@@ -334,6 +340,65 @@ class Partitioner:
         home = {i: g for i, g in home.items() if i in stored}
         ordered = self._launch_order(all_groups, home, stored)
         return Partition(ordered, home, self.order)
+
+    def _store_points(self, n: Node, groups, group_of, stored, home) -> set:
+        """Ids of the values to write out so that ``n``, which must not be recomputed where it
+        is read, is computed from stored values instead.
+
+        A view chain is not materialized: views fold into the reader's load indices, so the
+        value they re-index is stored (nothing, when that is a stored buffer already). When
+        that value is still dear to recompute (a transcendental in its cone) and no anchor
+        group upstream can store it on write (where it costs no kernel of its own), the
+        smallest values on the path are stored instead: each dear op's result before it is
+        broadcast (batch norm's per-channel ``rsqrt(var + eps) * weight``), and the cheap
+        remainder (the broadcast multiply-add, the activation, the views) is fused into the
+        readers, a matmul prologue included. (Where those are larger than the smallest value
+        of the view chain, a slice or a strided window, that value is stored.)"""
+        base, smallest = n, n
+        while base.op in VIEWS:
+            x = base.inputs[0]
+            if self.is_leaf(x) or self.is_anchor(x) or id(x) in stored:
+                return set()  # a view of a stored buffer: its readers load through it
+            base = x
+            if base.size <= smallest.size:
+                smallest = base
+        if self._inline_cost(base, stored, until_dear=True)[0]:
+            return {id(base)}
+        if self._fuse_on_write_home(base, groups, group_of, stored | {id(base)},
+                                    home) is not None:
+            return {id(base)}
+        points = self._smallest_dear(base, stored)
+        if sum(p.size for p in points) < smallest.size:
+            return {id(p) for p in points}
+        return {id(smallest)}
+
+    def _smallest_dear(self, n: Node, stored) -> list:
+        """For each op in ``n``'s inline cone that is not cheap to recompute: its value, or
+        that of the chain of same-or-smaller element-wise ops it alone feeds within the cone
+        (before a broadcast, a view or a join with another operand's path)."""
+        cone, stack = set(), [n]
+        dear = []
+        while stack:
+            x = stack.pop()
+            if id(x) in cone or self.is_leaf(x) or self.is_anchor(x) or (
+                    x is not n and id(x) in stored):
+                continue
+            cone.add(id(x))
+            if x.op not in CHEAP_OPS:
+                dear.append(x)
+            stack.extend(x.inputs)
+        points = {}
+        for x in dear:
+            p = x
+            while True:
+                inside = [c for c in self.consumers[id(p)] if id(c) in cone]
+                if len(inside) != 1 or inside[0].op in VIEWS or inside[0].size > p.size:
+                    break
+                p = inside[0]
+            points[id(p)] = p
+        # a dear op feeding another one's chain is stored through that one
+        upstream = self._upstream_of(set(points), stored)
+        return [p for i, p in points.items() if i not in upstream]
 
     def _upstream_of(self, ids: set, stored: set) -> set:
         """Ids in ``ids`` that another member of ``ids`` computes inline."""
