@@ -345,15 +345,15 @@ class Partitioner:
         """Ids of the values to write out so that ``n``, which must not be recomputed where it
         is read, is computed from stored values instead.
 
-        A view chain is not materialized: views fold into the reader's load indices, so the
-        value they re-index is stored (nothing, when that is a stored buffer already). When
-        that value is still dear to recompute (a transcendental in its cone) and no anchor
-        group upstream can store it on write (where it costs no kernel of its own), the
-        smallest values on the path are stored instead: each dear op's result before it is
-        broadcast (batch norm's per-channel ``rsqrt(var + eps) * weight``), and the cheap
-        remainder (the broadcast multiply-add, the activation, the views) is fused into the
-        readers, a matmul prologue included. (Where those are larger than the smallest value
-        of the view chain, a slice or a strided window, that value is stored.)"""
+        A view of a stored buffer is not materialized (the empty set): views fold into the
+        reader's load indices. Nor is a view of a value that is dear to recompute: the value it
+        re-indexes is stored, where an anchor group upstream can store it on write (at no
+        kernel of its own). Otherwise the smallest values on the path are stored: each dear
+        op's result before it is broadcast (batch norm's per-channel ``rsqrt(var + eps) *
+        weight``), and the cheap remainder (the broadcast multiply-add, the activation, the
+        views) is fused into the readers, a matmul prologue included; where those are larger
+        than the smallest value of the view chain (a slice, a strided window), that value.
+        A value that is cheap but long (read by several groups) is stored as it is read."""
         base, smallest = n, n
         while base.op in VIEWS:
             x = base.inputs[0]
@@ -363,7 +363,7 @@ class Partitioner:
             if base.size <= smallest.size:
                 smallest = base
         if self._inline_cost(base, stored, until_dear=True)[0]:
-            return {id(base)}
+            return {id(n)}
         if self._fuse_on_write_home(base, groups, group_of, stored | {id(base)},
                                     home) is not None:
             return {id(base)}
