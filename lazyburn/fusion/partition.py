@@ -10,7 +10,10 @@ Burn's future work included: several broadcasted reductions over the same rows i
 2. *Stored values.* Element-wise and view nodes are fused on read: recomputed inside every group
    that reads them, unless they must be written out -- a live tensor holds them, or several
    groups read them and recomputing is not cheap (a transcendental, a gather, or a matmul
-   prologue that would recompute it per tile).
+   prologue that would recompute it per tile). What is written out is then the smallest
+   value on the path, never a view chain: a view of a dear value stores the value (fused on
+   write into its producer's kernel where it can be), else the dear ops' own results before
+   they are broadcast (batch norm's per-channel scale), the cheap remainder fused on read.
 3. *Homes.* Each stored element-wise value is computed by exactly one group: fused on write into
    an anchor group upstream (a matmul epilogue, a reduction's per-row or per-element outputs),
    or into a reduction group that reads it over its own input space (multi-output fusion), or
@@ -324,7 +327,9 @@ class Partitioner:
             # may no longer need storing (a chain is written out once, at its end)...
             picked = set()
             for i in grown - self._upstream_of(grown, stored):
-                # ...though not necessarily the value itself: see _store_points
+                # ...though not necessarily the value itself (_store_points); the value is
+                # stored where nothing else would be (a chain of more views than a kernel
+                # inlines), so the stored set grows and these groups are built again
                 points = self._store_points(self._node_by_id(i), groups, group_of, stored,
                                             home) - stored
                 picked |= points or {i}
