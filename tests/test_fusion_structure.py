@@ -313,3 +313,59 @@ def test_long_chains_split_into_kernels_of_bounded_depth(device, rng):
     assert 300 // MAX_DEPTH <= plan.kernel_count <= 300 // MAX_DEPTH + 2
     # 300 roundings (fused multiply-adds on a GPU) drift a few ulps per op from NumPy's
     np.testing.assert_allclose(y.numpy(), want, rtol=2e-4)
+
+
+# what a matmul prologue cannot recompute is stored at its smallest -----------------------------
+def conv_bn_relu(x, w1, w2, w3, mean, var, gamma, beta):
+    """A block's shape: conv 3x3 -> eval batch norm -> ReLU, read by a 3x3 convolution and by
+    a strided 1x1 one (a downsample)."""
+    h = lb.relu(lb.batch_norm(lb.conv2d(x, w1, padding=1), mean, var, gamma, beta))
+    return lb.conv2d(h, w2, padding=1), lb.conv2d(h, w3, stride=2)
+
+
+def bn_args(rng, c):
+    return (rng.normal(0, 0.2, c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32),
+            rng.uniform(0.5, 1.5, c).astype(np.float32), rng.normal(0, 0.2, c).astype(np.float32))
+
+
+def test_batch_norm_relu_between_convolutions_is_fused_on_write(device, rng):
+    """The per-channel ``rsqrt(var + eps) * weight`` is not recomputed in the next
+    convolutions' prologues: batch norm + ReLU are fused on write into the first convolution's
+    kernel, and both readers take its result through their window views (no im2col buffer, no
+    copy of the strided 1x1 operand)."""
+    x = rng.standard_normal((2, 4, 9, 9), dtype=np.float32)
+    w1 = rng.standard_normal((6, 4, 3, 3), dtype=np.float32) / 6
+    w2 = rng.standard_normal((5, 6, 3, 3), dtype=np.float32) / 7
+    w3 = rng.standard_normal((3, 6, 1, 1), dtype=np.float32) / 3
+    plan = check(conv_bn_relu, device, x, w1, w2, w3, *bn_args(rng, 6), rtol=1e-4, atol=1e-5,
+                 kernels=3, kinds=["matmul"] * 3)
+    first = plan.kernels[0]
+    roles = {(o.op, o.role) for o in first.ops}
+    assert {("rsqrt", "fused on write"), ("maximum", "fused on write")} <= roles, str(plan)
+    assert "window" in {o.op for o in plan.kernels[1].ops}
+    for k in plan.kernels[1:]:
+        assert "rsqrt" not in {o.op for o in k.ops}, str(plan)
+    # the activation is written once, by the first kernel, and both convolutions read it
+    activation = 2 * 6 * 9 * 9
+    assert [a.size for a in first.spec.args if a.is_output] == [activation]
+    for k in plan.kernels[1:]:
+        assert activation in [a.size for a in k.spec.args if not a.is_output]
+
+
+def test_dear_per_channel_scale_is_stored_small_and_the_rest_fused_on_read(device, rng):
+    """With no kernel upstream to fuse into, batch norm + ReLU on an input read by a matmul
+    stores only the per-channel scale (the rsqrt's result before its broadcast), in a kernel
+    of C elements; the broadcast multiply-add and the ReLU are fused into the matmul's
+    prologue, never an (N, C) activation written out."""
+    x = rng.standard_normal((40, 24), dtype=np.float32)
+    w = rng.standard_normal((24, 7), dtype=np.float32) / 5
+
+    def f(a, b, mean, var, gamma, beta):
+        return lb.relu(lb.batch_norm(a, mean, var, gamma, beta)) @ b
+    plan = check(f, device, x, w, *bn_args(rng, 24), rtol=1e-4, atol=1e-5, kernels=2,
+                 kinds=["elementwise", "matmul"])
+    scale, mm = plan.kernels
+    assert "rsqrt" in {o.op for o in scale.ops} and "rsqrt" not in {o.op for o in mm.ops}
+    assert {o.role for o in mm.ops if o.op == "maximum"} == {"fused on read"}
+    assert [a.size for a in scale.spec.args if a.is_output] == [24]
+    assert sorted(a.size for a in mm.spec.args) == sorted([40 * 24, 24 * 7, 40 * 7] + [24] * 3)

@@ -10,7 +10,10 @@ Burn's future work included: several broadcasted reductions over the same rows i
 2. *Stored values.* Element-wise and view nodes are fused on read: recomputed inside every group
    that reads them, unless they must be written out -- a live tensor holds them, or several
    groups read them and recomputing is not cheap (a transcendental, a gather, or a matmul
-   prologue that would recompute it per tile).
+   prologue that would recompute it per tile). What is written out is then the smallest
+   value on the path, never a view chain: a view of a dear value stores the value (fused on
+   write into its producer's kernel where it can be), else the dear ops' own results before
+   they are broadcast (batch norm's per-channel scale), the cheap remainder fused on read.
 3. *Homes.* Each stored element-wise value is computed by exactly one group: fused on write into
    an anchor group upstream (a matmul epilogue, a reduction's per-row or per-element outputs),
    or into a reduction group that reads it over its own input space (multi-output fusion), or
@@ -26,7 +29,7 @@ from itertools import islice
 import networkx as nx
 
 from ..ir.node import Node
-from ..ir.ops import REDUCTIONS
+from ..ir.ops import REDUCTIONS, VIEWS
 from ..ir.shapes import prod
 from .lower import FusionIllegal, Lowering, add_stage, lower, reduction_space
 
@@ -321,8 +324,16 @@ class Partitioner:
             if not grown:
                 break
             # store the most downstream values first: once they are stored, what they inline
-            # may no longer need storing (a chain is written out once, at its end)
-            stored |= grown - self._upstream_of(grown, stored)
+            # may no longer need storing (a chain is written out once, at its end)...
+            picked = set()
+            for i in grown - self._upstream_of(grown, stored):
+                # ...though not necessarily the value itself (_store_points); the value is
+                # stored where nothing else would be (a chain of more views than a kernel
+                # inlines), so the stored set grows and these groups are built again
+                points = self._store_points(self._node_by_id(i), groups, group_of, stored,
+                                            home) - stored
+                picked |= points or {i}
+            stored |= picked
         for g in groups:  # anchors are written out when a tensor or another group reads them
             for a in g.anchors:
                 if id(a) in self.out_ids or readers[id(a)] - {id(g)}:
@@ -334,6 +345,65 @@ class Partitioner:
         home = {i: g for i, g in home.items() if i in stored}
         ordered = self._launch_order(all_groups, home, stored)
         return Partition(ordered, home, self.order)
+
+    def _store_points(self, n: Node, groups, group_of, stored, home) -> set:
+        """Ids of the values to write out so that ``n``, which must not be recomputed where it
+        is read, is computed from stored values instead.
+
+        A view of a stored buffer is not materialized (the empty set): views fold into the
+        reader's load indices. Nor is a view of a value that is dear to recompute: the value it
+        re-indexes is stored, where an anchor group upstream can store it on write (at no
+        kernel of its own). Otherwise the smallest values on the path are stored: each dear
+        op's result before it is broadcast (batch norm's per-channel ``rsqrt(var + eps) *
+        weight``), and the cheap remainder (the broadcast multiply-add, the activation, the
+        views) is fused into the readers, a matmul prologue included; where those are larger
+        than the smallest value of the view chain (a slice, a strided window), that value.
+        A value that is cheap but long (read by several groups) is stored as it is read."""
+        base, smallest = n, n
+        while base.op in VIEWS:
+            x = base.inputs[0]
+            if self.is_leaf(x) or self.is_anchor(x) or id(x) in stored:
+                return set()  # a view of a stored buffer: its readers load through it
+            base = x
+            if base.size <= smallest.size:
+                smallest = base
+        if self._inline_cost(base, stored, until_dear=True)[0]:
+            return {id(n)}
+        if self._fuse_on_write_home(base, groups, group_of, stored | {id(base)},
+                                    home) is not None:
+            return {id(base)}
+        points = self._smallest_dear(base, stored)
+        if sum(p.size for p in points) < smallest.size:
+            return {id(p) for p in points}
+        return {id(smallest)}
+
+    def _smallest_dear(self, n: Node, stored) -> list:
+        """For each op in ``n``'s inline cone that is not cheap to recompute: its value, or
+        that of the chain of same-or-smaller element-wise ops it alone feeds within the cone
+        (before a broadcast, a view or a join with another operand's path)."""
+        cone, stack = set(), [n]
+        dear = []
+        while stack:
+            x = stack.pop()
+            if id(x) in cone or self.is_leaf(x) or self.is_anchor(x) or (
+                    x is not n and id(x) in stored):
+                continue
+            cone.add(id(x))
+            if x.op not in CHEAP_OPS:
+                dear.append(x)
+            stack.extend(x.inputs)
+        points = {}
+        for x in dear:
+            p = x
+            while True:
+                inside = [c for c in self.consumers[id(p)] if id(c) in cone]
+                if len(inside) != 1 or inside[0].op in VIEWS or inside[0].size > p.size:
+                    break
+                p = inside[0]
+            points[id(p)] = p
+        # a dear op feeding another one's chain is stored through that one
+        upstream = self._upstream_of(set(points), stored)
+        return [p for i, p in points.items() if i not in upstream]
 
     def _upstream_of(self, ids: set, stored: set) -> set:
         """Ids in ``ids`` that another member of ``ids`` computes inline."""
