@@ -12,10 +12,11 @@ This module only names the public API; the layers below are described in ARCHITE
 """
 from __future__ import annotations
 
-from . import errors, graph, linalg, optim, runtime
+from . import amp, errors, graph, linalg, optim, runtime
 from .errors import (AutogradError, DeviceError, DTypeError, KernelCompileError,
                      OutOfMemoryError, ShapeError)
 from .frontend import autograd, random
+from .frontend.amp import GradScaler, autocast
 from .frontend.autograd import enable_grad, is_grad_enabled, no_grad
 from .frontend.capture import Graph, sync
 from .frontend.creation import (arange, asarray, empty, empty_like, eye, full, full_like,

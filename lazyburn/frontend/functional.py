@@ -434,7 +434,11 @@ def linear(x, weight, bias=None):
     PyTorch's ``nn.functional.linear``."""
     x = _t("linear", x)
     y = x @ _t("linear", weight).mT
-    return y + bias if bias is not None else y
+    if bias is None:
+        return y
+    # a bias Tensor goes through ``_t`` too: under autocast it takes the product's dtype, as in
+    # PyTorch
+    return y + (_t("linear", bias) if is_tensor(bias) else bias)
 
 
 def embedding(indices, weight):

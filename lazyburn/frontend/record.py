@@ -35,6 +35,11 @@ Tensor: type = None  # type: ignore[assignment]
 # None before, so that recording without autograd pays one test per op.
 grad_hook = None
 
+# Called as ``autocast_hook(op, node, origin)`` by ``tensor_node`` once an autocast region has
+# been entered (``frontend/amp.py`` installs it): the operand of public op ``op`` in the dtype
+# the region's policy gives it. None before, so that recording without autocast pays one test.
+autocast_hook = None
+
 
 def set_tensor_class(cls: type) -> None:
     global Tensor
@@ -261,11 +266,13 @@ def tensor_node(op: str, x, origin, device=None) -> Node:
     Raises DTypeError (a TypeError) for objects that are not array-like.
     """
     if isinstance(x, Tensor):
-        return x.node
-    if isinstance(x, (np.ndarray, np.generic, list, tuple)) or is_scalar(x):
-        return from_host(x, None, device, origin)
-    raise DTypeError(f"{op}: expected a tensor, array or number, got {type(x).__name__}",
-                     str(origin))
+        n = x.node
+    elif isinstance(x, (np.ndarray, np.generic, list, tuple)) or is_scalar(x):
+        n = from_host(x, None, device, origin)
+    else:
+        raise DTypeError(f"{op}: expected a tensor, array or number, got {type(x).__name__}",
+                         str(origin))
+    return n if autocast_hook is None else autocast_hook(op, n, origin)
 
 
 def same_device(op, nodes, origin) -> str:
