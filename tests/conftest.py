@@ -17,6 +17,7 @@ try:
 except ImportError:
     pass
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import lazyburn as lb  # noqa: E402
@@ -30,3 +31,12 @@ def numpy_device():
     lb.set_default_device("numpy")
     yield "numpy"
     runtime._default = before
+
+
+@pytest.fixture
+def rng(request):
+    """Fresh random data for each test and run (the seed differs per process: Python's string
+    hashing is salted), printed so that a failure can be replayed."""
+    seed = abs(hash(request.node.name)) % 2**32
+    print(f"seed {seed}")
+    return np.random.default_rng(seed)

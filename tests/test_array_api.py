@@ -31,13 +31,6 @@ def fused(request):
     return request.param
 
 
-@pytest.fixture
-def rng(request):
-    seed = abs(hash(request.node.name)) % 2**32  # differs per process: fresh data each run
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
-
-
 def data(rng, shape, dtype):
     """Random values of ``dtype`` (a NumPy dtype name) that are not all zero."""
     if dtype == "bool":

@@ -21,13 +21,6 @@ def device(request):
     return request.param
 
 
-@pytest.fixture
-def rng(request):
-    seed = abs(hash(request.node.name)) % 2**32  # differs per process: fresh data each run
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
-
-
 def floats(device):
     """The float dtypes ``device`` holds (WGSL has no float64)."""
     return ["float32"] + (["float64"] if not device.startswith("webgpu") else [])

@@ -168,11 +168,6 @@ def finite_differences(fn, arrays, upstream, eps=1e-6):
     return out
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
-
 @pytest.fixture(autouse=True)
 def numpy_default(numpy_device):
     return numpy_device

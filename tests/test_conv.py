@@ -24,11 +24,6 @@ def device(request):
     return request.param
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
-
 def randn(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 

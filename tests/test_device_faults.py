@@ -23,11 +23,6 @@ def device(request):
     return request.param
 
 
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
-
-
 def _line() -> int:
     """The caller's line number."""
     return inspect.currentframe().f_back.f_lineno

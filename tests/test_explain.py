@@ -28,11 +28,6 @@ def device(request):
     return request.param
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
-
 def softmax(z):
     e = np.exp(z - z.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)

@@ -17,11 +17,6 @@ def device(request):
     return request.param
 
 
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
-
-
 def both(device, *arrays):
     """Each array as a tensor on ``device`` and on ``numpy``."""
     return [lb.tensor(a, device=device) for a in arrays], \

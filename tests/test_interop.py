@@ -26,13 +26,6 @@ def device(request):
     return request.param
 
 
-@pytest.fixture
-def rng(request):
-    seed = abs(hash(request.node.name)) % 2**32  # differs per process: fresh data each run
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
-
-
 def data(rng, shape, dtype):
     if dtype == "bool":
         return rng.random(shape) < 0.5

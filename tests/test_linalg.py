@@ -27,13 +27,6 @@ def fused(request):
     return request.param
 
 
-@pytest.fixture
-def rng(request):
-    seed = abs(hash(request.node.name)) % 2**32  # differs per process: fresh data each run
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
-
-
 def normal(rng, shape, dtype="float32"):
     return (rng.standard_normal(shape) * 3).astype(dtype)
 

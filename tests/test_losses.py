@@ -17,11 +17,6 @@ from lazyburn import nn
 DEVICES = ["numpy"] + FUSED_DEVICES
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
-
 def randn(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 

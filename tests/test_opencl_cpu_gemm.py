@@ -27,11 +27,6 @@ def backend():
     return b
 
 
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
-
-
 def force_block(monkeypatch, name: str | None):
     """Run matmul groups with the register-blocked candidate ``name`` (None: the first), as
     the autotuner would launch it. Returns the names of the candidates seen."""

@@ -23,11 +23,6 @@ def backend():
     return b
 
 
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
-
-
 def run(fn, *arrays):
     """``fn`` on ``arrays`` on the OpenCL device: (result, the compiled kernels of its plan)."""
     backend = lb.runtime.backend(DEVICE)
