@@ -16,12 +16,11 @@ import math
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from ..ir import dtypes as dt
 from ..ir.shapes import prod
 from .creation import arange
 from .elementwise import where
 from .linalg import matmul
-from .movement import flip, pad, permute_dims, reshape, spread, take, window_node
+from .movement import flip, pad, permute_dims, spread, take, window_node
 from .record import Origin, tensor_node, wrap
 from .reduction import argmax, max as _max, sum as _sum
 
