@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from ..fusion.kernel_ir import KernelSpec
 from ..fusion.symbolic import Expr, topo_exprs
-from ..ir.shapes import pow2_at_least
 from . import philox
 from .common import INFIX, INT_LIMITS, ExprPrinter, float_literal, rounded_to
 from .triton_helpers import HELPERS

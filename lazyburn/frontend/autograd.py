@@ -40,13 +40,12 @@ from typing import Callable
 from .. import runtime
 from ..errors import AutogradError, DTypeError, ShapeError
 from ..ir.node import Node
-from ..ir.ops import OPS
 from . import elementwise as ew
 from . import record as rec
 from .creation import arange, ones, zeros_like
 from .elementwise import where
 from .linalg import matmul
-from .movement import concat, flip, pad, permute_dims, spread
+from .movement import flip, pad, permute_dims, spread
 from .record import Origin, wrap
 
 

@@ -10,8 +10,7 @@ import math
 
 import numpy as np
 
-from .. import runtime
-from ..errors import DeviceError, DTypeError, ShapeError
+from ..errors import DTypeError, ShapeError
 from ..ir import dtypes as dt
 from ..ir.node import Node
 from .record import (Origin, const, from_host, is_scalar, is_tensor, node, resolve_device,

@@ -40,11 +40,9 @@ import collections
 import functools
 import gc
 import hashlib
-import os
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 

@@ -74,7 +74,6 @@ import threading
 import time
 import warnings
 import weakref
-from pathlib import Path
 
 import numpy as np
 
