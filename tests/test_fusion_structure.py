@@ -364,3 +364,22 @@ def test_dear_per_channel_scale_is_stored_small_and_the_rest_fused_on_read(devic
     assert {o.role for o in mm.ops if o.op == "maximum"} == {"fused on read"}
     assert [a.size for a in scale.spec.args if a.is_output] == [24]
     assert sorted(a.size for a in mm.spec.args) == sorted([40 * 24, 24 * 7, 40 * 7] + [24] * 3)
+
+
+def test_half_chains_round_after_every_op_alone_and_around_a_matmul(device, rng):
+    # each op's float32 result rounded to float16 once, as the NumPy device does: exactly its
+    # values (WGSL once rounded only at the store, 1 to 2 ulps off in a third of hypot's)
+    a, b = (rng.uniform(-4, 4, 2048).astype(np.float16) for _ in range(2))
+    one = lambda t: t @ lb.ones((1, 1), dtype="float16", device=t.device)  # noqa: E731
+
+    def fns(x, y):
+        yield lb.hypot(x, y)
+        yield (x * y + 0.3) / (y * y + 1.5)
+        yield lb.hypot(one(x.reshape(-1, 1)), one(y.reshape(-1, 1))).reshape(-1)
+        yield (lb.hypot(x, y).reshape(-1, 1) @ lb.ones((1, 2), dtype="float16",
+                                                        device=x.device))[:, 0]
+    got = [t.numpy() for t in fns(lb.tensor(a, device=device), lb.tensor(b, device=device))]
+    want = [t.numpy() for t in fns(lb.tensor(a, device="numpy"), lb.tensor(b, device="numpy"))]
+    for g, w in zip(got, want):
+        assert g.dtype == np.float16
+        np.testing.assert_array_equal(g, w)

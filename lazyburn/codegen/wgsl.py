@@ -244,6 +244,13 @@ def is_packed(dtype, target: Target) -> bool:
     return dtype.name in PACKED_BITS and not (dtype.name == "float16" and target.native_f16)
 
 
+# ops whose f32 result of half operands is already a value of their half type (casts and
+# random draws round themselves; a reduction's result is rounded where its stage ends)
+EXACT_IN_HALF = frozenset({"load", "const", "var", "cast", "where", "neg", "abs", "sign",
+                           "minimum", "maximum", "floor", "ceil", "round", "reduced",
+                           "copysign", "random_uniform", "random_normal"})
+
+
 class WGSLPrinter(ExprPrinter):
     spell = dict(INFIX, logical_not="(!{0})", logical_and="({0} && {1})",
                  logical_or="({0} || {1})", logical_xor="({0} != {1})",
@@ -370,6 +377,10 @@ class WGSLPrinter(ExprPrinter):
             text = self.call("lb_i64_mul", args[0], args[0])
         else:
             text = super().render(e, args)
+        if e.dtype.name in ("float16", "bfloat16") and e.op not in EXACT_IN_HALF:
+            # computed in f32 and rounded once per operation, as NumPy rounds each operation's
+            # float32 result to the half type (and as the OpenCL and Triton printers do)
+            return self._round_half(e.dtype, text)
         wrap = WRAP.get(e.dtype.name)
         return wrap.format(text) if wrap and e.op in WRAPPING_OPS else text
 
