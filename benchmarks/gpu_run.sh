@@ -3,6 +3,7 @@
 #   benchmarks/gpu_run.sh check     tests on cuda:0, then the GPU suite (autotune on)
 #   benchmarks/gpu_run.sh compare   GPU suite with autotune off, WGSL vs Triton
 #   benchmarks/gpu_run.sh minilm    MiniLM-L6 vs PyTorch eager and torch.compile
+#   benchmarks/gpu_run.sh resnet    ResNet-50 b1/b32 fp32/fp16 vs PyTorch eager and torch.compile
 #   benchmarks/gpu_run.sh graphs    MiniLM replayed through CUDA graphs, then WGSL vs Triton
 #   benchmarks/gpu_run.sh wgsl      WGSL tests on the GPU through Vulkan, then WGSL vs Triton
 #   benchmarks/gpu_run.sh sanitize N  the op sweep on cuda:0 under compute-sanitizer (memcheck),
@@ -59,6 +60,12 @@ case "${1:-check}" in
   minilm)
     LAZYBURN_AUTOTUNE=1 timeout 540 python3 benchmarks/minilm_gpu.py --weights .weights/minilm \
       2>&1 | tee "$OUT/minilm.txt" || failed benchmarks/minilm_gpu.py
+    ;;
+  resnet)
+    # four configurations of some 50 kernels each: the default 2-second tuning budget per
+    # kernel, so that tuning and torch.compile of all four fit the job
+    LAZYBURN_AUTOTUNE_BUDGET=2 timeout 550 python3 benchmarks/resnet_gpu.py 2>&1 | tee "$OUT/resnet.txt" \
+      || failed benchmarks/resnet_gpu.py
     ;;
   graphs)
     LAZYBURN_AUTOTUNE=1 timeout 330 python3 benchmarks/minilm_gpu.py --weights .weights/minilm \

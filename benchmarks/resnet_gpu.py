@@ -1,0 +1,329 @@
+"""ResNet-50 inference on a CUDA GPU: lazyburn (Triton) vs PyTorch eager vs torch.compile, in one run.
+
+    python benchmarks/resnet_gpu.py [--batch 1 32] [--dtype float32 float16] [--rounds N]
+                                    [--no-compile] [--lb-half cast|autocast] [--tf32]
+    TRITON_INTERPRET=1 python benchmarks/resnet_gpu.py --smoke   # no GPU: the CPU, tiny
+
+One set of random weights and batch-norm running statistics (torchvision's parameter names)
+goes into both ``lazyburn.models.resnet.resnet50()`` on cuda:0 and the same network written
+here in plain PyTorch; both run in eval mode on the same random 224x224 images. float16 is
+``torch.autocast("cuda", torch.float16)`` for PyTorch and, for lazyburn, the parameters cast to
+float16 (``--lb-half cast``, the default) or ``lb.autocast(dtype=lb.float16)`` over float32
+weights (``--lb-half autocast``). float32 is IEEE float32 on both sides (cuDNN's TF32
+convolutions off) unless ``--tf32`` allows TF32 on both.
+
+Each configuration is checked first: the max difference of the logits against eager's,
+relative to the largest eager logit (a check fails above 1e-3 in float32, 5e-2 in float16;
+the script then exits 1). Times are medians over ``--rounds`` batches of wall time with the
+device synchronized after each: lazyburn "recorded" records the graph and syncs every batch
+(its real per-batch cost, host included), "replay" runs the plan cached by ``lazyburn.jit``;
+"device ms" is the time lazyburn's kernels (and copies) occupy the GPU per batch, summed from
+PyTorch's profiler. A roofline line per configuration comes first: FLOPs counted from the
+network's convolutions and classifier, bytes with every weight and every layer's output
+moved once (see ``roofline``).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import lazyburn as lb  # noqa: E402
+import lazyburn.runtime.cuda as lb_cuda  # noqa: E402
+from lazyburn.models import resnet  # noqa: E402
+
+# a check fails when the logits differ from eager's by more, relative to the largest logit
+TOLERANCE = {"float32": 1e-3, "float16": 5e-2}
+
+
+def torch_resnet50(torch):
+    """torchvision's ResNet-50 ("V1.5": the stride on the 3x3) in plain PyTorch, with its
+    parameter names (torchvision is not needed)."""
+    tnn = torch.nn
+
+    class Bottleneck(tnn.Module):
+        def __init__(self, inplanes, planes, stride=1, downsample=None):
+            super().__init__()
+            self.conv1 = tnn.Conv2d(inplanes, planes, 1, bias=False)
+            self.bn1 = tnn.BatchNorm2d(planes)
+            self.conv2 = tnn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+            self.bn2 = tnn.BatchNorm2d(planes)
+            self.conv3 = tnn.Conv2d(planes, planes * 4, 1, bias=False)
+            self.bn3 = tnn.BatchNorm2d(planes * 4)
+            self.relu = tnn.ReLU(inplace=True)
+            self.downsample = downsample
+
+        def forward(self, x):
+            identity = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.relu(self.bn2(self.conv2(out)))
+            return self.relu(self.bn3(self.conv3(out)) + identity)
+
+    class ResNet(tnn.Module):
+        def __init__(self, layers=(3, 4, 6, 3), num_classes=1000):
+            super().__init__()
+            self.inplanes = 64
+            self.conv1 = tnn.Conv2d(3, 64, 7, 2, 3, bias=False)
+            self.bn1 = tnn.BatchNorm2d(64)
+            self.relu = tnn.ReLU(inplace=True)
+            self.maxpool = tnn.MaxPool2d(3, 2, 1)
+            self.layer1 = self._stage(64, layers[0], 1)
+            self.layer2 = self._stage(128, layers[1], 2)
+            self.layer3 = self._stage(256, layers[2], 2)
+            self.layer4 = self._stage(512, layers[3], 2)
+            self.avgpool = tnn.AdaptiveAvgPool2d((1, 1))
+            self.fc = tnn.Linear(2048, num_classes)
+
+        def _stage(self, planes, blocks, stride):
+            downsample = None
+            if stride != 1 or self.inplanes != planes * 4:
+                downsample = tnn.Sequential(
+                    tnn.Conv2d(self.inplanes, planes * 4, 1, stride, bias=False),
+                    tnn.BatchNorm2d(planes * 4))
+            stage = [Bottleneck(self.inplanes, planes, stride, downsample)]
+            self.inplanes = planes * 4
+            stage += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
+            return tnn.Sequential(*stage)
+
+        def forward(self, x):
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return self.fc(torch.flatten(self.avgpool(x), 1))
+
+    return ResNet()
+
+
+def random_state(model, seed: int) -> dict[str, np.ndarray]:
+    """Fresh random values for ``model``'s state dict: He-scaled convolutions (activations of
+    order one through the depth), batch norms with weights, biases and running statistics far
+    from their initial 1 / 0 / 0 / 1."""
+    rng = np.random.default_rng(seed)
+    state = {}
+    for key, t in model.state_dict().items():
+        shape = tuple(t.shape)
+        if key.endswith("num_batches_tracked"):
+            a = np.array(rng.integers(1, 1000), np.int64)
+        elif key.endswith("running_var"):
+            a = rng.uniform(0.5, 2.0, shape)
+        elif key.endswith("running_mean") or (key.endswith("bias") and len(shape) == 1):
+            a = rng.normal(0.0, 0.2, shape)
+        elif len(shape) == 1:  # a batch norm's weight
+            a = rng.uniform(0.5, 1.5, shape)
+        else:  # a convolution or the classifier
+            a = rng.normal(0.0, math.sqrt(2.0 / np.prod(shape[1:])), shape)
+        state[key] = np.asarray(a, np.float32 if a.dtype.kind == "f" else a.dtype)
+    return state
+
+
+def roofline(torch, batch: int, size: int, itemsize: int) -> tuple[float, float]:
+    """(FLOPs, bytes) of one ResNet-50 forward on ``batch`` images of ``size`` x ``size``.
+    FLOPs: 2 * N * Cout * Cin / groups * kh * kw * Hout * Wout summed over the convolutions,
+    plus 2 * N * in * out for the classifier (batch norms, ReLUs, adds and pools left out).
+    Bytes, at ``itemsize`` per element: every weight, bias and batch-norm statistic read once,
+    the images read once, and every convolution's, pool's and the classifier's output written
+    once and read once by the next layer (batch norm, ReLU and residual add fused on write;
+    the logits written only)."""
+    model = torch_resnet50(torch).to("meta")
+    counts = {"flops": 0, "elems": 0}
+
+    def hook(module, inputs, out):
+        n = out.numel()
+        if isinstance(module, torch.nn.Conv2d):
+            kh, kw = module.kernel_size
+            counts["flops"] += 2 * n * module.in_channels // module.groups * kh * kw
+        elif isinstance(module, torch.nn.Linear):
+            counts["flops"] += 2 * n * module.in_features
+        counts["elems"] += n if isinstance(module, torch.nn.Linear) else 2 * n
+
+    kinds = (torch.nn.Conv2d, torch.nn.Linear, torch.nn.MaxPool2d, torch.nn.AdaptiveAvgPool2d)
+    for m in model.modules():
+        if isinstance(m, kinds):
+            m.register_forward_hook(hook)
+    with torch.no_grad():
+        model(torch.empty(batch, 3, size, size, device="meta"))
+    weights = sum(t.numel() for k, t in model.state_dict().items()
+                  if not k.endswith("num_batches_tracked"))
+    moved = (weights + batch * 3 * size * size + counts["elems"]) * itemsize
+    return float(counts["flops"]), float(moved)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, nargs="+", default=None, help="batch sizes (1 32)")
+    ap.add_argument("--dtype", nargs="+", default=None, choices=["float32", "float16"],
+                    help="float32 float16")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="timed batches per contender (median; 30)")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--lb-half", choices=["cast", "autocast"], default="cast",
+                    help="lazyburn's float16: parameters cast to float16, or lb.autocast")
+    ap.add_argument("--tf32", action="store_true",
+                    help="allow TF32 for float32 convolutions and matmuls on both sides")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny (batch 1, 64x64, 2 rounds): runs on the CPU with "
+                         "TRITON_INTERPRET=1 (PyTorch on the CPU)")
+    ap.add_argument("--bandwidth", type=float, default=3.01, help="roofline: TB/s")
+    ap.add_argument("--peak-tflops", type=float, default=680,
+                    help="roofline: float16 matmul TFLOP/s")
+    ap.add_argument("--fp32-tflops", type=float, default=67,
+                    help="roofline: float32 TFLOP/s without TF32 (an H100's datasheet)")
+    args = ap.parse_args(argv)
+    batches = args.batch or ([1] if args.smoke else [1, 32])
+    dtypes = args.dtype or ["float32", "float16"]
+    rounds = args.rounds or (2 if args.smoke else 30)
+    warmup = 0 if args.smoke else 5
+    size = 64 if args.smoke else 224
+
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    tdev = "cuda" if on_gpu else "cpu"
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    lb_cuda.allow_tf32 = args.tf32
+    if on_gpu:
+        print(torch.cuda.get_device_name(0), "torch", torch.__version__, flush=True)
+    else:
+        print(f"no GPU: PyTorch on the CPU, lazyburn's cuda:0 "
+              f"{'under Triton interpreter' if lb_cuda.interpreting() else '(none)'}",
+              flush=True)
+    print(f"{size}x{size} images; float32 {'with TF32' if args.tf32 else 'IEEE (no TF32)'}; "
+          f"lazyburn float16: {args.lb_half}", flush=True)
+
+    configs = [(b, d) for d in dtypes for b in batches]
+    for batch, dtype in configs:
+        rate = (args.peak_tflops if dtype == "float16" else args.fp32_tflops) * 1e12
+        flops, moved = roofline(torch, batch, size, 2 if dtype == "float16" else 4)
+        mem, comp = moved / (args.bandwidth * 1e12), flops / rate
+        print(f"roofline batch {batch} {dtype}: {flops / 1e9:.2f} GFLOP, {moved / 1e6:.1f} MB, "
+              f"floor {max(mem, comp) * 1e3:.4f} ms "
+              f"({'compute' if comp > mem else 'memory'})", flush=True)
+
+    def sync_device():
+        if on_gpu:
+            torch.cuda.synchronize()
+
+    def median_ms(fn) -> float:
+        for _ in range(warmup):
+            fn()
+        sync_device()
+        times = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            fn()
+            sync_device()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e3
+
+    def device_ms(fn, n: int) -> float:
+        """Milliseconds per call that the GPU spends in kernels and copies (the profiler's
+        device events), nan without a GPU."""
+        if not on_gpu:
+            return float("nan")
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        sync_device()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                fn()
+            sync_device()
+        us = sum(e.time_range.elapsed_us() for e in prof.events()
+                 if e.device_type == DeviceType.CUDA)
+        return us / 1e3 / n
+
+    def rel_diff(got, want) -> float:
+        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        if got.shape != want.shape:
+            return float("inf")
+        return float(np.abs(got - want).max() / np.abs(want).max())
+
+    reference = torch_resnet50(torch)
+    state = random_state(reference, 50)
+    reference.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    reference = reference.to(tdev).eval()
+    # shapes fixed as the benchmark's: no dynamic-shape kernels after the second batch size
+    compiled = None if args.no_compile else torch.compile(reference, dynamic=False)
+
+    rows, failed = [], False
+    for batch, dtype in configs:
+        half = dtype == "float16"
+        rng = np.random.default_rng(batch * 1000 + size)
+        x = torch.from_numpy(rng.standard_normal((batch, 3, size, size), np.float32)).to(tdev)
+
+        def torch_forward(m=reference):
+            with torch.inference_mode(), torch.autocast(tdev, torch.float16, enabled=half):
+                return m(x)
+
+        lb_dtype = "float16" if half and args.lb_half == "cast" else "float32"
+        model = resnet.resnet50(dtype=lb_dtype, device="cuda:0").load_state_dict(state)
+        x_in = x.half() if lb_dtype == "float16" else x
+        if on_gpu:  # shares x_in's memory
+            x_lb = lb.from_torch(x_in)
+        else:
+            x_lb = lb.tensor(x.numpy(), dtype=lb_dtype, device="cuda:0")
+        lb.sync(x_lb)
+
+        def forward(images):
+            with lb.autocast(dtype=lb.float16, enabled=half and args.lb_half == "autocast"):
+                return model(images)
+
+        def lazy_forward():  # the graph recorded every call
+            out = forward(x_lb)
+            lb.sync(out)
+            return out
+
+        lazy_jit = lb.jit(forward, device="cuda:0")
+
+        def lazy_replay():  # a cached plan replayed (lazyburn.jit)
+            return lazy_jit(x_lb)
+
+        want = torch_forward().float().cpu().numpy()
+        err = rel_diff(lazy_forward().numpy(), want)
+        err = max(err, rel_diff(lazy_replay().numpy(), want))
+        err_comp = float("nan")
+        if compiled is not None:
+            err_comp = rel_diff(torch_forward(compiled).float().cpu().numpy(), want)
+        ok = err <= TOLERANCE[dtype]
+        failed |= not ok
+        print(f"batch {batch} {dtype}: logits max rel diff against eager: lazyburn {err:.1e}"
+              f"{'' if ok else ' MISMATCH'}, compile {err_comp:.1e}", flush=True)
+
+        t_lb = median_ms(lazy_forward)
+        t_replay = median_ms(lazy_replay)
+        t_dev = device_ms(lazy_replay, min(rounds, 10))
+        t_eager = median_ms(torch_forward)
+        t_comp = float("nan")
+        if compiled is not None:
+            t_comp = median_ms(lambda: torch_forward(compiled))
+        backend = lb.runtime.backend("cuda:0")
+        launched = backend.kernels_launched
+        lazy_forward()
+        kernels = backend.kernels_launched - launched
+        rows.append((batch, dtype, t_lb, t_replay, t_dev, t_eager, t_comp, kernels, err,
+                     "ok" if ok else "MISMATCH"))
+        print(f"batch {batch} {dtype}: lazyburn {t_lb:.3f} ms (replay {t_replay:.3f}, device "
+              f"{t_dev:.3f}), eager {t_eager:.3f} ms, compile {t_comp:.3f} ms, {kernels} kernels",
+              flush=True)
+        del model, x_lb, x_in, lazy_jit
+        if on_gpu:
+            torch.cuda.empty_cache()
+    print("\n| batch | dtype | lazyburn recorded ms | lazyburn replay ms | lazyburn device ms | "
+          "eager ms | compile ms | eager/replay | compile/replay | kernels | "
+          "max rel diff vs eager |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for b, d, t, r, dv, e, c, k, err, verdict in rows:
+        print(f"| {b} | {d} | {t:.3f} | {r:.3f} | {dv:.3f} | {e:.3f} | {c:.3f} | {e / r:.2f}x | "
+              f"{c / r:.2f}x | {k} | {err:.1e} {verdict} |")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
