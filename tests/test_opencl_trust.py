@@ -94,8 +94,10 @@ def test_pow_sums_and_variance(rng, shape, exponent):
     if exponent in (0.5, 2.5):
         x = np.abs(x)
     got, want = both(lambda t: (t ** exponent).sum(-1), x)
-    scale = np.sum(np.abs(x.astype(np.float64)) ** exponent, axis=-1)  # the sums cancel
-    assert np.all(np.abs(got - want) <= 1e-5 * scale)
+    with np.errstate(divide="ignore"):  # a float32 normal may be 0: 1/0 is inf on both sides
+        scale = np.sum(np.abs(x.astype(np.float64)) ** exponent, axis=-1)  # the sums cancel
+    with np.errstate(invalid="ignore"):
+        assert np.all((got == want) | (np.abs(got - want) <= 1e-5 * scale))
     got, want = both(lambda t: ((t - t.mean(-1, keepdims=True)) ** 2).mean(-1), x)
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
@@ -215,7 +217,10 @@ def test_pow_with_a_special_constant(rng, dtype):
     got, want = both(powers, x)
     assert_same(got, want)
     got, want = both(lambda t: powers(t).max(-1), x.reshape(-1, 8))
-    assert_same(got, want)
+    # a max over +0 and -0 may give either (equal values; NumPy's depends on its loop order,
+    # ours orders -0 below +0): zeros compared without their sign, as in the op sweep
+    assert_same(np.where(got == 0, 0, got).astype(got.dtype),
+                np.where(want == 0, 0, want).astype(want.dtype))
 
 
 # bool not ----------------------------------------------------------------------------------
