@@ -25,7 +25,6 @@ moved once (see ``roofline``).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -33,93 +32,17 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # the plain-PyTorch reference network
 
 import lazyburn as lb  # noqa: E402
 import lazyburn.runtime.cuda as lb_cuda  # noqa: E402
 from lazyburn.models import resnet  # noqa: E402
+from torch_resnet import TORCH_MODELS, TorchResNet, random_state  # noqa: E402
 
 # a check fails when the logits differ from eager's by more, relative to the largest logit
 TOLERANCE = {"float32": 1e-3, "float16": 5e-2}
-
-
-def torch_resnet50(torch):
-    """torchvision's ResNet-50 ("V1.5": the stride on the 3x3) in plain PyTorch, with its
-    parameter names (torchvision is not needed)."""
-    tnn = torch.nn
-
-    class Bottleneck(tnn.Module):
-        def __init__(self, inplanes, planes, stride=1, downsample=None):
-            super().__init__()
-            self.conv1 = tnn.Conv2d(inplanes, planes, 1, bias=False)
-            self.bn1 = tnn.BatchNorm2d(planes)
-            self.conv2 = tnn.Conv2d(planes, planes, 3, stride, 1, bias=False)
-            self.bn2 = tnn.BatchNorm2d(planes)
-            self.conv3 = tnn.Conv2d(planes, planes * 4, 1, bias=False)
-            self.bn3 = tnn.BatchNorm2d(planes * 4)
-            self.relu = tnn.ReLU(inplace=True)
-            self.downsample = downsample
-
-        def forward(self, x):
-            identity = x if self.downsample is None else self.downsample(x)
-            out = self.relu(self.bn1(self.conv1(x)))
-            out = self.relu(self.bn2(self.conv2(out)))
-            return self.relu(self.bn3(self.conv3(out)) + identity)
-
-    class ResNet(tnn.Module):
-        def __init__(self, layers=(3, 4, 6, 3), num_classes=1000):
-            super().__init__()
-            self.inplanes = 64
-            self.conv1 = tnn.Conv2d(3, 64, 7, 2, 3, bias=False)
-            self.bn1 = tnn.BatchNorm2d(64)
-            self.relu = tnn.ReLU(inplace=True)
-            self.maxpool = tnn.MaxPool2d(3, 2, 1)
-            self.layer1 = self._stage(64, layers[0], 1)
-            self.layer2 = self._stage(128, layers[1], 2)
-            self.layer3 = self._stage(256, layers[2], 2)
-            self.layer4 = self._stage(512, layers[3], 2)
-            self.avgpool = tnn.AdaptiveAvgPool2d((1, 1))
-            self.fc = tnn.Linear(2048, num_classes)
-
-        def _stage(self, planes, blocks, stride):
-            downsample = None
-            if stride != 1 or self.inplanes != planes * 4:
-                downsample = tnn.Sequential(
-                    tnn.Conv2d(self.inplanes, planes * 4, 1, stride, bias=False),
-                    tnn.BatchNorm2d(planes * 4))
-            stage = [Bottleneck(self.inplanes, planes, stride, downsample)]
-            self.inplanes = planes * 4
-            stage += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
-            return tnn.Sequential(*stage)
-
-        def forward(self, x):
-            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-            return self.fc(torch.flatten(self.avgpool(x), 1))
-
-    return ResNet()
-
-
-def random_state(model, seed: int) -> dict[str, np.ndarray]:
-    """Fresh random values for ``model``'s state dict: He-scaled convolutions (activations of
-    order one through the depth), batch norms with weights, biases and running statistics far
-    from their initial 1 / 0 / 0 / 1."""
-    rng = np.random.default_rng(seed)
-    state = {}
-    for key, t in model.state_dict().items():
-        shape = tuple(t.shape)
-        if key.endswith("num_batches_tracked"):
-            a = np.array(rng.integers(1, 1000), np.int64)
-        elif key.endswith("running_var"):
-            a = rng.uniform(0.5, 2.0, shape)
-        elif key.endswith("running_mean") or (key.endswith("bias") and len(shape) == 1):
-            a = rng.normal(0.0, 0.2, shape)
-        elif len(shape) == 1:  # a batch norm's weight
-            a = rng.uniform(0.5, 1.5, shape)
-        else:  # a convolution or the classifier
-            a = rng.normal(0.0, math.sqrt(2.0 / np.prod(shape[1:])), shape)
-        state[key] = np.asarray(a, np.float32 if a.dtype.kind == "f" else a.dtype)
-    return state
 
 
 def roofline(torch, batch: int, size: int, itemsize: int) -> tuple[float, float]:
@@ -130,7 +53,7 @@ def roofline(torch, batch: int, size: int, itemsize: int) -> tuple[float, float]
     the images read once, and every convolution's, pool's and the classifier's output written
     once and read once by the next layer (batch norm, ReLU and residual add fused on write;
     the logits written only)."""
-    model = torch_resnet50(torch).to("meta")
+    model = TorchResNet(*TORCH_MODELS["resnet50"]).to("meta")
     counts = {"flops": 0, "elems": 0}
 
     def hook(module, inputs, out):
@@ -245,7 +168,7 @@ def main(argv=None) -> int:
             return float("inf")
         return float(np.abs(got - want).max() / np.abs(want).max())
 
-    reference = torch_resnet50(torch)
+    reference = TorchResNet(*TORCH_MODELS["resnet50"])
     state = random_state(reference, 50)
     reference.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     reference = reference.to(tdev).eval()
