@@ -28,7 +28,6 @@ usual; the first, untimed calls compile (and tune).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import statistics
@@ -42,8 +41,11 @@ import numpy as np
 import torch
 import torch.nn.functional as TF
 
-import lazyburn as lb
-from lazyburn.models import resnet
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import lazyburn as lb  # noqa: E402
+from lazyburn.models import resnet  # noqa: E402
+from torch_resnet import TORCH_MODELS, TorchResNet, random_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE = "opencl:0"
@@ -67,74 +69,13 @@ def _conv():
 
 def _resnet50():
     """ResNet-50 on both sides with one set of random weights; the functions take the image."""
-    rng = np.random.default_rng(2)
-    ours = resnet.resnet50(device=DEVICE)
-    state = {}
-    for name, t in ours._named_tensors():
-        if name.endswith("num_batches_tracked"):
-            state[name] = np.array(1, np.int64)
-        elif name.endswith("running_var"):
-            state[name] = rng.uniform(0.5, 2.0, t.shape).astype(np.float32)
-        elif len(t.shape) == 1:
-            state[name] = rng.normal(0.0, 0.2, t.shape).astype(np.float32) + \
-                (1.0 if name.endswith(".weight") else 0.0)
-        else:
-            std = math.sqrt(2.0 / math.prod(t.shape[1:]))
-            state[name] = rng.normal(0.0, std, t.shape).astype(np.float32)
-    ours.load_state_dict(state)
-    theirs = _torch_resnet50(state)
-    x = rng.standard_normal((1, 3, 224, 224), dtype=np.float32)
+    theirs = TorchResNet(*TORCH_MODELS["resnet50"])
+    state = random_state(theirs, 2)
+    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    theirs.eval()
+    ours = resnet.resnet50(device=DEVICE).load_state_dict(state)
+    x = np.random.default_rng(2).standard_normal((1, 3, 224, 224), dtype=np.float32)
     return ours, (lambda t: theirs(t)), [x]
-
-
-def _torch_resnet50(state):
-    """torchvision's ResNet-50 in plain PyTorch, built from the lazyburn model's state dict
-    (the same names): a Bottleneck network of torch.nn layers."""
-    nn = torch.nn
-
-    class Bottleneck(nn.Module):
-        def __init__(self, inplanes, planes, stride, downsample):
-            super().__init__()
-            self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(planes)
-            self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(planes)
-            self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
-            self.bn3 = nn.BatchNorm2d(planes * 4)
-            self.downsample = downsample
-
-        def forward(self, x):
-            identity = x if self.downsample is None else self.downsample(x)
-            out = torch.relu(self.bn1(self.conv1(x)))
-            out = torch.relu(self.bn2(self.conv2(out)))
-            return torch.relu(self.bn3(self.conv3(out)) + identity)
-
-    class ResNet50(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
-            self.bn1 = nn.BatchNorm2d(64)
-            self.maxpool = nn.MaxPool2d(3, 2, 1)
-            inplanes = 64
-            for i, (planes, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
-                stride = 1 if i == 0 else 2
-                down = nn.Sequential(nn.Conv2d(inplanes, planes * 4, 1, stride, bias=False),
-                                     nn.BatchNorm2d(planes * 4))
-                stage = [Bottleneck(inplanes, planes, stride, down)]
-                inplanes = planes * 4
-                stage += [Bottleneck(inplanes, planes, 1, None) for _ in range(1, blocks)]
-                setattr(self, f"layer{i + 1}", nn.Sequential(*stage))
-            self.avgpool = nn.AdaptiveAvgPool2d(1)
-            self.fc = nn.Linear(2048, 1000)
-
-        def forward(self, x):
-            x = self.maxpool(torch.relu(self.bn1(self.conv1(x))))
-            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-            return self.fc(torch.flatten(self.avgpool(x), 1))
-
-    model = ResNet50()
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-    return model.eval()
 
 
 def workloads(select: str | None):
