@@ -758,7 +758,7 @@ class Partitioner:
                     self._reaches(g, n):
                 best, best_loads = id(n), len(loads)
         if best is None:
-            raise FusionIllegal(f"a {g.label} kernel needs more than {self.max_args} buffers "
+            raise FusionIllegal(f"one {g.label} kernel needs more than {self.max_args} buffers "
                                 f"and cannot be split")
         return best
 
