@@ -53,7 +53,10 @@ def random_key(rng, shape):
             key.append(None)
     if rng.random() < 0.3:
         cut = int(rng.integers(0, len(key) + 1))
-        key = key[:cut] + [Ellipsis] + [k for k in key[cut:] if rng.random() < 0.5]
+        # what follows the Ellipsis indexes the trailing dimensions: keep a suffix, so that
+        # each entry stays on the dimension it was drawn for
+        tail = key[cut:]
+        key = key[:cut] + [Ellipsis] + tail[int(rng.integers(0, len(tail) + 1)):]
     return tuple(key)
 
 
