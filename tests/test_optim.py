@@ -87,9 +87,13 @@ def test_five_steps_match_torch_optim(device, case, rng):
     ours = our_steps(model, getattr(optim, name)(model.parameters(), **kw), data, device)
     tmodel = torch_mlp(w)
     theirs = torch_steps(tmodel, getattr(torch.optim, name)(tmodel.parameters(), **kw), data)
+    # Adam divides by the gradient's own scale: an entry whose gradient is a cancellation
+    # (a sum of terms far larger than itself, rounded in another order than PyTorch's) moves
+    # by up to lr per step whatever its relative error, so its error is a fraction of lr
+    atol = 2e-6 if name == "SGD" else 1e-3 * kw["lr"]
     for k in w:
         assert np.abs(ours[k] - w[k]).max() > 1e-3  # the parameters moved
-        np.testing.assert_allclose(ours[k], theirs[k], rtol=1e-5, atol=2e-6, err_msg=k)
+        np.testing.assert_allclose(ours[k], theirs[k], rtol=1e-5, atol=atol, err_msg=k)
 
 
 def test_a_learning_rate_changed_between_steps_is_used(rng):

@@ -613,6 +613,19 @@ class OpenCLPrinter(ExprPrinter):
         high = f"(uint)((ulong)({index}) >> 32)" if self.index_type == "long" else "0u"
         return f"{program.name}({off_lo}, {off_hi}, (uint)({index}), {high}, {k0}, {k1})"
 
+    def op_scalar(self, e, first):
+        """A recorded constant from its ``uint`` argument words (``kernel_ir.value_bits``), as
+        the value type of its dtype (half types as the float32 of their value)."""
+        words = [s.name for s in self.spec.scalars[first:first + 2]]
+        t = e.dtype.name
+        if t == "float64":
+            return f"as_double(((ulong){words[1]} << 32) | (ulong){words[0]})"
+        if t == "int64":
+            return f"as_long(((ulong){words[1]} << 32) | (ulong){words[0]})"
+        if e.dtype.is_float:
+            return f"as_float({words[0]})"
+        return f"(({VALUE[t]})as_int({words[0]}))"
+
     def op_reduced(self, e, stage):
         return f"stage{stage}"
 

@@ -649,6 +649,20 @@ class TritonPrinter(ExprPrinter):
         text = self.helper(program.name, off_lo, off_hi, lo, hi, k0, k1)
         return text if e.dtype.name in ("float32",) + HALF else f"{text}.to({VALUE[e.dtype.name]})"
 
+    def op_scalar(self, e, first):
+        """A recorded constant from its argument words (``kernel_ir.value_bits``, passed as
+        int32 bit patterns), as a scalar of the value type of its dtype (half types as the
+        float32 of their value)."""
+        lo, hi = ([s.name for s in self.spec.scalars[first:first + 2]] + [None])[:2]
+        t = e.dtype.name
+        if t in ("float64", "int64"):
+            def wide(w):
+                return f"{w}.to(tl.uint32, bitcast=True).to(tl.uint64)"
+            return f"(({wide(hi)} << 32) | {wide(lo)}).to({TL[t]}, bitcast=True)"
+        if e.dtype.is_float:
+            return f"{lo}.to(tl.float32, bitcast=True)"
+        return lo  # an int32, the value type of every narrower integer
+
     def op_reduced(self, e, stage):
         return f"stage{stage}"
 

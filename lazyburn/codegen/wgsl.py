@@ -590,6 +590,18 @@ class WGSLPrinter(ExprPrinter):
             return self.call("lb_bf16_round", v)
         return v
 
+    def op_scalar(self, e, first):
+        """A recorded constant from its words in the uniform buffer (``kernel_ir.value_bits``),
+        as the value type of its dtype (half types as the f32 of their value; an int64 is its
+        two words)."""
+        t = e.dtype.name
+        if t == "int64":
+            return f"vec2<u32>({scalar_ref(first)}, {scalar_ref(first + 1)})"
+        if t == "float64":
+            raise UnsupportedKernel("WGSL has no float64")
+        cast = "f32" if e.dtype.is_float else "i32"
+        return f"bitcast<{cast}>({scalar_ref(first)})"
+
     def op_reduced(self, e, stage):
         return f"stage{stage}"
 

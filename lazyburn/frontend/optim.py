@@ -10,12 +10,12 @@ Each parameter then takes its new value as a fresh leaf that requires grad (auto
 are buffers: ``frontend/autograd.py``), keeping its ``.grad`` as PyTorch does; the Tensor
 objects are the same, so modules and optimizers keep holding them.
 
-Scalars in the kernels: the learning rate, the step-dependent bias corrections, SGD's momentum
-and Adam's first beta are uploaded as 0-d tensors every step, so what a schedule changes
-between steps (``lazyburn.optim.lr_scheduler``: the rate, and the momentum a one-cycle policy
-cycles) and Adam's step count reuse the compiled plan. The other hyper-parameters (dampening,
-the second beta, eps, weight_decay) are literals in the generated kernels: changing one
-recompiles (turning weight decay or momentum on or off changes the graph in any case).
+Scalars in the kernels: every hyper-parameter (the learning rate, the step-dependent bias
+corrections, momentum, dampening, the betas, eps, weight decay) is recorded as a Python
+scalar, which the kernels take as an argument, so what a schedule changes between steps
+(``lazyburn.optim.lr_scheduler``: the rate, and the momentum a one-cycle policy cycles) and
+Adam's step count reuse the compiled plan. Turning weight decay or momentum on or off changes
+the graph, and so the plan.
 """
 from __future__ import annotations
 
@@ -101,13 +101,12 @@ class Optimizer:
                 loss = closure()
         updated = []
         for group in self.param_groups:
-            scalars = {}
             for p in group["params"]:
                 g = p.grad
                 if g is None:
                     continue
                 state = self.state.setdefault(id(p), {})
-                new = self._update(p, g, state, group, _Scalars(scalars, p))
+                new = self._update(p, g, state, group)
                 updated.append((p, new, g))
         if not updated:
             return loss
@@ -121,7 +120,7 @@ class Optimizer:
             p.grad = g
         return loss
 
-    def _update(self, p, g, state: dict, group: dict, scalars: "_Scalars"):
+    def _update(self, p, g, state: dict, group: dict):
         raise NotImplementedError
 
     # state dict ----------------------------------------------------------------------------
@@ -183,23 +182,6 @@ class Optimizer:
         return "\n".join(lines) + "\n)"
 
 
-class _Scalars:
-    """Per-step scalars as 0-d tensors of a parameter's dtype on its device, uploaded once per
-    group, dtype and device (``cache``), so that their values are kernel inputs, not
-    literals."""
-
-    def __init__(self, cache: dict, p):
-        self.cache, self.dtype, self.device = cache, p.dtype, p.device
-
-    def __call__(self, name: str, value: float):
-        k = (name, value, self.dtype, self.device)
-        t = self.cache.get(k)
-        if t is None:
-            t = self.cache[k] = tensor(np.array(value, dtype=self.dtype.np), dtype=self.dtype,
-                                       device=self.device)
-        return t
-
-
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum (Nesterov's too) and L2 weight
     decay, as ``torch.optim.SGD``: with ``g`` the gradient plus ``weight_decay * p``, the
@@ -221,7 +203,7 @@ class SGD(Optimizer):
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("nesterov momentum requires a momentum and zero dampening")
 
-    def _update(self, p, g, state, group, scalars):
+    def _update(self, p, g, state, group):
         wd, momentum = group["weight_decay"], group["momentum"]
         if wd != 0:
             g = g + wd * p
@@ -230,10 +212,10 @@ class SGD(Optimizer):
             if buf is None:
                 buf = g
             else:
-                buf = buf * scalars("momentum", momentum) + (1.0 - group["dampening"]) * g
+                buf = buf * momentum + (1.0 - group["dampening"]) * g
             state["momentum_buffer"] = buf
-            g = g + scalars("momentum", momentum) * buf if group["nesterov"] else buf
-        return p - scalars("lr", group["lr"]) * g
+            g = g + momentum * buf if group["nesterov"] else buf
+        return p - group["lr"] * g
 
 
 class Adam(Optimizer):
@@ -263,29 +245,29 @@ class Adam(Optimizer):
             if not 0.0 <= b < 1.0:
                 raise ValueError(f"invalid beta parameter at index {i}: {b}")
 
-    def _update(self, p, g, state, group, scalars):
+    def _update(self, p, g, state, group):
         lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
         beta1, beta2 = group["betas"]
         step = state.get("step", 0) + 1
         state["step"] = step
         if wd != 0:
             if self.decoupled:
-                p = p * scalars("decay", 1.0 - lr * wd)
+                p = p * (1.0 - lr * wd)
             else:
                 g = g + wd * p
         m = state.get("exp_avg")
         v = state.get("exp_avg_sq")
         if m is None:
             m, v = zeros_like(p), zeros_like(p)
-        m = m + scalars("one_minus_beta1", 1.0 - beta1) * (g - m)
+        m = m + (1.0 - beta1) * (g - m)
         v = v * beta2 + (1.0 - beta2) * g * g
         state["exp_avg"], state["exp_avg_sq"] = m, v
         # as PyTorch: the bias corrections in float64 on the host, applied in the parameter's
         # dtype
         step_size = lr / (1.0 - beta1 ** step)
         correction2_sqrt = math.sqrt(1.0 - beta2 ** step)
-        denom = v.sqrt() / scalars("correction2_sqrt", correction2_sqrt) + eps
-        return p - scalars("step_size", step_size) * m / denom
+        denom = v.sqrt() / correction2_sqrt + eps
+        return p - step_size * m / denom
 
 
 class AdamW(Adam):

@@ -16,14 +16,17 @@ A spec says what one kernel computes, never how a language spells it:
 
 Expressions (``symbolic.Expr``) read kernel arguments through ``load`` with an index expression;
 arguments are listed in ``args`` (inputs first, then outputs), each with its dtype and size.
-Runtime values that are not buffers (a random draw's seed and counter offset) are ``scalars``:
-each backend passes them after the buffers, read from their graph node at every launch, so a
-new value needs no new kernel. A ``random_uniform`` / ``random_normal`` expression's first
-argument is the index in ``scalars`` of its four words (``RANDOM_WORDS``).
+Runtime values that are not buffers (a random draw's seed and counter offset, a recorded
+Python scalar) are ``scalars``: uint32 words each backend passes after the buffers, read from
+their graph node at every launch, so a new value needs no new kernel. A ``random_uniform`` /
+``random_normal`` expression's first argument is the index in ``scalars`` of its four words
+(``RANDOM_WORDS``); a ``scalar`` expression's, of its value's words (``value_sources``): the
+constant's value, of the expression's dtype.
 ``text()`` prints a spec for people (``lb.explain`` and kernel dump headers).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
@@ -47,26 +50,55 @@ class KernelArg:
 #: its counter offset and of its Philox key (``codegen.philox``). Each is computed from the
 #: draw's node attrs ``(seed, offset)``, both taken modulo 2**64 (``scalar_value``).
 RANDOM_WORDS = ("offset_lo", "offset_hi", "key_lo", "key_hi")
+#: The uint32 scalar arguments of one recorded constant (a Python scalar of the user's): its
+#: value's bits in its dtype, one word for 32 bits or fewer (float16 and bfloat16 values as
+#: the float32 of the same value, exact; 8- and 16-bit integers sign-extended to 32 bits), a
+#: low and a high word for float64 and int64 (``value_words``).
+VALUE_WORDS = {8: ("value_lo", "value_hi")}
 _MASK32 = 0xFFFFFFFF
 
 
 @dataclass
 class ScalarArg:
-    """A scalar argument: ``name`` (s0, s1, ...), ``source``: which value of its graph node it
-    holds (one of ``RANDOM_WORDS``), and its type's name (``"uint32"``, a type no tensor has).
-    Its value is never part of the kernel's source or of any key."""
+    """A scalar argument: ``name`` (sc0, sc1, ...), ``source``: which value of its graph node it
+    holds (one of ``RANDOM_WORDS``, ``"value"`` or one of ``VALUE_WORDS[8]``), and its type's
+    name (``"uint32"``, a type no tensor has). Its value is never part of the kernel's source
+    or of any key."""
 
     name: str
     source: str
     type: str = "uint32"
 
 
-def scalar_value(source: str, attrs: tuple) -> int:
-    """The value of a scalar argument of ``source`` for a node with ``attrs``: an int in
+def value_sources(dtype) -> tuple:
+    """The scalar argument sources of a constant of ``dtype`` (see ``VALUE_WORDS``)."""
+    return VALUE_WORDS.get(dtype.itemsize, ("value",))
+
+
+def scalar_value(source: str, node) -> int:
+    """The value of a scalar argument of ``source`` for graph node ``node``: an int in
     [0, 2**32)."""
-    seed, offset = attrs
-    word = int(offset if source.startswith("offset") else seed) % 2 ** 64
+    if source.startswith("value"):
+        word = value_bits(node.attrs[0], node.dtype)
+    else:
+        seed, offset = node.attrs
+        word = int(offset if source.startswith("offset") else seed) % 2 ** 64
     return word >> 32 if source.endswith("hi") else word & _MASK32
+
+
+@functools.lru_cache(maxsize=4096)  # runs per scalar argument at every launch
+def value_bits(value, dtype) -> int:
+    """The bits of constant ``value`` as ``dtype`` holds it (converted as NumPy converts a
+    Python number: rounded to nearest even, inf beyond the range), as a non-negative int of
+    32 bits (64 for float64 and int64). Half-precision values travel as the float32 of their
+    rounded value, which a kernel widens or narrows exactly."""
+    if dtype.is_int:
+        return int(value) % 2 ** (32 if dtype.itemsize < 8 else 64)
+    with np.errstate(over="ignore"):
+        v = np.array(value, dtype=dtype.np)
+    if dtype.itemsize == 8:
+        return int(v.view(np.uint64))
+    return int(v.astype(np.float32).view(np.uint32))
 
 
 @dataclass
@@ -136,6 +168,11 @@ class KernelSpec:
         lines = []
         for e in topo_exprs(list(self.roots()) + list(extra_roots)):
             if e.op in ("var", "const"):
+                continue
+            if e.op == "scalar":  # a recorded constant: its argument words
+                first = e.args[0]
+                words = self.scalars[first:first + len(value_sources(e.dtype))]
+                names[e.id] = "|".join(w.name for w in words)
                 continue
             parts = []
             for a in e.args:

@@ -15,11 +15,12 @@ instead. Inside a matmul group the matmul node is the accumulator, legal only at
 from __future__ import annotations
 
 from ..ir import dtypes as dt
+from ..ir.graph import is_runtime_value, recorded_exponent
 from ..ir.node import Node
 from ..ir.ops import VIEWS
 from ..ir.shapes import prod
 from .kernel_ir import (RANDOM_WORDS, ElementwiseSpec, KernelArg, MatmulSpec, Output,
-                        ReductionSpec, ScalarArg, Stage)
+                        ReductionSpec, ScalarArg, Stage, value_sources)
 from .symbolic import Expr, ExprBuilder
 
 INT32_LIMIT = 2 ** 31 - 1
@@ -100,14 +101,15 @@ class Lowering:
             self.arg_nodes.append(n)
         return i
 
-    def scalar_args(self, n: Node) -> int:
-        """The index of the first of node ``n``'s scalar arguments (``RANDOM_WORDS``), added
-        on first use: one set per node, however many indices read it."""
+    def scalar_args(self, n: Node, sources=RANDOM_WORDS) -> int:
+        """The index of the first of node ``n``'s scalar arguments (``sources``: a random
+        draw's words, or a constant's ``value_sources``), added on first use: one set per
+        node, however many indices read it."""
         i = self.scalar_of.get(id(n))
         if i is None:
             i = self.scalar_of[id(n)] = len(self.scalars)
-            for source in RANDOM_WORDS:
-                self.scalars.append(ScalarArg(f"s{len(self.scalars)}", source))
+            for source in sources:
+                self.scalars.append(ScalarArg(f"sc{len(self.scalars)}", source))
                 self.scalar_nodes.append(n)
         return i
 
@@ -162,7 +164,10 @@ class Lowering:
             return b.load(self.arg(n), self.flat_index(index, n.shape), n.dtype, mask)
         op = n.op
         if op == "const":
-            return b.const(n.attrs[0], n.dtype)
+            if not is_runtime_value(n):
+                return b.const(n.attrs[0], n.dtype)
+            # a Python scalar is an argument, not a literal: a new value reuses the kernel
+            return b.make("scalar", (self.scalar_args(n, value_sources(n.dtype)),), n.dtype)
         if op == "iota":
             return b.index_to_value(index[n.attrs[0]], n.dtype)
         if op in ("random_uniform", "random_normal"):
@@ -181,6 +186,11 @@ class Lowering:
             return (yield x, index[:a] + (pos,) + index[a + 1:], mask)
         if op == "concat":
             return (yield from self._concat(n, index, mask))
+        if op == "pow":
+            exponent = recorded_exponent(n)
+            if exponent is not None:  # a literal: it decides how the kernel computes pow
+                base = yield n.inputs[0], index, mask
+                return b.op(op, (base, b.const(exponent.attrs[0], exponent.dtype)), n.dtype)
         if n.inputs and op not in ("sum", "prod", "max", "min", "argmax", "argmin", "any",
                                    "all", "matmul", "copy"):
             args = []

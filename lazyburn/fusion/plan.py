@@ -51,7 +51,7 @@ class PlannedKernel:
     def scalar_values(self, order) -> list:
         """The scalar arguments' values for the recording ``order`` (the plan's graph
         positions), each an int in [0, 2**32): passed after the buffers at every launch."""
-        return [scalar_value(s.source, order[p].attrs)
+        return [scalar_value(s.source, order[p])
                 for s, p in zip(self.spec.scalars, self.scalar_pos)]
 
     @property
@@ -160,7 +160,8 @@ def _unfused_bytes(order) -> int:
 
 class PlanCache:
     """Plans by structural key, the ``capacity`` most recently used kept (a plan holds its
-    compiled kernels, and every new Python scalar in a graph is a new key). ``hits`` and
+    compiled kernels, and every new shape of a graph is a new key; a new Python scalar is not:
+    kernels take it as an argument). ``hits`` and
     ``misses`` count lookups (tests assert them)."""
 
     def __init__(self, capacity: int = 512):

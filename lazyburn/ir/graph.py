@@ -79,17 +79,40 @@ def structural_key(outputs: Sequence[Node]):
 
 
 #: Ops whose attrs are runtime values, not structure: the kernels read them as scalar
-#: arguments (``fusion.lower``), so a new seed or offset of a random draw reuses the plan
-#: and its compiled kernels.
-RUNTIME_ATTRS = frozenset(("random_uniform", "random_normal"))
+#: arguments (``fusion.lower``), so a new seed or offset of a random draw, or a new Python
+#: scalar, reuses the plan and its compiled kernels. A bool constant stays in the key (it has
+#: two values; kernels test it as a literal), and so does a pow's recorded exponent
+#: (``recorded_exponent``).
+RUNTIME_ATTRS = frozenset(("random_uniform", "random_normal", "const"))
+
+
+def is_runtime_value(n: Node) -> bool:
+    """Whether node ``n``'s attrs are a kernel argument rather than part of the kernel."""
+    return n.op in RUNTIME_ATTRS and not (n.op == "const" and n.dtype.is_bool)
+
+
+def recorded_exponent(n: Node) -> Node | None:
+    """The ``const`` node, maybe seen through views, that is the exponent of pow node ``n``;
+    None when the exponent is computed. Such an exponent is NumPy's *scalar* power (``x **
+    0.5`` is ``sqrt(x)``, so ``(-0.0) ** 0.5`` is ``-0.0`` where C's pow gives ``+0.0``), so
+    its value decides the kernel: it is a literal there and part of the structural key, on
+    purpose. Every other recorded scalar is a kernel argument."""
+    e = n.inputs[1]
+    while e.op in ("expand", "reshape", "permute", "slice"):
+        e = e.inputs[0]
+    return e if e.op == "const" else None
 
 
 def _entry(n: Node, inputs: tuple) -> tuple:
     """Node ``n``'s part of the structural key; ``inputs`` are its inputs' positions."""
     if n.buffer is not None:
         return ("buffer", n.shape, n.dtype.name, n.device)
-    if n.op in RUNTIME_ATTRS:
+    if n.op in RUNTIME_ATTRS and is_runtime_value(n):
         return (n.op, n.shape, n.dtype.name, n.device, inputs)
+    if n.op == "pow":
+        exponent = recorded_exponent(n)
+        if exponent is not None:
+            return (n.op, exponent.attrs, n.shape, n.dtype.name, n.device, inputs)
     return (n.op, n.attrs, n.shape, n.dtype.name, n.device, inputs)
 
 

@@ -53,7 +53,7 @@ stream; the error then lists the plan's kernels in flight with their user lines.
 does, and without capturing CUDA graphs), so a fault names its kernel exactly.
 
 Caches. Kernel modules and plans' launch programs are kept in memory for the
-``KERNEL_CACHE_SIZE`` most recently used of each (a graph whose scalars change at every step
+``KERNEL_CACHE_SIZE`` most recently used of each (a graph whose shapes change at every step
 would otherwise grow them for ever).
 """
 from __future__ import annotations

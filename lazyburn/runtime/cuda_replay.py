@@ -4,7 +4,8 @@ A :class:`Program` is built once per plan: one closure per planned kernel with t
 positions of its inputs, the sizes and dtypes of the buffers it allocates, and the temporaries
 that die after it. Running the plan again on fresh data is a walk over those closures. With
 ``lazyburn.runtime.b.cuda_graphs`` set, a plan run a third time is captured into a CUDA graph
-(:class:`GraphReplay`) and replayed as one launch.
+(:class:`GraphReplay`) and replayed as one launch while its scalar arguments (recorded Python
+scalars, random seeds) keep the values it was captured with.
 
 A kernel's fault may surface at a later launch or at the wait for the stream; the error then
 lists the kernels launched so far with their user lines. With ``LAZYBURN_SYNC_EACH=1`` the
@@ -49,11 +50,12 @@ class Program:
                     for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:])]
             drop = [p for p in in_pos if plan.last_use.get(p) == i and p not in out_set
                     and order[p].buffer is None]
-            if k.scalar_pos:  # a graph would replay the values it was captured with
-                self.capturable = False
             self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop,
                                            k.scalar_values if k.scalar_pos else None))
         self.leaves = sorted(p for p in read if order[p].buffer is not None)
+        # a graph replays the scalar arguments it was captured with: it is replayed only for
+        # the same values, and a plan whose values change is not captured again
+        self.scalar_kernels = [k for k in plan.kernels if k.scalar_pos]
         self.runs = 0
         self.graph: GraphReplay | None = None
         # LAZYBURN_DUMP is read once per plan, here, not at every run; a ``dump()`` block is
@@ -75,6 +77,9 @@ class Program:
                 n = order[p]
                 values[p] = n.buffer if n.device == device else b.import_buffer(n)
         self.runs += 1
+        if self.graph is not None and self.scalar_kernels and \
+                self.graph.words != self.scalar_words(order):
+            self.graph, self.capturable = None, False
         if self.graph is not None and not sync_each():
             out = self.graph.replay(values)
             if b.synchronous:
@@ -84,6 +89,10 @@ class Program:
         if self.dump_env or dump.active():
             b.dump(self.plan)  # after the run: kernels tuned at their first launch are final
         return out
+
+    def scalar_words(self, order) -> list:
+        """Every kernel's scalar arguments for the recording ``order``, in launch order."""
+        return [w for k in self.scalar_kernels for w in k.scalar_values(order)]
 
     def _launch(self, values: list, order) -> list:
         b = self.backend
@@ -190,6 +199,7 @@ class GraphReplay:
         b = program.backend
         torch = b.torch
         self.program = program
+        self.words = program.scalar_words(order)  # the scalar arguments the graph holds
         self.inputs = {p: values[p].clone() for p in program.leaves}
         self.last = {p: values[p] for p in program.leaves}  # what each input held last
         staged = [None] * program.n

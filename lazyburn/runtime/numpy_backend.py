@@ -23,7 +23,7 @@ import scipy.special
 
 from ..codegen import philox
 from ..ir.dtypes import float32, float_to_int
-from ..ir.graph import topo_order
+from ..ir.graph import recorded_exponent, topo_order
 from ..ir.node import Node
 from . import download
 from .fused import TRANSFER, Execution
@@ -139,13 +139,6 @@ def _wrap_clamp(idx, n):
     return np.clip(idx, 0, max(n - 1, 0)).astype(np.intp)
 
 
-def _recorded_constant(n: Node) -> bool:
-    """Whether ``n`` is a constant (a Python scalar of the user's), maybe through views."""
-    while n.op in ("expand", "reshape", "permute", "slice"):
-        n = n.inputs[0]
-    return n.op == "const"
-
-
 def evaluate(n: Node, args: list) -> np.ndarray:
     """The value of one node from its inputs' values (NumPy arrays)."""
     op = n.op
@@ -174,7 +167,7 @@ def evaluate(n: Node, args: list) -> np.ndarray:
         return UNARY[op](x)
     if op in BINARY or op in INT_BINARY or op in FLOAT_BINARY:
         a, b = args
-        if op == "pow" and _recorded_constant(n.inputs[1]):
+        if op == "pow" and recorded_exponent(n) is not None:
             # one exponent known when recorded: NumPy's scalar power (x ** 0.5 is sqrt(x), so
             # (-0.0) ** 0.5 is -0.0), which every fused backend spells the same way
             b = b.reshape(-1)[:1].reshape(())

@@ -32,7 +32,7 @@ OutOfMemoryError naming the size, the limit and the user line, before anything i
 PoCL allocates a buffer's memory at its first use and aborts the process when that fails.
 
 Caches. Built programs are kept in memory by source hash, the ``PROGRAM_CACHE_SIZE`` most
-recently used (a graph whose scalars change at every step would otherwise grow it for ever).
+recently used (a graph whose shapes change at every step would otherwise grow it for ever).
 """
 from __future__ import annotations
 

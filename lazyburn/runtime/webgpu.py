@@ -62,7 +62,7 @@ since the last wait, with their user lines. ``LAZYBURN_SYNC_EACH=1`` submits and
 every kernel, so a fault names its kernel exactly.
 
 Caches. Compute pipelines are kept in memory by source hash, the ``PIPELINE_CACHE_SIZE`` most
-recently used (a graph whose scalars change at every step would otherwise grow it for ever).
+recently used (a graph whose shapes change at every step would otherwise grow it for ever).
 """
 from __future__ import annotations
 
