@@ -1,6 +1,6 @@
 """Compiled programs survive the process: OpenCL program binaries in the cache directory (a
 second process builds nothing from source, and a damaged or foreign entry is rebuilt, never
-used), and the bounds of that directory."""
+used), the bounds of that directory, and Triton's cache directory under ours."""
 from __future__ import annotations
 
 import hashlib
@@ -158,3 +158,46 @@ def test_program_keys_separate_their_parts():
     key = binary_cache.program_key
     assert key("ab", "c") != key("a", "bc") and key("a", "b") == key("a", "b")
     assert key("src", "-O1") != key("src", "-O2")
+
+
+TRITON_CHECK = """
+import json, os, numpy as np
+import triton
+import lazyburn as lb
+from lazyburn.runtime import cuda
+from triton.runtime.cache import get_cache_manager
+x = lb.tensor(np.arange(6, dtype=np.float32), device="cuda:0")
+assert ((x + 1).numpy() == np.arange(6) + 1).all()
+knobs = getattr(triton, "knobs", None)
+listener = knobs.compilation.listener if knobs is not None else None
+if listener is not None:
+    listener(src=None, metadata={}, metadata_group={}, times=None, cache_hit=True)
+    listener(src=None, metadata={}, metadata_group={}, times=None, cache_hit=False)
+print(json.dumps({"env": os.environ["TRITON_CACHE_DIR"],
+                  "knob": knobs.cache.dir if knobs is not None else None,
+                  "manager": get_cache_manager("ab" * 32).cache_dir,
+                  "builds": dict(cuda.triton_builds), "listener": listener is not None}))
+"""
+
+
+@pytest.mark.skipif("cuda:0" not in FUSED_DEVICES, reason="no Triton")
+@pytest.mark.parametrize("users", [None, "own-triton-cache"])
+def test_triton_caches_in_our_directory_unless_told_otherwise(tmp_path, users):
+    env = dict(os.environ, LAZYBURN_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(REPO)] + [
+                   p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env.pop("TRITON_CACHE_DIR", None)
+    if users:
+        env["TRITON_CACHE_DIR"] = str(tmp_path / users)
+    if "TRITON_INTERPRET" in os.environ:
+        env["TRITON_INTERPRET"] = os.environ["TRITON_INTERPRET"]
+    done = subprocess.run([sys.executable, "-c", TRITON_CHECK], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    want = str(tmp_path / users) if users else str(tmp_path / "cache" / "triton")
+    assert got["env"] == want
+    assert got["knob"] in (None, want)
+    assert Path(got["manager"]).parent == Path(want)
+    if got["listener"]:
+        assert got["builds"] == {"from cache": 1, "compiled": 1}
