@@ -170,13 +170,15 @@ x = lb.tensor(np.arange(6, dtype=np.float32), device="cuda:0")
 assert ((x + 1).numpy() == np.arange(6) + 1).all()
 knobs = getattr(triton, "knobs", None)
 listener = knobs.compilation.listener if knobs is not None else None
+before = dict(cuda.triton_builds)  # on a GPU the kernel above was compiled (or found)
 if listener is not None:
     listener(src=None, metadata={}, metadata_group={}, times=None, cache_hit=True)
     listener(src=None, metadata={}, metadata_group={}, times=None, cache_hit=False)
+builds = {k: n - before.get(k, 0) for k, n in cuda.triton_builds.items()}
 print(json.dumps({"env": os.environ["TRITON_CACHE_DIR"],
                   "knob": knobs.cache.dir if knobs is not None else None,
                   "manager": get_cache_manager("ab" * 32).cache_dir,
-                  "builds": dict(cuda.triton_builds), "listener": listener is not None}))
+                  "builds": builds, "listener": listener is not None}))
 """
 
 
