@@ -9,8 +9,11 @@ The on-disk cache, ``$LAZYBURN_CACHE_DIR`` (default ``~/.cache/lazyburn``), hold
 ``autotune.sqlite3`` (tuning results; moved-aside corrupt copies beside it as
 ``autotune.sqlite3.corrupt-*``) and ``kernels/``: Triton kernel modules ``lb_<hash>.py`` (and
 their ``__pycache__``), and the OpenCL C (``.cl``) and WGSL (``.wgsl``) source of kernels that
-failed to compile. Compiled binaries kept by PyOpenCL, PoCL, Triton or the GPU driver live in
-those tools' own caches and are left alone.
+failed to compile; ``programs/``: compiled program binaries by backend (``programs/opencl/``,
+at most ``runtime.binary_cache.MAX_BYTES`` each, least recently used evicted first); and
+``triton/``: Triton's own cache of compiled kernels, unless ``$TRITON_CACHE_DIR`` names another
+(Triton does not bound it; ``cache clear`` empties it). What PoCL, Mesa or a GPU driver keep in
+their own caches is left alone.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from .autotune.cache import FILE_NAME, cache_dir
 from .errors import DeviceError, LazyburnError
 from .models import minilm, resnet
 from .nn import WeightsError
+from .runtime import binary_cache
 from .version import __version__
 
 #: Exit status of a command that was asked for something it cannot do (as argparse's).
@@ -232,6 +236,30 @@ def _kernel_files() -> dict[str, list[Path]]:
     return found
 
 
+def _program_files() -> dict[str, list[Path]]:
+    """The files under the program directory (``runtime.binary_cache``) by backend (the folder
+    they are in), ``tmp`` (partly written) or ``other`` (not ours, kept by clear)."""
+    found: dict[str, list[Path]] = {}
+    root = cache_dir() / binary_cache.SUBDIR
+    if not root.is_dir():
+        return found
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        if path.parent.parent != root:
+            kind = "other"
+        elif path.name.startswith(".") and path.suffix == ".tmp":
+            kind = "tmp"
+        else:
+            kind = path.parent.name if path.suffix == binary_cache.SUFFIX else "other"
+        found.setdefault(kind, []).append(path)
+    return found
+
+
+def _triton_files() -> list[Path]:
+    """Every file of Triton's cache in the cache directory (``runtime.binary_cache``)."""
+    root = binary_cache.triton_directory()
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+
+
 def _autotune_files() -> list[Path]:
     """The autotune database, its WAL and shared-memory files, and moved-aside corrupt copies."""
     root = cache_dir()
@@ -286,8 +314,24 @@ def _cache_info() -> int:
     for kind, paths in kernels.items():
         print(f"  {kind:<8} {labels[kind]}: {len(paths)} "
               f"file{'' if len(paths) == 1 else 's'}, {format_size(_size(paths))}")
-    print(f"total: {format_size(_size(db_files) + _size(files))}")
+    programs = _program_files()
+    binaries = [p for paths in programs.values() for p in paths]
+    print(f"compiled programs: {cache_dir() / binary_cache.SUBDIR}: {_files(binaries)}")
+    last = {"tmp": 1, "other": 2}  # backends first, then partly written files, then others'
+    for kind, paths in sorted(programs.items(), key=lambda kv: (last.get(kv[0], 0), kv[0])):
+        what = {"tmp": "partly written files",
+                "other": "files lazyburn did not write (kept by clear)"}.get(
+                    kind, "program binaries")
+        print(f"  {kind:<8} {what}: {_files(paths)}")
+    triton = _triton_files()
+    print(f"Triton's cache: {binary_cache.triton_directory()}: {_files(triton)}")
+    total = _size(db_files) + _size(files) + _size(binaries) + _size(triton)
+    print(f"total: {format_size(total)}")
     return 0
+
+
+def _files(paths) -> str:
+    return f"{len(paths)} file{'' if len(paths) == 1 else 's'}, {format_size(_size(paths))}"
 
 
 def _remove(paths) -> tuple[int, int, list[str]]:
@@ -304,6 +348,17 @@ def _remove(paths) -> tuple[int, int, list[str]]:
             continue
         removed, freed = removed + 1, freed + size
     return removed, freed, failed
+
+
+def _remove_empty_folders(root: Path) -> None:
+    """Remove the empty folders below ``root`` (``__pycache__``, a backend's program folder,
+    Triton's per-kernel folders); one still holding a file stays, and so does ``root``."""
+    if root.is_dir():
+        for directory in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+            try:
+                directory.rmdir()
+            except OSError:
+                pass
 
 
 def _cache_clear() -> int:
@@ -328,13 +383,21 @@ def _cache_clear() -> int:
     n, freed, more_failed = _remove(ours)
     failed += more_failed
     root = kernel_dir()
-    if root.is_dir():  # empty folders (__pycache__) go; one still holding a file stays
-        for directory in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
-            try:
-                directory.rmdir()
-            except OSError:
-                pass
+    _remove_empty_folders(root)
     print(f"removed {n} kernel file{'' if n == 1 else 's'}, {format_size(freed)}, from {root}")
+    root = cache_dir() / binary_cache.SUBDIR
+    n, freed, more_failed = _remove(p for kind, paths in _program_files().items()
+                                    if kind != "other" for p in paths)
+    failed += more_failed
+    _remove_empty_folders(root)
+    print(f"removed {n} compiled program{'' if n == 1 else 's'}, {format_size(freed)}, "
+          f"from {root}")
+    root = binary_cache.triton_directory()
+    n, freed, more_failed = _remove(_triton_files())
+    failed += more_failed
+    _remove_empty_folders(root)
+    print(f"removed {n} file{'' if n == 1 else 's'} of Triton's cache, {format_size(freed)}, "
+          f"from {root}")
     if failed:
         print(f"lazyburn: error: could not remove {len(failed)} "
               f"file{'' if len(failed) == 1 else 's'}; the first: {failed[0]}", file=sys.stderr)
@@ -415,13 +478,13 @@ def parser() -> ArgumentParser:
     devices.set_defaults(run=_devices)
 
     cache = sub.add_parser(
-        "cache", help="show or clear the on-disk cache (autotune results, kernel files)",
+        "cache", help="show or clear the on-disk cache (autotune results, kernels, programs)",
         description=f"The cache directory is $LAZYBURN_CACHE_DIR (now {cache_dir()}).")
     cache.add_argument("action", choices=("path", "list", "info", "clear"),
                        help="path: print the autotune database's path; list: print every "
                             "autotune result; info: what is stored, per device and backend, "
-                            "and its size; clear: remove the autotune results and the "
-                            "kernel files")
+                            "and its size; clear: remove the autotune results, the "
+                            "kernel files and the compiled programs")
     cache.set_defaults(run=_cache)
     return p
 

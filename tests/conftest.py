@@ -1,14 +1,23 @@
 """Shared fixtures for the test suite."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # Tuning is tested on its own (test_autotune*.py, test_opencl_autotune.py, the tuned MiniLM in
 # test_minilm_fused.py, the first-launch tuning in test_triton.py); elsewhere kernels run their
-# heuristic defaults, and no test writes to the user's cache.
+# heuristic defaults, and no test writes to the user's cache. The session's cache (compiled
+# programs included: tens of megabytes) goes when the session ends.
 os.environ.setdefault("LAZYBURN_AUTOTUNE", "0")
-os.environ.setdefault("LAZYBURN_CACHE_DIR", tempfile.mkdtemp(prefix="lazyburn-test-cache-"))
+if "LAZYBURN_CACHE_DIR" not in os.environ:
+    os.environ["LAZYBURN_CACHE_DIR"] = tempfile.mkdtemp(prefix="lazyburn-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["LAZYBURN_CACHE_DIR"], ignore_errors=True)
+# Triton keeps its compiled kernels where it would without lazyburn (lazyburn would put them in
+# the session's cache above, and every session would compile them all again on a GPU)
+os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(
+    os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache"))
 
 # Triton's LLVM must be loaded before Mesa's (the software WebGPU adapter): loaded the other way
 # round, a later "import triton" crashes the process.

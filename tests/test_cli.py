@@ -286,6 +286,19 @@ def _failed_opencl_kernel(monkeypatch) -> Path:
     return Path(err.value.kernel_file)
 
 
+def _program_files(cache_env: Path) -> dict[str, list[Path]]:
+    """Compiled programs laid out as ``runtime.binary_cache`` writes them, by backend, with a
+    partly written one and a file of someone else's; and files of Triton's cache."""
+    programs = cache_env / "programs"
+    return {"opencl": [_write(programs / "opencl" / f"{'ab' * 32}.bin", 5000),
+                       _write(programs / "opencl" / f"{'cd' * 32}.bin", 3000)],
+            "tmp": [_write(programs / "opencl" / f".{'ef' * 32}.k2x9.tmp", 40)],
+            "other": [_write(programs / "README", 12)],
+            "triton": [_write(cache_env / "triton" / "ABCDEF" / "k.json", 600),
+                       _write(cache_env / "triton" / "ABCDEF" / "k.cubin", 7000),
+                       _write(cache_env / "triton" / "GHIJKL" / "k.json", 500)]}
+
+
 def _size(paths) -> int:
     return sum(p.stat().st_size for p in paths)
 
@@ -295,6 +308,8 @@ def test_cache_info_and_clear(capsys, cache_env, monkeypatch):
     _tune_rows(db, {("opencl", "CPU one"): 3, ("webgpu", "adapter two"): 1})
     corrupt = _write(cache_env / f"{at.FILE_NAME}.corrupt-20250101-000000-42", 4096)
     files = _kernel_files(cache_env, monkeypatch)
+    programs = _program_files(cache_env)
+    triton = programs.pop("triton")
     capsys.readouterr()
 
     assert main(["cache", "info"]) == 0
@@ -302,7 +317,8 @@ def test_cache_info_and_clear(capsys, cache_env, monkeypatch):
     every = [p for p in cache_env.rglob("*") if p.is_file()]
     db_files = [p for p in every if p.name.startswith(at.FILE_NAME)]
     kernel_files = [p for paths in files.values() for p in paths]
-    assert sorted(every) == sorted(db_files + kernel_files)
+    binaries = [p for paths in programs.values() for p in paths]
+    assert sorted(every) == sorted(db_files + kernel_files + binaries + triton)
     assert out[0] == f"cache directory: {cache_env}"
     assert out[1] == f"autotune results: {db}: 4 rows, {cli.format_size(_size(db_files))}"
     assert out[2] == "  opencl   CPU one | drv 1: 3 rows"
@@ -315,9 +331,17 @@ def test_cache_info_and_clear(capsys, cache_env, monkeypatch):
     for kind, paths in files.items():
         line = (f"  {kind:<8} {labels[kind]}: {len(paths)} file{'' if len(paths) == 1 else 's'}"
                 f", {cli.format_size(_size(paths))}")
-        assert line in out[6:-1]
-    assert len(out) == 6 + len(files) + 1
-    assert out[-1] == f"total: {cli.format_size(_size(every))}"
+        assert line in out[6:6 + len(files)]
+    out = out[6 + len(files):]
+    assert out == [
+        f"compiled programs: {cache_env / 'programs'}: 4 files, "
+        f"{cli.format_size(_size(binaries))}",
+        f"  opencl   program binaries: 2 files, {cli.format_size(8000)}",
+        f"  tmp      partly written files: 1 file, {cli.format_size(40)}",
+        f"  other    files lazyburn did not write (kept by clear): 1 file, "
+        f"{cli.format_size(12)}",
+        f"Triton's cache: {cache_env / 'triton'}: 3 files, {cli.format_size(8100)}",
+        f"total: {cli.format_size(_size(every))}"]
 
     ours = [p for kind, paths in files.items() if kind != "other" for p in paths]
     freed = _size(ours)
@@ -326,11 +350,17 @@ def test_cache_info_and_clear(capsys, cache_env, monkeypatch):
         f"removed 4 entries from {db}",
         f"removed 1 corrupt copy of {at.FILE_NAME}, {cli.format_size(4096)}",
         f"removed {len(ours)} kernel files, {cli.format_size(freed)}, from "
-        f"{cache_env / 'kernels'}"]
+        f"{cache_env / 'kernels'}",
+        f"removed 3 compiled programs, {cli.format_size(8040)}, from {cache_env / 'programs'}",
+        f"removed 3 files of Triton's cache, {cli.format_size(8100)}, from "
+        f"{cache_env / 'triton'}"]
     assert at.AutotuneCache(db).entries() == []
     assert not corrupt.exists()
     left = sorted(p for p in (cache_env / "kernels").rglob("*"))
     assert left == files["other"]  # __pycache__ emptied and removed; the unknown file kept
+    # the emptied backend folder goes, the unknown file stays; Triton's folders are emptied
+    assert sorted((cache_env / "programs").rglob("*")) == programs["other"]
+    assert list((cache_env / "triton").rglob("*")) == []
 
 
 def test_cache_info_on_an_empty_cache(capsys, cache_env):
@@ -339,6 +369,8 @@ def test_cache_info_on_an_empty_cache(capsys, cache_env):
         f"cache directory: {cache_env}",
         f"autotune results: none ({cache_env / at.FILE_NAME} does not exist)",
         f"kernel files: {cache_env / 'kernels'}: 0 files, 0 bytes (0.00 MiB)",
+        f"compiled programs: {cache_env / 'programs'}: 0 files, 0 bytes (0.00 MiB)",
+        f"Triton's cache: {cache_env / 'triton'}: 0 files, 0 bytes (0.00 MiB)",
         "total: 0 bytes (0.00 MiB)"]
     assert not cache_env.exists()  # looking creates nothing
 

@@ -54,7 +54,10 @@ does, and without capturing CUDA graphs), so a fault names its kernel exactly.
 
 Caches. Kernel modules and plans' launch programs are kept in memory for the
 ``KERNEL_CACHE_SIZE`` most recently used of each (a graph whose shapes change at every step
-would otherwise grow them for ever).
+would otherwise grow them for ever). Compiled kernels survive the process in Triton's own cache,
+which the first device opened points at ``triton/`` in lazyburn's cache directory unless
+``$TRITON_CACHE_DIR`` is set (:func:`use_triton_cache_dir`); ``triton_builds`` counts Triton's
+compilations and its cache hits.
 """
 from __future__ import annotations
 
@@ -78,7 +81,7 @@ from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
 from ..fusion.kernel_ir import MatmulSpec
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
-from . import backend, cuda_tuning, dump
+from . import backend, binary_cache, cuda_tuning, dump
 from .cuda_library import LibraryMatmul, library_execution
 from .cuda_replay import Program
 from .fused import Execution, FusedBackend, host_value
@@ -147,8 +150,51 @@ def open_device(index: int) -> "CudaBackend":
     with _open_lock:
         b = _opened.get(key)
         if b is None:
+            use_triton_cache_dir()
             b = _opened[key] = _open(index)
         return b
+
+
+#: Triton compilations in this process (any device): ``compiled`` from source, ``from cache``
+#: loaded from Triton's cache directory. Counted through ``triton.knobs.compilation.listener``
+#: (Triton 3.4 and later; a listener set after the first device opens replaces the count).
+triton_builds: collections.Counter = collections.Counter()
+
+
+def use_triton_cache_dir() -> str:
+    """Point Triton's cache of compiled kernels at ``triton/`` in lazyburn's cache directory
+    (``binary_cache.triton_directory``), unless ``$TRITON_CACHE_DIR`` is set (a setting of
+    ``triton.knobs.cache.dir`` sets it too); returns the directory Triton will use.
+
+    Triton reads the variable whenever it compiles a kernel (``knobs.cache.dir``, which reads
+    the environment at each access, in Triton 3.3 and later; ``FileCacheManager`` reading
+    ``os.environ`` before that), so setting it before the first compile is enough. It is set in
+    the environment, as PyTorch Inductor sets its own, so other Triton users of the process
+    (Inductor included) and its child processes share the directory."""
+    if not os.environ.get("TRITON_CACHE_DIR", "").strip():
+        os.environ["TRITON_CACHE_DIR"] = str(binary_cache.triton_directory())
+    try:
+        import triton
+    except ImportError:
+        return os.environ["TRITON_CACHE_DIR"]
+    compilation = getattr(getattr(triton, "knobs", None), "compilation", None)
+    if compilation is not None and hasattr(compilation, "listener") and \
+            not isinstance(compilation.listener, _TritonBuildCounter):
+        compilation.listener = _TritonBuildCounter(compilation.listener)
+    return os.environ["TRITON_CACHE_DIR"]
+
+
+class _TritonBuildCounter:
+    """A Triton compilation listener counting into ``triton_builds``, then calling the
+    listener it replaced."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, **info):
+        triton_builds["from cache" if info.get("cache_hit") else "compiled"] += 1
+        if self.previous is not None:
+            self.previous(**info)
 
 
 def _open(index: int) -> "CudaBackend":

@@ -63,6 +63,13 @@ every kernel, so a fault names its kernel exactly.
 
 Caches. Compute pipelines are kept in memory by source hash, the ``PIPELINE_CACHE_SIZE`` most
 recently used (a graph whose shapes change at every step would otherwise grow it for ever).
+Nothing compiled is kept on disk: wgpu-py (0.32) has no pipeline cache in its API (wgpu's own
+``PipelineCache``, Vulkan only, is not exposed), and there is little to keep. Measured on Mesa's
+lavapipe, a new process creates the shader module and compute pipeline of an element-wise chain,
+a softmax, a layer norm or a matmul with its epilogue in 2-7 ms each (the first pipeline of a
+process about 95 ms, the driver's own start-up), the same with Mesa's shader disk cache on or
+off; an OpenCL program on PoCL takes 20-800 ms to build from source. ``compiles`` counts the
+pipelines created.
 """
 from __future__ import annotations
 
