@@ -6,8 +6,7 @@ the caches. A jitted function is recorded once for each signature of its argumen
 dtypes, device); later calls with the same signature upload the new arguments (NumPy arrays
 are used in place on a device that computes in host memory: the replay has finished with them
 when it returns) and run the cached plan on them directly: no recording, no structural key, no
-partitioning. This is the
-trace-once-and-reuse of JAX's ``jit`` and tinygrad's ``TinyJit``.
+partitioning. This is the trace-once-and-reuse of JAX's ``jit`` and tinygrad's ``TinyJit``.
 
 The function must be pure: its graph may depend on the arguments' shapes and dtypes but not on
 their values, and tensors it closes over (model weights) must not be rebound between calls

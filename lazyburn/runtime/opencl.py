@@ -41,11 +41,13 @@ reading (PoCL's mapping is the buffer's own memory: measured 0.02 ms for 64 MiB,
 took 3.5 ms into warm memory and 12 ms into a fresh array) and hands out a read-only NumPy view
 of the mapping (``HostMemory``). Results smaller than ``VIEW_MIN_BYTES`` are copied instead,
 into an array flagged read-only alike: mapping a fresh buffer costs more than copying a small
-one (PoCL: 25-35 us against 17-25 us up to 64 KiB, the same from 1 MiB). A computed buffer is never written
-again, so the view never changes; it holds the buffer and the mapping, so it stays valid after the tensor is gone, and
-a buffer once viewed never goes back to the ``BufferPool`` (where a later sync would write
-it). ``share`` makes a buffer over a host array's own memory (``CL_MEM_USE_HOST_PTR``: PoCL
-computes on it in place, at any element alignment), for ``lazyburn.asarray``.
+one (PoCL: 25-35 us against 17-25 us up to 64 KiB, the same from 1 MiB). A computed buffer is
+never written again, so the view never changes; the view holds the buffer and the mapping, so
+it stays valid after the tensor is gone, and a buffer once viewed never goes back to the
+``BufferPool`` (where a later sync would write it). ``share`` makes a buffer over a host
+array's own memory (``CL_MEM_USE_HOST_PTR``: PoCL computes on it in place, at any element
+alignment), for ``lazyburn.asarray`` and ``jit`` replays; such a buffer holds the array, and
+syncs wait for their kernels, so the array is not read after the sync that used it returns.
 """
 from __future__ import annotations
 
@@ -232,9 +234,8 @@ class OpenCLBackend(FusedBackend):
     def download(self, n) -> np.ndarray:
         """Node ``n``'s data on the host: on a host-memory device a read-only view of the
         buffer's own memory (``host_view``; a read-only copy below ``VIEW_MIN_BYTES``), else a
-        copy. Without the device's lock: a
-        blocking map or read through the thread-safe OpenCL API, ordered after every command
-        queued before it."""
+        copy. Without the device's lock: a blocking map or read through the thread-safe OpenCL
+        API, ordered after every command queued before it."""
         dtype = np.dtype(n.dtype.np)
         if self.host_memory and n.size * dtype.itemsize >= VIEW_MIN_BYTES:
             return self.host_view(n)
@@ -255,7 +256,7 @@ class OpenCLBackend(FusedBackend):
         mapped for reading once the queue has written it (see the module doc's "Host memory";
         arrays of one buffer share one mapping). Raises DeviceError when mapping fails."""
         dtype = np.dtype(n.dtype.np)
-        count = int(np.prod(n.shape, dtype=np.int64))
+        count = n.size
         if count == 0:
             out = np.empty(n.shape, dtype)
             out.flags.writeable = False
