@@ -42,10 +42,23 @@ def _leaf(t):
 
 
 def asarray(obj, dtype=None, device=None, copy=None, requires_grad=False):
-    """Array-API ``asarray``: like ``tensor``; a Tensor on the same device with the same dtype
-    is returned as it is (tensors are immutable, so no copy is ever needed), unless
-    ``requires_grad`` asks for a new leaf."""
-    return tensor(obj, dtype=dtype, device=device, requires_grad=requires_grad)
+    """Array-API ``asarray``: like ``tensor``, but host memory is shared where it can be, as
+    ``numpy.asarray`` and ``torch.from_numpy`` share it. A Tensor on the same device with the
+    same dtype is returned as it is (tensors are immutable, so no copy is ever needed), unless
+    ``requires_grad`` asks for a new leaf.
+
+    Host data with ``copy=None`` (the default): on a device that computes in host memory (the
+    NumPy device, an OpenCL CPU device) a C-contiguous, aligned array already of the tensor's
+    dtype is used in place, without a copy; anything else is copied. A shared array must not
+    be written while the tensor (or anything recorded from it and not yet computed) is in use:
+    lazyburn treats a tensor's value as fixed, and whether the tensor sees such a write
+    depends on the device (on PoCL it does). ``copy=True`` always copies (``tensor``);
+    ``copy=False`` raises ValueError where sharing is impossible (another dtype, a layout that
+    is not C-contiguous, a list, a device with its own memory)."""
+    if is_tensor(obj):
+        return tensor(obj, dtype=dtype, device=device, requires_grad=requires_grad)
+    out = wrap(from_host(obj, dtype, device, Origin(), copy=copy))
+    return _leaf(out) if requires_grad else out
 
 
 def full(shape, fill_value, dtype=None, device=None):

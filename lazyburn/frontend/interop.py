@@ -6,10 +6,12 @@ streams ordered with waits instead), DLPack both ways (``from_dlpack``, and the 
 Where memory is shared. A tensor on the ``numpy`` device holds host memory: it is exported as
 that memory (read-only), and ``from_dlpack`` of host data onto it keeps the producer's memory.
 A ``cuda`` device's tensor is exported as its torch tensor's memory, and a torch tensor on a
-device the backend runs is imported without a copy (``from_torch``). Other devices (OpenCL,
-WebGPU) hold memory the host cannot address: export hands out a host copy of the value and
-import uploads one. Shared memory must not be written while either side uses it: lazyburn
-treats a tensor's value as fixed.
+device the backend runs is imported without a copy (``from_torch``). An OpenCL device that
+computes in host memory (a CPU device) exports its buffer's memory (read-only, as
+``Tensor.numpy()`` reads it) and imports host memory in place where it is C-contiguous and
+aligned. Other devices (OpenCL GPUs, WebGPU) hold memory the host cannot address: export hands
+out a host copy of the value and import uploads one. Shared memory must not be written while
+either side uses it: lazyburn treats a tensor's value as fixed.
 """
 from __future__ import annotations
 
@@ -69,9 +71,9 @@ def to_torch(x):
 
 
 def _host_memory(x) -> bool:
-    """Whether ``x``'s buffer is memory the host reads in place (the NumPy device, or the
-    ``cuda`` device under Triton's interpreter)."""
-    if x.device == "numpy":
+    """Whether ``x``'s buffer is memory the host reads in place (the NumPy device, an OpenCL
+    device computing in host memory, or the ``cuda`` device under Triton's interpreter)."""
+    if runtime.shares_host_memory(x.device):
         return True
     return x.device.startswith("cuda") and runtime.backend(x.device).interpret
 
@@ -142,7 +144,8 @@ def from_dlpack(x, /, *, device=None, copy=None):
     device). Array API ``from_dlpack``.
 
     Without a copy where the memory allows (``copy=None``): host memory onto the NumPy device
-    (made contiguous first when it is not), a torch tensor onto the ``cuda`` device that holds
+    (made contiguous first when it is not), C-contiguous aligned host memory onto an OpenCL
+    device that computes in host memory, a torch tensor onto the ``cuda`` device that holds
     it. Otherwise the value is uploaded. The producer's memory must not be written while the
     result is in use. ``copy=True`` always copies; ``copy=False`` raises BufferError where a
     copy is needed.
@@ -171,10 +174,13 @@ def from_dlpack(x, /, *, device=None, copy=None):
     if host is None:
         host = np.from_dlpack(x)
     if target != "numpy" or copy:
-        if copy is False:
+        if copy is not False:  # shared where the device computes in host memory
+            return wrap(from_host(host, None, target, origin, copy=copy))
+        try:
+            return wrap(from_host(host, None, target, origin, copy=False))
+        except ValueError:
             raise BufferError(f"from_dlpack: a tensor on {target} needs its own copy of host "
-                              f"data (copy=False was asked)")
-        return wrap(from_host(host, None, target, origin))
+                              f"data (copy=False was asked)") from None
     if not host.flags.c_contiguous:
         if copy is False:
             raise BufferError("from_dlpack: the data is not contiguous; sharing it on the "

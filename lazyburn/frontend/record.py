@@ -218,10 +218,13 @@ def _host_dtype(arr: np.ndarray, obj, origin) -> dt.DType:
         raise DTypeError(f"tensor: {e.args[0]}", origin) from None
 
 
-def from_host(obj, dtype, device, origin) -> Node:
-    """A ``buffer`` node holding a copy of host data ``obj`` (lists, NumPy arrays, scalars) on
-    ``device``. Raises DTypeError for objects that are not array-like or dtypes the device
-    lacks, DeviceError for an unknown device."""
+def from_host(obj, dtype, device, origin, copy=True) -> Node:
+    """A ``buffer`` node holding host data ``obj`` (lists, NumPy arrays, scalars) on ``device``.
+    ``copy``: True copies it; None uses the array's own memory where the device computes on
+    host memory and the array, converted to the dtype, is C-contiguous and aligned
+    (``runtime.share``), else copies; False must use ``obj``'s memory. Raises DTypeError for
+    objects that are not array-like or dtypes the device lacks, DeviceError for an unknown
+    device, ValueError when ``copy`` is False and a copy is needed."""
     device = resolve_device("tensor", device, origin)
     try:
         arr = np.asarray(obj)
@@ -238,7 +241,14 @@ def from_host(obj, dtype, device, origin) -> Node:
     if target in b.unsupported_dtypes:
         raise DTypeError(f"tensor: device {device} does not support {target.name}", origin)
     n = Node("buffer", (), (), tuple(arr.shape), target, device, origin.code, origin.line)
-    n.buffer = b.upload(np.require(arr, requirements="C"))  # keeps 0-d arrays 0-d
+    host = np.require(arr, requirements="C")  # keeps 0-d arrays 0-d
+    buf = None
+    if copy is not True and host.nbytes:
+        buf = runtime.share(device, host)
+        if copy is False and (buf is None or not np.may_share_memory(host, obj)):
+            raise ValueError(f"asarray: a {type(obj).__name__} as {target.name} on {device} "
+                             f"needs a copy (copy=False was asked)")
+    n.buffer = buf if buf is not None else b.upload(host)
     return n
 
 

@@ -3,9 +3,10 @@
 Recording a model's forward pass costs host time in proportion to its ops (MiniLM: about 850
 ops, a few milliseconds of Python), every time, even when the plan and the kernels come from
 the caches. A jitted function is recorded once for each signature of its arguments (shapes,
-dtypes, device); later calls with the same signature upload the new arguments and run the
-cached plan on them directly: no recording, no structural key, no partitioning. This is the
-trace-once-and-reuse of JAX's ``jit`` and tinygrad's ``TinyJit``.
+dtypes, device); later calls with the same signature upload the new arguments (NumPy arrays
+are used in place on a device that computes in host memory: the replay has finished with them
+when it returns) and run the cached plan on them directly: no recording, no structural key, no
+partitioning. This is the trace-once-and-reuse of JAX's ``jit`` and tinygrad's ``TinyJit``.
 
 The function must be pure: its graph may depend on the arguments' shapes and dtypes but not on
 their values, and tensors it closes over (model weights) must not be rebound between calls
@@ -147,5 +148,7 @@ def _buffers(backend, arrays, dev) -> list:
                 raise DeviceError(f"jit: argument on {a.device}, function on {dev}", Origin())
             out.append(a.node.buffer)
         else:
-            out.append(backend.upload(np.ascontiguousarray(a)))
+            host = np.ascontiguousarray(a)
+            buf = runtime.share(dev, host)
+            out.append(buf if buf is not None else backend.upload(host))
     return out

@@ -89,11 +89,20 @@ class Tensor:
 
     # reading values ----------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
-        """The value as a NumPy array (a copy; syncs this tensor's pending graph)."""
+        """The value as a NumPy array of this tensor's shape and dtype (syncs this tensor's
+        pending graph first).
+
+        On a device that computes in host memory (the NumPy device, an OpenCL CPU device) it
+        is read-only (writing it raises ValueError) and, from 256 KiB on OpenCL, the tensor's
+        own buffer without a copy (smaller results are copied: cheaper than mapping). It never
+        changes, since lazyburn never writes a computed buffer again, and it stays valid for
+        as long as the array lives, after the tensor is gone too (it holds the memory); reads
+        of one tensor share that memory. On other devices it is a fresh, writable copy.
+        ``np.array(t)`` gives a writable copy everywhere."""
         n = self.node
         if n.buffer is None:
             runtime.realize([n])
-        return np.array(runtime.download(n), copy=True)
+        return runtime.download(n)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule of this tensor's value (computed first), for ``np.from_dlpack``,
@@ -115,8 +124,20 @@ class Tensor:
         return interop.pickled_value(self)
 
     def __array__(self, dtype=None, copy=None):
+        """NumPy's conversion protocol (``np.asarray(t)``, ``np.array(t)``): ``numpy()``,
+        converted to ``dtype`` when given. ``copy=True`` always returns a writable copy;
+        ``copy=False`` raises ValueError where a copy is needed (another dtype, a device with
+        its own memory)."""
         a = self.numpy()
-        return a if dtype is None else a.astype(dtype)
+        shared = runtime.shares_host_memory(self.node.device)
+        converts = dtype is not None and np.dtype(dtype) != a.dtype
+        if copy is False and (converts or not shared):
+            raise ValueError(f"__array__: the value of a tensor on {self.device} as "
+                             f"{np.dtype(dtype) if converts else a.dtype} needs a copy "
+                             f"(copy=False was asked)")
+        if converts:
+            return a.astype(dtype)
+        return np.array(a, copy=True) if copy and shared else a
 
     def item(self):
         """The single element as a Python scalar. Raises ShapeError unless size is 1."""

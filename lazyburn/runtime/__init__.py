@@ -4,9 +4,17 @@ Device strings: ``numpy`` (the node-by-node reference), ``opencl:N``, ``cuda:N``
 (the kind alone means index 0). ``LAZYBURN_DEVICE`` sets the default; without it: ``cuda`` when
 a GPU is visible, else the first OpenCL device that compiles a probe kernel, else ``numpy``.
 
-A backend object provides ``upload(host_array) -> buffer``, ``download(node) -> ndarray``,
-``run(outputs)`` (compute every output node's buffer, returned in order) and
-``unsupported_dtypes``.
+A backend object provides ``upload(host_array) -> buffer`` (a copy), ``download(node) ->
+ndarray``, ``run(outputs)`` (compute every output node's buffer, returned in order) and
+``unsupported_dtypes``; optionally ``share(host_array) -> buffer or None`` (a buffer over the
+array's own memory, None where the device cannot compute on it).
+
+Host memory. A backend whose ``host_memory`` is true (the NumPy device, OpenCL CPU devices)
+computes in memory the host addresses: its ``download`` returns a read-only array over the
+buffer itself (or, for a small result, a read-only copy where that is cheaper), valid and
+unchanged for as long as that array lives (buffers are never written once computed, and the
+array keeps the memory alive). Every other backend's ``download`` returns a fresh array the
+caller owns.
 """
 from __future__ import annotations
 
@@ -150,8 +158,21 @@ def _order_only(nodes: Sequence[Node]):
 
 
 def download(n: Node):
-    """The host (NumPy) copy of a realized node's data."""
+    """A realized node's data on the host (NumPy): a read-only view of its buffer on a
+    host-memory device (``shares_host_memory``), else a fresh copy."""
     return backend(n.device).download(n)
+
+
+def shares_host_memory(device: str) -> bool:
+    """Whether ``download`` of a node on ``device`` hands out the buffer's own memory."""
+    return bool(getattr(backend(device), "host_memory", False))
+
+
+def share(device: str, host: np.ndarray):
+    """A buffer on ``device`` over ``host``'s own memory (no copy), or None where the device
+    cannot compute on it (see ``share`` in the module doc)."""
+    b = backend(device)
+    return b.share(host) if hasattr(b, "share") else None
 
 
 # where each kind's ``describe()`` lives (modules that need their kind's package when imported)

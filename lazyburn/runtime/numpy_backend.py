@@ -235,6 +235,7 @@ class NumpyBackend:
     HOST = Execution("NumPy on the host, op by op", generated=0)
     upload_ordering = "a host array, read by the ops that need it"
     download_ordering = "the host array the NumPy sync returned"
+    host_memory = True  # ``download`` hands out the buffer itself (read-only)
 
     def execution(self, k) -> Execution:
         """What executes planned kernel ``k`` here: NumPy, one op at a time (a copy is a
@@ -249,6 +250,15 @@ class NumpyBackend:
         a = np.array(host, copy=True, order="C")
         a.flags.writeable = False
         return a
+
+    def share(self, host: np.ndarray) -> np.ndarray | None:
+        """A buffer that is ``host``'s own memory, read-only (None when ``host`` is not
+        C-contiguous: buffers are)."""
+        if not host.flags.c_contiguous:
+            return None
+        buf = host.view()
+        buf.flags.writeable = False
+        return buf
 
     def download(self, n: Node) -> np.ndarray:
         return n.buffer
