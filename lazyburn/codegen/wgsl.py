@@ -1414,7 +1414,8 @@ def _render_scan(spec: ScanSpec, name, params, target) -> RenderedKernel:
         lines, v = value(f"r{j}")
         body += [f"        var run{j}: {acc_t} = {ident};",
                  f"        let r{j} = base + lid * {per_item}i + {j}i;",
-                 f"        if (r{j} < {n}i) {{"] + indent(lines + [f"own = {comb('own', v)};"], 12) + \
+                 f"        if (r{j} < {n}i) {{"] + \
+            indent(lines + [f"own = {comb('own', v)};"], 12) + \
             ["        }", f"        run{j} = own;"]
     body += ["        part[lid] = own;", "        workgroupBarrier();"]
     s_ = 1
@@ -1428,7 +1429,8 @@ def _render_scan(spec: ScanSpec, name, params, target) -> RenderedKernel:
     body += [f"        var start: {acc_t} = carry;",
              f"        if (lid > 0i) {{ start = {comb('carry', 'part[lid - 1i]')}; }}"]
     for j in range(per_item):
-        body += [f"        if (r{j} < {n}i) {{", f"            let acc = {comb('start', f'run{j}')};"]
+        body += [f"        if (r{j} < {n}i) {{",
+                 f"            let acc = {comb('start', f'run{j}')};"]
         body += indent(element("acc", f"r{j}"), 12) + ["        }"]
     body += [f"        carry = {comb('carry', f'part[{size - 1}i]')};",
              "        workgroupBarrier();", "    }", "}"]

@@ -61,9 +61,10 @@ class FusionGroup:
 
     ``kind``: elementwise | reduction | scan | matmul | copy. ``anchors``: the reductions (one
     per stage, in order), the scan or the matmul. ``outputs``: nodes the kernel stores.
-    ``space``: for reductions ``(input shape, axes)``, for a scan ``(shape, axis)``. ``nodes`` (filled by lowering): every graph node the
-    kernel computes; ``fused_on_read`` / ``fused_on_write``: the element-wise nodes computed
-    here as producers of the anchors / as consumers of them."""
+    ``space``: for reductions ``(input shape, axes)``, for a scan ``(shape, axis)``. ``nodes``
+    (filled by lowering): every graph node the kernel computes; ``fused_on_read`` /
+    ``fused_on_write``: the element-wise nodes computed here as producers of the anchors / as
+    consumers of them."""
 
     kind: str
     anchors: list = field(default_factory=list)
