@@ -1439,7 +1439,7 @@ def _render_scan(spec: ScanSpec, name, params, fast) -> RenderedKernel:
     ``sequential``: one work-item per row adds its elements in order (NumPy's order: the same
     rounding as the reference). ``tree``: one work-group per row walks it in tiles of
     ``local * per_item`` elements, the classic three-phase scan (Harris, Sengupta and Owens,
-    "Parallel Prefix Sum (Scan) with CUDA", GPU Gems 3, ch. 39, section 39.2.5, for arrays of
+    "Parallel Prefix Sum (Scan) with CUDA", GPU Gems 3, ch. 39, its scan of arrays of
     arbitrary size): each work-item scans its ``per_item`` consecutive elements in registers,
     the work-item totals are scanned across the work-group in local memory (Hillis and
     Steele's log2(local) rounds: the tile is ``per_item`` times the work-group, so this step
