@@ -1345,8 +1345,9 @@ def _render_scan(spec: ScanSpec, name, params, target) -> RenderedKernel:
     the three-phase scan of Harris, Sengupta and Owens ("Parallel Prefix Sum (Scan) with
     CUDA", GPU Gems 3, ch. 39, its scan of arrays of arbitrary size): each invocation scans
     its ``per_item`` consecutive elements in registers, the invocation totals are scanned
-    across the workgroup in workgroup memory (Hillis and Steele's log2(workgroup) rounds), and each invocation adds
-    the totals before its own, and the prefix carried from the tiles before, to its prefixes.
+    across the workgroup in workgroup memory (Hillis and Steele's log2(workgroup) rounds),
+    and each invocation adds the totals before its own, and the prefix carried from the tiles
+    before, to its prefixes.
     The elements of a tile and the rounds are written out, so an invocation loops once per
     tile (see "Loops" in the module doc). Float prefixes are computed through the opaque
     identity (nothing reassociated); integers accumulate in i32 (8- to 32-bit types: the
