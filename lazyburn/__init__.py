@@ -48,7 +48,8 @@ from .frontend.inspection import (__array_namespace_info__, can_cast, e, finfo, 
                                   isdtype, nan, newaxis, pi)
 from .frontend.linalg import tensordot, vecdot
 from .frontend.movement import broadcast_arrays, moveaxis, roll, to_device, unstack
-from .frontend.reduction import count_nonzero, diff
+from .frontend.reduction import (count_nonzero, cumprod, cumsum, cumulative_prod,
+                                 cumulative_sum, diff)
 from .ir.dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64,
                         uint8)
 from .ir.dtypes import dtype as dtype

@@ -88,6 +88,11 @@ CASES = {
     "sum_axes": (lambda x: x.sum((0, 2)), [U(2, 3, 4)]),
     "sum_keepdims": (lambda x: x.sum(-1, keepdims=True), [U(2, 3, 4)]),
     "prod": (lambda x: x.prod((0, 2)), [U(2, 3, 2, **POS)]),
+    # scans: reversed running sums of the cotangent (the zeros of cumprod: tests/test_scan.py)
+    "cumsum": (lambda x: x.cumsum(1), [U(3, 4)]),
+    "cumulative_sum_initial": (lambda x: lb.cumulative_sum(x, axis=0, include_initial=True),
+                               [U(3, 4)]),
+    "cumprod": (lambda x: x.cumprod(0), [away_from_zero(3, 4)]),
     "max_axes": (lambda x: x.max((1, 2), keepdims=True), [U(2, 3, 4)]),
     "min_all": (lambda x: x.min(), [U(2, 3, 4)]),
     "mean": (lambda x: x.mean(1), [U(2, 3, 4)]),
@@ -238,7 +243,8 @@ def test_every_op_of_the_table_has_a_vjp_rule_or_is_declared_non_differentiable(
 # fused devices against the NumPy device ---------------------------------------------------
 FUSED_CASES = ["mul", "pow", "maximum", "where", "sum_axes", "prod", "max_axes", "var",
                "logsumexp", "softmax", "layer_norm", "gelu", "slice_steps", "pad", "concat",
-               "take", "take_along_axis", "embedding", "matmul_batched", "matmul_vectors"]
+               "take", "take_along_axis", "embedding", "matmul_batched", "matmul_vectors",
+               "cumsum", "cumprod"]
 
 
 @contextlib.contextmanager

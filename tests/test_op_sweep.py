@@ -97,6 +97,9 @@ TOLERANCE = {
     "var": ("log2n", 2), "std": ("log2n", 2), "logsumexp": ("log2n", 2),
     "softmax": ("log2n", 2), "log_softmax": ("log2n", 2), "layer_norm": ("log2n", 2),
     "matmul": ("log2n", 1),
+    # running sums and products against NumPy's in-order ones: up to n roundings of the
+    # reference, and the kernels' own (a tree within a tile, a carried prefix across tiles)
+    "cumsum": ("n", 2), "cumprod": ("n", "n"),
 }
 
 
@@ -267,6 +270,8 @@ _REDUCE_SCALES = {
     "sum": lambda x, a: np.sum(np.abs(x), a, keepdims=True),
     "mean": lambda x, a: np.mean(np.abs(x), a, keepdims=True),
     "prod": None,
+    "cumsum": lambda x, a: np.cumsum(np.abs(x), a),
+    "cumprod": None,
     "var": lambda x, a: np.mean(np.square(x), a, keepdims=True),
     "std": lambda x, a: np.sqrt(np.mean(np.square(x), a, keepdims=True)),
     "logsumexp": lambda x, a: 1 + np.max(np.abs(x), a, keepdims=True),
@@ -290,6 +295,8 @@ REDUCTIONS = {
     "softmax": lambda x, a: lb.softmax(x, a),
     "log_softmax": lambda x, a: lb.log_softmax(x, a),
     "layer_norm": lambda x, a: lb.layer_norm(x, x.shape[a:]),
+    "cumsum": lambda x, a: x.cumsum(a),
+    "cumprod": lambda x, a: x.cumprod(a),
 }
 
 # --- places --------------------------------------------------------------------------------
@@ -763,12 +770,13 @@ def run_reductions(device: str, place: str, lengths=None, dtypes=ALL) -> list[st
                 fin = np.where(np.isfinite(x64), x64, 0)
                 scale = sc(fin, -1)
                 if name in ("sum", "mean", "var", "std", "logsumexp", "softmax",
-                            "log_softmax", "layer_norm"):
+                            "log_softmax", "layer_norm", "cumsum"):
                     # finite rows whose magnitudes add up near the range's end: order decides
+                    # (for a running sum, also in the prefixes before a nan)
                     big = np.abs(fin).sum(-1) > float_info(dtype if dtype in FLOATS else
                                                            "float32")[2] / 8
-                    keep = ~big | _nan_in_any_order(x64)
-            if name == "prod":
+                    keep = ~big | (_nan_in_any_order(x64) & (name != "cumsum"))
+            if name in ("prod", "cumprod"):
                 # a partial product may overflow or underflow in one order and not another
                 # unless the row's result is nan whatever the order (a nan, or 0 with inf)
                 ax = np.abs(x64)
@@ -776,7 +784,8 @@ def run_reductions(device: str, place: str, lengths=None, dtypes=ALL) -> list[st
                     ax > 0, ax, 1))), 0).sum(-1)
                 limit = math.log2(float_info(dtype if dtype in FLOATS else "float32")[2]) - 1
                 always_nan = np.isnan(x64).any(-1) | (np.isinf(x64).any(-1) & (x64 == 0).any(-1))
-                keep = always_nan | (span < limit)
+                # (a running product's prefixes before the nan are products of their own)
+                keep = (always_nan & (name == "prod")) | (span < limit)
             if place == "mm_prologue":  # want: the output flattened into a column, twice
                 keep_el = np.repeat(keep, want.shape[0] // x.shape[0])
                 if scale is not None:

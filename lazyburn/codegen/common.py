@@ -158,6 +158,24 @@ def acc_expr_id(spec) -> int:
     return -1
 
 
+def scanned_expr_id(spec) -> int:
+    """The id of a scan spec's running-prefix expression (-1 when no output reads it)."""
+    for e in topo_exprs(spec.roots()):
+        if e.op == "scanned":
+            return e.id
+    return -1
+
+
+def scan_identity(spec) -> int | float:
+    """The value a scan's running prefix starts from, in its accumulation type: 1 for a
+    product; for a sum 0, and -0.0 for floats, so that the first prefix is the first element
+    itself, sign of a zero included (NumPy's accumulate starts from the first element: the
+    running sum of [-0.0] is [-0.0], where 0.0 + -0.0 would be 0.0)."""
+    if spec.op == "prod":
+        return 1
+    return -0.0 if spec.acc_dtype.is_float else 0
+
+
 def indent(lines, n: int = 4) -> list[str]:
     """``lines`` indented by ``n`` spaces (a loop's or the kernel's body)."""
     pad = " " * n

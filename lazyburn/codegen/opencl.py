@@ -15,6 +15,9 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
   int64 mask). Float sums and products accumulate in that many explicit partial results per
   work-item, blocked and combined pairwise (see ``_pairwise_accumulate`` for the error bound),
   so that the loop vectorizes without letting the compiler reorder float arithmetic;
+* scan: ``strategy`` -- ``sequential`` (one work-item per row walks it in order: short rows,
+  or many rows on a CPU) or ``tree`` (one work-group of ``local`` work-items per row, each
+  scanning ``per_item`` consecutive elements of a tile; see ``_render_scan``);
 * matmul: ``tile`` (square tiles of A and B staged through local memory); or, for CPU devices,
   ``cpu_block`` = ``[form, rows, cols]`` with ``lanes`` (the register-blocked GEMM: one
   work-item per ``rows`` x ``cols`` block of C, its accumulators in vector registers; see
@@ -40,12 +43,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
+from ..fusion.kernel_ir import (ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, ScanSpec,
+                                Stage)
 from ..fusion.symbolic import Expr, topo_exprs
 from ..ir.shapes import pow2_at_least
 from . import opencl_math, philox
 from .common import (INFIX, ExprPrinter, acc_expr_id, find_var, float_literal, indent,
-                     reduced_expr_id, reduction_identity, rounded_to)
+                     reduced_expr_id, reduction_identity, rounded_to, scan_identity,
+                     scanned_expr_id)
 
 STORAGE = {"bool": "uchar", "int8": "char", "int16": "short", "int32": "int", "int64": "long",
            "uint8": "uchar", "float16": "half", "bfloat16": "ushort", "float32": "float",
@@ -706,6 +711,8 @@ def render(spec: KernelSpec, name: str, params: dict | None = None) -> RenderedK
         r = _render_reduction(spec, name, params, fast)
     elif isinstance(spec, MatmulSpec):
         r = _render_matmul(spec, name, params, fast)
+    elif isinstance(spec, ScanSpec):
+        r = _render_scan(spec, name, params, fast)
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
     # No option that changes float results (-cl-unsafe-math-optimizations, -cl-fast-relaxed-math,
@@ -1410,3 +1417,108 @@ def _blocked_kernel(p, spec, form, rows, cols, w, name, edge, coords) -> list[st
              f"        for (int j = 0; j < {cols}; ++j) {{"] + indent(store, 12) + \
         ["        }", "    }", "}", ""]
     return body
+
+
+# scans -----------------------------------------------------------------------------------------
+SCAN_PER_ITEM = 8  # consecutive elements each work-item of a tree scan walks per tile
+
+
+def scan_types(spec: ScanSpec) -> tuple[str, str]:
+    """``(accumulator type, result type)`` of a scan: integers accumulate in the unsigned type
+    their arithmetic wraps in (a running sum or product modulo 2^32 or 2^64, whose low bits are
+    those of the type's own wrapped arithmetic), floats in ``acc_dtype``."""
+    out_t = VALUE[spec.dtype.name]
+    if spec.acc_dtype.is_int:
+        return WRAP[out_t], out_t
+    return VALUE[spec.acc_dtype.name], out_t
+
+
+def _scan_result(spec: ScanSpec, acc: str) -> str:
+    """The running prefix ``acc`` as a value of the scan's dtype (wrapped back to a signed
+    integer type, or rounded to a half type)."""
+    out_t = VALUE[spec.dtype.name]
+    if spec.dtype.is_int:
+        return FROM_UNSIGNED[out_t].format(acc)
+    if spec.dtype.name in HALF_ROUND:
+        return f"{HALF_ROUND[spec.dtype.name]}({acc})"
+    return acc if VALUE[spec.acc_dtype.name] == out_t else f"(({out_t}){acc})"
+
+
+def _render_scan(spec: ScanSpec, name, params, fast) -> RenderedKernel:
+    """A running sum or product along each row; the scanned value's producers are computed as
+    the row is read, the outputs (the prefix and what is computed from it at the same
+    position) stored as each prefix is known.
+
+    ``sequential``: one work-item per row adds its elements in order (NumPy's order: the same
+    rounding as the reference). ``tree``: one work-group per row walks it in tiles of
+    ``local * per_item`` elements, the classic three-phase scan (Harris, Sengupta and Owens,
+    "Parallel Prefix Sum (Scan) with CUDA", GPU Gems 3, ch. 39, its scan of arrays of
+    arbitrary size): each work-item scans its ``per_item`` consecutive elements in registers,
+    the work-item totals are scanned across the work-group in local memory (Hillis and
+    Steele's log2(local) rounds: the tile is ``per_item`` times the work-group, so this step
+    is a small part of the work), and each work-item adds the totals before it -- and the
+    prefix carried from the tiles before -- to its own prefixes. A float sum's rounding then
+    differs from the sequential order's: each result is at most (per_item + log2(local) +
+    tiles) roundings from the exact sum of its prefix's magnitudes, against i roundings for
+    the i-th result in order."""
+    p = OpenCLPrinter(spec, fast)
+    it = p.index_type
+    n = spec.scan_size
+    strategy = params.get("strategy") or ("sequential" if n <= 32 else "tree")
+    per_item = max(1, int(params.get("per_item") or SCAN_PER_ITEM))
+    local = int(params.get("local") or min(256, pow2_at_least(-(-n // per_item))))
+    acc_t, out_t = scan_types(spec)
+    ident = f"(({acc_t}){p.literal(scan_identity(spec), spec.acc_dtype)})"
+    op = "+" if spec.op == "sum" else "*"
+    row, r = find_var(spec, "row"), find_var(spec, "r")
+    scanned = scanned_expr_id(spec)
+    outs = [o.value for o in spec.outputs] + [o.index for o in spec.outputs]
+
+    def element(acc: str, names: dict) -> list[str]:
+        """The outputs at position ``r``, the prefix there being ``acc``."""
+        lines, names = p.emit(outs, {**names, scanned: "scanned"})
+        return [f"const {out_t} scanned = {_scan_result(spec, acc)};"] + lines + \
+            [p.store(o.arg, names[o.index.id], names[o.value.id]) for o in spec.outputs]
+
+    def value(names: dict) -> tuple[list[str], dict, str]:
+        lines, names = p.emit([spec.value], names)
+        return lines, names, f"(({acc_t}){names[spec.value.id]})"
+
+    body = [_signature(p, name) + " {"]
+    if strategy == "sequential" or local <= 1:
+        body.append(f"    const {it} row = ({it})get_global_id(0);")
+        lines, names, v = value({row.id: "row", r.id: "r"})
+        body += [f"    {acc_t} acc = {ident};", f"    for ({it} r = 0; r < {n}; ++r) {{"]
+        body += indent(lines + [f"acc = acc {op} {v};"] + element("acc", names), 8)
+        body += ["    }", "}"]
+        return RenderedKernel(name, _finish(p, body), (max(spec.rows, 1),), None)
+    tile = local * per_item
+    lines, _, v = value({row.id: "row", r.id: "r"})
+    body += [f"    const {it} row = ({it})get_group_id(0);",
+             "    const int lid = get_local_id(0);",
+             f"    __local {acc_t} part[{local}];",
+             f"    {acc_t} carry = {ident};",
+             f"    for ({it} base = 0; base < {n}; base += {tile}) {{",
+             f"        {acc_t} run[{per_item}];",
+             f"        {acc_t} own = {ident};",
+             f"        for (int j = 0; j < {per_item}; ++j) {{",
+             f"            const {it} r = base + ({it})lid * {per_item} + j;",
+             f"            if (r < {n}) {{"]
+    body += indent(lines + [f"own = own {op} {v};"], 16)
+    body += ["            }", "            run[j] = own;", "        }",
+             "        part[lid] = own;", "        barrier(CLK_LOCAL_MEM_FENCE);",
+             f"        for (int s = 1; s < {local}; s <<= 1) {{",
+             f"            const {acc_t} before = lid >= s ? part[lid - s] : {ident};",
+             "            barrier(CLK_LOCAL_MEM_FENCE);",
+             f"            part[lid] = before {op} part[lid];",
+             "            barrier(CLK_LOCAL_MEM_FENCE);", "        }",
+             f"        const {acc_t} start = lid > 0 ? carry {op} part[lid - 1] : carry;",
+             f"        for (int j = 0; j < {per_item}; ++j) {{",
+             f"            const {it} r = base + ({it})lid * {per_item} + j;",
+             f"            if (r < {n}) {{",
+             f"                const {acc_t} acc = start {op} run[j];"]
+    body += indent(element("acc", {row.id: "row", r.id: "r"}), 16)
+    body += ["            }", "        }",
+             f"        carry = carry {op} part[{local - 1}];",
+             "        barrier(CLK_LOCAL_MEM_FENCE);", "    }", "}"]
+    return RenderedKernel(name, _finish(p, body), (spec.rows * local,), (local,))

@@ -15,6 +15,9 @@ pointers; the grid and the compile options (``num_warps``, ``num_stages``) come 
   per lane, and reduces the lanes at the end (Inductor's scheme). Loads carry Inductor's L2
   eviction hints: ``evict_last`` for data every row reads (weights) and for row data a later
   walk reads again, ``evict_first`` for row data read for the last time.
+* Scan: a [XBLOCK, RBLOCK] tile per program scanned along the row by
+  ``tl.associative_scan``, long rows walked tile by tile with the prefix carried
+  (:mod:`.triton_scan`).
 * Matmul: a tiled ``tl.dot`` kernel with the GROUP_M program swizzle of Triton's matrix
   multiplication tutorial (better L2 reuse); the prologue expression is evaluated on each
   loaded [BLOCK_M, BLOCK_K] / [BLOCK_K, BLOCK_N] tile (``m``, ``k``, ``n`` are ``rm[:, None]``,
@@ -53,12 +56,13 @@ from ``tl`` builtins (Kahan's expm1/log1p forms), so CPU tests run the same kern
 """
 from __future__ import annotations
 
-from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec
+from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, ScanSpec
 from ..ir.shapes import pow2_at_least
 from .common import indent
 from .triton_matmul import matmul_params, render_matmul, tma_operands, uses_dot
 from .triton_printer import TL_MATH, RenderedKernel, TritonPrinter, cdiv, loop_vars, program_id
 from .triton_reduction import PERSISTENT_MAX, outer_reduction, reduction_params, render_reduction
+from .triton_scan import render_scan, scan_params
 
 __all__ = ["PERSISTENT_MAX", "TL_MATH", "RenderedKernel", "TritonPrinter", "cdiv",
            "default_params", "outer_reduction", "render", "tma_operands", "uses_dot"]
@@ -81,6 +85,8 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
         body, grid, warps, stages = render_reduction(p, spec, full)
     elif isinstance(spec, MatmulSpec):
         body, grid, warps, stages = render_matmul(p, spec, full)
+    elif isinstance(spec, ScanSpec):
+        body, grid, warps, stages = render_scan(p, spec, full)
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
     params_text = ", ".join(f"{k}={v}" for k, v in sorted(full.items()))
@@ -101,7 +107,8 @@ def default_params(spec: KernelSpec, interpret: bool = False) -> dict:
     Element-wise: ``BLOCK`` (elements per program), ``num_warps``. Reduction: ``XBLOCK`` rows
     and ``RBLOCK`` reduced elements per tile, ``looped``, ``num_warps``. Matmul: ``BLOCK_M``,
     ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M``, ``num_warps``, ``num_stages``; ``render`` also takes
-    ``allow_tf32`` (default False) for float32 matmuls.
+    ``allow_tf32`` (default False) for float32 matmuls. Scan: ``XBLOCK`` rows and ``RBLOCK``
+    elements of each per tile, ``num_warps``.
     Under the interpreter (``interpret``) tiles are as large as allowed: its cost is per
     program, not per element.
     """
@@ -114,6 +121,8 @@ def default_params(spec: KernelSpec, interpret: bool = False) -> dict:
         return reduction_params(spec, interpret)
     if isinstance(spec, MatmulSpec):
         return matmul_params(spec, interpret)
+    if isinstance(spec, ScanSpec):
+        return scan_params(spec, interpret)
     raise TypeError(f"no launch parameters for {type(spec).__name__}")
 
 

@@ -55,6 +55,9 @@ linear workgroup id; invocations past the end store nothing. Launch parameters:
   neighbouring rows are adjacent) -- ``workgroup``, and ``cache`` (default on: a multi-pass
   kernel keeps what later passes need of the row in registers, its passes unrolled, when each
   invocation's share of the row is small -- a persistent reduction);
+* scan: ``strategy`` -- ``sequential`` (one invocation per row walks it in order) or ``tree``
+  (one workgroup per row, tiles of ``workgroup`` x ``per_item`` elements; see
+  ``_render_scan``) -- and ``workgroup``;
 * matmul: ``tile`` (a ``tile`` x ``tile`` workgroup) and ``micro`` (each invocation computes
   ``micro`` x ``micro`` outputs, so a workgroup covers ``tile * micro`` squared), with tiles of A
   and B staged through workgroup memory.
@@ -95,12 +98,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DeviceError
-from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, Stage
+from ..fusion.kernel_ir import (ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, ScanSpec,
+                                Stage)
+from ..ir import dtypes as dt
 from ..fusion.symbolic import Expr, topo_exprs
 from . import philox, wgsl_functions
 from ..ir.shapes import pow2_at_least, pow2_at_most
 from .common import (INFIX, INT_LIMITS, ExprPrinter, acc_expr_id, find_var, float_literal, indent,
-                     reduced_expr_id, reduction_identity)
+                     reduced_expr_id, reduction_identity, scan_identity, scanned_expr_id)
 
 VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "int32": "i32",
          "int64": "vec2<u32>", "float16": "f32", "bfloat16": "f32", "float32": "f32"}
@@ -1164,6 +1169,8 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
         return check_loops(r, target, "an element-wise kernel's expression")
     if isinstance(spec, ReductionSpec):
         return render_reduction(spec, name, params, target)
+    if isinstance(spec, ScanSpec):
+        return render_scan(spec, name, params, target)
     if isinstance(spec, MatmulSpec):
         r = _render_matmul(spec, name, params, target)
         budget = form_budget(target)
@@ -1319,3 +1326,128 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
     body.append("}")
     return RenderedKernel(name, p.module(shared, body), dims, threads, read_only(spec),
                           loop_trips=-(-K // tile) * per_tile + 1 + epilogue)
+
+
+# --- scans ---------------------------------------------------------------------------------
+SCAN_PER_ITEM = 8  # consecutive elements each invocation of a tree scan takes per tile
+
+
+def render_scan(spec: ScanSpec, name, params, target) -> RenderedKernel:
+    """``_render_scan`` within the target's loop budget (see the module doc): a sequential scan
+    that loops too often becomes a tree, a tree takes larger workgroups; LoopLimitError when
+    none fits."""
+    budget = form_budget(target)
+    r = _render_scan(spec, name, params, target)
+    if r.loop_trips > budget and (params.get("strategy") or "sequential") == "sequential":
+        params = {**params, "strategy": "tree"}
+        r = _render_scan(spec, name, params, target)
+    size = int(params.get("workgroup") or 256)
+    while r.loop_trips > budget and 2 * size <= target.max_workgroup_size:
+        size *= 2
+        r = _render_scan(spec, name, {**params, "workgroup": size}, target)
+    return check_loops(r, target, f"a scan of rows of {spec.scan_size}")
+
+
+def _render_scan(spec: ScanSpec, name, params, target) -> RenderedKernel:
+    """A running sum or product along each row, its producers computed as the row is read and
+    its outputs stored as each prefix is known.
+
+    ``sequential``: one invocation per row adds its elements in order (NumPy's order).
+    ``tree``: one workgroup per row walks it in tiles of ``workgroup * per_item`` elements,
+    the three-phase scan of Harris, Sengupta and Owens ("Parallel Prefix Sum (Scan) with
+    CUDA", GPU Gems 3, ch. 39, its scan of arrays of arbitrary size): each invocation scans
+    its ``per_item`` consecutive elements in registers, the invocation totals are scanned
+    across the workgroup in workgroup memory (Hillis and Steele's log2(workgroup) rounds),
+    and each invocation adds the totals before its own, and the prefix carried from the tiles
+    before, to its prefixes.
+    The elements of a tile and the rounds are written out, so an invocation loops once per
+    tile (see "Loops" in the module doc). Float prefixes are computed through the opaque
+    identity (nothing reassociated); integers accumulate in i32 (8- to 32-bit types: the
+    running value modulo 2^32 keeps the type's wrapped low bits) or the emulated int64, float16
+    and bfloat16 in f32, each result converted once."""
+    p = WGSLPrinter(spec, target)
+    n = spec.scan_size
+    strategy = params.get("strategy") or ("sequential" if n <= 32 else "tree")
+    per_item = max(1, int(params.get("per_item") or SCAN_PER_ITEM))
+    size = int(params.get("workgroup") or min(256, pow2_at_least(-(-n // per_item))))
+    size = pow2_at_most(min(size, target.max_workgroup_size))
+    if spec.acc_dtype.is_int:
+        acc_d = dt.int64 if spec.acc_dtype.name == "int64" else dt.int32
+    else:
+        acc_d = dt.float32
+    acc_t = value_type(acc_d)
+    ident = p.literal(scan_identity(spec), acc_d)
+    row, r = find_var(spec, "row"), find_var(spec, "r")
+    scanned = scanned_expr_id(spec)
+    outs = [o.value for o in spec.outputs] + [o.index for o in spec.outputs]
+    trips = [0]
+
+    def comb(a: str, b: str) -> str:
+        text = p.add(a, b, acc_d) if spec.op == "sum" else p.mul(a, b, acc_d)
+        return OPAQUE.format(text) if acc_t == "f32" else text
+
+    def value(index: str) -> tuple[list[str], str]:
+        lines, names = p.emit([spec.value], {row.id: "row", r.id: index})
+        trips[0] += p.loop_trips(lines)
+        return lines, p.convert(names[spec.value.id], spec.value.dtype, acc_d)
+
+    def element(acc: str, index: str) -> list[str]:
+        """The outputs at position ``index``, the prefix there being ``acc``."""
+        lines, names = p.emit(outs, {row.id: "row", r.id: index, scanned: "scanned"})
+        trips[0] += p.loop_trips(lines)
+        return [f"let scanned: {value_type(spec.dtype)} = "
+                f"{p.convert(acc, acc_d, spec.dtype)};"] + lines + \
+            [p.store(o.arg, names[o.index.id], names[o.value.id]) for o in spec.outputs]
+
+    shared: list[str] = []
+    if strategy == "sequential" or size <= 1:
+        local = 64
+        dims = grid(-(-spec.rows // local), target.max_groups_per_dim)
+        lines, v = value("r")
+        body = [entry_point(name, local),
+                f"    let row = i32({linear_group(dims)} * {local}u + lid_u);",
+                f"    if (row >= {spec.rows}i) {{ return; }}",
+                f"    var acc: {acc_t} = {ident};",
+                f"    for (var r = 0i; r < {n}i; r = r + 1i) {{"]
+        body += indent(lines + [f"acc = {comb('acc', v)};"] + element("acc", "r"), 8)
+        body += ["    }", "}"]
+        trips[0] = (trips[0] + 1) * n + 1  # the library's loops and the loop's own, per element
+        return RenderedKernel(name, p.module(shared, body), dims, local, read_only(spec),
+                              loop_trips=trips[0])
+    tile = size * per_item
+    dims = grid(spec.rows, target.max_groups_per_dim)
+    shared.append(f"var<workgroup> part: array<{acc_t}, {size}>;")
+    body = [entry_point(name, size),
+            f"    let row = i32({linear_group(dims)});",
+            f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = i32(lid_u);",
+            f"    var carry: {acc_t} = {ident};",
+            f"    for (var base = 0i; base < {n}i; base = base + {tile}i) {{",
+            f"        var own: {acc_t} = {ident};"]
+    for j in range(per_item):
+        lines, v = value(f"r{j}")
+        body += [f"        var run{j}: {acc_t} = {ident};",
+                 f"        let r{j} = base + lid * {per_item}i + {j}i;",
+                 f"        if (r{j} < {n}i) {{"] + \
+            indent(lines + [f"own = {comb('own', v)};"], 12) + \
+            ["        }", f"        run{j} = own;"]
+    body += ["        part[lid] = own;", "        workgroupBarrier();"]
+    s_ = 1
+    while s_ < size:
+        body += ["        {", f"            var before: {acc_t} = {ident};",
+                 f"            if (lid >= {s_}i) {{ before = part[lid - {s_}i]; }}",
+                 "            workgroupBarrier();",
+                 f"            part[lid] = {comb('before', 'part[lid]')};",
+                 "            workgroupBarrier();", "        }"]
+        s_ *= 2
+    body += [f"        var start: {acc_t} = carry;",
+             f"        if (lid > 0i) {{ start = {comb('carry', 'part[lid - 1i]')}; }}"]
+    for j in range(per_item):
+        body += [f"        if (r{j} < {n}i) {{",
+                 f"            let acc = {comb('start', f'run{j}')};"]
+        body += indent(element("acc", f"r{j}"), 12) + ["        }"]
+    body += [f"        carry = {comb('carry', f'part[{size - 1}i]')};",
+             "        workgroupBarrier();", "    }", "}"]
+    tiles = -(-n // tile)
+    trips[0] = tiles * (trips[0] + 1) + 1
+    return RenderedKernel(name, p.module(shared, body), dims, size, read_only(spec),
+                          loop_trips=trips[0])

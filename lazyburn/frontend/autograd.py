@@ -46,6 +46,7 @@ from .creation import arange, ones, zeros_like
 from .elementwise import where
 from .linalg import matmul
 from .movement import flip, pad, permute_dims, spread
+from .reduction import cumprod, cumsum
 from .record import Origin, wrap
 
 
@@ -671,3 +672,30 @@ def _prod(g, y, xs, attrs):
     rest = where(zero, 1.0, x).prod(axes, keepdims=True)
     d = where(zero, where(zeros == 1, rest, 0.0), where(zeros == 0, rest / x, 0.0))
     return (g * d,)
+
+
+# scans
+def _reverse_cumsum(g, axis: int):
+    """``out[i] = g[i] + ... + g[n - 1]`` along ``axis``."""
+    return flip(cumsum(flip(g, axis=axis), axis), axis=axis)
+
+
+@_rule("cumsum")
+def _cumsum(g, y, xs, attrs):
+    # y[j] sums x[i] for i <= j: x[i] receives the cotangents of every y[j] with j >= i
+    return (_reverse_cumsum(g, attrs[0]),)
+
+
+@_rule("cumprod")
+def _cumprod(g, y, xs, attrs):
+    # dy[j]/dx[i] (i <= j) is the product of x[0..j] but x[i] (PyTorch's cumprod_backward):
+    # before the first zero of the row that is y[j] / x[i]; at the first zero z, the running
+    # product with x[z] taken as 1; past it 0 (every product there holds x[z] = 0)
+    (x,), (a,) = xs, attrs
+    zero = x == 0
+    zeros = cumsum(zero, a)  # zeros at or before each position
+    before = zeros == 0
+    first = zero & (zeros == 1)
+    d_before = _reverse_cumsum(g * y, a) / where(before, x, 1.0)
+    d_first = _reverse_cumsum(g * cumprod(where(first, 1.0, x), a), a)
+    return (where(before, d_before, where(first, d_first, 0.0)),)

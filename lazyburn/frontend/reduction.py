@@ -1,5 +1,6 @@
 """Reductions with ``axis`` (int, tuple or None) and ``keepdims``, and the statistics built on
-them (mean, var, std, logsumexp, count_nonzero) or beside them (diff).
+them (mean, var, std, logsumexp, count_nonzero) or beside them (diff, and the scans: the array
+API's cumulative_sum / cumulative_prod and PyTorch's cumsum / cumprod).
 
 Primitive reductions (sum, prod, max, min, argmax, argmin, any, all) are recorded with
 ``keepdims`` semantics (reduced dimensions kept as size 1) followed by a reshape view when the
@@ -17,9 +18,9 @@ from ..ir import dtypes as dt
 from ..ir.shapes import normalize_axes, normalize_axis
 from ..ir.shapes import prod as _prod
 from .elementwise import binary, where
-from .movement import concat, range_node, reshape_node
-from .record import (Origin, cast, const, is_scalar, node, resolve_dtype, tensor_node,
-                     wrap)
+from .movement import concat, pad, range_node, reshape_node
+from .record import (Origin, cast, check_axis_int, const, is_scalar, node, resolve_dtype,
+                     tensor_node, wrap)
 
 
 # the value of a reduction over no elements (max and min have none: they raise)
@@ -251,3 +252,93 @@ def diff(x, *, axis=-1, n=1, prepend=None, append=None):
                                                                              size - 1, origin)
         joined = binary("sub", wrap(later), wrap(earlier), origin).node
     return wrap(joined)
+
+
+# scans ------------------------------------------------------------------------------------------
+SCAN_IDENTITY = {"cumsum": 0, "cumprod": 1}
+
+
+def scan_node(op: str, n, axis: int, dtype, include_initial: bool, origin: Origin, name: str):
+    """The node of scan ``op`` (cumsum or cumprod) of node ``n`` along ``axis`` (normalized)
+    with result ``dtype`` (a DType, or None for the default: bool and integers in the default
+    integer type int64, as the array API's sum; floats their own type). ``include_initial``
+    prepends the identity (0 or 1) along ``axis``: recorded as a pad of the scan's input, so
+    the scan reads it as a producer and the result is ``M + 1`` long. A bool result is the
+    int64 scan compared with 0 (a logical or / and along the axis, as NumPy's)."""
+    d = dtype
+    if d is None:
+        d = dt.int64 if n.dtype.is_bool or n.dtype.is_int else n.dtype
+    work = dt.int64 if d.is_bool else d
+    n = cast(n, work, origin)
+    ident = SCAN_IDENTITY[op]
+    if include_initial:
+        widths = [(0, 0)] * len(n.shape)
+        widths[axis] = (1, 0)
+        n = pad(wrap(n), widths, constant_values=ident).node
+    if n.size == 0 or n.shape[axis] == 0:
+        r = const(ident, n.shape, work, n.device, origin, name)
+    else:
+        r = node(op, (n,), (axis,), n.shape, work, n.device, origin)
+    return cast(r, d, origin)
+
+
+def _cumulative(op: str, name: str, x, axis, dtype, include_initial, origin):
+    n = tensor_node(name, x, origin)
+    if not n.shape:
+        raise ShapeError(f"{name}: needs a tensor of rank >= 1, got a 0-d tensor", origin)
+    if axis is None:
+        if len(n.shape) > 1:
+            raise ShapeError(f"{name}: axis is required for a tensor of rank {len(n.shape)} "
+                             f"(shape {n.shape})", origin)
+        axis = 0
+    check_axis_int(name, axis, origin)
+    a = normalize_axis(name, axis, n.shape, origin)
+    d = resolve_dtype(name, dtype, origin) if dtype is not None else None
+    return wrap(scan_node(op, n, a, d, bool(include_initial), origin, name))
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
+    """Inclusive running sum of ``x`` along ``axis`` (the array API, 2024.12): ``out[..., i,
+    ...] = x[..., 0, ...] + ... + x[..., i, ...]``; with ``include_initial`` the result is one
+    longer along ``axis`` and starts with 0 (``out[i]`` sums the first ``i`` elements).
+
+    ``axis`` may be None only for a 1-d ``x``. ``dtype``: the result's (and the
+    accumulation's) dtype; by default bool and integer inputs sum in int64 and floats in their
+    own type (float16/bfloat16 accumulate in float32 in the kernels, each result rounded).
+    Integers wrap, as NumPy's. Runs as a scan kernel whose producers are fused into it.
+
+    Raises ShapeError for a 0-d ``x``, a missing axis on a tensor of rank > 1, or an axis out
+    of range; DTypeError for an unknown dtype."""
+    return _cumulative("cumsum", "cumulative_sum", x, axis, dtype, include_initial, Origin())
+
+
+def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
+    """Inclusive running product of ``x`` along ``axis``: ``cumulative_sum``'s rules, with 1
+    as the initial value."""
+    return _cumulative("cumprod", "cumulative_prod", x, axis, dtype, include_initial, Origin())
+
+
+def _torch_scan(op: str, x, dim, dtype, origin):
+    n = tensor_node(op, x, origin)
+    check_axis_int(op, dim, origin)
+    shape = n.shape
+    if not shape:  # PyTorch: a 0-d tensor scans as one element (dim 0 or -1)
+        normalize_axis(op, dim, (1,), origin)
+        n = reshape_node(n, (1,), origin)
+        dim = 0
+    a = normalize_axis(op, dim, n.shape, origin)
+    d = resolve_dtype(op, dtype, origin) if dtype is not None else None
+    r = scan_node(op, n, a, d, False, origin, op)
+    return wrap(reshape_node(r, shape, origin) if not shape else r)
+
+
+def cumsum(x, dim, dtype=None):
+    """PyTorch's ``torch.cumsum(x, dim, dtype=None)``: the running sum along ``dim`` (bool and
+    integer inputs in int64 unless ``dtype`` says otherwise). Raises ShapeError for a ``dim``
+    out of range."""
+    return _torch_scan("cumsum", x, dim, dtype, Origin())
+
+
+def cumprod(x, dim, dtype=None):
+    """PyTorch's ``torch.cumprod(x, dim, dtype=None)``: the running product along ``dim``."""
+    return _torch_scan("cumprod", x, dim, dtype, Origin())

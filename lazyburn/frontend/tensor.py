@@ -380,6 +380,8 @@ class Tensor:
     def logsumexp(self, axis=None, keepdims=False): return reduction.logsumexp(self, axis, keepdims)
     def any(self, axis=None, keepdims=False): return reduction.any(self, axis, keepdims)
     def all(self, axis=None, keepdims=False): return reduction.all(self, axis, keepdims)
+    def cumsum(self, dim, dtype=None): return reduction.cumsum(self, dim, dtype)
+    def cumprod(self, dim, dtype=None): return reduction.cumprod(self, dim, dtype)
 
     # element-wise conveniences --------------------------------------------------------------
     def exp(self): return ew.unary("exp", self, Origin())

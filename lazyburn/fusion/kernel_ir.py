@@ -10,6 +10,12 @@ A spec says what one kernel computes, never how a language spells it:
   (``reduced`` expressions), which is how softmax and layer_norm stay in one kernel. Row outputs
   are stored at ``row``; full outputs (a value broadcast back over the row, like softmax's
   result) at their own index expression over ``row`` and ``r``.
+* ``ScanSpec`` -- ``rows`` independent rows of ``scan_size`` elements (the other dimensions
+  and the scanned axis of the input space), variables ``row`` and ``r`` as in a reduction. The
+  running sum or product of ``value`` (an expression over ``row`` and ``r``) is accumulated in
+  ``acc_dtype``; outputs read the inclusive prefix at the current position as ``scanned`` (of
+  the scan's ``dtype``) and are stored at their own index expression over ``row`` and ``r``
+  (every output has one: a scan's outputs are full-size).
 * ``MatmulSpec`` -- ``batch`` x (M x K) @ (K x N). Variables ``b``, ``m``, ``n``, ``k``. The
   prologue is the expression of A over (b, m, k) and of B over (b, k, n); the epilogue outputs
   are expressions over (b, m, n) and ``acc`` (the product), stored at ``(b*M + m)*N + n``.
@@ -233,6 +239,34 @@ class ReductionSpec(KernelSpec):
 
 
 @dataclass
+class ScanSpec(KernelSpec):
+    shape: tuple = ()  # the input space (the scan's shape)
+    axis: int = 0  # the scanned axis of the input space
+    rows: int = 0
+    scan_size: int = 0
+    op: str = "sum"  # sum | prod
+    value: Expr | None = None
+    acc_dtype: object = None
+    dtype: object = None
+
+    def roots(self) -> list[Expr]:
+        return [self.value] + super().roots()
+
+    def problem_shape(self) -> tuple:
+        return (self.rows, self.scan_size)
+
+    def signature(self) -> str:
+        return hashlib.sha1(f"{super().signature()}|{self.op}".encode()).hexdigest()[:12]
+
+    def text(self) -> str:
+        head = (f"scan kernel over {self.shape} axis {self.axis}: {self.rows} rows x "
+                f"{self.scan_size}")
+        scan = [f"  scanned = cum{self.op}_r({format_expr(self.value)}) "
+                f"[{self.acc_dtype.name}] -> {self.dtype.name}"]
+        return "\n".join([head] + self._args_text() + scan + self._body_text())
+
+
+@dataclass
 class MatmulSpec(KernelSpec):
     batch: int = 1
     m: int = 0
@@ -275,6 +309,8 @@ def iteration_space(spec: KernelSpec) -> dict:
         sizes = {"i": spec.numel}
     elif isinstance(spec, ReductionSpec):
         sizes = {"row": spec.rows, "r": spec.reduce_size}
+    elif isinstance(spec, ScanSpec):
+        sizes = {"row": spec.rows, "r": spec.scan_size}
     elif isinstance(spec, MatmulSpec):
         sizes = {"b": spec.batch, "m": spec.m, "n": spec.n, "k": spec.k}
     else:
@@ -351,7 +387,8 @@ def check_index_bounds(spec: KernelSpec, seed: int = 0) -> int:
         checked += 1
     natural = {"elementwise": getattr(spec, "numel", 0), "reduction": getattr(spec, "rows", 0),
                "matmul": getattr(spec, "batch", 0) * getattr(spec, "m", 0) *
-               getattr(spec, "n", 0)}[spec.kind]
+               getattr(spec, "n", 0),
+               "scan": getattr(spec, "rows", 0) * getattr(spec, "scan_size", 0)}[spec.kind]
     for o in spec.outputs:
         if o.index is None:
             if spec.args[o.arg].size < natural:

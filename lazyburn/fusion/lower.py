@@ -11,16 +11,18 @@ Inside a reduction group a reduction node is a *stage*: reading it yields the st
 which is only legal at an index that names the current row (the broadcast-back of softmax and
 layer_norm); anything else raises ``FusionIllegal`` and the partitioner stores that value
 instead. Inside a matmul group the matmul node is the accumulator, legal only at (b, m, n).
+Inside a scan group the scan node is the running prefix (``scanned``), legal only at the
+position the kernel is at, (row, r).
 """
 from __future__ import annotations
 
 from ..ir import dtypes as dt
 from ..ir.graph import is_runtime_value, recorded_exponent
 from ..ir.node import Node
-from ..ir.ops import VIEWS
+from ..ir.ops import SCAN_OP, SCANS, VIEWS
 from ..ir.shapes import prod
 from .kernel_ir import (RANDOM_WORDS, ElementwiseSpec, KernelArg, MatmulSpec, Output,
-                        ReductionSpec, ScalarArg, Stage, value_sources)
+                        ReductionSpec, ScalarArg, ScanSpec, Stage, value_sources)
 from .symbolic import Expr, ExprBuilder
 
 INT32_LIMIT = 2 ** 31 - 1
@@ -61,6 +63,8 @@ class Lowering:
         self.row_index: tuple | None = None  # index naming the current row, per reduce node
         self.acc_index: tuple | None = None
         self.acc_node: Node | None = None
+        self.scan_node: Node | None = None  # a scan group's anchor, read as ``scanned``...
+        self.scan_index: tuple | None = None  # ...at this index only
         self.computed: dict[int, Node] = {}  # graph nodes this kernel computes (not loads)
 
     # index helpers ------------------------------------------------------------------------------
@@ -160,6 +164,10 @@ class Lowering:
             if tuple(e.id for e in index) != tuple(e.id for e in self.acc_index):
                 raise FusionIllegal("matmul result read at another position than (b, m, n)")
             return b.op("acc", (), n.dtype)
+        if n is self.scan_node:
+            if tuple(e.id for e in index) != tuple(e.id for e in self.scan_index):
+                raise FusionIllegal(f"{n.op} result read at another position than the scan's")
+            return b.op("scanned", (), n.dtype)
         if self.external(n):
             return b.load(self.arg(n), self.flat_index(index, n.shape), n.dtype, mask)
         op = n.op
@@ -192,7 +200,7 @@ class Lowering:
                 base = yield n.inputs[0], index, mask
                 return b.op(op, (base, b.const(exponent.attrs[0], exponent.dtype)), n.dtype)
         if n.inputs and op not in ("sum", "prod", "max", "min", "argmax", "argmin", "any",
-                                   "all", "matmul", "copy"):
+                                   "all", "matmul", "copy") and op not in SCANS:
             args = []
             for i in n.inputs:
                 args.append((yield i, index, mask))
@@ -292,6 +300,8 @@ def lower(group, external) -> tuple:
         spec = _lower_reduction(lw, group)
     elif group.kind == "matmul":
         spec = _lower_matmul(lw, group)
+    elif group.kind == "scan":
+        spec = _lower_scan(lw, group)
     else:
         raise ValueError(f"cannot lower a {group.kind} group")
     spec.ops = sorted({n.op for n in lw.computed.values()})
@@ -353,6 +363,32 @@ def _acc_dtype(n: Node):
     if n.op in ("argmax", "argmin"):  # the running extreme has the input's type
         return n.inputs[0].dtype
     return n.dtype
+
+
+def _lower_scan(lw: Lowering, group) -> ScanSpec:
+    """A scan group: its anchor's input over (row, r) is the scanned value (producers fused on
+    read); every output is a full-size value over (row, r), reading the running prefix only at
+    the current position (consumers fused on write), stored at its flat index."""
+    b = lw.b
+    (sc,) = group.anchors
+    shape, axis = group.space
+    full, rows, size = reduction_space(lw, shape, (axis,))
+    lw.row_index = None  # no reduction stage here
+    value = lw.value(sc.inputs[0], full)
+    lw.scan_node, lw.scan_index = sc, full
+    flat = lw.flat_index(full, shape)
+    outs = []
+    for n in group.outputs:
+        if n.size != prod(shape):
+            raise FusionIllegal(f"a {n.shape} value cannot be stored by a scan over {shape}")
+        idx = full if n.shape == tuple(shape) else lw.unflatten(flat, n.shape)
+        outs.append((n, lw.value(n, idx), flat))
+    outputs = [Output(lw.add_output(n), v, index) for n, v, index in outs]
+    op = SCAN_OP[sc.op]
+    acc = dt.float32 if sc.dtype.name in ("float16", "bfloat16") else sc.dtype
+    return ScanSpec("scan", lw.args, outputs, b.index_dtype, shape=tuple(shape), axis=axis,
+                    rows=rows, scan_size=size, op=op, value=value, acc_dtype=acc,
+                    dtype=sc.dtype)
 
 
 def _lower_matmul(lw: Lowering, group) -> MatmulSpec:

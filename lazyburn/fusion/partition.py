@@ -18,6 +18,11 @@ Burn's future work included: several broadcasted reductions over the same rows i
    an anchor group upstream (a matmul epilogue, a reduction's per-row or per-element outputs),
    or into a reduction group that reads it over its own input space (multi-output fusion), or
    else into an element-wise group. Element-wise groups over the same element count merge.
+   A scan (cumsum, cumprod along one axis) anchors a group of its own: its producers are fused
+   on read (computed inside the scan kernel as it walks each row) and element-wise consumers
+   of its result at the same position are fused on write (``lb.exp(x).cumsum(1) * 2`` is one
+   kernel); a consumer that reads the result at another position (a shift, a flip, a
+   reduction) reads it stored.
 4. *Legality.* No merge may create a cycle between groups (networkx on the group graph); the
    backend's limit on kernel arguments splits a group by storing an intermediate.
 """
@@ -29,7 +34,7 @@ from itertools import islice
 import networkx as nx
 
 from ..ir.node import Node
-from ..ir.ops import REDUCTIONS, VIEWS
+from ..ir.ops import REDUCTIONS, SCANS, VIEWS
 from ..ir.shapes import prod
 from .lower import FusionIllegal, Lowering, add_stage, lower, reduction_space
 
@@ -54,11 +59,12 @@ class _Cycle(Exception):
 class FusionGroup:
     """A set of graph nodes computed by one kernel.
 
-    ``kind``: elementwise | reduction | matmul | copy. ``anchors``: the reductions (one per
-    stage, in order) or the matmul. ``outputs``: nodes the kernel stores. ``space``: for
-    reductions ``(input shape, axes)``. ``nodes`` (filled by lowering): every graph node the
-    kernel computes; ``fused_on_read`` / ``fused_on_write``: the element-wise nodes computed
-    here as producers of the anchors / as consumers of them."""
+    ``kind``: elementwise | reduction | scan | matmul | copy. ``anchors``: the reductions (one
+    per stage, in order), the scan or the matmul. ``outputs``: nodes the kernel stores.
+    ``space``: for reductions ``(input shape, axes)``, for a scan ``(shape, axis)``. ``nodes``
+    (filled by lowering): every graph node the kernel computes; ``fused_on_read`` /
+    ``fused_on_write``: the element-wise nodes computed here as producers of the anchors / as
+    consumers of them."""
 
     kind: str
     anchors: list = field(default_factory=list)
@@ -76,6 +82,8 @@ class FusionGroup:
             return "reduction(" + ",".join(a.op for a in self.anchors) + ")"
         if self.kind == "matmul":
             return "matmul"
+        if self.kind == "scan":
+            return f"scan({self.anchors[0].op})"
         return self.kind
 
 
@@ -147,7 +155,7 @@ class Partitioner:
         return n.buffer is not None
 
     def is_anchor(self, n: Node) -> bool:
-        return n.op in REDUCTIONS or n.op in ("matmul", "copy")
+        return n.op in REDUCTIONS or n.op in ("matmul", "copy") or n.op in SCANS
 
     def ancestors(self, n: Node) -> int:
         """The anchors (reductions, matmuls, copies) ``n`` depends on, transitively, as a
@@ -181,7 +189,7 @@ class Partitioner:
         depth: dict[int, int] = {}
         cut = set()
         for n in self.order:
-            if self.is_leaf(n) or n.op in REDUCTIONS or n.op in ("matmul", "copy"):
+            if self.is_leaf(n) or self.is_anchor(n):
                 depth[id(n)] = 0
                 continue
             d = 1 + max((depth[id(i)] for i in n.inputs), default=0)
@@ -207,8 +215,8 @@ class Partitioner:
         cheap, count, stack, seen = True, 0, [n], set()
         while stack:
             x = stack.pop()
-            if id(x) in seen or self.is_leaf(x) or x.op in REDUCTIONS or x.op in (
-                    "matmul", "copy") or (x is not n and id(x) in stored):
+            if id(x) in seen or self.is_leaf(x) or self.is_anchor(x) or (
+                    x is not n and id(x) in stored):
                 continue
             seen.add(id(x))
             count += 1
@@ -233,6 +241,9 @@ class Partitioner:
                 continue
             if n.op in ("matmul", "copy"):
                 sets.append((n.op, [n], ()))
+                trials.append(None)
+            elif n.op in SCANS:
+                sets.append(("scan", [n], (n.inputs[0].shape, n.attrs[0])))
                 trials.append(None)
             elif n.op in REDUCTIONS:
                 space = (n.inputs[0].shape, n.attrs[0])
@@ -566,6 +577,11 @@ class Partitioner:
             if g.kind == "matmul":
                 if is_up and n.size == g.anchors[0].size:
                     upstream.append(g)
+            elif g.kind == "scan":
+                # stored over the scan's own positions: its result's consumers, or (multi-
+                # output) a value the scan reads there
+                if (is_up or reading_mask & g.mask) and n.size == g.anchors[0].size:
+                    (upstream if is_up else downstream).append(g)
             elif is_up or reading_mask & g.mask:
                 shape, axes = g.space
                 rows = prod(d for a, d in enumerate(shape) if a not in axes)
@@ -592,7 +608,7 @@ class Partitioner:
             if id(c) in seen:
                 continue
             seen.add(id(c))
-            if c.op in REDUCTIONS or c.op in ("matmul", "copy"):
+            if self.is_anchor(c):
                 out.append(c)
             elif id(c) not in stored:
                 stack.extend(self.consumers[id(c)])

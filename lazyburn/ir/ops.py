@@ -20,6 +20,9 @@ Kinds:
     gather       data-dependent re-indexing: ``take`` (index_select) and ``take_along_axis``
     concat       joins inputs along an axis (a select on the index when fused)
     reduce       sum, prod, max, min, argmax, argmin, any, all over a set of axes
+    scan         inclusive prefix sum and product along one axis (``cumsum``, ``cumprod``;
+                 attrs ``(axis,)``): out[..., i, ...] = x[..., 0, ...] + ... + x[..., i, ...],
+                 in the node's dtype (the front end casts the input to it first)
     matmul       batched matrix product (..., M, K) @ (..., K, N)
     copy         transfer to another device
 """
@@ -95,6 +98,8 @@ _define("concat", -1, "concat", ("axis",))
 
 _define("reduce", 1, "sum prod max min argmax argmin any all", ("axes",))
 
+_define("scan", 1, "cumsum cumprod", ("axis",))
+
 _define("matmul", 2, "matmul")
 
 _define("copy", 1, "copy")
@@ -104,6 +109,9 @@ OPS = _TABLE
 ELEMENTWISE = frozenset(n for n, d in _TABLE.items() if d.kind == "elementwise")
 VIEWS = frozenset(n for n, d in _TABLE.items() if d.kind == "view")
 REDUCTIONS = frozenset(n for n, d in _TABLE.items() if d.kind == "reduce")
+SCANS = frozenset(n for n, d in _TABLE.items() if d.kind == "scan")
+#: the reduction op each scan accumulates with
+SCAN_OP = {"cumsum": "sum", "cumprod": "prod"}
 
 
 def opdef(name: str) -> OpDef:

@@ -201,6 +201,8 @@ COMPARE_CHUNK_BYTES = 16 << 20
 def worth_tuning(k) -> bool:
     """Whether planned kernel ``k`` is tuned at its first launch: autotuning is on and the
     kernel is big enough for a launch configuration to matter."""
+    if k.kind == "scan":  # one launch form per device: nothing to choose between
+        return False
     spec = k.spec
     work = spec.numel if k.kind == "elementwise" else (
         spec.rows * spec.reduce_size if k.kind == "reduction" else spec.batch * spec.m * spec.n)

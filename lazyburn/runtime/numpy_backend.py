@@ -109,6 +109,10 @@ FLOAT_BINARY = {"floordiv": np.floor_divide, "mod": np.remainder, "pow": np.powe
 # the same programs the fused kernels run (bit-identical: see codegen.philox)
 RANDOM = {"random_uniform": philox.UNIFORM, "random_normal": philox.NORMAL}
 
+# running sums and products add one element after the other in the result's type (NumPy's
+# add.accumulate), half types in float32, each result rounded to the node's type
+SCAN = {"cumsum": np.cumsum, "cumprod": np.cumprod}
+
 REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any,
           "all": np.all}
 
@@ -212,6 +216,8 @@ def evaluate(n: Node, args: list) -> np.ndarray:
             acc = _compute_dtype(n.dtype)
             return REDUCE[op](x, axis=axes, keepdims=True, dtype=acc)
         return REDUCE[op](x, axis=axes, keepdims=True)
+    if op in SCAN:
+        return SCAN[op](args[0], axis=n.attrs[0], dtype=_compute_dtype(n.dtype))
     if op in ("argmax", "argmin"):
         (axis,) = n.attrs[0]
         fn = np.argmax if op == "argmax" else np.argmin

@@ -32,6 +32,15 @@ def default_params(backend, k) -> dict:
             return {"strategy": "sequential", "local": None, **_row_vectors(backend)}
         local = min(256, backend.max_local, pow2_at_least(spec.reduce_size))
         return {"strategy": "tree", "local": local}
+    if k.kind == "scan":
+        # a work-item per row where the rows fill the device (on a CPU, its cores), else a
+        # work-group per row
+        if spec.scan_size <= 32 or (cpu and spec.rows >= 4 * backend.compute_units) or \
+                spec.rows >= 64 * backend.compute_units and spec.scan_size <= 1024:
+            return {"strategy": "sequential"}
+        per_item = cl_codegen.SCAN_PER_ITEM
+        local = min(256, backend.max_local, pow2_at_least(-(-spec.scan_size // per_item)))
+        return {"strategy": "tree", "local": local, "per_item": per_item}
     if k.kind == "matmul":
         flops = 2 * spec.batch * spec.m * spec.n * spec.k
         if cpu and flops < LIBRARY_MATMUL_MIN_FLOPS:

@@ -33,6 +33,12 @@ def default_params(backend, k) -> dict:
         # most 16 elements per invocation
         size = pow2_at_least(spec.reduce_size)
         return {"strategy": "tree", "workgroup": min(size, max(256, size // 16), 1024)}
+    if k.kind == "scan":
+        # an invocation per row where there are rows enough to fill a GPU and they are short
+        if spec.scan_size <= 32 or (spec.rows >= SEQUENTIAL_MIN_ROWS and spec.scan_size <= 1024):
+            return {"strategy": "sequential"}
+        return {"strategy": "tree", "workgroup": min(256, pow2_at_least(
+            -(-spec.scan_size // wgsl.SCAN_PER_ITEM)))}
     if k.kind == "matmul":
         return {"tile": 16, "micro": 4 if min(spec.m, spec.n) >= 64 else 1}
     return {}
