@@ -233,3 +233,20 @@ def test_a_recorded_exponent_is_a_literal_and_keeps_numpys_scalar_power(device):
     misses = backend.plans.misses
     (lb.tensor(x, device=device) ** 0.25).numpy()
     assert backend.plans.misses == misses + 1  # a new exponent is a new kernel, on purpose
+
+
+@pytest.mark.parametrize("device", FUSED_DEVICES)
+def test_integer_extremes_through_a_runtime_divisor(device):
+    """abs(INT_MIN) wraps to INT_MIN, and its remainder by a divisor the kernel only knows at
+    run time is the signed one (a compiler that takes abs as non-negative computes 2**31 % 7:
+    seen on an H100)."""
+    x = np.array([-2 ** 31, 2 ** 31 - 1, -9, 9, 0, -1, -2 ** 31 + 1], np.int32)
+    for s in (7, -7, 3, 1, -1, 2 ** 31 - 1):
+        for dev in (device, "numpy"):
+            t = lb.tensor(x, device=dev)
+            out = [(lb.abs(t) % s).numpy(), (lb.abs(t) // s).numpy(), (t % s).numpy(),
+                   (t // s).numpy()]
+            if dev == "numpy":
+                for g, w in zip(got, out):
+                    np.testing.assert_array_equal(g, w, err_msg=str(s))
+            got = out

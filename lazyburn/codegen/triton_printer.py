@@ -500,7 +500,13 @@ class TritonPrinter(ExprPrinter):
         return f"tl.where({x} > 0, tl.where({x} < 1.0, 1.0, tl.ceil({x})), tl.ceil({x}))"
 
     def op_abs(self, e, x):
-        return x if e.dtype.is_bool or e.dtype.name == "uint8" else f"tl.abs({x})"
+        if e.dtype.is_bool or e.dtype.name == "uint8":
+            return x
+        if e.dtype.is_int:
+            # not tl.abs: on an H100 (Triton 3.6) abs(INT_MIN) % 7 came out as 2**31 % 7, the
+            # remainder of an operand taken as non-negative; abs(INT_MIN) wraps to INT_MIN
+            return f"tl.where({x} < 0, 0 - {x}, {x})"
+        return f"tl.abs({x})"
 
     def op_sign(self, e, x):
         if e.dtype.is_float:  # NumPy: sign(-0.0) is 0.0, sign(nan) is nan
