@@ -8,8 +8,8 @@
 #   benchmarks/gpu_run.sh wgsl      WGSL tests on the GPU through Vulkan, then WGSL vs Triton
 #   benchmarks/gpu_run.sh sanitize N  the op sweep on cuda:0 under compute-sanitizer (memcheck),
 #                                   half N (1 or 2)
-#   benchmarks/gpu_run.sh trust     the op sweep and the trust tests on cuda:0, then 2 000 random
-#                                   programs there
+#   benchmarks/gpu_run.sh trust     the op sweep, the trust, scalar-argument and scan tests on
+#                                   cuda:0, then 2 000 random programs there
 #   benchmarks/gpu_run.sh trust-opencl  the same on NVIDIA's OpenCL (1 000 programs)
 #   benchmarks/gpu_run.sh pocl      random programs on PoCL's OpenCL (the CI device), 2 000 as 16
 #                                   processes on the GPU host's cores
@@ -92,8 +92,8 @@ case "${1:-check}" in
     ;;
   trust)
     timeout 300 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line -n 8 \
-      tests/test_op_sweep.py tests/test_triton_trust.py -k cuda > "$OUT/sweep_cuda.txt" 2>&1 \
-      || failed tests/test_op_sweep.py
+      tests/test_op_sweep.py tests/test_triton_trust.py tests/test_scalar_args.py \
+      tests/test_scan.py -k cuda > "$OUT/sweep_cuda.txt" 2>&1 || failed tests/test_op_sweep.py
     grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/sweep_cuda.txt" | cut -c1-300 | tail -30
     # 2 000 programs as 16 processes of 125 seeds each (Triton compiles on the host's cores)
     base=${2:-0}

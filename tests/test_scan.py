@@ -109,7 +109,10 @@ def test_special_values_propagate_as_numpy(device):
     for fn, ref in ((lb.cumulative_sum, np.cumsum), (lb.cumulative_prod, np.cumprod)):
         got, want = fn(t, axis=1).numpy(), ref(x, axis=1)
         np.testing.assert_array_equal(got, want)
-        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+        # the sign of zeros as NumPy's; a nan's sign bit is not specified (x86 makes inf - inf
+        # a negative nan, NVIDIA GPUs a positive one)
+        number = ~np.isnan(want)
+        np.testing.assert_array_equal(np.signbit(got[number]), np.signbit(want[number]))
 
 
 def test_zero_size_and_size_one_axes(device, rng):
