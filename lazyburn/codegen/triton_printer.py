@@ -502,9 +502,16 @@ class TritonPrinter(ExprPrinter):
     def op_abs(self, e, x):
         if e.dtype.is_bool or e.dtype.name == "uint8":
             return x
+        if e.dtype.is_int and e.dtype.itemsize <= 4 and self.target == "cuda":
+            # abs(INT_MIN) wraps to INT_MIN (NumPy). Written in Triton (tl.abs, a select or a
+            # maximum), the abs reaches PTX as abs.s32, which ptxas takes as non-negative: on
+            # an H200 (Triton 3.6) abs(INT_MIN) % 7 came out as 2**31 % 7, the fix-up of a
+            # negative remainder folded away. Spelled as shift, xor and subtract in inline PTX
+            # it stays a plain wrapping abs. int64 measured right through a select.
+            asm = "{ .reg .s32 m; shr.s32 m, $1, 31; xor.b32 $0, $1, m; sub.s32 $0, $0, m; }"
+            return (f'tl.inline_asm_elementwise("{asm}", "=r,r", [{x}], dtype=tl.int32, '
+                    f'is_pure=True, pack=1)')
         if e.dtype.is_int:
-            # not tl.abs: on an H100 (Triton 3.6) abs(INT_MIN) % 7 came out as 2**31 % 7, the
-            # remainder of an operand taken as non-negative; abs(INT_MIN) wraps to INT_MIN
             return f"tl.where({x} < 0, 0 - {x}, {x})"
         return f"tl.abs({x})"
 
