@@ -297,6 +297,8 @@ REDUCTIONS = {
     "layer_norm": lambda x, a: lb.layer_norm(x, x.shape[a:]),
     "cumsum": lambda x, a: x.cumsum(a),
     "cumprod": lambda x, a: x.cumprod(a),
+    "argsort": lambda x, a: lb.argsort(x, axis=a),
+    "sort": lambda x, a: lb.sort(x, axis=a, descending=True),
 }
 
 # --- places --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
 * scan: ``strategy`` -- ``sequential`` (one work-item per row walks it in order: short rows,
   or many rows on a CPU) or ``tree`` (one work-group of ``local`` work-items per row, each
   scanning ``per_item`` consecutive elements of a tile; see ``_render_scan``);
+* sort: ``local`` -- the work-items of the one work-group per row (see ``_render_sort``);
 * matmul: ``tile`` (square tiles of A and B staged through local memory); or, for CPU devices,
   ``cpu_block`` = ``[form, rows, cols]`` with ``lanes`` (the register-blocked GEMM: one
   work-item per ``rows`` x ``cols`` block of C, its accumulators in vector registers; see
@@ -44,7 +45,7 @@ import math
 from dataclasses import dataclass
 
 from ..fusion.kernel_ir import (ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, ScanSpec,
-                                Stage)
+                                SortSpec, Stage)
 from ..fusion.symbolic import Expr, topo_exprs
 from ..ir.shapes import pow2_at_least
 from . import opencl_math, philox
@@ -713,6 +714,8 @@ def render(spec: KernelSpec, name: str, params: dict | None = None) -> RenderedK
         r = _render_matmul(spec, name, params, fast)
     elif isinstance(spec, ScanSpec):
         r = _render_scan(spec, name, params, fast)
+    elif isinstance(spec, SortSpec):
+        r = _render_sort(spec, name, params, fast)
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
     # No option that changes float results (-cl-unsafe-math-optimizations, -cl-fast-relaxed-math,
@@ -1521,4 +1524,61 @@ def _render_scan(spec: ScanSpec, name, params, fast) -> RenderedKernel:
     body += ["            }", "        }",
              f"        carry = carry {op} part[{local - 1}];",
              "        barrier(CLK_LOCAL_MEM_FENCE);", "    }", "}"]
+    return RenderedKernel(name, _finish(p, body), (spec.rows * local,), (local,))
+
+
+# sorts -----------------------------------------------------------------------------------------
+def _render_sort(spec: SortSpec, name, params, fast) -> RenderedKernel:
+    """The stable argsort of each row: one work-group of ``local`` work-items per row runs a
+    bitonic sorting network (Batcher, 1968) on the row's positions in the output buffer, in
+    the form whose comparators all put the smaller element first: each merge of two sorted
+    runs of ``k/2`` compares position ``a`` with its mirror in the run of ``k``, then
+    half-cleaners compare ``a`` with ``a + j``. A row of ``n`` elements
+    is sorted as ``pow2_at_least(n)`` whose missing positions hold +infinity: comparators
+    reaching past ``n`` are skipped, since nothing there ever moves. Keys are compared with
+    ties broken by position, so the order is total and the sort stable. The keys are not
+    stored: each comparison evaluates ``value`` (the producers fused on read) at the two
+    positions it compares."""
+    p = OpenCLPrinter(spec, fast)
+    it = p.index_type
+    n = spec.sort_size
+    half = max(1, pow2_at_least(n) // 2)
+    local = int(params.get("local") or min(256, half))
+    row, r = find_var(spec, "row"), find_var(spec, "r")
+    key_t = VALUE[spec.value.dtype.name]
+    (out,) = spec.outputs
+    pos = spec.args[out.arg].name
+
+    def key(position: str, target: str) -> list[str]:
+        lines, names = p.emit([spec.value], {row.id: "row", r.id: position})
+        return ["{"] + indent(lines + [f"{target} = {names[spec.value.id]};"]) + ["}"]
+
+    def lt(x: str, y: str) -> str:
+        if spec.value.dtype.is_float:  # nan after every number
+            return f"({x} < {y} || (isnan({y}) && !isnan({x})))"
+        return f"({x} < {y})"
+
+    first, second = ("kb", "ka") if not spec.descending else ("ka", "kb")
+    # b's element goes first: its key orders first, or the keys tie and b's position is lower
+    swap = f"{lt(first, second)} || (!{lt(second, first)} && ib < ia)"
+    body = [_signature(p, name) + " {",
+            f"    const {it} row = ({it})get_group_id(0);",
+            "    const int lid = get_local_id(0);",
+            f"    __global int* pos = {pos} + row * {n};",
+            f"    for (int a = lid; a < {n}; a += {local}) pos[a] = a;",
+            "    barrier(CLK_GLOBAL_MEM_FENCE);",
+            f"    for (int k = 2; k < {2 * half + 1}; k <<= 1) {{",
+            "        for (int j = k >> 1; j > 0; j >>= 1) {",
+            f"            for (int t = lid; t < {half}; t += {local}) {{",
+            "                const int a = j == (k >> 1) ? (t / j) * k + t % j"
+            " : 2 * j * (t / j) + t % j;",
+            "                const int b = j == (k >> 1) ? (t / j) * k + k - 1 - t % j : a + j;",
+            f"                if (b < {n}) {{",
+            "                    const int ia = pos[a], ib = pos[b];",
+            f"                    {key_t} ka, kb;"]
+    body += indent(key("ia", "ka") + key("ib", "kb"), 20)
+    body += [f"                    if ({swap}) {{",
+             "                        pos[a] = ib;", "                        pos[b] = ia;",
+             "                    }", "                }", "            }",
+             "            barrier(CLK_GLOBAL_MEM_FENCE);", "        }", "    }", "}"]
     return RenderedKernel(name, _finish(p, body), (spec.rows * local,), (local,))

@@ -18,6 +18,8 @@ pointers; the grid and the compile options (``num_warps``, ``num_stages``) come 
 * Scan: a [XBLOCK, RBLOCK] tile per program scanned along the row by
   ``tl.associative_scan``, long rows walked tile by tile with the prefix carried
   (:mod:`.triton_scan`).
+* Sort: one program per row runs a bitonic network on the row's positions, ``BLOCK``
+  comparators at a time, a barrier between steps (:mod:`.triton_sort`).
 * Matmul: a tiled ``tl.dot`` kernel with the GROUP_M program swizzle of Triton's matrix
   multiplication tutorial (better L2 reuse); the prologue expression is evaluated on each
   loaded [BLOCK_M, BLOCK_K] / [BLOCK_K, BLOCK_N] tile (``m``, ``k``, ``n`` are ``rm[:, None]``,
@@ -56,13 +58,15 @@ from ``tl`` builtins (Kahan's expm1/log1p forms), so CPU tests run the same kern
 """
 from __future__ import annotations
 
-from ..fusion.kernel_ir import ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, ScanSpec
+from ..fusion.kernel_ir import (ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, ScanSpec,
+                                SortSpec)
 from ..ir.shapes import pow2_at_least
 from .common import indent
 from .triton_matmul import matmul_params, render_matmul, tma_operands, uses_dot
 from .triton_printer import TL_MATH, RenderedKernel, TritonPrinter, cdiv, loop_vars, program_id
 from .triton_reduction import PERSISTENT_MAX, outer_reduction, reduction_params, render_reduction
 from .triton_scan import render_scan, scan_params
+from .triton_sort import render_sort, sort_params
 
 __all__ = ["PERSISTENT_MAX", "TL_MATH", "RenderedKernel", "TritonPrinter", "cdiv",
            "default_params", "outer_reduction", "render", "tma_operands", "uses_dot"]
@@ -87,6 +91,8 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
         body, grid, warps, stages = render_matmul(p, spec, full)
     elif isinstance(spec, ScanSpec):
         body, grid, warps, stages = render_scan(p, spec, full)
+    elif isinstance(spec, SortSpec):
+        body, grid, warps, stages = render_sort(p, spec, full)
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
     params_text = ", ".join(f"{k}={v}" for k, v in sorted(full.items()))
@@ -108,7 +114,8 @@ def default_params(spec: KernelSpec, interpret: bool = False) -> dict:
     and ``RBLOCK`` reduced elements per tile, ``looped``, ``num_warps``. Matmul: ``BLOCK_M``,
     ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M``, ``num_warps``, ``num_stages``; ``render`` also takes
     ``allow_tf32`` (default False) for float32 matmuls. Scan: ``XBLOCK`` rows and ``RBLOCK``
-    elements of each per tile, ``num_warps``.
+    elements of each per tile, ``num_warps``. Sort: ``BLOCK`` comparators per iteration,
+    ``num_warps``.
     Under the interpreter (``interpret``) tiles are as large as allowed: its cost is per
     program, not per element.
     """
@@ -123,6 +130,8 @@ def default_params(spec: KernelSpec, interpret: bool = False) -> dict:
         return matmul_params(spec, interpret)
     if isinstance(spec, ScanSpec):
         return scan_params(spec, interpret)
+    if isinstance(spec, SortSpec):
+        return sort_params(spec, interpret)
     raise TypeError(f"no launch parameters for {type(spec).__name__}")
 
 

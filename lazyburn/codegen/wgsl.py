@@ -58,6 +58,7 @@ linear workgroup id; invocations past the end store nothing. Launch parameters:
 * scan: ``strategy`` -- ``sequential`` (one invocation per row walks it in order) or ``tree``
   (one workgroup per row, tiles of ``workgroup`` x ``per_item`` elements; see
   ``_render_scan``) -- and ``workgroup``;
+* sort: ``workgroup`` (the invocations of the one workgroup per row; see ``_render_sort``);
 * matmul: ``tile`` (a ``tile`` x ``tile`` workgroup) and ``micro`` (each invocation computes
   ``micro`` x ``micro`` outputs, so a workgroup covers ``tile * micro`` squared), with tiles of A
   and B staged through workgroup memory.
@@ -99,7 +100,7 @@ import numpy as np
 
 from ..errors import DeviceError
 from ..fusion.kernel_ir import (ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, ScanSpec,
-                                Stage)
+                                SortSpec, Stage)
 from ..ir import dtypes as dt
 from ..fusion.symbolic import Expr, topo_exprs
 from . import philox, wgsl_functions
@@ -1171,6 +1172,8 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
         return render_reduction(spec, name, params, target)
     if isinstance(spec, ScanSpec):
         return render_scan(spec, name, params, target)
+    if isinstance(spec, SortSpec):
+        return render_sort(spec, name, params, target)
     if isinstance(spec, MatmulSpec):
         r = _render_matmul(spec, name, params, target)
         budget = form_budget(target)
@@ -1451,3 +1454,84 @@ def _render_scan(spec: ScanSpec, name, params, target) -> RenderedKernel:
     trips[0] = tiles * (trips[0] + 1) + 1
     return RenderedKernel(name, p.module(shared, body), dims, size, read_only(spec),
                           loop_trips=trips[0])
+
+
+# --- sorts ---------------------------------------------------------------------------------
+def render_sort(spec: SortSpec, name, params, target) -> RenderedKernel:
+    """``_render_sort`` within the target's loop budget: larger workgroups while the rows'
+    steps loop too often; LoopLimitError when none fits (on lavapipe, rows of about 2^19)."""
+    budget = form_budget(target)
+    size = int(params.get("workgroup") or 256)
+    r = _render_sort(spec, name, params, target)
+    while r.loop_trips > budget and 2 * size <= target.max_workgroup_size:
+        size *= 2
+        r = _render_sort(spec, name, {**params, "workgroup": size}, target)
+    return check_loops(r, target, f"a sort of rows of {spec.sort_size}")
+
+
+def _render_sort(spec: SortSpec, name, params, target) -> RenderedKernel:
+    """The stable argsort of each row, one workgroup per row: the bitonic network of the
+    OpenCL kernel (``codegen.opencl._render_sort``: comparators that all put the smaller
+    element first, positions past the row skipped, ties broken by position), on the row's
+    positions in the output buffer, a storage barrier after each step. Each comparison
+    evaluates the key (``value``, the producers fused on read) at the two positions."""
+    p = WGSLPrinter(spec, target)
+    n = spec.sort_size
+    half = max(1, pow2_at_least(n) // 2)
+    size = int(params.get("workgroup") or min(256, half))
+    size = pow2_at_most(min(size, target.max_workgroup_size))
+    dims = grid(spec.rows, target.max_groups_per_dim)
+    row, r = find_var(spec, "row"), find_var(spec, "r")
+    d = spec.value.dtype
+    key_t = value_type(d)
+    (out,) = spec.outputs
+    pos = spec.args[out.arg].name
+    key_trips = [0]
+
+    def key(position: str, target_var: str) -> list[str]:
+        lines, names = p.emit([spec.value], {row.id: "row", r.id: position})
+        key_trips[0] += p.loop_trips(lines)
+        return ["{"] + indent(lines + [f"{target_var} = {names[spec.value.id]};"]) + ["}"]
+
+    def lt(x: str, y: str) -> str:
+        if d.is_float:  # nan after every number
+            return f"({x} < {y} || ({p.call('lb_isnan', y)} && !{p.call('lb_isnan', x)}))"
+        return p.less(x, y, d)
+
+    first, second = ("kb", "ka") if not spec.descending else ("ka", "kb")
+    swap = f"{lt(first, second)} || (!{lt(second, first)} && ib < ia)"
+    body = [entry_point(name, size),
+            f"    let row = i32({linear_group(dims)});",
+            f"    if (row >= {spec.rows}i) {{ return; }}",
+            "    let lid = i32(lid_u);",
+            f"    let base = row * {n}i;",
+            f"    for (var a = lid; a < {n}i; a = a + {size}i) {{ {pos}[base + a] = a; }}",
+            "    storageBarrier();",
+            f"    for (var k = 2i; k <= {2 * half}i; k = k << 1u) {{",
+            "        for (var j = k >> 1u; j > 0i; j = j >> 1u) {",
+            f"            for (var t = lid; t < {half}i; t = t + {size}i) {{",
+            "                let q = t / j;",
+            "                let m = t % j;",
+            "                var a = 2i * j * q + m;",
+            "                var b = a + j;",
+            "                if (j == (k >> 1u)) {",
+            "                    a = q * k + m;",
+            "                    b = q * k + k - 1i - m;",
+            "                }",
+            f"                if (b < {n}i) {{",
+            f"                    let ia = {pos}[base + a];",
+            f"                    let ib = {pos}[base + b];",
+            f"                    var ka: {key_t};",
+            f"                    var kb: {key_t};"]
+    body += indent(key("ia", "ka") + key("ib", "kb"), 20)
+    body += [f"                    if ({swap}) {{",
+             f"                        {pos}[base + a] = ib;",
+             f"                        {pos}[base + b] = ia;",
+             "                    }", "                }", "            }",
+             "            storageBarrier();", "        }", "    }", "}"]
+    log = half.bit_length()  # log2 of the padded row
+    steps = log * (log + 1) // 2
+    trips = -(-n // size) + 1 + steps * (-(-half // size) * (1 + key_trips[0]) + 1) + \
+        log * (log + 1) + log + 1
+    return RenderedKernel(name, p.module([], body), dims, size, read_only(spec),
+                          loop_trips=trips)

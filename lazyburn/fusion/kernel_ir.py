@@ -16,6 +16,12 @@ A spec says what one kernel computes, never how a language spells it:
   ``acc_dtype``; outputs read the inclusive prefix at the current position as ``scanned`` (of
   the scan's ``dtype``) and are stored at their own index expression over ``row`` and ``r``
   (every output has one: a scan's outputs are full-size).
+* ``SortSpec`` -- ``rows`` independent rows of ``sort_size`` elements along the last axis of
+  ``shape``, variables ``row`` and ``r`` as in a reduction: ``value`` (an expression over
+  ``row`` and ``r``) is the key of position ``r``. The one output is the int32 argsort of each
+  row, stored at ``row * sort_size + r`` (its ``value`` is the placeholder ``sorted_index``):
+  stable, ascending or (``descending``) descending with equal keys in their order; nan after
+  every number ascending, before them descending; -0.0 equal to 0.0.
 * ``MatmulSpec`` -- ``batch`` x (M x K) @ (K x N). Variables ``b``, ``m``, ``n``, ``k``. The
   prologue is the expression of A over (b, m, k) and of B over (b, k, n); the epilogue outputs
   are expressions over (b, m, n) and ``acc`` (the product), stored at ``(b*M + m)*N + n``.
@@ -267,6 +273,31 @@ class ScanSpec(KernelSpec):
 
 
 @dataclass
+class SortSpec(KernelSpec):
+    shape: tuple = ()  # the input space; the sorted axis is its last
+    rows: int = 0
+    sort_size: int = 0
+    value: Expr | None = None
+    descending: bool = False
+
+    def roots(self) -> list[Expr]:
+        return [self.value] + super().roots()
+
+    def problem_shape(self) -> tuple:
+        return (self.rows, self.sort_size)
+
+    def signature(self) -> str:
+        return hashlib.sha1(f"{super().signature()}|{self.descending}".encode()).hexdigest()[:12]
+
+    def text(self) -> str:
+        order = "descending" if self.descending else "ascending"
+        head = (f"sort kernel over {self.shape}: {self.rows} rows x {self.sort_size}, "
+                f"stable {order}")
+        key = [f"  key(row, r) = {format_expr(self.value)}"]
+        return "\n".join([head] + self._args_text() + key + self._body_text())
+
+
+@dataclass
 class MatmulSpec(KernelSpec):
     batch: int = 1
     m: int = 0
@@ -311,6 +342,8 @@ def iteration_space(spec: KernelSpec) -> dict:
         sizes = {"row": spec.rows, "r": spec.reduce_size}
     elif isinstance(spec, ScanSpec):
         sizes = {"row": spec.rows, "r": spec.scan_size}
+    elif isinstance(spec, SortSpec):
+        sizes = {"row": spec.rows, "r": spec.sort_size}
     elif isinstance(spec, MatmulSpec):
         sizes = {"b": spec.batch, "m": spec.m, "n": spec.n, "k": spec.k}
     else:
@@ -388,7 +421,8 @@ def check_index_bounds(spec: KernelSpec, seed: int = 0) -> int:
     natural = {"elementwise": getattr(spec, "numel", 0), "reduction": getattr(spec, "rows", 0),
                "matmul": getattr(spec, "batch", 0) * getattr(spec, "m", 0) *
                getattr(spec, "n", 0),
-               "scan": getattr(spec, "rows", 0) * getattr(spec, "scan_size", 0)}[spec.kind]
+               "scan": getattr(spec, "rows", 0) * getattr(spec, "scan_size", 0),
+               "sort": getattr(spec, "rows", 0) * getattr(spec, "sort_size", 0)}[spec.kind]
     for o in spec.outputs:
         if o.index is None:
             if spec.args[o.arg].size < natural:

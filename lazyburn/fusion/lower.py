@@ -19,13 +19,15 @@ from __future__ import annotations
 from ..ir import dtypes as dt
 from ..ir.graph import is_runtime_value, recorded_exponent
 from ..ir.node import Node
-from ..ir.ops import SCAN_OP, SCANS, VIEWS
+from ..ir.ops import REDUCTIONS, SCAN_OP, SCANS, SORTS, VIEWS
 from ..ir.shapes import prod
 from .kernel_ir import (RANDOM_WORDS, ElementwiseSpec, KernelArg, MatmulSpec, Output,
-                        ReductionSpec, ScalarArg, ScanSpec, Stage, value_sources)
+                        ReductionSpec, ScalarArg, ScanSpec, SortSpec, Stage, value_sources)
 from .symbolic import Expr, ExprBuilder
 
 INT32_LIMIT = 2 ** 31 - 1
+#: ops that anchor a group of their own: never computed inline in another group's kernel
+ANCHOR_OPS = REDUCTIONS | SCANS | SORTS | {"matmul", "copy"}
 
 
 class FusionIllegal(Exception):
@@ -199,8 +201,7 @@ class Lowering:
             if exponent is not None:  # a literal: it decides how the kernel computes pow
                 base = yield n.inputs[0], index, mask
                 return b.op(op, (base, b.const(exponent.attrs[0], exponent.dtype)), n.dtype)
-        if n.inputs and op not in ("sum", "prod", "max", "min", "argmax", "argmin", "any",
-                                   "all", "matmul", "copy") and op not in SCANS:
+        if n.inputs and op not in ANCHOR_OPS:
             args = []
             for i in n.inputs:
                 args.append((yield i, index, mask))
@@ -302,6 +303,8 @@ def lower(group, external) -> tuple:
         spec = _lower_matmul(lw, group)
     elif group.kind == "scan":
         spec = _lower_scan(lw, group)
+    elif group.kind == "sort":
+        spec = _lower_sort(lw, group)
     else:
         raise ValueError(f"cannot lower a {group.kind} group")
     spec.ops = sorted({n.op for n in lw.computed.values()})
@@ -389,6 +392,24 @@ def _lower_scan(lw: Lowering, group) -> ScanSpec:
     return ScanSpec("scan", lw.args, outputs, b.index_dtype, shape=tuple(shape), axis=axis,
                     rows=rows, scan_size=size, op=op, value=value, acc_dtype=acc,
                     dtype=sc.dtype)
+
+
+def _lower_sort(lw: Lowering, group) -> SortSpec:
+    """An argsort group: its input over (row, r), r along the last axis, is the sort key
+    (producers fused on read, evaluated at whichever position a comparison reads); its one
+    output is the argsort itself, whose int32 positions the kernel sorts in place."""
+    b = lw.b
+    (so,) = group.anchors
+    shape, axis = group.space
+    full, rows, size = reduction_space(lw, shape, (axis,))
+    lw.row_index = None  # no reduction stage here
+    value = lw.value(so.inputs[0], full)
+    if group.outputs != [so]:
+        raise FusionIllegal("an argsort kernel stores its positions only")
+    lw.computed.setdefault(id(so), so)
+    outputs = [Output(lw.add_output(so), b.op("sorted_index", (), so.dtype))]
+    return SortSpec("sort", lw.args, outputs, b.index_dtype, shape=tuple(shape), rows=rows,
+                    sort_size=size, value=value, descending=bool(so.attrs[0]))
 
 
 def _lower_matmul(lw: Lowering, group) -> MatmulSpec:

@@ -22,7 +22,9 @@ Burn's future work included: several broadcasted reductions over the same rows i
    on read (computed inside the scan kernel as it walks each row) and element-wise consumers
    of its result at the same position are fused on write (``lb.exp(x).cumsum(1) * 2`` is one
    kernel); a consumer that reads the result at another position (a shift, a flip, a
-   reduction) reads it stored.
+   reduction) reads it stored. An argsort anchors a group of its own too, its producers fused
+   on read (evaluated at each position a comparison reads); nothing is fused on write, since
+   its positions settle only at its last step: its readers load them stored.
 4. *Legality.* No merge may create a cycle between groups (networkx on the group graph); the
    backend's limit on kernel arguments splits a group by storing an intermediate.
 """
@@ -34,9 +36,9 @@ from itertools import islice
 import networkx as nx
 
 from ..ir.node import Node
-from ..ir.ops import REDUCTIONS, SCANS, VIEWS
+from ..ir.ops import REDUCTIONS, SCANS, SORTS, VIEWS
 from ..ir.shapes import prod
-from .lower import FusionIllegal, Lowering, add_stage, lower, reduction_space
+from .lower import ANCHOR_OPS, FusionIllegal, Lowering, add_stage, lower, reduction_space
 
 CHEAP_OPS = frozenset(
     "add sub mul neg abs sign square cast where eq ne lt le gt ge minimum maximum "
@@ -82,8 +84,8 @@ class FusionGroup:
             return "reduction(" + ",".join(a.op for a in self.anchors) + ")"
         if self.kind == "matmul":
             return "matmul"
-        if self.kind == "scan":
-            return f"scan({self.anchors[0].op})"
+        if self.kind in ("scan", "sort"):
+            return f"{self.kind}({self.anchors[0].op})"
         return self.kind
 
 
@@ -155,7 +157,7 @@ class Partitioner:
         return n.buffer is not None
 
     def is_anchor(self, n: Node) -> bool:
-        return n.op in REDUCTIONS or n.op in ("matmul", "copy") or n.op in SCANS
+        return n.op in ANCHOR_OPS
 
     def ancestors(self, n: Node) -> int:
         """The anchors (reductions, matmuls, copies) ``n`` depends on, transitively, as a
@@ -244,6 +246,9 @@ class Partitioner:
                 trials.append(None)
             elif n.op in SCANS:
                 sets.append(("scan", [n], (n.inputs[0].shape, n.attrs[0])))
+                trials.append(None)
+            elif n.op in SORTS:
+                sets.append(("sort", [n], (n.inputs[0].shape, len(n.shape) - 1)))
                 trials.append(None)
             elif n.op in REDUCTIONS:
                 space = (n.inputs[0].shape, n.attrs[0])
@@ -571,7 +576,7 @@ class Partitioner:
         upstream, downstream = [], []
         for j in sorted(picks):
             g = groups[j]
-            if g.kind == "copy":
+            if g.kind in ("copy", "sort"):  # a sort's positions are stored as they settle
                 continue
             is_up = bool(deps & g.mask)
             if g.kind == "matmul":

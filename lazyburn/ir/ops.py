@@ -23,6 +23,12 @@ Kinds:
     scan         inclusive prefix sum and product along one axis (``cumsum``, ``cumprod``;
                  attrs ``(axis,)``): out[..., i, ...] = x[..., 0, ...] + ... + x[..., i, ...],
                  in the node's dtype (the front end casts the input to it first)
+    sort         ``argsort`` along the last axis (attrs ``(descending,)``): int32 positions that
+                 order each row stably -- ascending, or descending with equal elements kept in
+                 their order -- nan after every number ascending and before them descending,
+                 -0.0 equal to 0.0 (NumPy's ``argsort(kind="stable")`` and the array API's
+                 ``descending``); the front end moves another axis last and gathers the
+                 sorted values with ``take_along_axis``
     matmul       batched matrix product (..., M, K) @ (..., K, N)
     copy         transfer to another device
 """
@@ -100,6 +106,8 @@ _define("reduce", 1, "sum prod max min argmax argmin any all", ("axes",))
 
 _define("scan", 1, "cumsum cumprod", ("axis",))
 
+_define("sort", 1, "argsort", ("descending",))
+
 _define("matmul", 2, "matmul")
 
 _define("copy", 1, "copy")
@@ -110,6 +118,7 @@ ELEMENTWISE = frozenset(n for n, d in _TABLE.items() if d.kind == "elementwise")
 VIEWS = frozenset(n for n, d in _TABLE.items() if d.kind == "view")
 REDUCTIONS = frozenset(n for n, d in _TABLE.items() if d.kind == "reduce")
 SCANS = frozenset(n for n, d in _TABLE.items() if d.kind == "scan")
+SORTS = frozenset(n for n, d in _TABLE.items() if d.kind == "sort")
 #: the reduction op each scan accumulates with
 SCAN_OP = {"cumsum": "sum", "cumprod": "prod"}
 

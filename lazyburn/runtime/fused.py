@@ -201,7 +201,7 @@ COMPARE_CHUNK_BYTES = 16 << 20
 def worth_tuning(k) -> bool:
     """Whether planned kernel ``k`` is tuned at its first launch: autotuning is on and the
     kernel is big enough for a launch configuration to matter."""
-    if k.kind == "scan":  # one launch form per device: nothing to choose between
+    if k.kind in ("scan", "sort"):  # one launch form per device: nothing to choose between
         return False
     spec = k.spec
     work = spec.numel if k.kind == "elementwise" else (

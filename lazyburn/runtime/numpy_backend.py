@@ -113,6 +113,19 @@ RANDOM = {"random_uniform": philox.UNIFORM, "random_normal": philox.NORMAL}
 # add.accumulate), half types in float32, each result rounded to the node's type
 SCAN = {"cumsum": np.cumsum, "cumprod": np.cumprod}
 
+def stable_argsort(x: np.ndarray, descending: bool) -> np.ndarray:
+    """int32 positions ordering each last-axis row of ``x`` stably (NumPy's timsort and radix
+    sort: nan last, -0.0 equal to 0.0); descending as the array API's reference does it, the
+    ascending order of the reversed row read backwards, so equal elements keep their order and
+    nan comes first. Half types are compared as their float32 values (the same order)."""
+    if x.dtype.itemsize == 2 and x.dtype.kind not in "iub":
+        x = x.astype(np.float32)
+    if not descending:
+        return np.argsort(x, axis=-1, kind="stable").astype(np.int32)
+    flipped = np.argsort(x[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+    return (x.shape[-1] - 1 - flipped).astype(np.int32)
+
+
 REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any,
           "all": np.all}
 
@@ -218,6 +231,8 @@ def evaluate(n: Node, args: list) -> np.ndarray:
         return REDUCE[op](x, axis=axes, keepdims=True)
     if op in SCAN:
         return SCAN[op](args[0], axis=n.attrs[0], dtype=_compute_dtype(n.dtype))
+    if op == "argsort":
+        return stable_argsort(args[0], descending=n.attrs[0])
     if op in ("argmax", "argmin"):
         (axis,) = n.attrs[0]
         fn = np.argmax if op == "argmax" else np.argmin

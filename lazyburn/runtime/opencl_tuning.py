@@ -41,6 +41,9 @@ def default_params(backend, k) -> dict:
         per_item = cl_codegen.SCAN_PER_ITEM
         local = min(256, backend.max_local, pow2_at_least(-(-spec.scan_size // per_item)))
         return {"strategy": "tree", "local": local, "per_item": per_item}
+    if k.kind == "sort":  # a work-group per row, a work-item per comparator of a step
+        half = max(1, pow2_at_least(spec.sort_size) // 2)
+        return {"local": min(256, backend.max_local, half)}
     if k.kind == "matmul":
         flops = 2 * spec.batch * spec.m * spec.n * spec.k
         if cpu and flops < LIBRARY_MATMUL_MIN_FLOPS:

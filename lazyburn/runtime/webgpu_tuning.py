@@ -39,6 +39,8 @@ def default_params(backend, k) -> dict:
             return {"strategy": "sequential"}
         return {"strategy": "tree", "workgroup": min(256, pow2_at_least(
             -(-spec.scan_size // wgsl.SCAN_PER_ITEM)))}
+    if k.kind == "sort":  # a workgroup per row, an invocation per comparator of a step
+        return {"workgroup": min(256, max(1, pow2_at_least(spec.sort_size) // 2))}
     if k.kind == "matmul":
         return {"tile": 16, "micro": 4 if min(spec.m, spec.n) >= 64 else 1}
     return {}
