@@ -1538,7 +1538,13 @@ def _render_sort(spec: SortSpec, name, params, fast) -> RenderedKernel:
     reaching past ``n`` are skipped, since nothing there ever moves. Keys are compared with
     ties broken by position, so the order is total and the sort stable. The keys are not
     stored: each comparison evaluates ``value`` (the producers fused on read) at the two
-    positions it compares."""
+    positions it compares.
+
+    Measured on PoCL (2 cores, 4096 rows of 1024 float32, end to end): 300-390 ms, against
+    NumPy's stable sort's 167 ms, whatever the work-group size (1 to 256), and as much with
+    the keys and positions staged in local memory, with shifts for the divisions or without
+    branches: the network's n log2(n)^2 / 4 comparators are the cost on a CPU, where
+    NumPy's sort does n log2(n) comparisons in vector registers."""
     p = OpenCLPrinter(spec, fast)
     it = p.index_type
     n = spec.sort_size
