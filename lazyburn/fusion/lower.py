@@ -368,16 +368,24 @@ def _acc_dtype(n: Node):
     return n.dtype
 
 
+def _row_op(lw: Lowering, group) -> tuple:
+    """Set ``lw`` up for a scan or sort group over rows along its ``space``'s axis: returns
+    ``(anchor, full, rows, size, value)``, the input-space index over (row, r), the row count
+    and length, and the anchor's input at ``full`` (its producers fused on read)."""
+    (anchor,) = group.anchors
+    shape, axis = group.space
+    full, rows, size = reduction_space(lw, shape, (axis,))
+    lw.row_index = None  # no reduction stage here
+    return anchor, full, rows, size, lw.value(anchor.inputs[0], full)
+
+
 def _lower_scan(lw: Lowering, group) -> ScanSpec:
     """A scan group: its anchor's input over (row, r) is the scanned value (producers fused on
     read); every output is a full-size value over (row, r), reading the running prefix only at
     the current position (consumers fused on write), stored at its flat index."""
     b = lw.b
-    (sc,) = group.anchors
+    sc, full, rows, size, value = _row_op(lw, group)
     shape, axis = group.space
-    full, rows, size = reduction_space(lw, shape, (axis,))
-    lw.row_index = None  # no reduction stage here
-    value = lw.value(sc.inputs[0], full)
     lw.scan_node, lw.scan_index = sc, full
     flat = lw.flat_index(full, shape)
     outs = []
@@ -399,17 +407,13 @@ def _lower_sort(lw: Lowering, group) -> SortSpec:
     (producers fused on read, evaluated at whichever position a comparison reads); its one
     output is the argsort itself, whose int32 positions the kernel sorts in place."""
     b = lw.b
-    (so,) = group.anchors
-    shape, axis = group.space
-    full, rows, size = reduction_space(lw, shape, (axis,))
-    lw.row_index = None  # no reduction stage here
-    value = lw.value(so.inputs[0], full)
+    so, _, rows, size, value = _row_op(lw, group)
     if group.outputs != [so]:
         raise FusionIllegal("an argsort kernel stores its positions only")
     lw.computed.setdefault(id(so), so)
     outputs = [Output(lw.add_output(so), b.op("sorted_index", (), so.dtype))]
-    return SortSpec("sort", lw.args, outputs, b.index_dtype, shape=tuple(shape), rows=rows,
-                    sort_size=size, value=value, descending=bool(so.attrs[0]))
+    return SortSpec("sort", lw.args, outputs, b.index_dtype, shape=tuple(group.space[0]),
+                    rows=rows, sort_size=size, value=value, descending=bool(so.attrs[0]))
 
 
 def _lower_matmul(lw: Lowering, group) -> MatmulSpec:
