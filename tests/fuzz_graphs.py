@@ -365,7 +365,7 @@ def _reduce_step(g: _Gen, name, a: Value) -> Value | None:
     B, E = a.bound, a.err
     is_int = a.dtype in INT_DTYPES
     ops = ["sum", "mean", "max", "min", "softmax", "logsumexp", "var", "layer_norm",
-           "argmax", "any", "prod"]
+           "argmax", "any", "prod", "sort", "argsort"]
     op = g.choice(ops)
     if n == 0 and op in ("max", "min", "argmax", "softmax", "logsumexp", "layer_norm",
                          "var", "mean"):
@@ -397,6 +397,15 @@ def _reduce_step(g: _Gen, name, a: Value) -> Value | None:
             return None
         return Value(f"({name} > 0).any({ax}, keepdims={keep}).astype('{a.dtype}')", out,
                      a.dtype, 1.0, 0.0, True)
+    if op == "sort":  # sorting moves no value by more than the largest error of the input
+        descending = bool(g.rng.random() < 0.5)
+        return Value(f"lb.sort({name}, axis={axes[-1]}, descending={descending})", a.shape,
+                     a.dtype, B, E, a.exact)
+    if op == "argsort":  # positions are exact only where the values are
+        if not a.exact:
+            return None
+        return Value(f"lb.argsort({name}, axis={axes[-1]})", a.shape, "int64",
+                     max(a.shape[axes[-1]], 1), 0.0, True)
     if op == "argmax":
         if not a.exact or len(axes) != 1 or n == 0:
             return None
