@@ -17,7 +17,7 @@ from ..errors import ShapeError
 from . import autograd
 from . import elementwise as ew
 from . import functional as F
-from . import assignment, interop, linalg, movement, reduction
+from . import assignment, interop, linalg, movement, reduction, searching
 from .capture import current_graph
 from .record import Origin, from_host, record, resolve_device, set_tensor_class
 
@@ -279,7 +279,10 @@ class Tensor:
     def __pos__(self): return self
     def __abs__(self): return ew.unary("abs", self, Origin())
     def __invert__(self): return ew.unary("bitwise_not", self, Origin())
-    def __getitem__(self, key): return movement.getitem(self, key)
+    def __getitem__(self, key):
+        if searching.is_mask(key):  # a data-dependent shape: a sync point
+            return searching.masked_select(self, key)
+        return movement.getitem(self, key)
 
     def __setitem__(self, key, value) -> None:
         """``x[key] = value``, recorded lazily: this Tensor is rebound to a new node computed

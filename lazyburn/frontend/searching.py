@@ -1,0 +1,170 @@
+"""The array API's functions whose result sizes depend on the data: ``nonzero`` and the set
+functions ``unique_values``, ``unique_counts``, ``unique_inverse`` and ``unique_all`` (2024.12).
+
+Each is a sync point: it records the work up to the count it needs (how many elements are
+nonzero, how many values are distinct), reads that one number back, and records the rest with
+the size known. The data never leaves the device: positions come from the stable sort kernel
+(``argsort``), which lists the positions of the elements that pass a test first and in their
+order, so the first ``count`` of them are those positions. ``lb.explain`` of a result shows
+the work recorded after the count was read.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import dtypes as dt
+from .creation import full, zeros
+from .elementwise import binary, unary
+from .movement import concat, reshape, take
+from .record import Origin, is_tensor, tensor_node, wrap
+from .reduction import cumulative_sum
+from .reduction import sum as _sum
+from .sorting import argsort
+
+
+class UniqueAllResult(NamedTuple):
+    values: object
+    indices: object
+    inverse_indices: object
+    counts: object
+
+
+class UniqueCountsResult(NamedTuple):
+    values: object
+    counts: object
+
+
+class UniqueInverseResult(NamedTuple):
+    values: object
+    inverse_indices: object
+
+
+def _first_true(flags, count: int):
+    """The positions (int64, ascending) of the ``count`` true elements of 1-d bool ``flags``:
+    the stable argsort of ``not flags`` lists them first."""
+    return argsort(unary("logical_not", flags, Origin()))[:count]
+
+
+def _count(flags) -> int:
+    """How many elements of bool ``flags`` are true: the sync point."""
+    return int(_sum(flags).item())
+
+
+def nonzero(x, /) -> tuple:
+    """The indices of the nonzero (true, or for floats not equal to zero: nan counts) elements
+    of ``x``, one int64 array per dimension, in row-major order (NumPy's ``nonzero``).
+
+    Reads the count back from the device (a sync point, see the module doc). Raises ShapeError
+    for a 0-d ``x``, as the array API asks."""
+    origin = Origin()
+    n = tensor_node("nonzero", x, origin)
+    if not n.shape:
+        raise ShapeError("nonzero: needs a tensor of rank >= 1, got a 0-d tensor", origin)
+    flags = wrap(n) if n.dtype.is_bool else binary("ne", wrap(n), 0, origin)
+    flat = reshape(flags, (-1,))
+    count = _count(flat) if flat.size else 0
+    pos = _first_true(flat, count) if count else zeros((0,), dt.int64, n.device)
+    out, stride = [], 1
+    for d in reversed(n.shape):
+        out.append((pos // stride) % d)
+        stride *= d
+    return tuple(reversed(out))
+
+
+def is_mask(key) -> bool:
+    """Whether ``key`` is a boolean mask index (a bool Tensor or NumPy array of rank >= 1)."""
+    if isinstance(key, np.ndarray):
+        return key.dtype == np.bool_ and key.ndim >= 1
+    return is_tensor(key) and key.dtype == dt.bool_ and key.ndim >= 1
+
+
+def masked_select(x, mask):
+    """``x[mask]`` for a boolean ``mask`` of the shape of ``x``'s leading dimensions: the
+    elements (or sub-arrays) where ``mask`` is true, in row-major order, as one dimension
+    (NumPy's boolean indexing). A sync point (the count). Raises ShapeError when ``mask``'s
+    shape is not that of ``x``'s leading dimensions."""
+    origin = Origin()
+    n = tensor_node("getitem", x, origin)
+    m = tensor_node("getitem", mask, origin, device=n.device)
+    k = len(m.shape)
+    if tuple(n.shape[:k]) != tuple(m.shape):
+        raise ShapeError(f"getitem: a boolean index of shape {m.shape} does not match the "
+                         f"leading dimensions of a tensor of shape {n.shape}", origin)
+    flat = reshape(wrap(m), (-1,))
+    count = _count(flat) if flat.size else 0
+    pos = _first_true(flat, count) if count else zeros((0,), dt.int64, n.device)
+    return take(reshape(wrap(n), (-1,) + tuple(n.shape[k:])), pos, axis=0)
+
+
+def _sorted_runs(op: str, x, origin):
+    """``(flat, order, sorted, first, count)`` of ``x`` flattened: its stable ascending order,
+    the sorted values, where each run of equal values starts (nan never equals nan, so each
+    nan is a run of its own; -0.0 equals 0.0), and how many runs there are (read back)."""
+    n = tensor_node(op, x, origin)
+    flat = reshape(wrap(n), (-1,))
+    order = argsort(flat)
+    s = take(flat, order)
+    size = flat.shape[0]
+    if size == 0:
+        return flat, order, s, s != s, 0
+    head = full((1,), True, dt.bool_, n.device)  # the first element starts a run
+    first = concat([head, binary("ne", s[1:], s[:-1], origin)], axis=0) if size > 1 else head
+    return flat, order, s, first, _count(first)
+
+
+def _runs(op: str, x):
+    origin = Origin()
+    flat, order, s, first, count = _sorted_runs(op, x, origin)
+    starts = _first_true(first, count) if count else order[:0]
+    return flat, order, s, first, starts, count
+
+
+def unique_values(x, /):
+    """The distinct values of ``x``, sorted ascending (1-d; nan values are all distinct and
+    last; of -0.0 and 0.0 the one the stable order meets first). A sync point (the count)."""
+    _, _, s, _, starts, _ = _runs("unique_values", x)
+    return take(s, starts)
+
+
+def _counts(starts, size: int):
+    """Each run's length: the next run's start (or ``size``) minus its own."""
+    ends = concat([starts[1:], full((1,), size, dt.int64, starts.device)], axis=0)
+    return ends - starts
+
+
+def unique_counts(x, /) -> UniqueCountsResult:
+    """``unique_values(x)`` and how often each occurs (int64). A sync point."""
+    flat, _, s, _, starts, count = _runs("unique_counts", x)
+    if not count:
+        return UniqueCountsResult(take(s, starts), starts)
+    return UniqueCountsResult(take(s, starts), _counts(starts, flat.shape[0]))
+
+
+def unique_inverse(x, /) -> UniqueInverseResult:
+    """``unique_values(x)`` and, for each element of ``x`` (in ``x``'s shape), the index of its
+    value in them (int64): ``values[inverse_indices]`` is ``x``. A sync point."""
+    values, _, inverse, _ = _unique_all("unique_inverse", x)
+    return UniqueInverseResult(values, inverse)
+
+
+def unique_all(x, /) -> UniqueAllResult:
+    """``unique_values(x)``; ``indices``: where each value first occurs in ``x`` flattened;
+    ``inverse_indices`` (``x``'s shape) as ``unique_inverse``'s; ``counts`` as
+    ``unique_counts``'. All int64. A sync point."""
+    return UniqueAllResult(*_unique_all("unique_all", x))
+
+
+def _unique_all(op: str, x):
+    flat, order, s, first, starts, count = _runs(op, x)
+    shape = tuple(x.shape)
+    values = take(s, starts)
+    if not count:
+        return values, starts, reshape(order, shape), starts
+    # the rank of each sorted element's run, sent back to the element's own position: the
+    # inverse permutation of ``order`` is its argsort
+    rank = cumulative_sum(first.astype(dt.int64)) - 1
+    inverse = reshape(take(rank, argsort(order)), shape)
+    return values, take(order, starts), inverse, _counts(starts, flat.shape[0])
