@@ -40,8 +40,8 @@ from .frontend.random import Generator, default_rng, manual_seed
 from .frontend.reduction import (all, any, argmax, argmin, logsumexp, max, mean, min, prod, std,
                                  sum, var)
 from .frontend.replay import jit
-from .frontend.searching import (nonzero, unique_all, unique_counts, unique_inverse,
-                                 unique_values)
+from .frontend.searching import (nonzero, searchsorted, unique_all, unique_counts,
+                                 unique_inverse, unique_values)
 from .frontend.sorting import argsort, sort
 from .frontend.tensor import Tensor
 # the array API's inspection, creation, manipulation and contraction functions

@@ -1,4 +1,4 @@
-"""nonzero, the unique_* set functions and boolean-mask reads on every device against NumPy 2's
+"""searchsorted, nonzero, the unique_* set functions and boolean-mask reads on every device against NumPy 2's
 own (``np.nonzero``, ``np.unique_all`` ... whose nans are distinct, as the array API asks), on
 fresh random data with ties, nan, -0.0, empty and all-zero inputs, and their errors."""
 from __future__ import annotations
@@ -93,3 +93,27 @@ def test_errors_name_the_user_line():
     with pytest.raises(lb.ShapeError, match="0-d") as e:
         lb.nonzero(lb.asarray(np.float32(1.0), device="numpy"))
     assert "test_searching.py" in str(e.value)
+
+
+def test_searchsorted_matches_numpy(device, rng):
+    for dtype in ("float32", "int32"):
+        for n in (1, 9, 40):
+            a = np.sort(_data(rng, (n,), dtype))  # ties, and nan last
+            v = _data(rng, (3, 7), dtype)
+            for side in ("left", "right"):
+                got = lb.searchsorted(lb.asarray(a, device=device), lb.asarray(v, device=device),
+                                      side=side)
+                _same(got, np.searchsorted(a, v, side=side).astype(np.int64))
+    # an unsorted x1 with its sorter, and int queries into float data (promoted)
+    a = rng.standard_normal(25).astype(np.float32)
+    s = np.argsort(a, kind="stable")
+    v = rng.integers(-2, 3, 6).astype(np.int32)
+    got = lb.searchsorted(lb.asarray(a, device=device), lb.asarray(v, device=device),
+                          sorter=lb.asarray(s, device=device), side="right")
+    _same(got, np.searchsorted(a, v.astype(np.float32), sorter=s, side="right").astype(np.int64))
+    empty = lb.asarray(np.zeros((0, 2), np.float32), device=device)
+    assert lb.searchsorted(lb.asarray(a[s], device=device), empty).shape == (0, 2)
+    with pytest.raises(lb.ShapeError, match="1-d"):
+        lb.searchsorted(lb.asarray(np.ones((2, 2), np.float32), device=device), empty)
+    with pytest.raises(ValueError, match="side"):
+        lb.searchsorted(lb.asarray(a, device=device), empty, side="middle")

@@ -1,7 +1,8 @@
-"""The array API's functions whose result sizes depend on the data: ``nonzero`` and the set
-functions ``unique_values``, ``unique_counts``, ``unique_inverse`` and ``unique_all`` (2024.12).
+"""The array API's searching and set functions (2024.12): ``searchsorted``, and those whose
+result sizes depend on the data: ``nonzero``, boolean-mask reads and the set functions
+``unique_values``, ``unique_counts``, ``unique_inverse`` and ``unique_all``.
 
-Each is a sync point: it records the work up to the count it needs (how many elements are
+Each of the latter is a sync point: it records the work up to the count it needs (how many elements are
 nonzero, how many values are distinct), reads that one number back, and records the rest with
 the size known. The data never leaves the device: positions come from the stable sort kernel
 (``argsort``), which lists the positions of the elements that pass a test first and in their
@@ -16,8 +17,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import dtypes as dt
-from .creation import full, zeros
-from .elementwise import binary, unary
+from .creation import arange, full, zeros
+from .elementwise import astype, binary, result_type, unary
 from .movement import concat, reshape, take
 from .record import Origin, is_tensor, tensor_node, wrap
 from .reduction import cumulative_sum
@@ -72,6 +73,44 @@ def nonzero(x, /) -> tuple:
         out.append((pos // stride) % d)
         stride *= d
     return tuple(reversed(out))
+
+
+def searchsorted(x1, x2, /, *, side: str = "left", sorter=None):
+    """Where each element of ``x2`` would be inserted into the sorted 1-d ``x1`` to keep it
+    sorted (int64, ``x2``'s shape): before equal elements (``side="left"``: the count of ``x1``
+    elements less than it) or after them (``"right"``: less or equal), in the sort's order
+    (nan after every number). ``sorter``: int positions that sort ``x1`` (its argsort).
+
+    No sync point: one stable sort of ``x1`` and ``x2`` together, with ``x2`` first for
+    ``"left"`` (equal elements of ``x1`` then come after it) or last for ``"right"``; an
+    element of ``x2`` at sorted position ``p`` with ``k`` elements of ``x2`` before it has
+    ``p - k`` elements of ``x1`` before it. The counts return to ``x2``'s order through the
+    inverse of the sort's permutation (its argsort). Raises ShapeError for an ``x1`` that is
+    not 1-d and ValueError for another ``side``."""
+    origin = Origin()
+    a = tensor_node("searchsorted", x1, origin)
+    v = tensor_node("searchsorted", x2, origin, device=a.device)
+    if len(a.shape) != 1:
+        raise ShapeError(f"searchsorted: x1 must be 1-d, got shape {a.shape}", origin)
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+    common = result_type(wrap(a), wrap(v))
+    sorted_x1 = wrap(a) if sorter is None else take(wrap(a), sorter)
+    sorted_x1 = astype(sorted_x1, common, copy=False)
+    queries = reshape(astype(wrap(v), common, copy=False), (-1,))
+    m = queries.shape[0]
+    if m == 0 or a.shape[0] == 0:
+        return zeros(tuple(v.shape), dt.int64, a.device)
+    left, n = side == "left", a.shape[0]
+    both = concat([queries, sorted_x1] if left else [sorted_x1, queries], axis=0)
+    order = argsort(both)
+    is_query = (order < m) if left else (order >= n)
+    # at a query's sorted position p: p minus the queries up to it, itself included, plus one
+    before = cumulative_sum(is_query.astype(dt.int64))
+    counts = arange(n + m, dtype=dt.int64, device=a.device) - before + 1
+    # each query's sorted position: the inverse permutation of ``order`` (its argsort)
+    at = argsort(order)
+    return reshape(take(counts, at[:m] if left else at[n:]), tuple(v.shape))
 
 
 def is_mask(key) -> bool:
