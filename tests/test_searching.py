@@ -1,6 +1,7 @@
-"""searchsorted, nonzero, the unique_* set functions and boolean-mask reads on every device against NumPy 2's
-own (``np.nonzero``, ``np.unique_all`` ... whose nans are distinct, as the array API asks), on
-fresh random data with ties, nan, -0.0, empty and all-zero inputs, and their errors."""
+"""searchsorted, nonzero, the unique_* set functions and boolean-mask reads on every device
+against NumPy 2's own (``np.searchsorted``, ``np.nonzero``, ``np.unique_all`` ... whose nans are
+distinct, as the array API asks), on fresh random data with ties, nan, -0.0, empty and all-zero
+inputs, and their errors."""
 from __future__ import annotations
 
 import numpy as np
