@@ -2,12 +2,12 @@
 result sizes depend on the data: ``nonzero``, boolean-mask reads and the set functions
 ``unique_values``, ``unique_counts``, ``unique_inverse`` and ``unique_all``.
 
-Each of the latter is a sync point: it records the work up to the count it needs (how many elements are
-nonzero, how many values are distinct), reads that one number back, and records the rest with
-the size known. The data never leaves the device: positions come from the stable sort kernel
-(``argsort``), which lists the positions of the elements that pass a test first and in their
-order, so the first ``count`` of them are those positions. ``lb.explain`` of a result shows
-the work recorded after the count was read.
+Each of the latter is a sync point: it records the work up to the count it needs (how many
+elements are nonzero, how many values are distinct), reads that one number back, and records
+the rest with the size known. The data never leaves the device: positions come from the stable
+sort kernel (``argsort``), which lists the positions of the elements that pass a test first and
+in their order, so the first ``count`` of them are those positions. ``lb.explain`` of a result
+shows the work recorded after the count was read.
 """
 from __future__ import annotations
 
