@@ -147,8 +147,11 @@ def test_float_and_bool_indices(x23):
         lb.take(x23, lb.tensor([0.5]), axis=1)
     check(info, "take", "float32")
     with pytest.raises(DTypeError) as info:
-        x23[x23 > 1]
+        x23[True]  # a bool scalar (a boolean mask array selects: tests/test_searching.py)
     check(info, "getitem", "bool")
+    with pytest.raises(ShapeError) as info:
+        x23[np.ones(4, bool)]  # a mask of other dimensions
+    check(info, "getitem", "(4,)")
 
 
 def test_unsupported_dtype_for_op(x23):
