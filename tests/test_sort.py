@@ -172,3 +172,24 @@ def test_gradient_flows_to_the_sorted_positions(device, rng):
     np.put_along_axis(want, order, np.broadcast_to(w, x.shape), axis=1)
     np.testing.assert_allclose(t.grad.numpy(), want, rtol=0, atol=0)
     assert not lb.argsort(t).requires_grad
+
+
+def test_a_row_past_the_adapters_loop_cap_is_refused_at_the_users_line():
+    """On an adapter that ends loops silently (Mesa's llvmpipe), a row whose network would
+    loop past the cap raises LoopLimitError naming the user's line instead of sorting part of
+    it; one within the cap (2^17, the workgroup grown for it) sorts right."""
+    if "webgpu:0" not in FUSED_DEVICES:
+        pytest.skip("no WebGPU adapter")
+    from lazyburn import runtime
+    from lazyburn.codegen.wgsl import LoopLimitError
+
+    if runtime.backend("webgpu:0").target.loop_cap is None:
+        pytest.skip("this adapter has no loop cap")
+    rng = np.random.default_rng(3)
+    long_row = lb.asarray(rng.standard_normal((1, 2 ** 20)).astype(np.float32), device="webgpu")
+    with pytest.raises(LoopLimitError) as e:
+        lb.argsort(long_row).numpy()
+    assert "test_sort.py" in str(e.value) and "loop iterations" in str(e.value)
+    x = rng.standard_normal((1, 2 ** 17)).astype(np.float32)
+    got = lb.argsort(lb.asarray(x, device="webgpu")).numpy()
+    np.testing.assert_array_equal(got, np.argsort(x, axis=-1, kind="stable"))
