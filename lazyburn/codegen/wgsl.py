@@ -1459,7 +1459,8 @@ def _render_scan(spec: ScanSpec, name, params, target) -> RenderedKernel:
 # --- sorts ---------------------------------------------------------------------------------
 def render_sort(spec: SortSpec, name, params, target) -> RenderedKernel:
     """``_render_sort`` within the target's loop budget: larger workgroups while the rows'
-    steps loop too often; LoopLimitError when none fits (on lavapipe, rows of about 2^19)."""
+    steps loop too often; LoopLimitError when none fits (on lavapipe a row of 2^18 sorts and
+    one of 2^19 is refused)."""
     budget = form_budget(target)
     size = int(params.get("workgroup") or 256)
     r = _render_sort(spec, name, params, target)

@@ -21,10 +21,10 @@ VJP rules: ``VJP`` holds one rule per differentiable op of ``lazyburn.ir.ops``, 
 front end's own ops (so broadcasting, dtypes and fusion need nothing special here); the ops
 without a derivative (sources, comparisons, integer, bitwise and logical ops, argmax/argmin,
 argsort, any/all) are listed in ``NON_DIFFERENTIABLE``. Ops whose derivative is zero almost
-everywhere (floor, ceil, round, sign, floordiv) give zeros, as in PyTorch. Broadcasting is explicit in the
-graph (``expand`` nodes), so its summation is the VJP of ``expand``. There is no scatter op: the
-VJP of ``take`` is a one-hot matrix product and that of ``take_along_axis`` a sum over a one-hot
-comparison, both recorded like any op.
+everywhere (floor, ceil, round, sign, floordiv) give zeros, as in PyTorch. Broadcasting is
+explicit in the graph (``expand`` nodes), so its summation is the VJP of ``expand``. There is no
+scatter op: the VJP of ``take`` is a one-hot matrix product and that of ``take_along_axis`` a
+sum over a one-hot comparison, both recorded like any op.
 
 Grad mode is per thread, as in PyTorch; ``backward`` records its VJPs with grad mode off unless
 ``create_graph=True`` (then they are taped too, for higher derivatives).

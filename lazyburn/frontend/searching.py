@@ -43,15 +43,14 @@ class UniqueInverseResult(NamedTuple):
     inverse_indices: object
 
 
-def _first_true(flags, count: int):
-    """The positions (int64, ascending) of the ``count`` true elements of 1-d bool ``flags``:
-    the stable argsort of ``not flags`` lists them first."""
-    return argsort(unary("logical_not", flags, Origin()))[:count]
-
-
-def _count(flags) -> int:
-    """How many elements of bool ``flags`` are true: the sync point."""
-    return int(_sum(flags).item())
+def _true_positions(flags):
+    """The positions (int64, ascending) of the true elements of 1-d bool ``flags``, and how
+    many there are: the count is read back (the sync point), and the stable argsort of ``not
+    flags`` lists the positions first."""
+    count = int(_sum(flags).item()) if flags.shape[0] else 0
+    if not count:
+        return zeros((0,), dt.int64, flags.device), 0
+    return argsort(unary("logical_not", flags, Origin()))[:count], count
 
 
 def nonzero(x, /) -> tuple:
@@ -65,9 +64,7 @@ def nonzero(x, /) -> tuple:
     if not n.shape:
         raise ShapeError("nonzero: needs a tensor of rank >= 1, got a 0-d tensor", origin)
     flags = wrap(n) if n.dtype.is_bool else binary("ne", wrap(n), 0, origin)
-    flat = reshape(flags, (-1,))
-    count = _count(flat) if flat.size else 0
-    pos = _first_true(flat, count) if count else zeros((0,), dt.int64, n.device)
+    pos, _ = _true_positions(reshape(flags, (-1,)))
     out, stride = [], 1
     for d in reversed(n.shape):
         out.append((pos // stride) % d)
@@ -132,32 +129,25 @@ def masked_select(x, mask):
     if tuple(n.shape[:k]) != tuple(m.shape):
         raise ShapeError(f"getitem: a boolean index of shape {m.shape} does not match the "
                          f"leading dimensions of a tensor of shape {n.shape}", origin)
-    flat = reshape(wrap(m), (-1,))
-    count = _count(flat) if flat.size else 0
-    pos = _first_true(flat, count) if count else zeros((0,), dt.int64, n.device)
+    pos, _ = _true_positions(reshape(wrap(m), (-1,)))
     return take(reshape(wrap(n), (-1,) + tuple(n.shape[k:])), pos, axis=0)
 
 
-def _sorted_runs(op: str, x, origin):
-    """``(flat, order, sorted, first, count)`` of ``x`` flattened: its stable ascending order,
-    the sorted values, where each run of equal values starts (nan never equals nan, so each
-    nan is a run of its own; -0.0 equals 0.0), and how many runs there are (read back)."""
+def _runs(op: str, x):
+    """``(flat, order, sorted, first, starts, count)`` of ``x`` flattened: its stable ascending
+    order, the sorted values, where each run of equal values starts (as flags, and as
+    positions in the sorted values: nan never equals nan, so each nan is a run of its own;
+    -0.0 equals 0.0), and how many runs there are (read back)."""
+    origin = Origin()
     n = tensor_node(op, x, origin)
     flat = reshape(wrap(n), (-1,))
     order = argsort(flat)
     s = take(flat, order)
     size = flat.shape[0]
-    if size == 0:
-        return flat, order, s, s != s, 0
-    head = full((1,), True, dt.bool_, n.device)  # the first element starts a run
-    first = concat([head, binary("ne", s[1:], s[:-1], origin)], axis=0) if size > 1 else head
-    return flat, order, s, first, _count(first)
-
-
-def _runs(op: str, x):
-    origin = Origin()
-    flat, order, s, first, count = _sorted_runs(op, x, origin)
-    starts = _first_true(first, count) if count else order[:0]
+    first = full((min(size, 1),), True, dt.bool_, n.device)  # the first element starts a run
+    if size > 1:
+        first = concat([first, binary("ne", s[1:], s[:-1], origin)], axis=0)
+    starts, count = _true_positions(first)
     return flat, order, s, first, starts, count
 
 

@@ -51,9 +51,11 @@ def argsort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = Tr
 
     Runs as one sort kernel per call: a bitonic sorting network (Batcher, "Sorting networks
     and their applications", AFIPS 1968) on each row's positions, one work-group per row,
-    with producers of ``x`` fused into it; rows of any length.
+    with producers of ``x`` fused into it; rows of any length, except on a WebGPU adapter that
+    caps an invocation's loops (Mesa's llvmpipe: a row of 2^18 sorts, one of 2^19 is refused).
 
-    Raises ShapeError for a 0-d ``x`` or an axis out of range."""
+    Raises ShapeError for a 0-d ``x`` or an axis out of range, LoopLimitError (a DeviceError)
+    for a row too long for such an adapter."""
     origin = Origin()
     n, a = _checked("argsort", x, axis, origin)
     return wrap(cast(argsort_node(n, a, descending, origin), dt.int64, origin))
