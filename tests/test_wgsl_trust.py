@@ -650,23 +650,24 @@ def test_pow_of_tiny_bases_by_huge_exponents(rng):
 
 
 def test_pow_is_accurate_where_its_exponent_is_large(rng):
-    """pow(x, y) within 3 ulps wherever the result is finite, for bases of every binade
-    (subnormals included) and |y log2 x| up to 150, where one float t = y log2 x would be 70
-    ulps off (pow(1e10, 3) gave 9.9999586e29)."""
+    """pow(x, y) within 4 ulps wherever the result is finite (the documented 3.8 of
+    ``codegen.wgsl_functions``; 3.8 is met at the last pair here, random pairs rarely pass 3),
+    for bases of every binade (subnormals included) and |y log2 x| up to 150, where one float
+    t = y log2 x would be 70 ulps off (pow(1e10, 3) gave 9.9999586e29)."""
     x = np.abs(every_binade(rng, 2000, 253))
     t = rng.uniform(-155.0, 130.0, x.size)
     with np.errstate(all="ignore"):
         y = (t / np.log2(x.astype(np.float64))).astype(np.float32)
     y[~np.isfinite(y)] = 2.5
     x = np.concatenate([x, (1 + rng.uniform(-1e-3, 1e-3, 20000)).astype(np.float32),
-                        np.float32([1e10, 3.0, 10.0, 0.1])])
+                        np.float32([1e10, 3.0, 10.0, 0.1, 1.3917557])])
     y = np.concatenate([y, rng.uniform(-1e5, 1e5, 20000).astype(np.float32),
-                        np.float32([3.0, 80.0, 38.0, -38.0])])
+                        np.float32([3.0, 80.0, 38.0, -38.0, 251.5807])])
     got = (lb.tensor(x, device=DEV) ** lb.tensor(y, device=DEV)).numpy()
     with np.errstate(all="ignore"):
         want = np.power(x.astype(np.float64), y.astype(np.float64))
-    assert_within_ulps(got, x, want, 3.0)
-    compare(lambda a: a ** 3.0, x[-4:], rtol=2e-7)
+    assert_within_ulps(got, x, want, 4.0)
+    compare(lambda a: a ** 3.0, x[-5:-1], rtol=2e-7)
 
 
 def test_float_mod_of_the_largest_values(rng):
