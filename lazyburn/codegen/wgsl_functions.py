@@ -17,14 +17,13 @@ arguments for the others; the WebGPU tests assert them): exp 1.3, exp2 1.2, expm
 sigmoid 2.6, sin 2.1, cos 2.1, tan 2.9, pow 3.8 (for every base, subnormals included, wherever the
 result is finite: 2.6 over 8 million random pairs with |y log2 x| up to 150, 3.4 over 48 million
 with y within 100 ulps of such pairs, 3.6 over 64 million with mantissas near the ends of the
-reduced range, and 3.8 at x = 1.3917557, y = 251.5807, which a random test met), log10 1.0
-(of the correctly rounded result, over 500000 arguments from every binade, subnormals included;
-exact at the powers of ten), asin 2.4, acos 1.3, atan 2.3,
-atan2 2.6, sinh 1.7, cosh 1.5, asinh 4.7, acosh 4.6, atanh 4.5 (the last three are lb_log1p's
-error near 0.5, where it changes formulas; 2^20 to 2^22 arguments from each of: random bit
-patterns, every binade, [-1, 1], the approach to +-1, [-10, 10], [1, 5], [80, 95]). Subnormal
-results are kept (the scaling
-by 2^k is two exact steps), and -0 stays -0 through the odd functions. None of them relies on a
+reduced range, and 3.8 at x = 1.3917557, y = 251.5807, which a random test met), log 0.9,
+log2 0.9, log10 1.0 (of the correctly rounded result, over 500000 arguments from every binade,
+subnormals included; exact at the powers of ten), log1p 2.8, asin 2.4, acos 1.3, atan 2.3,
+atan2 2.6, sinh 1.7, cosh 1.5, asinh 3.7, acosh 3.6, atanh 3.5 (the last three are lb_log1p's
+error on its series; 2^20 to 2^22 arguments from each of: random bit patterns, every binade,
+[-1, 1], the approach to +-1, [-10, 10], [1, 5], [80, 95]). Subnormal results are kept (the
+scaling by 2^k is two exact steps), and -0 stays -0 through the odd functions. None of them relies on a
 fused multiply-add (lavapipe's ``fma`` rounds twice): exact products are of 12-bit halves, and the
 reduction of sin, cos and tan is integer arithmetic (``lb_rem_pio2``). They have no loops and no
 branches. What this costs on lavapipe, per call (2 CPU cores; the driver's built-in in
@@ -365,42 +364,26 @@ fn lb_floordiv_f32(a: f32, b: f32) -> f32 {
 """, ("lb_fmod", "lb_copysign", "lb_isnan"))
 
 # math: built-ins guarded outside their domain, and what WGSL lacks ------------------------------
-_define("lb_log", f"""
-fn lb_log(x: f32) -> f32 {{
-    if (x < 0.0f || lb_isnan(x)) {{ return {NAN}; }}
-    if (x == 0.0f) {{ return -{INF}; }}
-    // subnormals scaled into the normal range first (drivers may flush them)
-    if (x < 1.1754943508222875e-38f) {{ return log(x * 16777216.0f) - 16.635532333438686f; }}
-    return log(x);
-}}
-""", ("lb_isnan",))
-_define("lb_log2", f"""
-fn lb_log2(x: f32) -> f32 {{
-    if (x < 0.0f || lb_isnan(x)) {{ return {NAN}; }}
-    if (x == 0.0f) {{ return -{INF}; }}
-    // subnormals scaled into the normal range first (drivers may flush them)
-    if (x < 1.1754943508222875e-38f) {{ return log2(x * 16777216.0f) - 24.0f; }}
-    return log2(x);
-}}
-""", ("lb_isnan",))
-_define("lb_log10", f"""
-// fdlibm's log10f (FreeBSD e_log10f.c and k_logf.h, after Sun's 1993 original), within one
-// ulp: x = 2^k m, m in [sqrt(2)/2, sqrt(2)), f = m - 1; log(1 + f) = f - f^2/2 + s (f^2/2 + R)
-// with s = f / (2 + f) and R a polynomial in s^2; the part f - f^2/2 cut to its top 12
-// significant bits (hi) so that hi times the first half of 1/ln(10) and k times the first
-// half of log10(2) are exact, the rest summed from the smallest term up. No step needs a fused
-// multiply-add, and no pattern lavapipe folds: (f - hi) is exact, not an (a + b) - b.
-fn lb_log10(x: f32) -> f32 {{
+# log, log2 and log10 are fdlibm's logf, log2f and log10f (FreeBSD e_logf.c, e_log2f.c,
+# e_log10f.c and k_logf.h, after Sun's 1993 originals), each within one ulp. The drivers' own log
+# is only absolutely accurate: lavapipe's log(0.9999999) was a million ulps off, and its log near
+# 0.946 eight. No step needs a fused multiply-add, and no pattern lavapipe folds: (f - hi) is
+# exact, not an (a + b) - b.
+_define("lb_log_parts", """
+// x = 2^k m, m in [sqrt(2)/2, sqrt(2)), f = m - 1; log(1 + f) = f - f^2/2 + s (f^2/2 + R) with
+// s = f / (2 + f) and R a polynomial in s^2. Returns (k, f, f^2/2, s (f^2/2 + R)) for a
+// positive finite x, subnormals included (normalized on the bits: a driver may flush them).
+fn lb_log_parts(x: f32) -> vec4<f32> {
     let ux = bitcast<u32>(x);
-    // a subnormal normalized on the bits (a driver may flush it in float arithmetic): its
-    // leading one shifted to the implicit bit, with exponent field 1, and 2^-s put in k
+    // a subnormal's leading one shifted to the implicit bit, with exponent field 1, and 2^-s
+    // put in k
     let sub = ux < 0x00800000u;
     let shift = countLeadingZeros(ux) - 8u;
     let hx = select(ux, ((ux << shift) & 0x007fffffu) | 0x00800000u, sub);
     let bits = hx & 0x007fffffu;
     let i = (bits + 0x4afb0du) & 0x800000u;
     let m = bitcast<f32>(bits | (i ^ 0x3f800000u));
-    let y = f32(i32(hx >> 23u) - 127i + i32(i >> 23u) - select(0i, i32(shift), sub));
+    let k = f32(i32(hx >> 23u) - 127i + i32(i >> 23u) - select(0i, i32(shift), sub));
     let f = m - 1.0f;
     let hfsq = 0.5f * f * f;
     let s = f / (2.0f + f);
@@ -408,15 +391,44 @@ fn lb_log10(x: f32) -> f32 {{
     let w = z * z;
     let r = s * (hfsq + (z * (0.66666662693f + w * 0.28498786688f) +
                          w * (0.40000972152f + w * 0.24279078841f)));
-    let hi = bitcast<f32>(bitcast<u32>(f - hfsq) & 0xfffff000u);
-    let lo = ((f - hi) - hfsq) + r;
-    let v = (((y * 7.9034151668e-07f + (lo + hi) * -3.1689971365e-05f) + lo * 4.3432617188e-01f)
-             + hi * 4.3432617188e-01f) + y * 3.0102920532e-01f;
-    // +inf is itself; nan and every x < 0 (sign bit set, zero aside) give nan; +-0 -inf
-    let special = select(v, x, ux == 0x7f800000u);
-    return select(select(special, {NAN}, ux > 0x7f800000u), -{INF}, (ux & 0x7fffffffu) == 0u);
-}}
+    return vec4<f32>(k, f, hfsq, r);
+}
 """)
+# +inf is itself; nan and every x < 0 (sign bit set, zero aside) give nan; +-0 gives -inf
+_LOG_SPECIALS = f"""    let ux = bitcast<u32>(x);
+    let special = select(v, x, ux == 0x7f800000u);
+    return select(select(special, {NAN}, ux > 0x7f800000u), -{INF}, (ux & 0x7fffffffu) == 0u);"""
+_define("lb_log", f"""
+// k ln 2 in two parts, the first (0.693138, 16 bits) exact times any k
+fn lb_log(x: f32) -> f32 {{
+    let p = lb_log_parts(x);
+    let v = p.x * 6.9313812256e-01f - ((p.z - (p.w + p.x * 9.0580006145e-06f)) - p.y);
+{_LOG_SPECIALS}
+}}
+""", ("lb_log_parts",))
+# f - f^2/2 cut to its top 12 significant bits (hi), so that hi times the first half of
+# 1/ln(2) or 1/ln(10), and k times the first half of log10(2), are exact; the rest summed from
+# the smallest term up
+_define("lb_log2", f"""
+fn lb_log2(x: f32) -> f32 {{
+    let p = lb_log_parts(x);
+    let hi = bitcast<f32>(bitcast<u32>(p.y - p.z) & 0xfffff000u);
+    let lo = ((p.y - hi) - p.z) + p.w;
+    let v = (((lo + hi) * -1.7605285393e-04f + lo * 1.4428710938e+00f) + hi * 1.4428710938e+00f)
+            + p.x;
+{_LOG_SPECIALS}
+}}
+""", ("lb_log_parts",))
+_define("lb_log10", f"""
+fn lb_log10(x: f32) -> f32 {{
+    let p = lb_log_parts(x);
+    let hi = bitcast<f32>(bitcast<u32>(p.y - p.z) & 0xfffff000u);
+    let lo = ((p.y - hi) - p.z) + p.w;
+    let v = (((p.x * 7.9034151668e-07f + (lo + hi) * -3.1689971365e-05f)
+              + lo * 4.3432617188e-01f) + hi * 4.3432617188e-01f) + p.x * 3.0102920532e-01f;
+{_LOG_SPECIALS}
+}}
+""", ("lb_log_parts",))
 _define("lb_sqrt", f"""
 fn lb_sqrt(x: f32) -> f32 {{
     if (x < 0.0f || lb_isnan(x)) {{ return {NAN}; }}
@@ -441,11 +453,11 @@ fn lb_log1p(x: f32) -> f32 {{
     let s = x / (2.0f + x);
     let z = s * s;
 {_horner("z", _ATANH_SERIES, "p", "    ")}
-    var r = select(log(1.0f + x), 2.0f * s * p, (x > -0.333f) & (x < 0.5f));
+    var r = select(lb_log(1.0f + x), 2.0f * s * p, (x > -0.333f) & (x < 0.5f));
     r = select(r, -{INF}, x == -1.0f);
     return select(r, {NAN}, (x < -1.0f) | lb_isnan(x));
 }}
-""", ("lb_isnan",))
+""", ("lb_log", "lb_isnan"))
 _define("lb_erf", f"""
 fn lb_erf(x: f32) -> f32 {{
     let ax = abs(x);
