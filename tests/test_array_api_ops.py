@@ -301,3 +301,28 @@ def test_numpy_names_of_the_inverse_functions():
                              ("arcsinh", "asinh"), ("arccosh", "acosh"),
                              ("arctanh", "atanh"), ("arctan2", "atan2")):
         assert getattr(lb, numpy_name) is getattr(lb, name)
+
+
+def test_floor_divide_at_infinities_is_the_standards(device, rng):
+    """floor_divide is NumPy's except where an operand is infinite, where the array API's
+    special cases give x1 / x2: +-inf // finite is +-inf by the signs (NumPy: nan), finite //
+    +-inf is a zero of the quotient's sign (NumPy: -1 where the signs differ), inf // inf nan.
+    Every pair of special values and random pairs; the remainder stays NumPy's."""
+    for dtype in floats(device):
+        a, b = pairs(rng, dtype)
+        ta, tb = lb.tensor(a, device=device), lb.tensor(b, device=device)
+        got, rem = (ta // tb).numpy(), (ta % tb).numpy()
+        with np.errstate(all="ignore"):
+            inf = np.isinf(a) | np.isinf(b)
+            want = np.where(inf, a / b, np.floor_divide(a, b))
+            np.testing.assert_array_equal(rem, np.remainder(a, b))
+        np.testing.assert_array_equal(got, want)
+        zero = want == 0
+        np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]))
+        cases = [(np.inf, 2.0, np.inf), (np.inf, -2.0, -np.inf), (-np.inf, 2.0, -np.inf),
+                 (-np.inf, -2.0, np.inf), (1.0, np.inf, 0.0), (1.0, -np.inf, -0.0),
+                 (-1.0, np.inf, -0.0), (-1.0, -np.inf, 0.0), (np.inf, np.inf, np.nan)]
+        x1, x2, expected = (np.array(c, np_dtype(dtype)) for c in zip(*cases))
+        got = (lb.tensor(x1, device=device) // lb.tensor(x2, device=device)).numpy()
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(np.signbit(got[:-1]), np.signbit(expected[:-1]))

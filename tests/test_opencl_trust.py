@@ -338,9 +338,9 @@ def test_float_floor_division_and_remainder():
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_floor_division_by_special_constants(rng, dtype):
-    """NumPy's floor_divide and remainder with a constant operand: x // nan is nan, x // +-inf
-    is 0, -0.0 or -1 by the signs, inf // x is nan, and the zeros keep NumPy's signs. Alone
-    and read into a sum over rows."""
+    """The array API's floor_divide and NumPy's remainder with a constant operand: x // nan is
+    nan, x // +-inf is 0 or -0 by the signs (NumPy: -1 where they differ), inf // x is +-inf
+    (NumPy: nan), and the zeros keep their signs. Alone and read into a sum over rows."""
     with np.errstate(over="ignore"):
         x = with_specials(rng, 256).astype(NP_FLOAT[dtype])
     consts = (NAN, INF, -INF, 0.0, -0.0, 3e38)

@@ -132,14 +132,15 @@ FLOAT_KEYS = {
 }
 
 
-# float helpers following NumPy's npy_divmod (floor division and remainder of floats)
+# float helpers following NumPy's npy_divmod (floor division and remainder of floats); the
+# floor division is a / b where an operand is infinite, as the array API has it
 FLOAT_DIVMOD = r"""
 static inline {T} lb_fmod_floor_{T}({T} a, {T} b) {{
     {T} m = fmod(a, b);
     return (m != 0 && ((b < 0) != (m < 0))) ? m + b : (m == 0 ? copysign(({T})0, b) : m);
 }}
 static inline {T} lb_floordiv_{T}({T} a, {T} b) {{
-    if (b == 0) return a / b;
+    if (b == 0 || isinf(a) || isinf(b)) return a / b;
     {T} m = fmod(a, b);
     {T} d = (a - m) / b;
     if (m != 0 && ((b < 0) != (m < 0))) d -= 1;

@@ -26,7 +26,11 @@ def lb_floordiv_float(a, b, m, F32: tl.constexpr):
     f = tl.floor(d)
     f = tl.where(d - f > 0.5, f + 1.0, f)
     f = tl.where(d == 0, q * 0.0, f)  # copysign(0, a / b)
-    return tl.where(b == 0, q, f)
+    # a / b where b is 0 or an operand infinite (the array API's inf // 2 = inf, 1 // -inf = -0);
+    # one test a where: either operand may be a literal, whose tests are Python bools
+    f = tl.where(b == 0, q, f)
+    f = tl.where((a == float("inf")) | (a == float("-inf")), q, f)
+    return tl.where((b == float("inf")) | (b == float("-inf")), q, f)
 '''),
     # a zero remainder takes the divisor's sign (a zero divisor gives fmod's NaN)
     "lb_mod_float": ((), '''

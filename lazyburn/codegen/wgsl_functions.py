@@ -350,10 +350,11 @@ fn lb_mod_f32(a: f32, b: f32) -> f32 {
 }
 """, ("lb_fmod", "lb_copysign", "lb_isnan"))
 _define("lb_floordiv_f32", """
-// NumPy's floor_divide (npy_divmod).
+// NumPy's floor_divide (npy_divmod), but a / b where an operand is infinite, as the array API
+// has it (inf // 2 = inf, 1 // -inf = -0)
 fn lb_floordiv_f32(a: f32, b: f32) -> f32 {
     let m = lb_fmod(a, b);
-    if (b == 0.0f) { return a / b; }
+    if (b == 0.0f || lb_isinf(a) || lb_isinf(b)) { return a / b; }
     if (lb_isnan(m)) { return m; }
     var d = (a - m) / b;
     if (!(m == 0.0f) && ((b < 0.0f) != (m < 0.0f))) { d = d - 1.0f; }
@@ -361,7 +362,7 @@ fn lb_floordiv_f32(a: f32, b: f32) -> f32 {
     let f = floor(d);
     return select(f, f + 1.0f, d - f > 0.5f);
 }
-""", ("lb_fmod", "lb_copysign", "lb_isnan"))
+""", ("lb_fmod", "lb_copysign", "lb_isnan", "lb_isinf"))
 
 # math: built-ins guarded outside their domain, and what WGSL lacks ------------------------------
 # log, log2 and log10 are fdlibm's logf, log2f and log10f (FreeBSD e_logf.c, e_log2f.c,

@@ -104,7 +104,13 @@ INT_BINARY = {
     "floordiv": _int_div(np.floor_divide), "mod": _int_div(np.remainder), "pow": _int_pow,
     "left_shift": _shift(np.left_shift, True), "right_shift": _shift(np.right_shift, False),
 }
-FLOAT_BINARY = {"floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power}
+def _float_floordiv(a, b):
+    # the array API's floor_divide: NumPy's (npy_divmod) except where an operand is infinite,
+    # there a / b (inf // 2 is inf, not nan; 1 // -inf is -0, not -1)
+    return np.where(np.isinf(a) | np.isinf(b), np.true_divide(a, b), np.floor_divide(a, b))
+
+
+FLOAT_BINARY = {"floordiv": _float_floordiv, "mod": np.remainder, "pow": np.power}
 
 # the same programs the fused kernels run (bit-identical: see codegen.philox)
 RANDOM = {"random_uniform": philox.UNIFORM, "random_normal": philox.NORMAL}
