@@ -239,6 +239,27 @@ def test_tensors_taken_before_keep_the_old_value(device, rng):
     assert alias.numpy()[0, 0] == 3.0
 
 
+def test_copies_keep_their_value_and_asarray_shares_as_numpys(device, rng):
+    """``asarray(x, copy=True)`` and ``tensor(x)`` keep x's value through a later assignment
+    to x; ``asarray(x)`` (copy None or False) is x itself, as NumPy's asarray of an array is;
+    copy=False where the dtype needs a copy raises ValueError."""
+    host = normal(rng, (3, 5))
+    x = lb.asarray(host.copy(), device=device)
+    copies = [lb.asarray(x, copy=True), lb.tensor(x), lb.asarray(x, dtype=x.dtype, copy=True)]
+    shared = [lb.asarray(x), lb.asarray(x, copy=False)]
+    x[-3] = 0.0
+    for c in copies:
+        assert c is not x
+        np.testing.assert_array_equal(c.numpy(), host)
+    expected = host.copy()
+    expected[-3] = 0.0
+    for s in shared:
+        assert s is x
+        np.testing.assert_array_equal(s.numpy(), expected)
+    with pytest.raises(ValueError, match="copy=False"):
+        lb.asarray(x, dtype="int32", copy=False)
+
+
 def test_autograd_through_assignment(rng):
     host, value = normal(rng, (6,), "float64"), normal(rng, (3,), "float64")
     w = lb.asarray(host, device="numpy", requires_grad=True)

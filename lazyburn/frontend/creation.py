@@ -30,6 +30,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     if is_tensor(data):
         out = data.to(device) if device is not None else data
         out = out.astype(dtype) if dtype is not None else out
+        if out is data:  # a Tensor of its own: an item assignment to ``data`` leaves it as it is
+            out = wrap(data.node)
     else:
         out = wrap(from_host(data, dtype, device, origin))
     return _leaf(out) if requires_grad else out
@@ -44,8 +46,11 @@ def _leaf(t):
 def asarray(obj, dtype=None, device=None, copy=None, requires_grad=False):
     """Array-API ``asarray``: like ``tensor``, but host memory is shared where it can be, as
     ``numpy.asarray`` and ``torch.from_numpy`` share it. A Tensor on the same device with the
-    same dtype is returned as it is (tensors are immutable, so no copy is ever needed), unless
-    ``requires_grad`` asks for a new leaf.
+    same dtype is returned as it is with ``copy=None`` or ``False`` (so an item assignment to
+    one is seen through the other, as with NumPy's ``asarray``), unless ``requires_grad`` asks
+    for a new leaf; ``copy=True`` gives a Tensor of its own (no data is copied: the value is
+    shared until one of them is assigned to), and ``copy=False`` raises ValueError where
+    another dtype or device needs a copy.
 
     Host data with ``copy=None`` (the default): on a device that computes in host memory (the
     NumPy device, an OpenCL CPU device) a C-contiguous, aligned array already of the tensor's
@@ -56,6 +61,16 @@ def asarray(obj, dtype=None, device=None, copy=None, requires_grad=False):
     ``copy=False`` raises ValueError where sharing is impossible (another dtype, a layout that
     is not C-contiguous, a list, a device with its own memory)."""
     if is_tensor(obj):
+        origin = Origin()
+        want_dtype = obj.dtype if dtype is None else resolve_dtype("asarray", dtype, origin)
+        want_device = obj.device if device is None else resolve_device("asarray", device,
+                                                                        origin)
+        same = want_dtype == obj.dtype and want_device == obj.device
+        if copy is False and not same:
+            raise ValueError(f"asarray: a {obj.dtype} tensor as {want_dtype} on {want_device} "
+                             f"needs a copy (copy=False was asked)")
+        if same and not copy and not requires_grad:
+            return obj
         return tensor(obj, dtype=dtype, device=device, requires_grad=requires_grad)
     out = wrap(from_host(obj, dtype, device, Origin(), copy=copy))
     return _leaf(out) if requires_grad else out
