@@ -326,3 +326,24 @@ def test_floor_divide_at_infinities_is_the_standards(device, rng):
         got = (lb.tensor(x1, device=device) // lb.tensor(x2, device=device)).numpy()
         np.testing.assert_array_equal(got, expected)
         np.testing.assert_array_equal(np.signbit(got[:-1]), np.signbit(expected[:-1]))
+
+
+def test_integer_arrays_on_several_axes_select_points(device, rng):
+    """NumPy's advanced indexing with arrays on several axes (host arrays and tensors, negative
+    indices, ints and None among them): the arrays broadcast together and select points, their
+    dimensions where the first array stood when the advanced indices are adjacent, leading
+    otherwise; the gather reads a producer fused on read."""
+    x = rng.standard_normal((4, 5, 6, 3)).astype(np.float32)
+    i1, i2 = rng.integers(-4, 4, (2, 3)), rng.integers(-5, 5, (3,))
+    i3 = rng.integers(-6, 6, (2, 1))
+    t = lb.tensor(x, device=device)
+    for key in [(i1, i2), (i1, i2, i3), (i1, slice(None), i3), (0, i2, i3), (i1, 1, i3),
+                (slice(1, 3), i2, i3), (Ellipsis, i3, [0, 2, 1]), (None, i1, i2),
+                (i1, None, i2), (i1, slice(None), None, i3), ([1, 2], [0, -1], [3, 4]),
+                (np.array(2), i2), (i1[:, :1], i2, slice(None, None, -1))]:
+        got = t[key].numpy()
+        assert got.shape == x[key].shape, key
+        np.testing.assert_array_equal(got, x[key])
+    ti, tj = lb.tensor(i1, device=device), lb.tensor(i2.astype(np.int32), device=device)
+    got = (t * 2 + 1)[ti, tj].sum(-1).numpy()
+    np.testing.assert_allclose(got, (x * 2 + 1)[i1, i2].sum(-1), rtol=1e-6, atol=1e-6)

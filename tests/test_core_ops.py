@@ -753,10 +753,12 @@ def test_broadcast_expand_squeeze(data, dtype, shape, layout, seed):
 
 @st.composite
 def index_key(draw, shape):
-    """A random index: ints, slices with any step, None, one Ellipsis and at most one integer
-    array (a list, a NumPy array or a Tensor)."""
+    """A random index: ints, slices with any step, None, one Ellipsis and integer arrays (a
+    list, a NumPy array or a Tensor) on any axes, of one length or 1 (or 2 x 2 where the length
+    is 2), so that they broadcast together."""
     key, dim = [], 0
-    array_used = after_ellipsis = False
+    after_ellipsis = False
+    length = draw(st.integers(0, 4))
     ellipsis_at = draw(st.none() | st.integers(0, len(shape)))
     while dim < len(shape):
         if ellipsis_at is not None and dim == ellipsis_at:
@@ -776,12 +778,12 @@ def index_key(draw, shape):
             continue
         if kind == "int" and size:
             key.append(draw(st.integers(-size, size - 1)))
-        elif kind == "array" and size and not array_used:
-            array_used = True
-            idx = draw(st.lists(st.integers(-size, size - 1), min_size=0, max_size=4))
+        elif kind == "array" and size:
+            n = draw(st.sampled_from([length, 1]))
+            idx = draw(st.lists(st.integers(-size, size - 1), min_size=n, max_size=n))
             form = draw(st.sampled_from(["list", "ndarray", "tensor", "2d"]))
-            if form == "2d" and len(idx) >= 2:
-                idx = np.array(idx[:2] * 2).reshape(2, 2)
+            if form == "2d" and len(idx) == 2:
+                idx = np.array(idx * 2).reshape(2, 2)
                 form = "ndarray"
             key.append(np.array(idx, dtype=np.int64) if form == "ndarray" else
                        lb.tensor(np.array(idx, dtype=np.int32)) if form == "tensor" else idx)
@@ -821,7 +823,11 @@ def test_getitem_mixed_int_and_array_positions_follow_numpy():
     x = lb.tensor(host)
     for key in [(0, slice(None), [1, 2]), ([1, 2], slice(None), 0), (slice(None), [1, 0], 2),
                 (1, [0, 3]), (Ellipsis, [4, 0]), (None, 2, slice(None), [1, 1]),
-                (slice(None), 0, Ellipsis, [0]), (0, 1, Ellipsis, [0, 2]), (0, [1], Ellipsis)]:
+                (slice(None), 0, Ellipsis, [0]), (0, 1, Ellipsis, [0, 2]), (0, [1], Ellipsis),
+                # arrays on several axes: points, where the first stood or leading
+                ([2, 0], [1, -1]), ([[0], [2]], [3, 1, 0], [4, 0, 2]), ([1, 2], slice(None), [0, 4]),
+                (0, [1, 3], [2, 2]), ([1], 2, [4, 0]), (slice(1, None), [3, 0], [-1, 1]),
+                (None, [2, 1], None, [0, 3]), (Ellipsis, [0, 3], [1, 4]), (np.array(1), [0, 2])]:
         np.testing.assert_array_equal(x[key].numpy(), host[_numpy_key(key)], err_msg=str(key))
 
 

@@ -538,10 +538,47 @@ def take_along_axis(x, indices, axis=-1):
     return record("take_along_axis", (n, idx), (a,), ishape, n.dtype, n.device, origin)
 
 
+def _take_points(m: Node, arrays, origin):
+    """``m`` gathered at the points that integer-array indices on several axes give (NumPy's
+    advanced indexing): the indices broadcast together to a shape B, the indexed axes are
+    moved to the front and flattened into one, and one ``take`` reads it at the row-major
+    position sum(i_k * stride_k). Returns the gathered node, of shape B + the other axes of
+    ``m`` in order, and B. Each index is wrapped once if negative and clamped into its axis,
+    as ``take``'s are (host arrays were bounds-checked)."""
+    axes = [a for a, _ in arrays]
+    idxs = [_index_node("getitem", k, m.device, origin, m.shape[a]) for a, k in arrays]
+    same_device("getitem", [m] + idxs, origin)
+    for a, idx in zip(axes, idxs):
+        _check_gather("getitem", m, a, idx, origin)
+    points = broadcast_shapes("getitem", *(i.shape for i in idxs), origin=origin)
+
+    def op(name, *inputs, dtype=dt.int64):
+        return node(name, inputs, (), points, dtype, m.device, origin)
+
+    def scalar(v):
+        return rec.const(v, points, dt.int64, m.device, origin)
+    sizes = [m.shape[a] for a in axes]
+    position = scalar(0)
+    for idx, size in zip(idxs, sizes):
+        i = cast(rec.broadcast_to(idx, points, origin), dt.int64, origin)
+        i = op("where", op("lt", i, scalar(0), dtype=dt.bool_), op("add", i, scalar(size)), i)
+        i = op("minimum", op("maximum", i, scalar(0)), scalar(max(size - 1, 0)))
+        position = op("add", op("mul", position, scalar(size)), i)  # Horner: row-major
+    rest = [d for d in range(len(m.shape)) if d not in axes]
+    perm = tuple(axes) + tuple(rest)
+    moved = node("permute", (m,), (perm,), tuple(m.shape[p] for p in perm), m.dtype, m.device,
+                 origin)
+    flat = reshape_node(moved, (prod(sizes),) + tuple(m.shape[d] for d in rest), origin)
+    shape = points + flat.shape[1:]
+    return node("take", (flat, position), (0,), shape, m.dtype, m.device, origin), points
+
+
 def getitem(x, key):
     """``x[key]`` with ints, slices (any step, negative too), None, Ellipsis, and integer
-    arrays on one axis. Raises ShapeError for out-of-bounds ints or too many indices,
-    DTypeError for float or boolean indices."""
+    arrays (NumPy's advanced indexing: arrays on several axes broadcast together and select
+    points; their dimensions stand where the first array stood when the arrays and ints are
+    adjacent in the key, and lead otherwise). Raises ShapeError for out-of-bounds ints or too
+    many indices, DTypeError for float or boolean indices."""
     array_like = (rec.Tensor, np.ndarray, list)
     origin = Origin()
     n = tensor_node("getitem", x, origin)
@@ -565,7 +602,7 @@ def getitem(x, key):
         key = key + (slice(None),) * (nd - consumed)
     starts, steps, counts = [], [], []
     out_shape = []  # result dims: ints drop, None adds, the array index expands
-    array_at, array_key = None, None
+    arrays = []  # (axis, key) of each integer-array index
     dim = 0
     for k in key:
         if k is None:
@@ -595,21 +632,31 @@ def getitem(x, key):
             steps.append(1)
             counts.append(1)
         elif isinstance(k, array_like):
-            if array_at is not None:
-                raise ShapeError("getitem: integer-array indices on more than one axis are not "
-                                 "supported", origin)
-            array_at, array_key = dim, k
+            arrays.append((dim, k))
             starts.append(0)
             steps.append(1)
             counts.append(size)
-            out_shape.append(("array", dim))
+            if len(arrays) == 1:
+                out_shape.append(("array", dim))
         else:
             raise DTypeError(f"getitem: unsupported index {k!r} of type {type(k).__name__}",
                              origin)
         dim += 1
     m = _slice_node(n, starts, steps, tuple(counts), origin)
     array_shape = ()
-    if array_at is not None:
+    if len(arrays) > 1:
+        m, array_shape = _take_points(m, arrays, origin)
+        if max(advanced) - min(advanced) + 1 != len(advanced):
+            out_shape.sort(key=lambda entry: entry[0] != "array")
+        else:  # the broadcast index dimensions where the first array stood
+            first = arrays[0][0]  # the axes of m before the first array's stay in front
+            nb, rest = len(array_shape), len(m.shape) - len(array_shape)
+            perm = (tuple(range(nb, nb + first)) + tuple(range(nb)) +
+                    tuple(range(nb + first, nb + rest)))
+            m = node("permute", (m,), (perm,), tuple(m.shape[p] for p in perm), m.dtype,
+                     m.device, origin)
+    elif arrays:
+        array_at, array_key = arrays[0]
         idx = _index_node("getitem", array_key, m.device, origin, m.shape[array_at])
         same_device("getitem", [m, idx], origin)
         _check_gather("getitem", m, array_at, idx, origin)
