@@ -13,8 +13,8 @@ This module only names the public API; the layers below are described in ARCHITE
 from __future__ import annotations
 
 from . import amp, errors, graph, linalg, optim, runtime
-from .errors import (AutogradError, DeviceError, DTypeError, KernelCompileError,
-                     OutOfMemoryError, ShapeError)
+from .errors import (AutogradError, DeviceError, DTypeError, IndexingError,
+                     KernelCompileError, OutOfMemoryError, ShapeError)
 from .frontend import autograd, random
 from .frontend.amp import GradScaler, autocast
 from .frontend.autograd import enable_grad, is_grad_enabled, no_grad

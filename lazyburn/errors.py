@@ -41,6 +41,12 @@ class ShapeError(LazyburnError, ValueError):
     indices out of bounds."""
 
 
+class IndexingError(ShapeError, IndexError):
+    """An index that does not fit the tensor: out of bounds, too many indices, a boolean mask
+    whose shape is not that of the leading dimensions. Both a ShapeError and Python's
+    IndexError (what NumPy and the array API raise)."""
+
+
 class DTypeError(LazyburnError, TypeError):
     """A dtype the op or the device does not accept (bitwise ops on floats, float64 on a device
     without it, float indices)."""

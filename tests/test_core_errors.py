@@ -10,8 +10,8 @@ import pytest
 
 import lazyburn as lb
 from lazyburn import runtime
-from lazyburn.errors import (DeviceError, DTypeError, KernelCompileError, LazyburnError,
-                             OutOfMemoryError, ShapeError)
+from lazyburn.errors import (DeviceError, DTypeError, IndexingError, KernelCompileError,
+                             LazyburnError, OutOfMemoryError, ShapeError)
 from lazyburn.runtime.numpy_backend import NumpyBackend
 
 pytestmark = pytest.mark.usefixtures("numpy_device")
@@ -147,9 +147,9 @@ def test_float_and_bool_indices(x23):
         lb.take(x23, lb.tensor([0.5]), axis=1)
     check(info, "take", "float32")
     with pytest.raises(DTypeError) as info:
-        x23[True]  # a bool scalar (a boolean mask array selects: tests/test_searching.py)
+        x23[0, True]  # a bool among other indices (a mask alone selects: test_searching.py)
     check(info, "getitem", "bool")
-    with pytest.raises(ShapeError) as info:
+    with pytest.raises(IndexingError) as info:
         x23[np.ones(4, bool)]  # a mask of other dimensions
     check(info, "getitem", "(4,)")
 

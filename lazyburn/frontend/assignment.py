@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import IndexingError
 from ..ir import dtypes as dt
 from ..ir.node import ExactFloat, Node
 from . import record as rec
@@ -28,11 +29,11 @@ def _basic_key(key, shape, origin):
     Raises IndexError for an index out of range, too many indices or a second Ellipsis,
     ValueError for a zero step, TypeError for a non-integer bound."""
     if sum(1 for k in key if k is Ellipsis) > 1:
-        raise IndexError(f"an index can only have a single ellipsis (at {origin})")
+        raise IndexingError("setitem: an index can only have a single ellipsis", origin)
     consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
     if consumed > len(shape):
-        raise IndexError(f"too many indices ({consumed}) for a tensor of shape {shape} "
-                         f"(at {origin})")
+        raise IndexingError(f"setitem: too many indices ({consumed}) for a tensor of shape "
+                            f"{shape}", origin)
     fill = (slice(None),) * (len(shape) - consumed)
     if Ellipsis in key:
         i = key.index(Ellipsis)
@@ -59,12 +60,12 @@ def _basic_key(key, shape, origin):
         elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
             i = int(k)
             if not -size <= i < size:
-                raise IndexError(f"index {i} is out of bounds for axis {d} with size {size} "
-                                 f"(at {origin})")
+                raise IndexingError(f"setitem: index {i} is out of bounds for axis {d} with "
+                                    f"size {size}", origin)
             selection.append((i % size, 1, 1))
         else:
-            raise IndexError(f"only ints, slices, None, Ellipsis and a boolean mask are valid "
-                             f"in an assignment's index, got {k!r} (at {origin})")
+            raise IndexingError(f"setitem: only ints, slices, None, Ellipsis and a boolean mask "
+                                f"are valid in an assignment's index, got {k!r}", origin)
         d += 1
     return selection, tuple(result)
 
@@ -169,8 +170,8 @@ def _mask_key(key, n: Node, origin):
         return None
     same_device("setitem", [n, m], origin)
     if len(m.shape) > len(n.shape) or n.shape[:len(m.shape)] != m.shape:
-        raise IndexError(f"boolean index of shape {m.shape} does not match the indexed "
-                         f"tensor's leading dimensions {n.shape} (at {origin})")
+        raise IndexingError(f"setitem: a boolean index of shape {m.shape} does not match the "
+                            f"indexed tensor's leading dimensions {n.shape}", origin)
     return m
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import runtime
-from ..errors import DeviceError, DTypeError, ShapeError
+from ..errors import DeviceError, DTypeError, IndexingError, ShapeError
 from ..ir import dtypes as dt
 from ..ir.node import ExactFloat, Node
 from ..ir.shapes import broadcast_shapes, infer_reshape, normalize_axes, normalize_axis, prod
@@ -480,8 +480,8 @@ def _index_node(op, indices, device, origin, bound: int | None) -> Node:
         raise DTypeError(f"{op}: indices must be integers, got {arr.dtype}", origin)
     if bound is not None and arr.size and (arr.min() < -bound or arr.max() >= bound):
         bad = arr[(arr < -bound) | (arr >= bound)].flat[0]
-        raise ShapeError(f"{op}: index {bad} is out of bounds for a dimension of size {bound}",
-                         origin)
+        raise IndexingError(f"{op}: index {bad} is out of bounds for a dimension of size "
+                            f"{bound}", origin)
     return rec.from_host(arr.astype(np.int64), dt.int64, device, origin)
 
 
@@ -577,8 +577,10 @@ def getitem(x, key):
     """``x[key]`` with ints, slices (any step, negative too), None, Ellipsis, and integer
     arrays (NumPy's advanced indexing: arrays on several axes broadcast together and select
     points; their dimensions stand where the first array stood when the arrays and ints are
-    adjacent in the key, and lead otherwise). Raises ShapeError for out-of-bounds ints or too
-    many indices, DTypeError for float or boolean indices."""
+    adjacent in the key, and lead otherwise). A boolean mask alone is ``searching.masked_select``.
+    Raises IndexingError (a ShapeError and an IndexError) for out-of-bounds ints or too many
+    indices, ShapeError for arrays that do not broadcast, DTypeError for float indices and a
+    bool among other indices."""
     array_like = (rec.Tensor, np.ndarray, list)
     origin = Origin()
     n = tensor_node("getitem", x, origin)
@@ -593,8 +595,8 @@ def getitem(x, key):
         raise ShapeError("getitem: an index can only have a single ellipsis", origin)
     nd = len(n.shape)
     if consumed > nd:
-        raise ShapeError(f"getitem: too many indices ({consumed}) for a tensor of shape "
-                         f"{n.shape}", origin)
+        raise IndexingError(f"getitem: too many indices ({consumed}) for a tensor of shape "
+                            f"{n.shape}", origin)
     if Ellipsis in [k for k in key if not isinstance(k, array_like)]:
         i = next(j for j, k in enumerate(key) if k is Ellipsis)
         key = key[:i] + (slice(None),) * (nd - consumed) + key[i + 1:]
@@ -626,8 +628,8 @@ def getitem(x, key):
         elif isinstance(k, (int, np.integer)):
             i = int(k)
             if not -size <= i < size:
-                raise ShapeError(f"getitem: index {i} is out of bounds for axis {dim} with size "
-                                 f"{size} (shape {n.shape})", origin)
+                raise IndexingError(f"getitem: index {i} is out of bounds for axis {dim} with "
+                                    f"size {size} (shape {n.shape})", origin)
             starts.append(i % size)
             steps.append(1)
             counts.append(1)

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import IndexingError, ShapeError
 from ..ir import dtypes as dt
 from .creation import arange, full, zeros
 from .elementwise import astype, binary, result_type, unary
@@ -111,24 +111,37 @@ def searchsorted(x1, x2, /, *, side: str = "left", sorter=None):
 
 
 def is_mask(key) -> bool:
-    """Whether ``key`` is a boolean mask index (a bool Tensor or NumPy array of rank >= 1)."""
+    """Whether ``key`` is a boolean index: a bool, or a bool Tensor or NumPy array."""
+    if isinstance(key, (bool, np.bool_)):
+        return True
     if isinstance(key, np.ndarray):
-        return key.dtype == np.bool_ and key.ndim >= 1
-    return is_tensor(key) and key.dtype == dt.bool_ and key.ndim >= 1
+        return key.dtype == np.bool_
+    return is_tensor(key) and key.dtype == dt.bool_
 
 
 def masked_select(x, mask):
     """``x[mask]`` for a boolean ``mask`` of the shape of ``x``'s leading dimensions: the
     elements (or sub-arrays) where ``mask`` is true, in row-major order, as one dimension
-    (NumPy's boolean indexing). A sync point (the count). Raises ShapeError when ``mask``'s
-    shape is not that of ``x``'s leading dimensions."""
+    (NumPy's boolean indexing). A 0-d mask (or a bool) adds that dimension with length 1 or 0:
+    ``x[True]`` is ``x[None]``, ``x[False]`` has shape ``(0,) + x.shape``. A sync point (the
+    count; for a 0-d mask Tensor, its value). Raises IndexingError when ``mask``'s shape is not
+    that of ``x``'s leading dimensions (as NumPy, an empty mask may have 0 where ``x`` has
+    another length)."""
     origin = Origin()
     n = tensor_node("getitem", x, origin)
     m = tensor_node("getitem", mask, origin, device=n.device)
     k = len(m.shape)
-    if tuple(n.shape[:k]) != tuple(m.shape):
-        raise ShapeError(f"getitem: a boolean index of shape {m.shape} does not match the "
-                         f"leading dimensions of a tensor of shape {n.shape}", origin)
+    lead = tuple(n.shape[:k])
+    if k > len(n.shape) or any(a != b and not (b == 0 and m.size == 0)
+                               for a, b in zip(lead, m.shape)):
+        raise IndexingError(f"getitem: a boolean index of shape {m.shape} does not match the "
+                            f"leading dimensions of a tensor of shape {n.shape}", origin)
+    if k == 0:
+        if bool(wrap(m).item()):
+            return reshape(wrap(n), (1,) + tuple(n.shape))
+        return zeros((0,) + tuple(n.shape), dtype=n.dtype, device=n.device)
+    if m.size == 0:
+        return zeros((0,) + tuple(n.shape[k:]), dtype=n.dtype, device=n.device)
     pos, _ = _true_positions(reshape(wrap(m), (-1,)))
     return take(reshape(wrap(n), (-1,) + tuple(n.shape[k:])), pos, axis=0)
 
