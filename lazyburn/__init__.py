@@ -34,13 +34,13 @@ from .frontend.conv import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_m
                             avg_pool1d, avg_pool2d, conv1d, conv2d, conv_transpose1d,
                             conv_transpose2d, max_pool1d, max_pool2d)
 from .frontend.movement import (broadcast_to, concat, expand_dims, flatten, flip, index_select,
-                                matrix_transpose, pad, permute_dims, repeat, reshape, squeeze,
+                                matrix_transpose, pad, permute_dims, reshape, squeeze,
                                 stack, take, take_along_axis, tile, transpose, unsqueeze)
 from .frontend.random import Generator, default_rng, manual_seed
 from .frontend.reduction import (all, any, argmax, argmin, logsumexp, max, mean, min, prod, std,
                                  sum, var)
 from .frontend.replay import jit
-from .frontend.searching import (nonzero, searchsorted, unique_all, unique_counts,
+from .frontend.searching import (nonzero, repeat, searchsorted, unique_all, unique_counts,
                                  unique_inverse, unique_values)
 from .frontend.sorting import argsort, sort
 from .frontend.tensor import Tensor

@@ -123,3 +123,21 @@ def test_searchsorted_matches_numpy(device, rng):
         lb.searchsorted(lb.asarray(np.ones((2, 2), np.float32), device=device), empty)
     with pytest.raises(ValueError, match="side"):
         lb.searchsorted(lb.asarray(a, device=device), empty, side="middle")
+
+
+def test_repeat_by_an_array_of_counts(device, rng):
+    """repeat with a count per element (a tensor or host array, or one count for all) along
+    an axis and flattened, zero counts included, as NumPy's; a negative count is a ValueError,
+    counts of another length a ShapeError."""
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    t = lb.asarray(x, device=device)
+    for counts, axis in [(rng.integers(0, 4, 5), 0), (rng.integers(0, 3, 4), 1),
+                         (np.array([3]), 1), (np.zeros(5, np.int64), 0),
+                         (rng.integers(0, 3, 20), None)]:
+        _same(lb.repeat(t, lb.asarray(counts.astype(np.int32), device=device), axis=axis),
+              np.repeat(x, counts, axis=axis))
+        _same(lb.repeat(t, counts, axis=axis), np.repeat(x, counts, axis=axis))
+    with pytest.raises(ValueError, match="non-negative"):
+        lb.repeat(t, np.array([1, -1, 0, 0, 2]), axis=0)
+    with pytest.raises(lb.ShapeError, match="length 5"):
+        lb.repeat(t, np.array([1, 2]), axis=0)

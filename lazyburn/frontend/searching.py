@@ -1,6 +1,7 @@
 """The array API's searching and set functions (2024.12): ``searchsorted``, and those whose
-result sizes depend on the data: ``nonzero``, boolean-mask reads and the set functions
-``unique_values``, ``unique_counts``, ``unique_inverse`` and ``unique_all``.
+result sizes depend on the data: ``nonzero``, boolean-mask reads, ``repeat`` by a tensor of
+counts and the set functions ``unique_values``, ``unique_counts``, ``unique_inverse`` and
+``unique_all``.
 
 Each of the latter is a sync point: it records the work up to the count it needs (how many
 elements are nonzero, how many values are distinct), reads that one number back, and records
@@ -15,13 +16,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import IndexingError, ShapeError
+from ..errors import DTypeError, IndexingError, ShapeError
 from ..ir import dtypes as dt
+from ..ir.shapes import normalize_axis
+from . import movement
 from .creation import arange, full, zeros
 from .elementwise import astype, binary, result_type, unary
-from .movement import concat, reshape, take
+from .movement import broadcast_to, concat, reshape, stack, take
 from .record import Origin, is_tensor, tensor_node, wrap
 from .reduction import cumulative_sum
+from .reduction import min as _min
 from .reduction import sum as _sum
 from .sorting import argsort
 
@@ -144,6 +148,45 @@ def masked_select(x, mask):
         return zeros((0,) + tuple(n.shape[k:]), dtype=n.dtype, device=n.device)
     pos, _ = _true_positions(reshape(wrap(m), (-1,)))
     return take(reshape(wrap(n), (-1,) + tuple(n.shape[k:])), pos, axis=0)
+
+
+def repeat(x, repeats, /, *, axis=None):
+    """Each element of ``x`` repeated along ``axis`` (``x`` flattened when None): ``repeats``
+    times if it is an int, else ``repeats[i]`` times for element ``i`` (an integer array of
+    the axis's length, or of length 1). The array API's ``repeat``; NumPy's for ints and
+    arrays alike.
+
+    An int records no sync point; an array of counts is one: the total length is read back,
+    and the source of each output position is where it falls among the running totals of the
+    counts (``searchsorted``, a sort on the device). Raises
+    ShapeError for counts of another length, ValueError for a negative count, DTypeError for
+    counts that are not integers."""
+    if isinstance(repeats, (int, np.integer)) and not isinstance(repeats, (bool, np.bool_)):
+        return movement.repeat(x, repeats, axis=axis)
+    origin = Origin()
+    n = tensor_node("repeat", x, origin)
+    counts = tensor_node("repeat", repeats, origin, device=n.device)
+    if not counts.dtype.is_int:
+        raise DTypeError(f"repeat: repeats must be integers, got {counts.dtype}", origin)
+    if axis is None:
+        n, a = reshape(wrap(n), (-1,)).node, 0
+    else:
+        a = normalize_axis("repeat", axis, n.shape, origin)
+    length = n.shape[a]
+    if len(counts.shape) != 1 or counts.shape[0] not in (1, length):
+        raise ShapeError(f"repeat: repeats of shape {counts.shape} for an axis of length "
+                         f"{length}", origin)
+    counts = astype(wrap(counts), dt.int64)
+    if counts.shape[0] != length:
+        counts = broadcast_to(counts, (length,))
+    if length == 0:
+        return wrap(n)
+    ends = cumulative_sum(counts)
+    total, least = (int(v) for v in stack([ends[-1], _min(counts)]).numpy())  # the sync point
+    if least < 0:
+        raise ValueError(f"repeat: repeats must be non-negative, got {least} (at {origin})")
+    source = searchsorted(ends, arange(total, device=n.device), side="right")
+    return take(wrap(n), source, axis=a)
 
 
 def _runs(op: str, x):
