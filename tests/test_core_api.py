@@ -128,7 +128,8 @@ def test_linspace(args, kwargs):
                                atol=1e-6)
 
 
-@pytest.mark.parametrize("n, m, k", [(3, None, 0), (2, 4, 1), (4, 2, -1), (3, 3, 5), (0, 2, 0)])
+@pytest.mark.parametrize("n, m, k", [(3, None, 0), (2, 4, 1), (4, 2, -1), (3, 3, 5), (0, 2, 0),
+                                     (3, 4, 2 ** 63 - 1), (4, 3, -2 ** 63), (2, 3, -2)])
 def test_eye(n, m, k):
     for dtype in (None, "int32", "bool"):
         ours = lb.eye(n, m, k=k, dtype=dtype)
@@ -390,3 +391,15 @@ def test_reflected_bitwise_and_shift_operators():
     assert (np.array([8], np.int16) >> x).numpy().tolist() == [4, 2, 1]
     assert (10 % x).numpy().tolist() == [0, 0, 1] and (10 // x).numpy().tolist() == [10, 5, 3]
     assert (2 ** x).numpy().tolist() == [2, 4, 8]
+
+
+def test_slice_bounds_may_be_0d_integer_tensors(rng):
+    """A 0-d integer tensor (or NumPy integer) as a slice bound is its value (read back), as
+    NumPy takes anything with ``__index__``; a float one is a DTypeError."""
+    host = rng.standard_normal(12).astype(np.float32)
+    x = lb.asarray(host)
+    start, stop = lb.asarray(np.int32(2)), lb.asarray(np.int64(11))
+    np.testing.assert_array_equal(x[start:stop:np.int16(3)].numpy(), host[2:11:3])
+    with pytest.raises(lb.DTypeError, match="slice bounds"):
+        x[lb.asarray(np.float32(1.0)):]
+

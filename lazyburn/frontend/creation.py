@@ -13,8 +13,8 @@ import numpy as np
 from ..errors import DTypeError, ShapeError
 from ..ir import dtypes as dt
 from ..ir.node import Node
-from .record import (Origin, const, from_host, is_scalar, is_tensor, node, resolve_device,
-                     resolve_dtype, shape_arg, tensor_node, wrap)
+from .record import (Origin, check_axis_int, const, from_host, is_scalar, is_tensor, node,
+                     resolve_device, resolve_dtype, shape_arg, tensor_node, wrap)
 from .record import broadcast_to, record, same_device
 
 
@@ -199,10 +199,13 @@ def linspace(start, stop, num, dtype=None, device=None, endpoint=True):
 
 
 def eye(n_rows, n_cols=None, k=0, dtype=None, device=None):
-    """A 2-D float32 (or ``dtype``) tensor with ones on diagonal ``k`` and zeros elsewhere."""
+    """A 2-D float32 (or ``dtype``) tensor with ones on diagonal ``k`` and zeros elsewhere (a
+    ``k`` beyond the shape gives zeros)."""
     origin = Origin()
     n_cols = n_rows if n_cols is None else n_cols
     shape = shape_arg("eye", (n_rows, n_cols), origin)
+    check_axis_int("eye", k, origin)
+    k = min(max(int(k), -shape[0]), shape[1])  # past either corner the diagonal holds nothing
     device = resolve_device("eye", device, origin)
     dtype = resolve_dtype("eye", dtype or dt.DEFAULT_FLOAT, origin)
     rows = wrap(node("iota", (), (0,), shape, dt.int64, device, origin))

@@ -7,6 +7,8 @@ costs a copy unless it is itself an output.
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from .. import runtime
@@ -573,6 +575,17 @@ def _take_points(m: Node, arrays, origin):
     return node("take", (flat, position), (0,), shape, m.dtype, m.device, origin), points
 
 
+def _slice_bound(part, origin):
+    """A slice bound as an int: None, an int, or what has ``__index__`` (a NumPy integer, a
+    0-d integer tensor, whose value is read back)."""
+    if part is None or isinstance(part, int):
+        return part
+    try:
+        return operator.index(part)
+    except TypeError:
+        raise DTypeError(f"getitem: slice bounds must be ints, got {part!r}", origin) from None
+
+
 def getitem(x, key):
     """``x[key]`` with ints, slices (any step, negative too), None, Ellipsis, and integer
     arrays (NumPy's advanced indexing: arrays on several axes broadcast together and select
@@ -612,9 +625,7 @@ def getitem(x, key):
             continue
         size = n.shape[dim]
         if isinstance(k, slice):
-            for part in (k.start, k.stop, k.step):
-                if part is not None and not isinstance(part, (int, np.integer)):
-                    raise DTypeError(f"getitem: slice bounds must be ints, got {part!r}", origin)
+            k = slice(*(_slice_bound(part, origin) for part in (k.start, k.stop, k.step)))
             if k.step == 0:
                 raise ShapeError("getitem: slice step cannot be zero", origin)
             start, stop, step = k.indices(size)
