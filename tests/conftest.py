@@ -8,9 +8,13 @@ import tempfile
 
 # Tuning is tested on its own (test_autotune*.py, test_opencl_autotune.py, the tuned MiniLM in
 # test_minilm_fused.py, the first-launch tuning in test_triton.py); elsewhere kernels run their
-# heuristic defaults, and no test writes to the user's cache. The session's cache (compiled
-# programs included: tens of megabytes) goes when the session ends.
+# heuristic defaults, and no test writes to the user's cache. The session's cache goes when the
+# session ends.
 os.environ.setdefault("LAZYBURN_AUTOTUNE", "0")
+# Nor are program binaries kept on disk (tested in test_program_cache.py): the session's cache
+# dies with it, and PoCL compiles a generic work-group function for every kernel to hand its
+# binary back, which more than doubled the suite's OpenCL compile time on a cold machine.
+os.environ.setdefault("LAZYBURN_BINARY_CACHE", "0")
 if "LAZYBURN_CACHE_DIR" not in os.environ:
     os.environ["LAZYBURN_CACHE_DIR"] = tempfile.mkdtemp(prefix="lazyburn-test-cache-")
     atexit.register(shutil.rmtree, os.environ["LAZYBURN_CACHE_DIR"], ignore_errors=True)

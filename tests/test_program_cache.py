@@ -44,8 +44,9 @@ print(json.dumps({"compiles": backend.compiles, "loads": backend.program_loads})
 needs_opencl = pytest.mark.skipif("opencl:0" not in FUSED_DEVICES, reason="no OpenCL device")
 
 
-def _run(cache: Path, out: Path, seed: int = 0) -> tuple[dict, list[np.ndarray]]:
+def _run(cache: Path, out: Path, seed: int = 0, keep: str = "1") -> tuple[dict, list]:
     env = dict(os.environ, LAZYBURN_CACHE_DIR=str(cache), LAZYBURN_AUTOTUNE="0",
+               LAZYBURN_BINARY_CACHE=keep,
                PYTHONPATH=os.pathsep.join([str(REPO)] + [
                    p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     env.pop("LAZYBURN_DUMP", None)
@@ -87,6 +88,17 @@ def test_a_second_process_builds_no_program_from_source(first_run, tmp_path):
     # new data through the loaded programs: still the reference's values (checked in _run)
     third, _ = _run(copy, tmp_path / "third.npz", seed=1)
     assert third == second
+
+
+@needs_opencl
+def test_binaries_are_not_kept_when_turned_off(first_run, tmp_path):
+    """LAZYBURN_BINARY_CACHE=0: every program is built from source and none is written."""
+    _, first, first_results = first_run
+    counts, results = _run(tmp_path / "cache", tmp_path / "off.npz", keep="0")
+    assert counts == {"compiles": first["compiles"], "loads": 0}
+    assert not _binaries(tmp_path / "cache")
+    for got, want in zip(results, first_results):
+        np.testing.assert_array_equal(got, want)
 
 
 @needs_opencl

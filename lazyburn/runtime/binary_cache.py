@@ -14,6 +14,11 @@ Size. After each write the directory is held to ``MAX_BYTES`` (default 256 MiB):
 recently used files go first (a load refreshes a file's modification time). A cache that
 cannot be written is used read-only, and one that cannot be read is not used; neither is an
 error. ``lazyburn cache info`` lists the files and ``lazyburn cache clear`` removes them.
+
+``LAZYBURN_BINARY_CACHE=0`` turns the cache off (read at each build): a process whose cache
+directory is its own and short-lived (a test session) gains nothing from it and pays for it,
+since a driver may compile more to hand a binary back (PoCL builds a generic work-group
+function for every kernel: about 0.1 s each on a CPU, a third of a small kernel's first launch).
 """
 from __future__ import annotations
 
@@ -57,6 +62,11 @@ def program_key(*parts: str | bytes) -> str:
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()
+
+
+def enabled() -> bool:
+    """Whether binaries are kept on disk (``LAZYBURN_BINARY_CACHE``, on unless ``0``)."""
+    return os.environ.get("LAZYBURN_BINARY_CACHE", "1") != "0"
 
 
 def load(backend: str, key: str) -> bytes | None:

@@ -298,7 +298,7 @@ class OpenCLBackend(FusedBackend):
             return prg
         # NVIDIA's options steer its driver's PTX compiler, which also runs when a binary (PTX)
         # is loaded; whether it honours them there is not documented, so those are not stored
-        on_disk = not any(o.startswith("-cl-nv-") for o in options)
+        on_disk = binary_cache.enabled() and not any(o.startswith("-cl-nv-") for o in options)
         disk_key = binary_cache.program_key(source, "\0".join(options), *self.build_identity) \
             if on_disk else None
         prg = self._load_program(disk_key, options) if on_disk else None
