@@ -150,7 +150,7 @@ def masked_select(x, mask):
     return take(reshape(wrap(n), (-1,) + tuple(n.shape[k:])), pos, axis=0)
 
 
-def repeat(x, repeats, /, *, axis=None):
+def repeat(x, repeats, axis=None):
     """Each element of ``x`` repeated along ``axis`` (``x`` flattened when None): ``repeats``
     times if it is an int, else ``repeats[i]`` times for element ``i`` (an integer array of
     the axis's length, or of length 1). The array API's ``repeat``; NumPy's for ints and
