@@ -347,3 +347,18 @@ def test_integer_arrays_on_several_axes_select_points(device, rng):
     ti, tj = lb.tensor(i1, device=device), lb.tensor(i2.astype(np.int32), device=device)
     got = (t * 2 + 1)[ti, tj].sum(-1).numpy()
     np.testing.assert_allclose(got, (x * 2 + 1)[i1, i2].sum(-1), rtol=1e-6, atol=1e-6)
+
+
+def test_conj_real_imag_of_real_dtypes(device, rng):
+    """conj and real of a real array are its values, imag its zeros, each of the input's
+    dtype (the array API's and NumPy's); complex() of a 0-d tensor; bool is refused."""
+    for dtype in floats(device) + ["int32", "uint8"]:
+        x = (rng.standard_normal((3, 4)) * 50).astype(dtype)
+        t = lb.tensor(x, device=device)
+        for fn, want in ((lb.conj, np.conj(x)), (lb.real, np.real(x)), (lb.imag, np.imag(x))):
+            got = fn(t * 1).numpy()
+            assert got.dtype == x.dtype
+            np.testing.assert_array_equal(got, want)
+        assert complex(t[1, 2]) == complex(x[1, 2])
+    with pytest.raises(DTypeError):
+        lb.imag(lb.tensor(np.ones(3, bool), device=device))

@@ -150,6 +150,41 @@ def positive(x):
     return wrap(n)
 
 
+def conj(x):
+    """The complex conjugate of each element of ``x`` (any shape, a numeric dtype): lazyburn's
+    dtypes are real, so it is the values of ``x``, as a new Tensor (the array API's ``conj``
+    of a real array; NumPy's too).
+
+    Raises DTypeError for bool."""
+    origin = Origin()
+    n = tensor_node("conj", x, origin)
+    _check_numeric("conj", (n.dtype,), origin)
+    return wrap(n)
+
+
+def real(x):
+    """The real part of each element of ``x`` (any shape, a numeric dtype): for lazyburn's
+    real dtypes, the values of ``x`` as a new Tensor of its dtype (NumPy's ``real``).
+
+    Raises DTypeError for bool."""
+    origin = Origin()
+    n = tensor_node("real", x, origin)
+    _check_numeric("real", (n.dtype,), origin)
+    return wrap(n)
+
+
+def imag(x):
+    """The imaginary part of each element of ``x`` (any shape, a numeric dtype): zeros of
+    ``x``'s shape and dtype for lazyburn's real dtypes (NumPy's ``imag``), recorded as a fill
+    that costs no memory until stored.
+
+    Raises DTypeError for bool."""
+    origin = Origin()
+    n = tensor_node("imag", x, origin)
+    _check_numeric("imag", (n.dtype,), origin)
+    return wrap(const(0, n.shape, n.dtype, n.device, origin))
+
+
 def reciprocal(x):
     """``1 / x`` element-wise, correctly rounded like the division (any shape; integers and
     bool are cast to float32 first; floats keep their dtype). ``1 / ±0`` is ±inf."""
