@@ -407,29 +407,33 @@ fn lb_log(x: f32) -> f32 {{
 {_LOG_SPECIALS}
 }}
 """, ("lb_log_parts",))
-# f - f^2/2 cut to its top 12 significant bits (hi), so that hi times the first half of
-# 1/ln(2) or 1/ln(10), and k times the first half of log10(2), are exact; the rest summed from
-# the smallest term up
+_define("lb_log_hilo", """
+// log(1 + f) of lb_log_parts' p as hi + lo: f - f^2/2 cut to its top 12 significant bits (hi),
+// so that hi times the first half of 1/ln(2) or 1/ln(10), and k times the first half of
+// log10(2), are exact; the callers sum the rest from the smallest term up
+fn lb_log_hilo(p: vec4<f32>) -> vec2<f32> {
+    let hi = bitcast<f32>(bitcast<u32>(p.y - p.z) & 0xfffff000u);
+    return vec2<f32>(hi, ((p.y - hi) - p.z) + p.w);
+}
+""")
 _define("lb_log2", f"""
 fn lb_log2(x: f32) -> f32 {{
     let p = lb_log_parts(x);
-    let hi = bitcast<f32>(bitcast<u32>(p.y - p.z) & 0xfffff000u);
-    let lo = ((p.y - hi) - p.z) + p.w;
-    let v = (((lo + hi) * -1.7605285393e-04f + lo * 1.4428710938e+00f) + hi * 1.4428710938e+00f)
-            + p.x;
+    let h = lb_log_hilo(p);
+    let v = (((h.x + h.y) * -1.7605285393e-04f + h.y * 1.4428710938e+00f)
+             + h.x * 1.4428710938e+00f) + p.x;
 {_LOG_SPECIALS}
 }}
-""", ("lb_log_parts",))
+""", ("lb_log_parts", "lb_log_hilo"))
 _define("lb_log10", f"""
 fn lb_log10(x: f32) -> f32 {{
     let p = lb_log_parts(x);
-    let hi = bitcast<f32>(bitcast<u32>(p.y - p.z) & 0xfffff000u);
-    let lo = ((p.y - hi) - p.z) + p.w;
-    let v = (((p.x * 7.9034151668e-07f + (lo + hi) * -3.1689971365e-05f)
-              + lo * 4.3432617188e-01f) + hi * 4.3432617188e-01f) + p.x * 3.0102920532e-01f;
+    let h = lb_log_hilo(p);
+    let v = (((p.x * 7.9034151668e-07f + (h.x + h.y) * -3.1689971365e-05f)
+              + h.y * 4.3432617188e-01f) + h.x * 4.3432617188e-01f) + p.x * 3.0102920532e-01f;
 {_LOG_SPECIALS}
 }}
-""", ("lb_log_parts",))
+""", ("lb_log_parts", "lb_log_hilo"))
 _define("lb_sqrt", f"""
 fn lb_sqrt(x: f32) -> f32 {{
     if (x < 0.0f || lb_isnan(x)) {{ return {NAN}; }}

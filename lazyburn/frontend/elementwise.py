@@ -140,14 +140,19 @@ def astype(x, dtype, copy=True, *, device=None):
     return to_device(wrap(cast(n, d, origin)), device)
 
 
+def _values(op: str, x):
+    """The values of ``x`` (a numeric dtype) as a new Tensor; DTypeError for bool."""
+    origin = Origin()
+    n = tensor_node(op, x, origin)
+    _check_numeric(op, (n.dtype,), origin)
+    return wrap(n)
+
+
 def positive(x):
     """``+x``: the values of ``x`` (any shape, a numeric dtype) as a new Tensor.
 
     Raises DTypeError for bool."""
-    origin = Origin()
-    n = tensor_node("positive", x, origin)
-    _check_numeric("positive", (n.dtype,), origin)
-    return wrap(n)
+    return _values("positive", x)
 
 
 def conj(x):
@@ -156,10 +161,7 @@ def conj(x):
     of a real array; NumPy's too).
 
     Raises DTypeError for bool."""
-    origin = Origin()
-    n = tensor_node("conj", x, origin)
-    _check_numeric("conj", (n.dtype,), origin)
-    return wrap(n)
+    return _values("conj", x)
 
 
 def real(x):
@@ -167,10 +169,7 @@ def real(x):
     real dtypes, the values of ``x`` as a new Tensor of its dtype (NumPy's ``real``).
 
     Raises DTypeError for bool."""
-    origin = Origin()
-    n = tensor_node("real", x, origin)
-    _check_numeric("real", (n.dtype,), origin)
-    return wrap(n)
+    return _values("real", x)
 
 
 def imag(x):
@@ -179,10 +178,8 @@ def imag(x):
     that costs no memory until stored.
 
     Raises DTypeError for bool."""
-    origin = Origin()
-    n = tensor_node("imag", x, origin)
-    _check_numeric("imag", (n.dtype,), origin)
-    return wrap(const(0, n.shape, n.dtype, n.device, origin))
+    n = _values("imag", x).node
+    return wrap(const(0, n.shape, n.dtype, n.device, Origin()))
 
 
 def reciprocal(x):
