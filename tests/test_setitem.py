@@ -180,7 +180,10 @@ def test_dtypes_follow_the_same_kind_rule(device, rng):
         x[0] = np.ones(5)
     u = lb.asarray(np.zeros(4, np.uint8), device=device)
     u[1:3] = [7, 255]  # Python ints fit an unsigned target
-    assert u.numpy().tolist() == [0, 7, 255, 0]
+    u[3] = 200  # a Python int scalar too
+    assert u.numpy().tolist() == [0, 7, 255, 200]
+    with pytest.raises(TypeError):  # out of uint8's range
+        u[0] = -1
     with pytest.raises(OverflowError):
         u[:1] = [256]
     with pytest.raises(TypeError):

@@ -79,6 +79,7 @@ def _assigned(value, target: Node, origin) -> Node:
     if rec.is_scalar(value):
         v = rec.py_scalar(value)
         kind = "b" if isinstance(v, bool) else "i" if isinstance(v, int) else "f"
+        kind = "u" if kind == "i" and d.kind == "u" else kind  # in range: const checks it
         if _KIND_RANK[kind] > _KIND_RANK[d.kind]:
             raise TypeError(f"cannot assign a Python {type(v).__name__} to a {d.name} tensor "
                             f"(at {origin})")
