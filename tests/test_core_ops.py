@@ -825,7 +825,8 @@ def test_getitem_mixed_int_and_array_positions_follow_numpy():
                 (1, [0, 3]), (Ellipsis, [4, 0]), (None, 2, slice(None), [1, 1]),
                 (slice(None), 0, Ellipsis, [0]), (0, 1, Ellipsis, [0, 2]), (0, [1], Ellipsis),
                 # arrays on several axes: points, where the first stood or leading
-                ([2, 0], [1, -1]), ([[0], [2]], [3, 1, 0], [4, 0, 2]), ([1, 2], slice(None), [0, 4]),
+                ([2, 0], [1, -1]), ([[0], [2]], [3, 1, 0], [4, 0, 2]),
+                ([1, 2], slice(None), [0, 4]),
                 (0, [1, 3], [2, 2]), ([1], 2, [4, 0]), (slice(1, None), [3, 0], [-1, 1]),
                 (None, [2, 1], None, [0, 3]), (Ellipsis, [0, 3], [1, 4]), (np.array(1), [0, 2])]:
         np.testing.assert_array_equal(x[key].numpy(), host[_numpy_key(key)], err_msg=str(key))

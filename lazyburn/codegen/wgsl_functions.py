@@ -23,13 +23,13 @@ subnormals included; exact at the powers of ten), log1p 2.8, asin 2.4, acos 1.3,
 atan2 2.6, sinh 1.7, cosh 1.5, asinh 3.7, acosh 3.6, atanh 3.5 (the last three are lb_log1p's
 error on its series; 2^20 to 2^22 arguments from each of: random bit patterns, every binade,
 [-1, 1], the approach to +-1, [-10, 10], [1, 5], [80, 95]). Subnormal results are kept (the
-scaling by 2^k is two exact steps), and -0 stays -0 through the odd functions. None of them relies on a
-fused multiply-add (lavapipe's ``fma`` rounds twice): exact products are of 12-bit halves, and the
-reduction of sin, cos and tan is integer arithmetic (``lb_rem_pio2``). They have no loops and no
-branches. What this costs on lavapipe, per call (2 CPU cores; the driver's built-in in
-parentheses): exp 1.6 ns (0.7), sin and cos 6 ns (1.3-1.6; the reduction is 3.5 of them, mostly its
-three 32 x 32 -> 64-bit products of 16-bit halves), tan 5 ns (1.6), pow 3 ns (the previous pow took
-as long). Branching around the Payne-Hanek reduction saves nothing there: llvmpipe runs both sides
+scaling by 2^k is two exact steps), and -0 stays -0 through the odd functions. None of them
+relies on a fused multiply-add (lavapipe's ``fma`` rounds twice): exact products are of 12-bit
+halves, and the reduction of sin, cos and tan is integer arithmetic (``lb_rem_pio2``). They
+have no loops and no branches. What this costs on lavapipe, per call (2 CPU cores; the driver's
+built-in in parentheses): exp 1.6 ns (0.7), sin and cos 6 ns (1.3-1.6; the reduction is 3.5 of
+them, mostly its three 32 x 32 -> 64-bit products of 16-bit halves), tan 5 ns (1.6), pow 3 ns
+(the previous pow took as long). Branching around the Payne-Hanek reduction saves nothing there: llvmpipe runs both sides
 of a branch.
 
 References: the float floor division and remainder follow NumPy's ``npy_divmod``; ``log1p``

@@ -158,9 +158,8 @@ def repeat(x, repeats, axis=None):
 
     An int records no sync point; an array of counts is one: the total length is read back,
     and the source of each output position is where it falls among the running totals of the
-    counts (``searchsorted``, a sort on the device). Raises
-    ShapeError for counts of another length, ValueError for a negative count, DTypeError for
-    counts that are not integers."""
+    counts (``searchsorted``, a sort on the device). Raises ShapeError for counts of another
+    length, ValueError for a negative count, DTypeError for counts that are not integers."""
     if isinstance(repeats, (int, np.integer)) and not isinstance(repeats, (bool, np.bool_)):
         return movement.repeat(x, repeats, axis=axis)
     origin = Origin()
