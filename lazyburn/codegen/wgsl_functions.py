@@ -29,10 +29,12 @@ halves, and the reduction of sin, cos and tan is integer arithmetic (``lb_rem_pi
 have no loops and no branches. What this costs on lavapipe, per call (2 CPU cores; the driver's
 built-in in parentheses): exp 1.6 ns (0.7), sin and cos 6 ns (1.3-1.6; the reduction is 3.5 of
 them, mostly its three 32 x 32 -> 64-bit products of 16-bit halves), tan 5 ns (1.6), pow 3 ns
-(the previous pow took as long). Branching around the Payne-Hanek reduction saves nothing there: llvmpipe runs both sides
-of a branch.
+(the previous pow took as long). Branching around the Payne-Hanek reduction saves nothing
+there: llvmpipe runs both sides of a branch.
 
-References: the float floor division and remainder follow NumPy's ``npy_divmod``; ``log1p``
+References: the float floor division and remainder follow NumPy's ``npy_divmod`` (the division
+is the array API's where an operand is infinite); ``log``, ``log2`` and ``log10`` are fdlibm's
+(FreeBSD's e_logf.c, e_log2f.c, e_log10f.c); ``log1p``
 uses W. Kahan's and D. Goldberg's corrections ("What every computer scientist should
 know about floating-point arithmetic", 1991, theorem 4); ``exp``, ``exp2``, ``sin``, ``cos``,
 ``tan`` and ``erf`` use S. L. Moshier's single-precision Cephes polynomials (expf.c, exp2f.c,
