@@ -587,6 +587,8 @@ def _int_step(g: _Gen, kind, name, a: Value, vals) -> Value | None:
     s = a.shape
     if kind == "binary":
         j, bv, shape = _partner(g, a, vals)
+        if _size(shape) > MAX_ELEMENTS:  # as the float steps: no broadcast past the bound
+            return None
         op = g.choice(sorted(INT_BINARY))
         if op == "any_rows" and (not shape or shape[-1] == 0):
             op = "where"
