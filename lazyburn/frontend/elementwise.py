@@ -342,8 +342,9 @@ FUNCTIONS["floordiv"].__doc__ = (
     "The largest integer not greater than ``x1 / x2`` for each pair of elements (broadcast "
     "together; dtype rule: arith), as the array API (2024.12) specifies ``floor_divide``: for "
     "integers NumPy's (division by zero gives 0, ``MIN // -1`` wraps to MIN); for floats "
-    "NumPy's ``floor_divide`` (``npy_divmod``: the floor of ``(x1 - x1 % x2) / x2``, exact "
-    "where ``x1 / x2`` rounds) except where an operand is infinite, where it is ``x1 / x2`` "
+    "NumPy's ``floor_divide`` (``npy_divmod``: ``(x1 - fmod(x1, x2)) / x2`` rounded to the "
+    "nearest integer, so that a quotient ``x1 / x2`` rounding up to an integer does not give "
+    "one too many) except where an operand is infinite, where it is ``x1 / x2`` "
     "as the standard's special cases say: ``inf // 2`` is inf (NumPy: nan), ``1 // -inf`` is "
     "-0 (NumPy: -1), ``inf // inf`` nan; ``x // 0`` is ``x / 0`` (+-inf, nan at 0).")
 FUNCTIONS["mod"].__doc__ = (

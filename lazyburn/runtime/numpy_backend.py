@@ -104,6 +104,8 @@ INT_BINARY = {
     "floordiv": _int_div(np.floor_divide), "mod": _int_div(np.remainder), "pow": _int_pow,
     "left_shift": _shift(np.left_shift, True), "right_shift": _shift(np.right_shift, False),
 }
+
+
 def _float_floordiv(a, b):
     # the array API's floor_divide: NumPy's (npy_divmod) except where an operand is infinite,
     # there a / b (inf // 2 is inf, not nan; 1 // -inf is -0, not -1)
