@@ -281,9 +281,6 @@ class RenderedKernel:
     local_size: tuple | None
     options: tuple = ()
     launches: list | None = None  # several kernels of the source: (name, global, local)
-    # a running integer max/min (or arg-) is kept: NVIDIA's driver optimizer miscompiles it
-    # (runtime.opencl builds such kernels without that optimizer there)
-    integer_extremes: bool = False
 
     def all_launches(self) -> list:
         return self.launches or [(self.name, self.global_size, self.local_size)]
@@ -961,9 +958,6 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
         rendered = RenderedKernel(name, _finish(p, body), (spec.rows * local,), (local,))
     else:
         rendered = RenderedKernel(name, _finish(p, body), (max(spec.rows, 1),), None)
-    rendered.integer_extremes = any(
-        s.op in ("max", "min", "argmax", "argmin") and not s.acc_dtype.is_float and
-        not s.acc_dtype.is_bool for s in spec.stages)
     return rendered
 
 

@@ -146,14 +146,17 @@ class OpenCLBackend(FusedBackend):
         # OpenCL lets float32 division and sqrt be off by 2.5 and 3 ulps (NVIDIA's are) unless
         # this is asked for; it makes them IEEE's correctly rounded operations, as NumPy's
         correctly_rounded = cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
-        self.build_options = ("-cl-fp32-correctly-rounded-divide-sqrt",) \
-            if device.single_fp_config & correctly_rounded else ()
-        # NVIDIA's driver optimizer (580.159, an H100) turned the running max of -x over int32
-        # rows into a wrong one (a rewrite that assumes negation cannot wrap), from correct
-        # PTX, compare-and-keep or max() alike; a kernel keeping an integer max/min is built
-        # without that optimizer there (it changes speed, not results)
-        self.integer_extremes_options = ("-cl-nv-opt-level=0",) \
-            if "NVIDIA" in device.platform.name else ()
+        options = ["-cl-fp32-correctly-rounded-divide-sqrt"] \
+            if device.single_fp_config & correctly_rounded else []
+        # NVIDIA's driver optimizer (580.159, an H100 and an H200) miscompiles correct PTX: it
+        # turned the running max of -x over int32 rows into a wrong one (a rewrite that assumes
+        # negation cannot wrap), and a fused float32/float64 row sum of 25 select-joined floor
+        # divisions and remainders added one of two equal terms as 0 (3e38 + 3e38 gave 3e38);
+        # each came out right once the value or the kernel changed slightly. Every kernel there
+        # is built without that optimizer, which changes speed, not results
+        if "NVIDIA" in device.platform.name:
+            options.append("-cl-nv-opt-level=0")
+        self.build_options = tuple(options)
         self._programs: collections.OrderedDict[str, object] = collections.OrderedDict()
         self.pool = BufferPool(min(POOL_FRACTION * device.global_mem_size, POOL_MAX_BYTES))
         self.compiles = 0  # programs built from source
@@ -381,8 +384,7 @@ class OpenCLBackend(FusedBackend):
         if k.kind == "matmul" and params.get("library"):
             return LibraryMatmul(self, k, params, origin)
         r = cl_codegen.render(k.spec, name, params)
-        options = r.options + (self.integer_extremes_options if r.integer_extremes else ())
-        prg = self._program(r.source, k, origin, options)
+        prg = self._program(r.source, k, origin, r.options)
         kernel = CompiledKernel(prg, r, origin, k.label, k.spec)
         if k.kind == "matmul":
             kernel.execution = self.params_execution(k, params)
