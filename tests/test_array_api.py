@@ -16,7 +16,7 @@ from fused_devices import FUSED_DEVICES
 
 DEVICES = ["numpy"] + FUSED_DEVICES
 ALL_DTYPES = [lb.bool, lb.int8, lb.int16, lb.int32, lb.int64, lb.uint8, lb.float16, lb.bfloat16,
-              lb.float32, lb.float64]
+              lb.float32, lb.float64, lb.complex64, lb.complex128]
 KINDS = ["bool", "signed integer", "unsigned integer", "integral", "real floating",
          "complex floating", "numeric"]
 
@@ -101,8 +101,13 @@ def test_finfo_and_iinfo_reject_other_kinds():
             lb.iinfo(bad)
 
 
+# the standard's lattice (and the half types below float32): floats widen, and lead to the complex
+# types whose parts are at least as wide
 FLOAT_CASTS = {("float16", "float32"), ("float16", "float64"), ("bfloat16", "float32"),
-               ("bfloat16", "float64"), ("float32", "float64")}
+               ("bfloat16", "float64"), ("float32", "float64"), ("complex64", "complex128"),
+               ("float32", "complex64"), ("float32", "complex128"), ("float64", "complex128"),
+               ("float16", "complex64"), ("float16", "complex128"), ("bfloat16", "complex64"),
+               ("bfloat16", "complex128")}
 
 
 @pytest.mark.parametrize("src", ALL_DTYPES, ids=lambda d: d.name)
@@ -112,7 +117,7 @@ def test_can_cast_follows_the_promotion_lattice(src):
             want = True
         elif src.is_int and to.is_int:  # an integer type holding every value
             want = bool(np.can_cast(np_dtype(src), np_dtype(to), casting="safe"))
-        elif src.is_float and to.is_float:
+        elif (src.is_float or src.is_complex) and (to.is_float or to.is_complex):
             want = (src.name, to.name) in FLOAT_CASTS
         else:  # no edges between kinds
             want = False
@@ -167,7 +172,8 @@ def test_namespace_info():
     for d in FUSED_DEVICES:
         if not d.startswith("cuda"):  # cuda:0 may be Triton's interpreter, not a GPU
             assert d in devices
-    standard = {"bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64"}
+    standard = {"bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64",
+                "complex64", "complex128"}
     assert set(info.dtypes(device="numpy")) == standard
     assert all(v is lb.dtype(k) for k, v in info.dtypes(device="numpy").items())
     assert set(info.dtypes(device="numpy", kind="real floating")) == {"float32", "float64"}
@@ -175,14 +181,18 @@ def test_namespace_info():
                                                                                    "uint8"}
     assert set(info.dtypes(device="numpy", kind="integral")) == {"int8", "int16", "int32",
                                                                  "int64", "uint8"}
-    assert info.dtypes(device="numpy", kind="complex floating") == {}
+    assert set(info.dtypes(device="numpy", kind="complex floating")) == {"complex64",
+                                                                         "complex128"}
     assert set(info.dtypes(device="numpy", kind="numeric")) == standard - {"bool"}
     if "webgpu:0" in FUSED_DEVICES:
         assert "float64" not in info.dtypes(device="webgpu:0")
+    for d in FUSED_DEVICES:  # complex is computed on the NumPy device only
+        assert info.dtypes(device=d, kind="complex floating") == {}
     defaults = info.default_dtypes(device="numpy")
     assert defaults["real floating"] is lb.asarray(1.0, device="numpy").dtype is lb.float32
     assert defaults["integral"] is lb.arange(3, device="numpy").dtype is lb.int64
-    assert defaults["indexing"] is lb.int64 and defaults["complex floating"] is None
+    assert defaults["indexing"] is lb.int64
+    assert defaults["complex floating"] is lb.asarray(1j, device="numpy").dtype is lb.complex64
     with pytest.raises(lb.DTypeError):
         info.dtypes(kind="floating")
     with pytest.raises(lb.DeviceError):
@@ -498,7 +508,7 @@ ERRORS = [
     (lambda: lb.roll(X, (1, 2)), lb.ShapeError),
     (lambda: lb.unstack(lb.zeros((), device="numpy")), lb.ShapeError),
     (lambda: lb.unstack(X, axis=-3), lb.ShapeError),
-    (lambda: lb.astype(X, "complex64"), lb.DTypeError),
+    (lambda: lb.astype(lb.asarray([1j], device="numpy"), "float32"), lb.DTypeError),
     (lambda: lb.astype(X, lb.float32, device="gpu:0"), lb.DeviceError),
     (lambda: lb.positive(X > 0), lb.DTypeError),
     (lambda: lb.count_nonzero(X, axis=2), lb.ShapeError),

@@ -10,14 +10,14 @@ import numpy as np
 
 from ..errors import IndexingError
 from ..ir import dtypes as dt
-from ..ir.node import ExactFloat, Node
+from ..ir.node import Node
 from . import record as rec
 from .movement import range_node, reshape_node
 from .record import cast, node, record, same_device, tensor_node, wrap
 
 # NumPy's same-kind casting of an assigned tensor: a value of kind k may go into a target whose
 # kind ranks at least k (unsigned into signed, as NumPy allows; not the reverse)
-_KIND_RANK = {"b": 0, "u": 1, "i": 2, "f": 3}
+_KIND_RANK = {"b": 0, "u": 1, "i": 2, "f": 3, "c": 4}
 
 
 def _basic_key(key, shape, origin):
@@ -72,13 +72,14 @@ def _basic_key(key, shape, origin):
 
 def _assigned(value, target: Node, origin) -> Node:
     """``value`` (a Tensor, array-like or Python scalar) as a node of ``target``'s dtype, cast
-    by NumPy's same-kind rule (scalars: a bool anywhere, an int into integers and floats, a
-    float into floats). Raises TypeError where that rule refuses, DTypeError (a TypeError) for
+    by NumPy's same-kind rule (scalars: a bool anywhere, an int into integers, floats and
+    complex, a float into floats and complex, a complex into complex). Raises TypeError where that rule refuses, DTypeError (a TypeError) for
     an int out of the target's range."""
     d = target.dtype
     if rec.is_scalar(value):
         v = rec.py_scalar(value)
-        kind = "b" if isinstance(v, bool) else "i" if isinstance(v, int) else "f"
+        kind = "b" if isinstance(v, bool) else "i" if isinstance(v, int) else \
+            "c" if isinstance(v, complex) else "f"
         kind = "u" if kind == "i" and d.kind == "u" else kind  # in range: const checks it
         if _KIND_RANK[kind] > _KIND_RANK[d.kind]:
             raise TypeError(f"cannot assign a Python {type(v).__name__} to a {d.name} tensor "
@@ -151,7 +152,7 @@ def _place(v: Node, d: int, start: int, step: int, count: int, size: int, origin
     if span == size:
         return v
     pads = tuple((start, size - start - span) if i == d else (0, 0) for i in range(len(v.shape)))
-    zero = False if v.dtype.is_bool else 0 if v.dtype.is_int else ExactFloat(0.0)
+    zero = rec.zero(v.dtype)
     return node("pad", (v,), (pads, zero), v.shape[:d] + (size,) + v.shape[d + 1:], v.dtype,
                 v.device, origin)
 

@@ -391,11 +391,13 @@ def _topo_order(roots) -> list:
 # skipped by the caller, and an unused gradient is a dead node that is never computed.
 VJP: dict[str, Callable] = {}
 
-#: ops with no derivative: their results never require grad
+#: ops with no derivative, and the complex parts (complex tensors never require grad): their
+#: results never require grad
 NON_DIFFERENTIABLE = frozenset(
     "buffer const iota random_uniform random_normal isnan isinf isfinite logical_not "
     "bitwise_not eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or "
-    "bitwise_xor left_shift right_shift argmax argmin argsort any all signbit nextafter".split())
+    "bitwise_xor left_shift right_shift argmax argmin argsort any all signbit nextafter real "
+    "imag conj".split())
 
 
 def _rule(*ops):

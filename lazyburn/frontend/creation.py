@@ -78,7 +78,7 @@ def asarray(obj, dtype=None, device=None, copy=None, requires_grad=False):
 
 def full(shape, fill_value, dtype=None, device=None):
     """A tensor of ``shape`` filled with ``fill_value`` (recorded lazily; stored only if it
-    must be). ``dtype`` defaults to the fill value's kind (bool, int64, float32).
+    must be). ``dtype`` defaults to the fill value's kind (bool, int64, float32, complex64).
 
     Raises ShapeError for negative sizes, DTypeError for a non-numeric fill.
     """
@@ -174,20 +174,24 @@ def _affine(i: Node, start, step, origin):
 
 
 def linspace(start, stop, num, dtype=None, device=None, endpoint=True):
-    """``num`` evenly spaced float32 (or ``dtype``) values from ``start`` to ``stop``, which
-    is included (as the last value, exactly) when ``endpoint``, else excluded: element i is
-    ``start + i * (stop - start) / (num - 1)`` (or ``/ num``), computed in ``dtype``.
+    """``num`` evenly spaced float32 (or ``dtype``; complex64 when ``start`` or ``stop`` is
+    complex) values from ``start`` to ``stop``, which is included (as the last value, exactly)
+    when ``endpoint``, else excluded: element i is ``start + i * (stop - start) / (num - 1)``
+    (or ``/ num``), computed in ``dtype``.
 
     Raises ShapeError for negative ``num``.
     """
     origin = Origin()
     if num < 0:
         raise ShapeError(f"linspace: num must be non-negative, got {num}", origin)
-    dtype = resolve_dtype("linspace", dtype or dt.DEFAULT_FLOAT, origin)
+    if dtype is None:
+        dtype = dt.DEFAULT_COMPLEX if isinstance(start, complex) or isinstance(stop, complex) \
+            else dt.DEFAULT_FLOAT
+    dtype = resolve_dtype("linspace", dtype, origin)
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
     device = resolve_device("linspace", device, origin)
-    compute = dtype if dtype.is_float else dt.DEFAULT_FLOAT
+    compute = dtype if dtype.is_float or dtype.is_complex else dt.DEFAULT_FLOAT
     values = _affine(_iota(num, compute, device, origin), start, step, origin)
     if endpoint and num > 1:
         # start + (num - 1) * step rounds away from stop about half the time (NumPy sets it)

@@ -10,6 +10,14 @@ Each op's category in the op table decides its dtypes:
     compare    inputs promoted together; bool result
     logical    inputs cast to bool; bool result
     bitwise    integers or bools only (DTypeError on floats)
+    complex    real/imag/conj of a complex number
+
+Complex inputs (complex64, complex128) keep their dtype through arith and float ops, as NumPy
+computes them (C99 Annex G's special values); ``abs`` gives the parts' real dtype. The ops the
+array API defines for real numbers only -- an order (``minimum``, ``maximum``, ``lt``, ``le``,
+``gt``, ``ge``, ``floor``, ``ceil``, ``trunc``, ``floor_divide``, ``remainder``), the bits of a
+float (``signbit``, ``copysign``, ``nextafter``), ``atan2``, ``sigmoid``, ``erf`` and the
+bitwise ops -- raise DTypeError for them.
 """
 from __future__ import annotations
 
@@ -30,11 +38,31 @@ def _check_numeric(op, dtypes, origin):
                              f"with astype)", origin)
 
 
+# ops the array API defines for real numbers only (an order, a float's bits, or no complex
+# meaning), refused for complex inputs
+REAL_ONLY = frozenset("minimum maximum floordiv mod lt le gt ge floor ceil trunc signbit "
+                      "copysign nextafter atan2 sigmoid erf hypot logaddexp".split())
+
+
+def _check_real(op, d, origin):
+    if d.is_complex and (op in REAL_ONLY or op in OPS and OPS[op].category == "bitwise"):
+        raise DTypeError(f"{op}: defined for real numbers only, got {d.name}", origin)
+
+
 def unary(op: str, x, origin: Origin | None = None):
     origin = origin or Origin()
     n = tensor_node(op, x, origin)
     cat = OPS[op].category
     d = n.dtype
+    if d.is_complex:
+        _check_real(op, d, origin)
+        if cat == "logical":
+            n = cast(n, dt.bool_, origin)
+        if cat in ("predicate", "logical"):
+            d = dt.bool_
+        elif op == "abs":
+            d = dt.real_dtype(d)
+        return record(op, (n,), (), n.shape, d, n.device, origin)
     if cat == "arith":
         _check_numeric(op, (d,), origin)
         if op == "abs" and d.kind == "u":
@@ -69,6 +97,13 @@ def binary(op: str, a, b, origin: Origin | None = None):
     origin = origin or Origin()
     cat = OPS[op].category
     na, nb, d = binary_operands(op, a, b, origin)
+    if d.is_complex:
+        _check_real(op, d, origin)
+        d = dt.bool_ if cat == "compare" else d
+        if cat == "logical":
+            na, nb = cast(na, dt.bool_, origin), cast(nb, dt.bool_, origin)
+            d = dt.bool_
+        return record(op, (na, nb), (), na.shape, d, na.device, origin)
     if cat == "arith":
         if d.is_bool and op not in ("minimum", "maximum"):
             _check_numeric(op, (d,), origin)
@@ -125,11 +160,17 @@ def astype(x, dtype, copy=True, *, device=None):
     minimum (``astype(nan, int32) == 0``, ``astype(1e10, int32) == 2**31 - 1``,
     ``astype(-1.5, uint8) == 0``). Integer to narrower integer wraps modulo 2**bits, as NumPy.
 
-    Raises DTypeError for an unsupported dtype or one the device cannot hold, DeviceError for
-    an unknown device."""
+    Complex to complex or to bool (``!= 0``, either part) is defined; complex to a real dtype
+    is not.
+
+    Raises DTypeError for an unsupported dtype, one the device cannot hold, or a complex tensor
+    to a real dtype; DeviceError for an unknown device."""
     origin = Origin()
     n = tensor_node("astype", x, origin)
     d = resolve_dtype("astype", dtype, origin)
+    if n.dtype.is_complex and not (d.is_complex or d.is_bool):
+        raise DTypeError(f"astype: a complex tensor does not cast to {d.name} (the array API "
+                         f"leaves it undefined; take real(x), imag(x) or abs(x) first)", origin)
     moved = device is not None and resolve_device("astype", device, origin) != n.device
     if not moved:
         if d is n.dtype:
@@ -156,38 +197,51 @@ def positive(x):
 
 
 def conj(x):
-    """The complex conjugate of each element of ``x`` (any shape, a numeric dtype): lazyburn's
-    dtypes are real, so it is the values of ``x``, as a new Tensor (the array API's ``conj``
-    of a real array; NumPy's too).
+    """The complex conjugate of each element of ``x`` (any shape, a numeric dtype): for a
+    complex dtype the imaginary part negated (signed zeros and nan kept, NumPy's ``conj``); for
+    a real dtype the values of ``x``, as a new Tensor (the array API's ``conj`` of a real array).
 
     Raises DTypeError for bool."""
-    return _values("conj", x)
+    return _parts("conj", x)
 
 
 def real(x):
-    """The real part of each element of ``x`` (any shape, a numeric dtype): for lazyburn's
-    real dtypes, the values of ``x`` as a new Tensor of its dtype (NumPy's ``real``).
+    """The real part of each element of ``x`` (any shape, a numeric dtype): for complex64 and
+    complex128 a float32 or float64 Tensor; for a real dtype the values of ``x`` as a new
+    Tensor of its dtype (NumPy's ``real``).
 
     Raises DTypeError for bool."""
-    return _values("real", x)
+    return _parts("real", x)
 
 
 def imag(x):
-    """The imaginary part of each element of ``x`` (any shape, a numeric dtype): zeros of
-    ``x``'s shape and dtype for lazyburn's real dtypes (NumPy's ``imag``), recorded as a fill
-    that costs no memory until stored.
+    """The imaginary part of each element of ``x`` (any shape, a numeric dtype): for complex64
+    and complex128 a float32 or float64 Tensor; for a real dtype zeros of ``x``'s shape and
+    dtype (NumPy's ``imag``), recorded as a fill that costs no memory until stored.
 
     Raises DTypeError for bool."""
-    n = _values("imag", x).node
-    return wrap(const(0, n.shape, n.dtype, n.device, Origin()))
+    return _parts("imag", x)
+
+
+def _parts(op: str, x):
+    origin = Origin()
+    n = tensor_node(op, x, origin)
+    _check_numeric(op, (n.dtype,), origin)
+    if n.dtype.is_complex:
+        d = n.dtype if op == "conj" else dt.real_dtype(n.dtype)
+        return record(op, (n,), (), n.shape, d, n.device, origin)
+    if op == "imag":
+        return wrap(const(0, n.shape, n.dtype, n.device, origin))
+    return wrap(n)
 
 
 def reciprocal(x):
     """``1 / x`` element-wise, correctly rounded like the division (any shape; integers and
-    bool are cast to float32 first; floats keep their dtype). ``1 / ±0`` is ±inf."""
+    bool are cast to float32 first; floats and complex keep their dtype). ``1 / ±0`` is
+    ±inf."""
     origin = Origin()
     n = tensor_node("reciprocal", x, origin)
-    if not n.dtype.is_float:
+    if not (n.dtype.is_float or n.dtype.is_complex):
         n = cast(n, dt.DEFAULT_FLOAT, origin)
     return binary("div", 1.0, wrap(n), origin)
 
@@ -198,6 +252,7 @@ def trunc(x):
     ``trunc``; integers and bool are returned unchanged, as by ``floor``)."""
     origin = Origin()
     n = tensor_node("trunc", x, origin)
+    _check_real("trunc", n.dtype, origin)
     if not n.dtype.is_float:
         return wrap(n)
     t = wrap(n)
@@ -250,6 +305,7 @@ def _float_pair(op, x1, x2, origin):
     """``x1`` and ``x2`` broadcast together and promoted, as one float dtype (integers and
     bool as float32): the operands of a float composite."""
     na, nb, d = binary_operands(op, x1, x2, origin)
+    _check_real(op, d, origin)
     if not d.is_float:
         d = dt.DEFAULT_FLOAT
     return wrap(cast(na, d, origin)), wrap(cast(nb, d, origin))
@@ -272,9 +328,10 @@ def _make_binary(op):
     return f
 
 
-# every element-wise op of the table is a function of the same name (cast is ``astype``)
+# every element-wise op of the table is a function of the same name (cast is ``astype``; real,
+# imag and conj are defined above)
 _UNARY = [name for name, d in OPS.items() if d.kind == "elementwise" and d.arity == 1 and
-          name != "cast"]
+          d.category not in ("cast", "complex")]
 _BINARY = [name for name, d in OPS.items() if d.kind == "elementwise" and d.arity == 2]
 
 FUNCTIONS = {op: _make_unary(op) for op in _UNARY}

@@ -5,10 +5,10 @@
 Data-type kinds, as ``isdtype`` and ``dtypes(kind=...)`` name them: 'bool'; 'signed integer'
 (int8, int16, int32, int64); 'unsigned integer' (uint8); 'integral' (both); 'real floating'
 (float32, float64, and -- an extension the standard allows -- float16 and bfloat16); 'complex
-floating' (none yet); 'numeric' (integral, real and complex floating).
+floating' (complex64, complex128); 'numeric' (integral, real and complex floating).
 
-``can_cast`` follows the standard's promotion lattice, which has no edges between kinds: it says
-False for int to float although binary operators here promote mixed kinds (PyTorch's rules, see
+``can_cast`` follows the standard's promotion lattice, whose only edges between kinds lead from
+the real floats to the complex types: it says False for int to float although binary operators here promote mixed kinds (PyTorch's rules, see
 ``lazyburn.ir.dtypes``). Nothing here computes or records a node.
 """
 from __future__ import annotations
@@ -31,15 +31,15 @@ nan = math.nan
 newaxis = None
 
 # the kinds of the standard, each a set of DType.kind letters (with the composite kinds spelled
-# out); 'complex floating' is a kind with no dtype yet
+# out)
 KINDS = {
     "bool": "b",
     "signed integer": "i",
     "unsigned integer": "u",
     "integral": "iu",
     "real floating": "f",
-    "complex floating": "",
-    "numeric": "iuf",
+    "complex floating": "c",
+    "numeric": "iufc",
 }
 
 # the standard's dtypes among ours (float16 and bfloat16 are extensions, not listed by
@@ -59,14 +59,16 @@ def _dtype_of(op: str, x) -> dt.DType:
 class finfo:  # noqa: N801 - the array API's name
     """Machine limits of a floating-point dtype (or a float tensor's dtype), as Python floats:
     ``bits``, ``eps`` (distance from 1.0 to the next larger value), ``max``, ``min`` (the most
-    negative finite value), ``smallest_normal``, ``resolution``, and ``dtype``.
+    negative finite value), ``smallest_normal``, ``resolution``, and ``dtype``. For a complex
+    dtype, those of its parts: ``finfo(complex64)`` is float32's (``bits`` 32, ``dtype``
+    float32), as the standard says.
 
     Raises DTypeError for a non-floating dtype or an argument that is no dtype or tensor."""
 
     __slots__ = ("bits", "eps", "max", "min", "smallest_normal", "resolution", "dtype")
 
     def __init__(self, type, /):  # noqa: A002 - the array API's parameter name
-        d = _dtype_of("finfo", type)
+        d = dt.real_dtype(_dtype_of("finfo", type))
         if not d.is_float:
             raise DTypeError(f"finfo: {d.name} is not a floating-point dtype (use iinfo)",
                              Origin())
@@ -110,7 +112,8 @@ def can_cast(from_, to, /) -> bool:
     """Whether ``from_`` (a dtype, or a tensor's dtype) casts to ``to`` by the standard's
     promotion lattice: bool only to bool, an integer to an integer type holding all its values,
     a float to a float at least as wide (float16 and bfloat16 to neither each other, to float32
-    and float64). Never between kinds. For a tensor, also False when ``to`` is a dtype its
+    and float64), a float or complex type to a complex type whose parts are at least as wide.
+    Never between other kinds. For a tensor, also False when ``to`` is a dtype its
     device does not hold.
 
     Raises DTypeError when ``from_`` is no dtype or tensor or ``to`` is no dtype."""
@@ -127,7 +130,7 @@ def can_cast(from_, to, /) -> bool:
         lo, hi = dt.int_range(d)
         to_lo, to_hi = dt.int_range(to)
         return to_lo <= lo and hi <= to_hi
-    if d.is_float and to.is_float:
+    if (d.is_float or d.is_complex) and (to.is_float or to.is_complex):
         return dt.promote(d, to) is to
     return False
 
@@ -185,12 +188,13 @@ class Info:
         return [default] + [d for d in dict.fromkeys(found) if d != default]
 
     def default_dtypes(self, *, device=None) -> dict:
-        """The default dtypes, the same on every device: float32 for 'real floating', int64 for
-        'integral' and 'indexing', and None for 'complex floating' (no complex dtype yet).
+        """The default dtypes, the same on every device: float32 for 'real floating', complex64
+        for 'complex floating' (held by the NumPy device only), int64 for 'integral' and
+        'indexing'.
 
         Raises DeviceError for an unknown device."""
         resolve_device("default_dtypes", device, Origin())
-        return {"real floating": dt.DEFAULT_FLOAT, "complex floating": None,
+        return {"real floating": dt.DEFAULT_FLOAT, "complex floating": dt.DEFAULT_COMPLEX,
                 "integral": dt.DEFAULT_INT, "indexing": dt.int64}
 
     def dtypes(self, *, device=None, kind=None) -> dict:

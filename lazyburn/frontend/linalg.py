@@ -70,7 +70,8 @@ def vecdot(x1, x2, axis=-1):
     axis)`` with the other dimensions broadcast, recorded as one fused multiply-reduce.
     ``axis`` counts from the end, in [-N, -1] with N the smaller rank (a non-negative axis
     counts in the broadcast result, as NumPy). The dtype is the operands' promotion; integer
-    products wrap; float16/bfloat16 accumulate in float32. Vectors of length 0 give 0.
+    products wrap; float16/bfloat16 accumulate in float32; complex ``x1`` is conjugated
+    (``sum(conj(x1) * x2)``, the standard's). Vectors of length 0 give 0.
 
     Raises ShapeError for rank-0 operands, an axis out of range, or vectors of different
     lengths; DTypeError for bool."""
@@ -97,6 +98,8 @@ def vecdot(x1, x2, axis=-1):
     acc = dt.float32 if d in (dt.float16, dt.bfloat16) else d
     a = broadcast_to(cast(a, acc, origin), shape, origin)
     b = broadcast_to(cast(b, acc, origin), shape, origin)
+    if acc.is_complex:  # the standard's vecdot conjugates x1: sum(conj(x1) * x2)
+        a = node("conj", (a,), (), shape, acc, a.device, origin)
     products = node("mul", (a, b), (), shape, acc, a.device, origin)
     return _sum(wrap(products), axis, dtype=acc).astype(d)
 
@@ -173,8 +176,11 @@ def outer(x1, x2):
 
 
 def _float_node(op, x, origin):
-    """``x``'s node, cast to the default float dtype unless it is floating already."""
+    """``x``'s node, cast to the default float dtype unless it is floating already; a complex
+    one's magnitudes (a norm of ``x`` is that of ``|x|``)."""
     n = tensor_node(op, x, origin)
+    if n.dtype.is_complex:
+        return ew.unary("abs", wrap(n), origin).node
     return n if n.dtype.is_float else cast(n, dt.DEFAULT_FLOAT, origin)
 
 
@@ -185,7 +191,8 @@ def vector_norm(x, *, axis=None, keepdims=False, ord=2):  # noqa: A002 - the sta
     ``-inf`` (smallest), 0 (the count of non-zero elements), or any other non-zero number
     p: ``sum(|x|**p) ** (1/p)``. Each is one fused reduction over an element-wise producer.
 
-    dtype: ``x``'s floating dtype; integer and bool inputs are cast to float32 first (the
+    dtype: ``x``'s floating dtype (a complex one's parts' type: the norm of the magnitudes);
+    integer and bool inputs are cast to float32 first (the
     standard leaves them to the implementation; NumPy computes in float64). The squares of
     ``ord=2`` are summed without scaling, as NumPy does: values beyond the square root of the
     dtype's largest value overflow to inf.

@@ -14,7 +14,7 @@ import numpy as np
 from .. import runtime
 from ..errors import DeviceError, DTypeError, IndexingError, ShapeError
 from ..ir import dtypes as dt
-from ..ir.node import ExactFloat, Node
+from ..ir.node import ExactComplex, ExactFloat, Node
 from ..ir.shapes import broadcast_shapes, infer_reshape, normalize_axes, normalize_axis, prod
 from . import record as rec
 from .record import Origin, cast, node, record, same_device, tensor_node, wrap
@@ -198,7 +198,8 @@ def pad(x, pad_width, mode="constant", constant_values=0):
     if all(a == 0 and b == 0 for a, b in pads):
         return wrap(n)
     shape = tuple(d + a + b for d, (a, b) in zip(n.shape, pads))
-    value = (bool if n.dtype.is_bool else int if n.dtype.is_int else ExactFloat)(constant_values)
+    value = (bool if n.dtype.is_bool else int if n.dtype.is_int else ExactComplex
+             if n.dtype.is_complex else ExactFloat)(constant_values)
     if n.size == 0:  # all padding
         return wrap(rec.const(value, shape, n.dtype, n.device, origin, "pad"))
     return record("pad", (n,), (pads, value), shape, n.dtype, n.device, origin)

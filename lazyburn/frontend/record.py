@@ -18,7 +18,7 @@ import numpy as np
 from .. import runtime
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..ir import dtypes as dt
-from ..ir.node import INTERNAL_FILES, ExactFloat, Node, classify_file
+from ..ir.node import INTERNAL_FILES, ExactComplex, ExactFloat, Node, classify_file
 from ..ir.shapes import broadcast_shapes
 from .capture import scopes
 
@@ -100,8 +100,15 @@ def _empty(shape, dtype, device, origin) -> Node:
     is (reductions over an empty axis, matmul with K = 0, concat with empty parts, pad of an
     empty tensor) are resolved where they are recorded, so no kernel ever sees a zero-size
     value."""
-    value = ExactFloat(0.0) if dtype.is_float else False if dtype.is_bool else 0
+    value = zero(dtype)
     return Node("const", (), (value,), tuple(shape), dtype, device, origin.code, origin.line)
+
+
+def zero(dtype):
+    """The zero of ``dtype`` as a const node's attribute."""
+    kind = dtype.kind
+    return ExactFloat(0.0) if kind == "f" else False if kind == "b" else \
+        ExactComplex(0j) if kind == "c" else 0
 
 
 def wrap(n: Node):
@@ -135,13 +142,15 @@ def record(op, inputs, attrs, shape, dtype, device, origin: Origin):
 
 
 # operands ---------------------------------------------------------------------------------------
+SCALARS = (bool, int, float, complex, np.bool_, np.integer, np.floating, np.complexfloating)
+
+
 def is_scalar(x) -> bool:
-    return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)) and not \
-        isinstance(x, np.ndarray)
+    return isinstance(x, SCALARS) and not isinstance(x, np.ndarray)
 
 
 def py_scalar(x):
-    if isinstance(x, (np.bool_, np.integer, np.floating)):
+    if isinstance(x, (np.bool_, np.integer, np.floating, np.complexfloating)):
         return x.item()
     return x
 
@@ -151,10 +160,15 @@ def const(value, shape, dtype, device, origin, op: str = "const") -> Node:
     ``shape``.
 
     Raises DTypeError when the value has no exact meaning in an integer ``dtype`` (out of its
-    range, or a non-finite float): raised here, at the user's line, rather than at sync."""
+    range, or a non-finite float) or is complex and ``dtype`` is not: raised here, at the user's line, rather than at sync."""
     kind = dtype.kind
+    if isinstance(value, complex) and kind != "c":
+        raise DTypeError(f"{op}: the complex number {value} has no {dtype.name} value",
+                         str(origin))
     if kind == "f":
         value = ExactFloat(value)  # keyed by its bits: -0.0 and nan get plans of their own
+    elif kind == "c":
+        value = ExactComplex(value)
     elif kind == "b":
         value = bool(value)
     else:
@@ -170,8 +184,13 @@ def const(value, shape, dtype, device, origin, op: str = "const") -> Node:
 
 
 def cast(n: Node, dtype, origin) -> Node:
+    """``n`` converted to ``dtype`` (a const folded). Raises DTypeError for a complex ``n`` to a
+    real dtype: no op converts complex numbers to real ones implicitly."""
     if n.dtype is dtype:
         return n
+    if n.dtype.is_complex and not (dtype.is_complex or dtype.is_bool):
+        raise DTypeError(f"a {n.dtype.name} tensor here needs a real dtype ({dtype.name}): the "
+                         f"op is defined for real numbers only", str(origin))
     if n.op == "const":
         # fold: a cast scalar is another scalar, converted exactly as the backends convert
         with np.errstate(all="ignore"):
@@ -206,10 +225,13 @@ def _host_dtype(arr: np.ndarray, obj, origin) -> dt.DType:
     if arr.dtype == object:
         raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor (not array-"
                          f"like, or ragged)", origin)
-    if isinstance(obj, (list, tuple, float, int, bool)) and not isinstance(obj, np.generic):
+    if isinstance(obj, (list, tuple, float, int, bool, complex)) and \
+            not isinstance(obj, np.generic):
         # Python data: floats default to float32, ints to int64 (as in PyTorch)
         if arr.dtype.kind == "f":
             return dt.DEFAULT_FLOAT
+        if arr.dtype.kind == "c":
+            return dt.DEFAULT_COMPLEX
         if arr.dtype.kind in "iu":
             return dt.DEFAULT_INT
     try:
@@ -231,7 +253,7 @@ def from_host(obj, dtype, device, origin, copy=True) -> Node:
     except (ValueError, TypeError) as e:
         raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor: {e}",
                          origin) from None
-    if not isinstance(obj, (np.ndarray, np.generic)) and arr.dtype.kind not in "biuf":
+    if not isinstance(obj, (np.ndarray, np.generic)) and arr.dtype.kind not in "biufc":
         raise DTypeError(f"tensor: cannot convert {type(obj).__name__} to a tensor "
                          f"(NumPy sees dtype {arr.dtype})", origin)
     target = resolve_dtype("tensor", dtype, origin) if dtype is not None else \
@@ -320,7 +342,8 @@ def binary_operands(op: str, a, b, origin):
 def _scalar_fits(x, dtype) -> bool:
     """True for a Python int or float that takes ``dtype`` when weak (no promotion)."""
     t = type(x)
-    return (t is float and dtype.kind == "f") or (t is int and dtype.kind != "b")
+    return (t is float and dtype.kind in "fc") or (t is int and dtype.kind != "b") or \
+        (t is complex and dtype.kind == "c")
 
 
 def operands(op: str, args, origin, promote=True):

@@ -31,9 +31,13 @@ def _reduce(op: str, x, axis, keepdims: bool, origin: Origin, dtype=None):
     n = tensor_node(op, x, origin)
     axes = normalize_axes(op, axis, n.shape, origin)
     d = n.dtype
+    if d.is_complex and op not in ("sum", "prod", "any", "all"):
+        raise DTypeError(f"{op}: complex numbers have no order, got {d.name}", origin)
     if op in ("sum", "prod"):
         if dtype is not None:
             d = resolve_dtype(op, dtype, origin)
+            if n.dtype.is_complex and not d.is_complex:
+                raise DTypeError(f"{op}: a complex tensor does not sum to {d.name}", origin)
         elif d.is_bool or d.is_int:
             d = dt.int64  # array API: integer sums accumulate in the default integer type
         n = cast(n, d, origin)
@@ -106,6 +110,8 @@ def _arg(op, x, axis, keepdims, origin):
                          origin)
     if n.dtype.is_bool:
         n = cast(n, dt.int8, origin)
+    if n.dtype.is_complex:
+        raise DTypeError(f"{op}: complex numbers have no order, got {n.dtype.name}", origin)
     kept = tuple(1 if i == a else s for i, s in enumerate(n.shape))
     r = node(op, (n,), ((a,),), kept, dt.int64, n.device, origin)
     if not keepdims:
@@ -128,9 +134,14 @@ def argmin(x, axis=None, keepdims=False):
     return wrap(_arg("argmin", x, axis, keepdims, Origin()))
 
 
-def _float(op, x, origin):
+def _float(op, x, origin, complex_ok=False):
+    """``x`` as a floating Tensor (integers and bool cast to float32); complex kept where
+    ``complex_ok``, else a DTypeError."""
     n = tensor_node(op, x, origin)
-    if not n.dtype.is_float:
+    if n.dtype.is_complex:
+        if not complex_ok:
+            raise DTypeError(f"{op}: defined for real numbers only, got {n.dtype.name}", origin)
+    elif not n.dtype.is_float:
         n = cast(n, dt.DEFAULT_FLOAT, origin)
     return wrap(n)
 
@@ -147,10 +158,10 @@ def _accumulator(x):
 
 
 def mean(x, axis=None, keepdims=False):
-    """Arithmetic mean over ``axis`` (floating result; integers are cast to float32); nan over
-    an empty axis, as NumPy."""
+    """Arithmetic mean over ``axis`` (floating result; integers are cast to float32; complex
+    kept); nan over an empty axis, as NumPy."""
     origin = Origin()
-    x = _float("mean", x, origin)
+    x = _float("mean", x, origin, complex_ok=True)
     n = _count("mean", x, axis, origin)
     acc = _accumulator(x)
     m = sum(x, axis, keepdims, dtype=acc) * (1.0 / n if n else float("nan"))
@@ -268,6 +279,8 @@ def scan_node(op: str, n, axis: int, dtype, include_initial: bool, origin: Origi
     d = dtype
     if d is None:
         d = dt.int64 if n.dtype.is_bool or n.dtype.is_int else n.dtype
+    elif n.dtype.is_complex and not d.is_complex:
+        raise DTypeError(f"{name}: a complex tensor does not accumulate in {d.name}", origin)
     work = dt.int64 if d.is_bool else d
     n = cast(n, work, origin)
     ident = SCAN_IDENTITY[op]

@@ -7,7 +7,7 @@ The argsort runs as a sort kernel (``SortSpec``) whose producers are fused on re
 """
 from __future__ import annotations
 
-from ..errors import ShapeError
+from ..errors import DTypeError, ShapeError
 from ..ir import dtypes as dt
 from ..ir.node import Node
 from ..ir.shapes import normalize_axis
@@ -16,7 +16,10 @@ from .record import Origin, cast, check_axis_int, const, node, tensor_node, wrap
 
 
 def argsort_node(n: Node, axis: int, descending: bool, origin: Origin) -> Node:
-    """int32 positions that sort node ``n`` stably along ``axis`` (normalized)."""
+    """int32 positions that sort node ``n`` stably along ``axis`` (normalized). Raises
+    DTypeError for a complex ``n`` (the standard orders real numbers only)."""
+    if n.dtype.is_complex:
+        raise DTypeError(f"sort: complex numbers have no order, got {n.dtype.name}", origin)
     last = len(n.shape) - 1
     perm = tuple(a for a in range(last + 1) if a != axis) + (axis,)
     moved = n if axis == last else permute_dims(wrap(n), perm, origin).node
@@ -54,8 +57,8 @@ def argsort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = Tr
     with producers of ``x`` fused into it; rows of any length, except on a WebGPU adapter that
     caps an invocation's loops (Mesa's llvmpipe: a row of 2^18 sorts, one of 2^19 is refused).
 
-    Raises ShapeError for a 0-d ``x`` or an axis out of range, LoopLimitError (a DeviceError)
-    for a row too long for such an adapter."""
+    Raises ShapeError for a 0-d ``x`` or an axis out of range, DTypeError for a complex ``x``,
+    LoopLimitError (a DeviceError) for a row too long for such an adapter."""
     origin = Origin()
     n, a = _checked("argsort", x, axis, origin)
     return wrap(cast(argsort_node(n, a, descending, origin), dt.int64, origin))

@@ -1,12 +1,19 @@
 """Data types and the type-promotion rules of the Python array API standard (2024.12).
 
-Every tensor has one of the eleven dtypes below. Promotion between two tensors follows the
+Every tensor has one of the twelve dtypes below. Promotion between two tensors follows the
 standard's lattice (same kind: the wider type; uint8 with a signed integer: the next signed type
-that holds both); mixed kinds, which the standard leaves to the implementation, promote like
-PyTorch: bool < integers < floats, the result taking the other operand's type. float16 with
-bfloat16 gives float32. Python scalars are *weak*: they take the tensor's dtype when their kind
-fits (``int8_tensor + 1`` is int8, ``float16_tensor * 2.0`` is float16) and the default dtype of
-their kind otherwise (``int_tensor * 0.5`` is float32).
+that holds both; a real float with a complex type: the complex type whose parts hold both, so
+float64 with complex64 gives complex128); mixed kinds, which the standard leaves to the
+implementation, promote like PyTorch: bool < integers < real floats < complex floats, the result
+taking the other operand's type. float16 with bfloat16 gives float32. Python scalars are *weak*:
+they take the tensor's dtype when their kind fits (``int8_tensor + 1`` is int8,
+``float16_tensor * 2.0`` is float16, ``complex64_tensor * 2.0`` is complex64) and otherwise the
+default dtype of their kind, or the complex type of a float tensor's precision
+(``int_tensor * 0.5`` is float32, ``float64_tensor * 1j`` is complex128, ``int_tensor * 1j``
+complex64).
+
+complex64 and complex128 (two float32 or float64 parts) are computed on the NumPy device; the
+fused devices refuse them with a DTypeError when an op would make one (``unsupported_dtypes``).
 
 bfloat16 is stored through ``ml_dtypes.bfloat16``, NumPy's de facto extension type for it.
 """
@@ -22,13 +29,14 @@ class DType:
     """A tensor element type.
 
     Attributes: ``name`` (the array-API spelling), ``kind`` ('b' bool, 'i' signed, 'u' unsigned,
-    'f' floating), ``itemsize`` in bytes, ``np`` (the NumPy dtype used for host storage), and
-    the flags ``is_float``, ``is_int`` (signed or unsigned), ``is_bool`` (plain attributes, not
-    properties: recording reads them on every op). DTypes are singletons: compare with ``is``
-    or ``==``.
+    'f' real floating, 'c' complex floating), ``itemsize`` in bytes, ``np`` (the NumPy dtype
+    used for host storage), and the flags ``is_float`` (real floating only), ``is_complex``,
+    ``is_int`` (signed or unsigned), ``is_bool`` (plain attributes, not properties: recording
+    reads them on every op). DTypes are singletons: compare with ``is`` or ``==``.
     """
 
-    __slots__ = ("name", "kind", "itemsize", "np", "rank", "is_float", "is_int", "is_bool")
+    __slots__ = ("name", "kind", "itemsize", "np", "rank", "is_float", "is_complex", "is_int",
+                 "is_bool")
 
     def __init__(self, name: str, kind: str, np_dtype, rank: int):
         self.name = name
@@ -37,6 +45,7 @@ class DType:
         self.itemsize = self.np.itemsize
         self.rank = rank  # order within the kind, for promotion
         self.is_float = kind == "f"
+        self.is_complex = kind == "c"
         self.is_int = kind in "iu"
         self.is_bool = kind == "b"
 
@@ -63,14 +72,30 @@ float16 = DType("float16", "f", np.float16, 1)
 bfloat16 = DType("bfloat16", "f", ml_dtypes.bfloat16, 1)
 float32 = DType("float32", "f", np.float32, 2)
 float64 = DType("float64", "f", np.float64, 3)
+complex64 = DType("complex64", "c", np.complex64, 2)  # ranks: those of the parts' floats
+complex128 = DType("complex128", "c", np.complex128, 3)
 
-ALL = (bool_, int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64)
+ALL = (bool_, int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64, complex64,
+       complex128)
+COMPLEX = (complex64, complex128)
 BY_NAME = {d.name: d for d in ALL}
 BY_NAME["bool_"] = bool_
 _BY_NP = {d.np: d for d in ALL}
 
 DEFAULT_FLOAT = float32
+DEFAULT_COMPLEX = complex64
 DEFAULT_INT = int64
+
+
+def real_dtype(d: DType) -> DType:
+    """The dtype of a complex dtype's parts (complex64: float32); any other dtype itself."""
+    return float32 if d is complex64 else float64 if d is complex128 else d
+
+
+def complex_dtype(d: DType) -> DType:
+    """The complex dtype whose parts hold real dtype ``d`` (float64: complex128, every other
+    float, integer and bool: complex64); a complex dtype itself."""
+    return d if d.is_complex else complex128 if d is float64 else complex64
 
 
 def dtype(spec) -> DType:
@@ -92,6 +117,8 @@ def dtype(spec) -> DType:
         return DEFAULT_INT
     elif spec is float:
         return DEFAULT_FLOAT
+    elif spec is complex:
+        return DEFAULT_COMPLEX
     else:
         try:
             found = _BY_NP.get(np.dtype(spec))
@@ -111,6 +138,9 @@ def promote(a: DType, b: DType) -> DType:
         if a.kind == "f" and a.rank == b.rank:  # float16 with bfloat16
             return float32
         return a if a.rank > b.rank else b
+    if a.is_complex or b.is_complex:  # the complex type whose parts hold both
+        c, other = (a, b) if a.is_complex else (b, a)
+        return complex_dtype(promote(real_dtype(c), other)) if other.is_float else c
     order = "buif"
     ka, kb = order.index(a.kind), order.index(b.kind)
     if {a.kind, b.kind} == {"i", "u"}:
@@ -126,9 +156,11 @@ def scalar_dtype(value, other: DType) -> DType:
     if isinstance(value, bool):
         return other
     if isinstance(value, int):
-        return other if other.kind in "iuf" else DEFAULT_INT
+        return other if other.kind in "iufc" else DEFAULT_INT
     if isinstance(value, float):
-        return other if other.kind == "f" else DEFAULT_FLOAT
+        return other if other.kind in "fc" else DEFAULT_FLOAT
+    if isinstance(value, complex):
+        return complex_dtype(other) if other.kind in "fc" else DEFAULT_COMPLEX
     raise DTypeError(f"unsupported scalar {value!r} of type {type(value).__name__}")
 
 

@@ -48,6 +48,30 @@ class ExactFloat(float):
         return (ExactFloat, (float(self),))
 
 
+class ExactComplex(complex):
+    """A complex attribute that equals another only when both parts are the same IEEE 754
+    values, as ``ExactFloat`` does for one float (``complex(0.0, -0.0)`` and ``0j`` differ)."""
+
+    __slots__ = ()
+
+    def _bits(self):
+        return ExactFloat(self.real)._bits(), ExactFloat(self.imag)._bits()
+
+    def __eq__(self, other):
+        if isinstance(other, ExactComplex):
+            return self._bits() == other._bits()
+        return complex.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash(self._bits())
+
+    def __reduce__(self):
+        return (ExactComplex, (complex(self),))
+
+
 class Node:
     """One recorded op. ``inputs`` are Nodes; ``attrs`` is a tuple laid out as the op table's
     attribute names; ``shape`` a tuple of ints; ``dtype`` a DType; ``device`` a canonical device

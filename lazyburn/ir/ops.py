@@ -74,6 +74,9 @@ _define("elementwise", 1, "signbit", category="signbit")
 _define("elementwise", 1, "logical_not", category="logical")
 _define("elementwise", 1, "bitwise_not", category="bitwise")
 _define("elementwise", 1, "cast", ("dtype",), category="cast")
+# the parts of a complex number and its conjugate (complex inputs only: the front end answers
+# real inputs itself, so no fused backend meets them)
+_define("elementwise", 1, "real imag conj", category="complex")
 # element-wise: binary
 _define("elementwise", 2, "add sub mul floordiv mod minimum maximum", category="arith")
 _define("elementwise", 2, "div pow", category="float")
@@ -119,6 +122,9 @@ VIEWS = frozenset(n for n, d in _TABLE.items() if d.kind == "view")
 REDUCTIONS = frozenset(n for n, d in _TABLE.items() if d.kind == "reduce")
 SCANS = frozenset(n for n, d in _TABLE.items() if d.kind == "scan")
 SORTS = frozenset(n for n, d in _TABLE.items() if d.kind == "sort")
+#: ops recorded on complex inputs only, so computed on the NumPy device only (the fused devices
+#: hold no complex dtype)
+COMPLEX_ONLY = frozenset(n for n, d in _TABLE.items() if d.category == "complex")
 #: the reduction op each scan accumulates with
 SCAN_OP = {"cumsum": "sum", "cumprod": "prod"}
 

@@ -293,7 +293,7 @@ class CudaBackend(FusedBackend):
         self.interpret = interpret
         self.device_string = f"cuda:{index}"
         self.dtypes = {name: getattr(torch, name) for name in TORCH_DTYPES}
-        self.unsupported_dtypes = set()
+        self.unsupported_dtypes = set(dt.COMPLEX)  # computed on the NumPy device only, for now
         self.max_alloc = None  # bytes; None: no limit known (the interpreter's host memory)
         if interpret:
             self.device = torch.device("cpu")

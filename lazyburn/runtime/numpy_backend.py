@@ -76,9 +76,33 @@ def _signbit(x):
     return np.signbit(x if x.dtype.kind == "f" else x.astype(np.float32))
 
 
+def _expm1(z):
+    """``exp(z) - 1`` without cancellation near 0: NumPy's for real ``z``; for complex ``z =
+    x + iy``, ``expm1(x) cos(y) - 2 sin(y/2)**2 + i exp(x) sin(y)``, with the array API's
+    special cases (C99 Annex G's for ``cexp``, less one), which NumPy's complex ``expm1`` misses:
+    ``-0 + 0j`` gives ``+0 + 0j``, ``+inf + 0j`` gives ``+inf + 0j``, ``nan + 0j`` gives ``nan + 0j``, ``-inf + yj`` gives
+    ``-1 + 0 cis(y)`` (``-1 + 0j`` for an infinite or nan y), ``+inf + yj`` for an infinite or
+    nan y gives ``inf + nan j``."""
+    if z.dtype.kind != "c":
+        return np.expm1(z)
+    x, y = z.real, z.imag
+    s = np.sin(y)
+    h = np.sin(y / 2)
+    re = np.expm1(x) * np.cos(y) - 2 * h * h + 0.0  # + 0.0: -0 + 0j gives +0 + 0j
+    im = np.where(y == 0, y, np.exp(x) * s)  # a zero's sign kept, even beside inf or nan
+    low = x == -np.inf
+    re = np.where(low, -1, re)
+    im = np.where(low, np.where(np.isfinite(y), 0 * s, 0), im)
+    high = (x == np.inf) & ~np.isfinite(y)
+    re, im = np.where(high, np.inf, re), np.where(high, np.nan, im)
+    out = np.empty(z.shape, z.dtype)
+    out.real, out.imag = re, im
+    return out
+
+
 UNARY = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "square": np.square,
-    "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
+    "exp": np.exp, "exp2": np.exp2, "expm1": _expm1, "log": np.log, "log2": np.log2,
     "log10": np.log10,
     "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
     "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
@@ -87,6 +111,7 @@ UNARY = {
     "erf": scipy.special.erf, "floor": np.floor, "ceil": np.ceil, "round": np.round,
     "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite, "signbit": _signbit,
     "logical_not": np.logical_not, "bitwise_not": np.invert,
+    "real": np.real, "imag": np.imag, "conj": np.conjugate,
 }
 
 BINARY = {
@@ -113,6 +138,10 @@ def _float_floordiv(a, b):
 
 
 FLOAT_BINARY = {"floordiv": _float_floordiv, "mod": np.remainder, "pow": np.power}
+
+# NumPy's scalar power of a complex array (``x ** 2`` is ``square(x)``, whose signed zeros
+# differ from ``power(x, 2+0j)``'s); other exponents are ``power``'s
+COMPLEX_SCALAR_POWER = {2: np.square, 0.5: np.sqrt, -1: np.reciprocal}
 
 # the same programs the fused kernels run (bit-identical: see codegen.philox)
 RANDOM = {"random_uniform": philox.UNIFORM, "random_normal": philox.NORMAL}
@@ -196,11 +225,13 @@ def evaluate(n: Node, args: list) -> np.ndarray:
             # one exponent known when recorded: NumPy's scalar power (x ** 0.5 is sqrt(x), so
             # (-0.0) ** 0.5 is -0.0), which every fused backend spells the same way
             b = b.reshape(-1)[:1].reshape(())
+            if a.dtype.kind == "c" and b.item() in COMPLEX_SCALAR_POWER:
+                return COMPLEX_SCALAR_POWER[b.item()](a)
         if a.dtype.name in HALF:
             a, b = a.astype(np.float32), b.astype(np.float32)
         if op in BINARY:
             return BINARY[op](a, b)
-        table = FLOAT_BINARY if a.dtype.kind == "f" else INT_BINARY
+        table = FLOAT_BINARY if a.dtype.kind in "fc" else INT_BINARY
         return table[op](a, b)
     if op == "where":
         return np.where(*args)

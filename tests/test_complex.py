@@ -1,0 +1,258 @@
+"""complex64 and complex128 (the array API's complex floating types) on the NumPy device against
+NumPy 2, on fresh random data with signed zeros, infinities and nan in either part; the
+promotion rules with real types and Python scalars; the ops the standard defines for real
+numbers only, and the fused devices, refusing them with a DTypeError at the user's line."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import lazyburn as lb
+from fused_devices import FUSED_DEVICES
+
+COMPLEX = ["complex64", "complex128"]
+EDGES = [0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, 1e-30, 3.5e30]
+
+
+def cdata(rng, shape, dtype, edges=True):
+    """Random complex values of ``dtype`` (parts of mixed magnitude), with every pair of edge
+    values of ``EDGES`` as real and imaginary parts in the first elements when ``edges``."""
+    size = int(np.prod(shape))
+    re = rng.standard_normal(size) * 10.0 ** rng.integers(-3, 4, size)
+    im = rng.standard_normal(size) * 10.0 ** rng.integers(-3, 4, size)
+    if edges:
+        pairs = [(a, b) for a in EDGES for b in EDGES][:size]
+        re[:len(pairs)], im[:len(pairs)] = zip(*pairs)
+        perm = rng.permutation(size)
+        re, im = re[perm], im[perm]
+    z = np.empty(size, dtype)
+    z.real, z.imag = re, im  # (re + 1j * im would make inf * 0j a nan)
+    return z.reshape(shape)
+
+
+def same(got, want):
+    """``got`` (a Tensor) has ``want``'s dtype and shape and its values, nan where it has nan
+    (in either part), signed zeros as they are."""
+    g = got.numpy()
+    want = np.asarray(want)
+    assert g.dtype == want.dtype and g.shape == want.shape, (g.dtype, g.shape, want.dtype,
+                                                             want.shape)
+    np.testing.assert_array_equal(g, want)
+    if g.dtype.kind in "fc":
+        parts = (np.real, np.imag) if g.dtype.kind == "c" else (np.asarray,)
+        for part in parts:  # -0.0 is not 0.0
+            a, b = part(g), part(want)
+            zero = (a == 0) & (b == 0)
+            assert (np.signbit(a[zero]) == np.signbit(b[zero])).all()
+
+
+def test_promotion_follows_the_standard_and_python_scalars_are_weak():
+    c64 = lb.zeros(2, dtype="complex64", device="numpy")
+    c128 = lb.zeros(2, dtype="complex128", device="numpy")
+    f32 = lb.zeros(2, dtype="float32", device="numpy")
+    f64 = lb.zeros(2, dtype="float64", device="numpy")
+    i8 = lb.zeros(2, dtype="int8", device="numpy")
+    assert (c64 + c128).dtype is lb.complex128
+    assert (c64 + f32).dtype is lb.complex64 and (f32 + c64).dtype is lb.complex64
+    assert (c64 + f64).dtype is lb.complex128  # the parts must hold float64
+    assert (c128 + f32).dtype is lb.complex128
+    assert (c64 + i8).dtype is lb.complex64 and (c64 + (i8 > 0)).dtype is lb.complex64
+    assert (c64 * 2.0).dtype is lb.complex64 and (c64 * 2).dtype is lb.complex64
+    assert (c64 * 1j).dtype is lb.complex64 and (c128 * 1j).dtype is lb.complex128
+    assert (f64 * 1j).dtype is lb.complex128 and (f32 * 1j).dtype is lb.complex64
+    assert (i8 * 1j).dtype is lb.complex64
+    assert lb.result_type(lb.float64, lb.complex64) is lb.complex128
+    assert lb.asarray(1j, device="numpy").dtype is lb.complex64  # the default complex type
+    assert lb.asarray([1, 2j], device="numpy").dtype is lb.complex64
+    assert lb.asarray(np.ones(2, np.complex128), device="numpy").dtype is lb.complex128
+    assert lb.full((2,), 1 - 1j, device="numpy").dtype is lb.complex64
+    assert lb.dtype(complex) is lb.complex64 and lb.dtype(np.complex128) is lb.complex128
+
+
+UNARY = ["negative", "abs", "sign", "square", "exp", "log", "log1p", "log2", "log10",
+         "sqrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan", "asinh",
+         "acosh", "atanh", "round", "isnan", "isinf", "isfinite", "logical_not", "real", "imag",
+         "conj", "positive", "reciprocal"]
+NUMPY = {"asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "asinh": np.arcsinh,
+         "acosh": np.arccosh, "atanh": np.arctanh, "conj": np.conjugate,
+         "reciprocal": lambda x: 1 / x}
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("op", UNARY)
+def test_unary_ops_match_numpy(op, dtype, rng):
+    x = cdata(rng, (9, 11), dtype)
+    want = NUMPY.get(op, getattr(np, op, None))
+    with np.errstate(all="ignore"):
+        same(getattr(lb, op)(lb.asarray(x, device="numpy")), want(x))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_expm1_is_accurate_near_zero_and_takes_the_standards_special_cases(dtype, rng):
+    x = cdata(rng, (200,), dtype, edges=False) * 1e-3
+    eps = np.finfo(x.real.dtype).eps
+    with np.errstate(all="ignore"):
+        got = lb.expm1(lb.asarray(x, device="numpy")).numpy()
+        want = np.expm1(x.astype(np.complex128))  # no cancellation either, in float64
+    assert got.dtype == x.dtype
+    np.testing.assert_allclose(got, want, rtol=8 * eps, atol=0)
+    inf, nan = math.inf, math.nan
+    # the array API's special cases of expm1 (2024.12), sign of a zero included where stated
+    cases = [((0.0, 0.0), (0.0, 0.0)), ((-0.0, 0.0), (0.0, 0.0)), ((inf, 0.0), (inf, 0.0)),
+             ((-inf, 1.0), (-1.0, 0.0)), ((-inf, -2.0), (-1.0, -0.0)), ((inf, 2.0),
+                                                                       (-inf, inf)),
+             ((-inf, inf), (-1.0, None)), ((inf, inf), (None, nan)), ((-inf, nan), (-1.0, None)),
+             ((inf, nan), (None, nan)), ((nan, 0.0), (nan, 0.0)), ((nan, -0.0), (nan, -0.0)),
+             ((nan, 1.0), (nan, nan)), ((nan, nan), (nan, nan)), ((1.0, inf), (nan, nan)),
+             ((1.0, nan), (nan, nan))]
+    z = np.empty(len(cases), dtype)
+    z.real, z.imag = zip(*(c[0] for c in cases))
+    with np.errstate(all="ignore"):
+        got = lb.expm1(lb.asarray(z, device="numpy")).numpy()
+    for (arg, (re, im)), g in zip(cases, got):
+        for want_part, part in ((re, g.real), (im, g.imag)):
+            if want_part is None:  # the standard leaves it unspecified
+                continue
+            if math.isnan(want_part):
+                assert math.isnan(part), (arg, g)
+            elif math.isinf(want_part) and arg[0] == inf and math.isfinite(arg[1]):
+                assert part == math.copysign(inf, want_part), (arg, g)  # inf cis(y)
+            else:
+                assert part == want_part and math.copysign(1, part) == math.copysign(
+                    1, want_part), (arg, g)
+
+
+BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+          "divide": np.divide, "pow": np.power, "equal": np.equal, "not_equal": np.not_equal,
+          "logical_and": np.logical_and, "logical_xor": np.logical_xor}
+
+
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_binary_ops_match_numpy_with_complex_real_and_scalar_operands(op, rng):
+    a = cdata(rng, (7, 9), "complex64")
+    b = cdata(rng, (7, 9), "complex64")
+    real = rng.standard_normal(9).astype(np.float64)  # broadcast; promotes to complex128
+    fn, want = getattr(lb, op), BINARY[op]
+    t = lb.asarray(a, device="numpy")
+    with np.errstate(all="ignore"):
+        same(fn(t, lb.asarray(b, device="numpy")), want(a, b))
+        same(fn(t, lb.asarray(real, device="numpy")), want(a, real))
+        same(fn(lb.asarray(real, device="numpy"), t), want(real, a))
+        # a Python scalar is weak: it takes the tensor's dtype (NumPy 2 too)
+        same(fn(t, 0.5 - 2j), want(a, np.complex64(0.5 - 2j)))
+        same(fn(1.5, t), want(np.complex64(1.5), a))
+
+
+def test_operators_and_where(rng):
+    a, b = cdata(rng, (5, 6), "complex128"), cdata(rng, (5, 6), "complex128")
+    ta, tb = lb.asarray(a, device="numpy"), lb.asarray(b, device="numpy")
+    with np.errstate(all="ignore"):
+        same(ta * tb - ta / 3 + 2j, a * b - a / 3 + 2j)
+        same(-ta ** 2, -a ** 2)
+        same(ta == tb, a == b)
+        cond = rng.random((5, 6)) < 0.5
+        same(lb.where(lb.asarray(cond, device="numpy"), ta, 1.0), np.where(cond, a, 1.0))
+    assert complex(lb.asarray(3 - 4j, device="numpy")) == 3 - 4j
+    assert lb.asarray([1 + 1j], device="numpy").item() == 1 + 1j
+    with pytest.raises(TypeError):
+        float(lb.asarray(1j, device="numpy"))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_reductions_scans_and_products_match_numpy(dtype, rng):
+    x = cdata(rng, (6, 50), dtype, edges=False)
+    y = cdata(rng, (50, 7), dtype, edges=False)
+    t, u = lb.asarray(x, device="numpy"), lb.asarray(y, device="numpy")
+    rtol = 1e-5 if dtype == "complex64" else 1e-12
+    checks = [(lb.sum(t, axis=1), x.sum(axis=1)), (lb.prod(t[:, :5], axis=1),
+                                                    x[:, :5].prod(axis=1)),
+              (lb.mean(t, axis=0), x.mean(axis=0)), (t @ u, x @ y),
+              (lb.cumulative_sum(t, axis=1), np.cumsum(x, axis=1)),
+              (lb.cumulative_prod(t[:, :4], axis=1), np.cumprod(x[:, :4], axis=1)),
+              # the standard's vecdot conjugates its first argument
+              (lb.vecdot(t, t), np.sum(np.conj(x) * x, axis=-1)),
+              (lb.tensordot(t, u, axes=1), np.tensordot(x, y, axes=1)),
+              (lb.linalg.vector_norm(t, axis=1), np.linalg.norm(x, axis=1)),
+              (lb.linalg.matrix_norm(t), np.linalg.norm(x, "fro"))]
+    for got, want in checks:
+        g = got.numpy()
+        assert g.dtype == np.asarray(want).dtype, (g.dtype, np.asarray(want).dtype)
+        np.testing.assert_allclose(g, want, rtol=rtol, atol=0)
+    assert lb.any(t).numpy() and lb.count_nonzero(t).numpy() == x.size
+
+
+def test_creation_and_assignment(rng):
+    z = lb.zeros((2, 3), dtype="complex64", device="numpy")
+    same(z, np.zeros((2, 3), np.complex64))
+    same(lb.eye(3, dtype=lb.complex128, device="numpy"), np.eye(3, dtype=np.complex128))
+    same(lb.linspace(1j, 2 + 3j, 5, device="numpy"),
+         np.linspace(1j, 2 + 3j, 5).astype(np.complex64))
+    same(lb.full((2,), complex(-0.0, 0.0), dtype="complex128", device="numpy"),
+         np.full((2,), complex(-0.0, 0.0)))
+    x = cdata(rng, (4, 5), "complex64")
+    t = lb.asarray(x, device="numpy")
+    t[1:3, ::2] = 1j
+    t[0] = lb.asarray(np.arange(5.0), device="numpy")  # a float into complex: same kind rule
+    want = x.copy()
+    want[1:3, ::2] = 1j
+    want[0] = np.arange(5.0)
+    same(t, want)
+    f = lb.zeros(3, device="numpy")
+    with pytest.raises(TypeError, match="complex"):
+        f[0] = 1j
+    same(lb.concat([t, t]), np.concatenate([want, want]))
+    same(lb.flip(t, axis=1), want[:, ::-1])
+    same(lb.pad(t, ((1, 0), (0, 1))), np.pad(want, ((1, 0), (0, 1))))
+    same(lb.astype(t, "complex128"), want.astype(np.complex128))
+    same(lb.astype(t, "bool"), want != 0)
+    r = rng.standard_normal(3).astype(np.float32)
+    c = lb.asarray(r, device="numpy").astype("complex64")
+    same(lb.real(c), r)
+    same(lb.imag(c), np.zeros(3, np.float32))
+
+def test_inspection():
+    info = lb.finfo(lb.complex64)
+    assert info.dtype is lb.float32 and info.bits == 32
+    assert info.eps == float(np.finfo(np.float32).eps)
+    assert lb.finfo(lb.complex128).dtype is lb.float64
+    assert lb.isdtype(lb.complex64, "complex floating") and lb.isdtype(lb.complex128, "numeric")
+    assert not lb.isdtype(lb.complex64, "real floating")
+    assert lb.can_cast(lb.float32, lb.complex64) and not lb.can_cast(lb.float64, lb.complex64)
+    assert lb.can_cast(lb.complex64, lb.complex128) and not lb.can_cast(lb.complex64, lb.float64)
+
+
+REAL_ONLY = [lambda t: lb.maximum(t, t), lambda t: lb.minimum(t, t), lambda t: t < t,
+             lambda t: t >= 1, lambda t: lb.floor(t), lambda t: lb.ceil(t),
+             lambda t: lb.trunc(t), lambda t: lb.signbit(t), lambda t: lb.copysign(t, t),
+             lambda t: lb.nextafter(t, t), lambda t: lb.atan2(t, t), lambda t: t // t,
+             lambda t: t % 2, lambda t: t & t, lambda t: ~t, lambda t: lb.max(t),
+             lambda t: lb.argmin(t), lambda t: lb.sort(t), lambda t: lb.argsort(t),
+             lambda t: lb.var(t), lambda t: lb.astype(t, "float64"),
+             lambda t: lb.sum(t, dtype="float32"), lambda t: lb.cumulative_sum(t, dtype="int64"),
+             lambda t: lb.sigmoid(t), lambda t: lb.hypot(t, t), lambda t: lb.logaddexp(t, t),
+             lambda t: lb.clip(t, 0, 1)]
+
+
+@pytest.mark.parametrize("case", range(len(REAL_ONLY)))
+def test_ops_defined_for_real_numbers_only_refuse_complex_at_the_users_line(case):
+    t = lb.asarray([1 + 2j, -1j], device="numpy")
+    with pytest.raises(lb.DTypeError) as err:
+        REAL_ONLY[case](t)
+    assert __file__ in str(err.value)
+
+
+@pytest.mark.parametrize("device", FUSED_DEVICES)
+def test_fused_devices_refuse_complex_where_it_is_made(device):
+    with pytest.raises(lb.DTypeError, match="does not support complex64") as err:
+        lb.asarray([1j], device=device)
+    assert __file__ in str(err.value)
+    x = lb.ones(3, device=device)
+    with pytest.raises(lb.DTypeError, match="complex64"):
+        x * 1j
+    with pytest.raises(lb.DTypeError):
+        lb.asarray([1j], device="numpy").to(device)
+    with pytest.raises(lb.DTypeError):
+        lb.zeros(2, dtype="complex128", device=device)
+    assert (x * 2.0).numpy().tolist() == [2.0, 2.0, 2.0]  # nothing half-recorded
