@@ -243,16 +243,133 @@ def test_ops_defined_for_real_numbers_only_refuse_complex_at_the_users_line(case
     assert __file__ in str(err.value)
 
 
+# the fused devices: complex values lowered to real kernels ------------------------------------
+def _fused_cases(dtype):
+    """``(device, dtype)`` pairs: every fused device, complex128 where it holds float64."""
+    return [(d, dtype) for d in FUSED_DEVICES
+            if not (dtype == "complex128" and "float64" in REFUSES.get(d.split(":")[0], ()))]
+
+
+REFUSES = {"webgpu": {"float64"}}
+FUSED = _fused_cases("complex64") + _fused_cases("complex128")
+
+# name -> (function of two complex tensors a, b, a real tensor f and an int index tensor i,
+# ulps the fused result may differ from the NumPy device's, relative to the magnitude of the
+# terms: ``SCALES`` of |a| and |b|, by default |a||b|)
+EXPRESSIONS = {
+    "add": (lambda a, b, f, i: a + b, 0),
+    "sub": (lambda a, b, f, i: a - b, 0),
+    "neg_conj": (lambda a, b, f, i: -lb.conj(a), 0),
+    "parts": (lambda a, b, f, i: lb.real(a) * 2 - lb.imag(b), 0),
+    "where": (lambda a, b, f, i: lb.where(f > 0, a, b), 0),
+    "mixed": (lambda a, b, f, i: a + f, 0),  # a real tensor promoted: imaginary part 0
+    "scalar": (lambda a, b, f, i: a - (1.5 - 2j), 0),
+    "views": (lambda a, b, f, i: lb.concat([a[::2].mT, b[1:3].mT], axis=1).reshape(-1), 0),
+    "pad": (lambda a, b, f, i: lb.pad(a, ((1, 0), (0, 2))), 0),
+    "take": (lambda a, b, f, i: lb.take(a, i, axis=1), 0),
+    "flip_expand": (lambda a, b, f, i: lb.broadcast_to(lb.flip(a[:1], axis=1), a.shape), 0),
+    "astype": (lambda a, b, f, i: lb.astype(f, a.dtype) + lb.astype(f > 0, a.dtype), 0),
+    "compare": (lambda a, b, f, i: lb.stack([a == b, a != a, lb.isnan(a), lb.isinf(b),
+                                             lb.isfinite(a), lb.astype(a, "bool")]), 0),
+    # products: the terms' roundings, NumPy's formulas (relative to |a||b|)
+    "mul": (lambda a, b, f, i: a * b, 2),
+    "square": (lambda a, b, f, i: lb.square(a), 2),
+    "div": (lambda a, b, f, i: a / b, 4),
+    "reciprocal": (lambda a, b, f, i: lb.reciprocal(b), 4),
+    "abs": (lambda a, b, f, i: lb.abs(a), 2),
+    "fused_chain": (lambda a, b, f, i: (a * b + a) / (b - 1j), 8),
+}
+
+
+SCALES = {"square": lambda a, b: a * a, "div": lambda a, b: a / b,
+          "reciprocal": lambda a, b: 1 / b, "abs": lambda a, b: a,
+          "fused_chain": lambda a, b: (a * b + a) / np.maximum(b - 1, 1e-3) + (a * b + a)}
+
+
+def _fused_inputs(rng, dtype, edges):
+    a = cdata(rng, (6, 10), dtype, edges=edges)
+    b = cdata(rng, (6, 10), dtype, edges=edges)
+    f = rng.standard_normal((6, 10)).astype(np.float32 if dtype == "complex64" else np.float64)
+    i = rng.integers(-10, 10, size=7)
+    return a, b, f, i
+
+
+def _close(got, want, ulps, scale, dtype):
+    """Equal where exact (nan where nan, in either part), else within ``ulps`` of the parts'
+    epsilon times ``scale``."""
+    g, w = np.asarray(got), np.asarray(want)
+    assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+    if ulps == 0 or g.dtype.kind not in "fc":
+        np.testing.assert_array_equal(g, w)
+        return
+    eps = np.finfo(g.real.dtype).eps
+    for part in (np.real, np.imag) if g.dtype.kind == "c" else (np.real,):
+        gp, wp = part(g).astype(np.float64), part(w).astype(np.float64)
+        assert (np.isnan(gp) == np.isnan(wp)).all(), (gp, wp)
+        finite = np.isfinite(wp) & np.isfinite(gp)
+        assert (gp[~finite & ~np.isnan(wp)] == wp[~finite & ~np.isnan(wp)]).all()
+        err = np.abs(gp - wp)[finite]
+        scale = np.nan_to_num(np.broadcast_to(scale, g.shape), nan=np.inf)  # inputs' edges
+        bound = ulps * eps * scale[finite]
+        assert (err <= bound + np.finfo(g.real.dtype).tiny).all(), (err.max(), bound.min())
+
+
+@pytest.mark.parametrize("device, dtype", FUSED)
+@pytest.mark.parametrize("name", sorted(EXPRESSIONS))
+def test_fused_devices_compute_complex_ops_as_the_numpy_device(device, dtype, name, rng):
+    fn, ulps = EXPRESSIONS[name]
+    for edges in (True, False):
+        a, b, f, i = _fused_inputs(rng, dtype, edges)
+        with np.errstate(all="ignore"):
+            want = fn(*(lb.asarray(h, device="numpy") for h in (a, b, f, i))).numpy()
+            got = fn(*(lb.asarray(h, device=device) for h in (a, b, f, i))).numpy()
+            scale = SCALES.get(name, np.multiply)(np.abs(a), np.abs(b)) if ulps else 0
+        if not edges or name in ("add", "sub", "neg_conj", "parts", "where", "mixed", "views",
+                                 "pad", "take", "flip_expand", "astype", "compare", "mul",
+                                 "square", "abs"):
+            _close(got, want, ulps, scale, dtype)
+        else:  # the division's special values: nan where NumPy's is, infinities alike
+            assert (np.isnan(got) == np.isnan(want)).all()
+            finite = np.isfinite(want) & np.isfinite(got)
+            assert (np.isinf(got) == np.isinf(want)).all()
+            _close(got[finite], want[finite], ulps, np.asarray(scale)[finite] if ulps else 0,
+                   dtype)
+
+
+@pytest.mark.parametrize("device, dtype", FUSED)
+def test_fused_devices_reduce_scan_and_multiply_complex_matrices(device, dtype, rng):
+    a = cdata(rng, (5, 300), dtype, edges=False)
+    b = cdata(rng, (300, 4), dtype, edges=False)
+    eps = np.finfo(a.real.dtype).eps
+    ta, tb = lb.asarray(a, device=device), lb.asarray(b, device=device)
+    mag = np.abs(a).sum(axis=1)
+    checks = [(lb.sum(ta, axis=1), a.sum(axis=1), mag),
+              (lb.mean(ta, axis=1), a.mean(axis=1), mag / a.shape[1]),
+              (ta @ tb, a @ b, np.abs(a) @ np.abs(b)),
+              (lb.vecdot(ta, ta), np.sum(np.conj(a) * a, axis=-1), np.sum(np.abs(a) ** 2, -1)),
+              (lb.cumulative_sum(ta, axis=1), np.cumsum(a, axis=1),
+               np.cumsum(np.abs(a), axis=1)),
+              (lb.linalg.vector_norm(ta, axis=1), np.linalg.norm(a, axis=1),
+               np.linalg.norm(a, axis=1))]
+    for got, want, scale in checks:
+        g = got.numpy()
+        assert g.dtype == want.dtype, (g.dtype, want.dtype)
+        err = np.abs(g.astype(np.complex128) - want)
+        scale = scale.reshape(want.shape[:-1] + (-1,)) if scale.ndim < want.ndim else scale
+        assert (err <= 64 * eps * scale).all(), (err.max(), (64 * eps * scale).min())
+    plan = lb.explain(ta * tb[:, 0] + 1)  # one kernel, on the real parts
+    assert len(plan.steps[0].plan.kernels) == 1
+
+
 @pytest.mark.parametrize("device", FUSED_DEVICES)
-def test_fused_devices_refuse_complex_where_it_is_made(device):
-    with pytest.raises(lb.DTypeError, match="does not support complex64") as err:
-        lb.asarray([1j], device=device)
-    assert __file__ in str(err.value)
-    x = lb.ones(3, device=device)
-    with pytest.raises(lb.DTypeError, match="complex64"):
-        x * 1j
-    with pytest.raises(lb.DTypeError):
-        lb.asarray([1j], device="numpy").to(device)
-    with pytest.raises(lb.DTypeError):
-        lb.zeros(2, dtype="complex128", device=device)
-    assert (x * 2.0).numpy().tolist() == [2.0, 2.0, 2.0]  # nothing half-recorded
+def test_fused_devices_refuse_the_complex_ops_they_do_not_compute(device):
+    x = lb.asarray([1 + 2j, -1j], device=device)
+    for fn in (lb.exp, lb.log, lb.sqrt, lb.sin, lb.tanh, lambda t: t ** 2, lb.prod, lb.sign,
+               lambda t: lb.cumulative_prod(t)):
+        with pytest.raises(lb.DTypeError, match="NumPy device only") as err:
+            fn(x)
+        assert __file__ in str(err.value)
+    same(lb.exp(x.to("numpy")), np.exp(np.array([1 + 2j, -1j], np.complex64)))
+    if "float64" in REFUSES.get(device.split(":")[0], ()):
+        with pytest.raises(lb.DTypeError, match="does not support complex128"):
+            lb.zeros(2, dtype="complex128", device=device)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .. import runtime
+from ..fusion.complex_lowering import ComplexLowering, has_complex
 from ..fusion.plan import Plan, build_plan
 from ..ir.graph import structural_key, topo_order
 from .capture import current_graph
@@ -253,6 +256,11 @@ class _Scheduler:
                 return
             outs, original = self.cut(nodes)
             key, order = structural_key(outs)
+            if hasattr(runtime.backend(device), "plans") and has_complex(order):
+                # planned as the runtime plans it: on the real parts (no data is read)
+                outs = ComplexLowering(device, lambda n: n.buffer,
+                                       lambda n: np.zeros(n.shape, n.dtype.np)).lower(outs)
+                key, order = structural_key(outs)
             sources = [original.get(id(n.inputs[0]), n.inputs[0]) for n in order
                        if n.op == "copy" and n.inputs[0].device != device and
                        n.inputs[0].buffer is None]

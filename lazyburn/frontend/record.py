@@ -82,12 +82,29 @@ def _unsupported(device: str) -> frozenset:
     return bad
 
 
+def check_complex(op: str, dtype, device: str, origin) -> None:
+    """Refuse complex op ``op`` on a device that cannot compute it (the fused devices compute
+    the ops of ``fusion.complex_lowering.LOWERED``; the NumPy device every op), and note that
+    ``device`` holds complex values (its syncs look for them)."""
+    ops = runtime.backend(device).complex_ops
+    if ops is None:
+        return
+    if op not in ops:
+        raise DTypeError(f"{op} of {dtype.name} is computed on the NumPy device only: on "
+                         f"{device}, complex values are added, multiplied, divided, summed, "
+                         f"gathered and viewed (move the tensor with .to('numpy') first)",
+                         str(origin))
+    runtime.note_complex(device)
+
+
 def node(op, inputs, attrs, shape, dtype, device, origin: Origin) -> Node:
     bad = UNSUPPORTED.get(device)
     if bad is None:
         bad = _unsupported(device)
     if bad and dtype in bad:
         raise DTypeError(f"{op}: device {device} does not support {dtype.name}", str(origin))
+    if dtype.is_complex:
+        check_complex(op, dtype, device, origin)
     if 0 in shape:
         return _empty(shape, dtype, device, origin)
     return Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line)
@@ -132,6 +149,8 @@ def record(op, inputs, attrs, shape, dtype, device, origin: Origin):
         bad = _unsupported(device)
     if bad and dtype in bad:
         raise DTypeError(f"{op}: device {device} does not support {dtype.name}", str(origin))
+    if dtype.is_complex:
+        check_complex(op, dtype, device, origin)
     t = _new_object(Tensor)
     t.node = Node(op, inputs, attrs, shape, dtype, device, origin.code, origin.line) \
         if 0 not in shape else _empty(shape, dtype, device, origin)
@@ -262,6 +281,8 @@ def from_host(obj, dtype, device, origin, copy=True) -> Node:
     b = runtime.backend(device)
     if target in b.unsupported_dtypes:
         raise DTypeError(f"tensor: device {device} does not support {target.name}", origin)
+    if target.is_complex:
+        check_complex("buffer", target, device, origin)
     n = Node("buffer", (), (), tuple(arr.shape), target, device, origin.code, origin.line)
     host = np.require(arr, requirements="C")  # keeps 0-d arrays 0-d
     buf = None

@@ -9,6 +9,12 @@ ndarray``, ``run(outputs)`` (compute every output node's buffer, returned in ord
 ``unsupported_dtypes``; optionally ``share(host_array) -> buffer or None`` (a buffer over the
 array's own memory, None where the device cannot compute on it).
 
+Complex values on a fused device. A planning backend computes real numbers: a pending graph
+holding complex nodes is lowered to the real graph of their parts first
+(``fusion.complex_lowering``), read from and written to complex buffers through the backend's
+``real_view(node)`` and ``complex_view(buffer, node)`` (the same memory, seen as the parts'
+dtype with a last axis of 2, and back).
+
 Host memory. A backend whose ``host_memory`` is true (the NumPy device, OpenCL CPU devices)
 computes in memory the host addresses: its ``download`` returns a read-only array over the
 buffer itself (or, for a small result, a read-only copy where that is cheaper), valid and
@@ -25,6 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import DeviceError
+from ..fusion.complex_lowering import ComplexLowering, has_complex
 from ..ir.graph import structural_key, topo_order
 from ..ir.node import Node
 
@@ -146,11 +153,38 @@ def _realize_on(device: str, nodes: Sequence[Node]) -> None:
             sources = [n.inputs[0] for n in order
                        if n.op == "copy" and n.inputs[0].device != device and n.inputs[0].pending]
             if not sources:
-                buffers = b.run(nodes, key, order)
+                if device in complex_devices and has_complex(order):
+                    buffers = _run_lowered(b, device, nodes)
+                else:
+                    buffers = b.run(nodes, key, order)
                 for n, buf in zip(nodes, buffers):
                     n.realize_to(buf)
                 return
         realize(sources)
+
+
+# the fused devices a complex value has been made on (by ``note_complex``): only their syncs
+# look for complex nodes to lower
+complex_devices: set[str] = set()
+
+
+def note_complex(device: str) -> None:
+    """Note that a complex value was recorded or uploaded on ``device``."""
+    complex_devices.add(device)
+
+
+def lowering(device: str) -> ComplexLowering:
+    """The complex lowering of a graph on fused ``device`` (buffers read through its
+    backend's ``real_view``; a copy's source downloaded from its own device)."""
+    return ComplexLowering(device, backend(device).real_view, download)
+
+
+def _run_lowered(b, device: str, nodes: Sequence[Node]) -> list:
+    """``b.run`` of the real graph of ``nodes``' pending graph; complex results handed back
+    as complex buffers."""
+    buffers = b.run(lowering(device).lower(nodes))
+    return [b.complex_view(buf, n) if n.dtype.is_complex else buf
+            for n, buf in zip(nodes, buffers)]
 
 
 def _order_only(nodes: Sequence[Node]):

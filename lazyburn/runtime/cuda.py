@@ -92,7 +92,7 @@ synchronous = True
 KERNEL_CACHE_SIZE = 512  # kernel modules, and plans' launch programs, kept per process / device
 
 TORCH_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16",
-                "float32", "float64")
+                "float32", "float64", "complex64", "complex128")
 
 
 def interpreting() -> bool:
@@ -293,7 +293,7 @@ class CudaBackend(FusedBackend):
         self.interpret = interpret
         self.device_string = f"cuda:{index}"
         self.dtypes = {name: getattr(torch, name) for name in TORCH_DTYPES}
-        self.unsupported_dtypes = set(dt.COMPLEX)  # computed on the NumPy device only, for now
+        self.unsupported_dtypes = set()
         self.max_alloc = None  # bytes; None: no limit known (the interpreter's host memory)
         if interpret:
             self.device = torch.device("cpu")
@@ -338,6 +338,14 @@ class CudaBackend(FusedBackend):
 
     def alloc(self, nbytes: int, origin=None):
         return self.empty(nbytes, dt.uint8, origin)
+
+    def real_view(self, n):
+        """Complex node ``n``'s flat buffer as the flat float buffer of its parts (a view)."""
+        return self.torch.view_as_real(n.buffer).reshape(-1)
+
+    def complex_view(self, buf, n):
+        """The flat float buffer of complex node ``n``'s parts as its flat complex buffer."""
+        return self.torch.view_as_complex(buf.reshape(-1, 2))
 
     def upload(self, host: np.ndarray):
         """A device buffer holding ``host``'s data. Raises OutOfMemoryError, naming the user

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import autotune
 from ..errors import DeviceError, kernel_fault
+from ..fusion.complex_lowering import LOWERED
 from ..fusion.plan import PlanCache
 from . import download, dump
 
@@ -60,6 +61,19 @@ class FusedBackend:
     upload_ordering = "uploaded"
     #: how a value this device computed is read out for another device
     download_ordering = "downloaded"
+
+    #: the ops that may make a complex value here (``fusion.complex_lowering``)
+    complex_ops = LOWERED
+
+    def real_view(self, n):
+        """Realized complex node ``n``'s buffer as the buffer of its parts (the same memory:
+        buffers here are untyped)."""
+        return n.buffer
+
+    def complex_view(self, buf, n):
+        """``buf``, the parts of complex node ``n`` joined along a last axis of 2, as ``n``'s
+        buffer (the same memory)."""
+        return buf
 
     def __init__(self):
         self.plans = PlanCache()

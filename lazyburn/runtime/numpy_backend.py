@@ -291,6 +291,7 @@ class NumpyBackend:
     name = "numpy"
     device = "numpy"
     unsupported_dtypes: frozenset = frozenset()
+    complex_ops = None  # every op: NumPy computes complex numbers itself
     #: every group: its ops one at a time on the host, nothing generated (``execution``)
     HOST = Execution("NumPy on the host, op by op", generated=0)
     upload_ordering = "a host array, read by the ops that need it"

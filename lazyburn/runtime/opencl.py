@@ -135,8 +135,7 @@ class OpenCLBackend(FusedBackend):
         self.queue = cl.CommandQueue(self.context)  # the device's stream
         extensions = device.extensions.split()
         self.has_fp64 = "cl_khr_fp64" in extensions
-        # complex64/complex128: computed on the NumPy device only, for now
-        self.unsupported_dtypes = set(dt.COMPLEX) if self.has_fp64 else {dt.float64, *dt.COMPLEX}
+        self.unsupported_dtypes = set() if self.has_fp64 else {dt.float64, dt.complex128}
         self.is_cpu = bool(device.type & cl.device_type.CPU)
         self.host_memory = self.is_cpu or _host_unified(device)
         self.max_alloc = device.max_mem_alloc_size

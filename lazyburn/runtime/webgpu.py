@@ -42,8 +42,8 @@ Features. ``shader-f16`` (native float16 storage) and ``subgroup`` (reductions c
 subgroups before workgroup memory; no WGSL ``enable`` directive, which wgpu's Naga does not
 parse yet) are requested where the adapter has them.
 
-Dtypes. float64 has no WGSL type: it is in ``unsupported_dtypes`` (as are complex64 and
-complex128) and raises DTypeError when recorded. int64 (lazyburn's default integer, the result of ``argmax``, integer sums, ``arange``
+Dtypes. float64 has no WGSL type: it is in ``unsupported_dtypes`` (as is complex128, whose
+parts are float64) and raises DTypeError when recorded. int64 (lazyburn's default integer, the result of ``argmax``, integer sums, ``arange``
 and host index arrays) is emulated exactly as two 32-bit words, at a few times the cost of
 int32. bool, int8, uint8, int16, bfloat16 and float16 are stored packed; float16 is native
 storage on adapters with ``shader-f16``.
@@ -288,7 +288,7 @@ class WebGPUBackend(FusedBackend):
             workgroup_storage=limits["max-compute-workgroup-storage-size"],
             max_groups_per_dim=limits["max-compute-workgroups-per-dimension"],
             loop_cap=wgsl.loop_cap(adapter.info))
-        self.unsupported_dtypes = {dt.float64, *dt.COMPLEX}
+        self.unsupported_dtypes = {dt.float64, dt.complex128}
         self._usage = (wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC |
                        wgpu.BufferUsage.COPY_DST)
         self._pipelines: collections.OrderedDict[str, tuple] = collections.OrderedDict()

@@ -1,0 +1,268 @@
+"""Complex numbers on the fused devices, lowered to their real parts before planning.
+
+The generated kernels compute real numbers. A pending graph that holds complex64 or complex128
+nodes is rewritten, before it is partitioned, into a graph of real nodes that computes the
+same values: each complex value becomes two real values of its shape in the parts' dtype
+(float32 or float64), and each op on it the real ops of its definition, which fuse like any
+other (``a * b + c`` on complex tensors is still one kernel).
+
+Storage is C99's, NumPy's and CUDA's: the two parts of an element side by side. A realized
+complex buffer is read as a real buffer of shape ``S + (2,)`` (the backend's ``real_view``),
+its parts two strided slices of it; a complex result is written as its parts joined along a
+last axis of 2 (a ``concat``, fused on write) and handed back as a complex buffer over the
+same memory (the backend's ``complex_view``).
+
+The ops lowered (``LOWERED``) and their real definitions, which are NumPy's own, so that
+results match the NumPy device's to the rounding of each step:
+    add, sub, neg, conj, where, views, gathers, concat, sum, cumsum   part by part
+    mul         (ar*br - ai*bi) + (ar*bi + ai*br)i
+    div         Smith's algorithm as NumPy's complex division spells it: the ratio of the
+                divisor's smaller part to its larger (R. L. Smith, "Algorithm 116: Complex
+                division", CACM 5(8), 1962); a zero divisor gives the parts divided by +0
+    square      (ar*ar - ai*ai) + (ar*ai + ai*ar)i
+    matmul      the four real products: (Ar Br - Ai Bi) + (Ar Bi + Ai Br)i
+    abs         hypot(ar, ai): m * sqrt(1 + (n/m)**2), m and n the larger and smaller
+                magnitude; inf where either part is infinite, even beside a nan
+    real, imag  the part; eq / ne: both parts equal / either differs; isnan / isinf: either
+                part; isfinite: both; cast: part by part (a real value's imaginary part 0;
+                to bool: either part non-zero)
+The other ops on complex values (exp, log, sqrt, the trigonometric functions, pow, prod,
+cumprod) are computed on the NumPy device only: recording one on a fused device raises
+DTypeError at the user's line (``frontend/record.py`` asks ``LOWERED``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from ..ir import dtypes as dt
+from ..ir.graph import topo_order
+from ..ir.node import ExactFloat, Node
+
+#: the ops that make complex values the lowering can compute (and the real-valued ops of
+#: complex inputs: abs, real, imag, eq, ne, isnan, isinf, isfinite, cast to bool)
+LOWERED = frozenset(
+    "buffer const cast add sub mul div neg conj square where reshape permute expand slice pad "
+    "window take take_along_axis concat sum cumsum matmul copy".split())
+
+_VIEWS = ("reshape", "permute", "expand", "slice", "window", "take", "take_along_axis")
+
+
+def has_complex(order: Sequence[Node]) -> bool:
+    """Whether any node of the topological ``order`` holds a complex value."""
+    return any(n.dtype.is_complex for n in order)
+
+
+class _Builder:
+    """Makes the real nodes of one complex node, at that node's device and user line."""
+
+    def __init__(self, like: Node):
+        self.like = like
+
+    def node(self, op, inputs, attrs, dtype, shape=None) -> Node:
+        like = self.like
+        return Node(op, tuple(inputs), attrs, like.shape if shape is None else shape, dtype,
+                    like.device, like.code, like.line)
+
+    def const(self, value, dtype, shape=None) -> Node:
+        v = bool(value) if dtype.is_bool else ExactFloat(value) if dtype.is_float else value
+        return self.node("const", (), (v,), dtype, shape)
+
+    def unary(self, op, x) -> Node:
+        return self.node(op, (x,), (), dt.bool_ if op in ("isnan", "isinf", "isfinite") else
+                         x.dtype)
+
+    def binary(self, op, a, b) -> Node:
+        d = dt.bool_ if op in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+                               "logical_or") else a.dtype
+        return self.node(op, (a, b), (), d)
+
+    def where(self, c, a, b) -> Node:
+        return self.node("where", (c, a, b), (), a.dtype)
+
+    def hypot(self, x, y) -> Node:
+        """``sqrt(x**2 + y**2)`` without overflow or underflow in the squares (as
+        ``lazyburn.hypot``): inf where either is infinite, nan where else either is nan."""
+        ax, ay = self.unary("abs", x), self.unary("abs", y)
+        m, n = self.binary("maximum", ax, ay), self.binary("minimum", ax, ay)
+        r = self.binary("div", n, m)
+        one = self.const(1.0, x.dtype)
+        h = self.binary("mul", m, self.unary("sqrt", self.binary(
+            "add", one, self.binary("mul", r, r))))
+        zero = self.const(0.0, x.dtype)
+        h = self.where(self.binary("eq", m, zero), zero, h)
+        infinite = self.binary("logical_or", self.unary("isinf", x), self.unary("isinf", y))
+        return self.where(infinite, self.const(math.inf, x.dtype), h)
+
+
+class ComplexLowering:
+    """The real graph of one pending graph on ``device`` with complex nodes (see the module
+    doc).
+
+    ``real_view(node)``: a realized complex node's buffer as the backend's buffer of its parts
+    (shape ``S + (2,)``, the parts' dtype); ``host_value(node)``: a realized node's data as a
+    NumPy array (the source of a copy from another device)."""
+
+    def __init__(self, device: str, real_view: Callable, host_value: Callable):
+        self.device = device
+        self.real_view = real_view
+        self.host_value = host_value
+        self.made: dict[int, object] = {}  # id(node) -> Node, or (re, im) for a complex one
+
+    def lower(self, outputs: Sequence[Node]) -> list[Node]:
+        """The real nodes whose values are ``outputs``' (a complex output: its parts joined
+        along a last axis of 2)."""
+        for n in topo_order(outputs):
+            self.made[id(n)] = self._lower(n)
+        return [self._joined(n) for n in outputs]
+
+    def _joined(self, n: Node) -> Node:
+        got = self.made[id(n)]
+        if not n.dtype.is_complex:
+            return got
+        b, r = _Builder(n), dt.real_dtype(n.dtype)
+        column = n.shape + (1,)
+        parts = [b.node("reshape", (p,), (), r, column) for p in got]
+        return b.node("concat", parts, (len(n.shape),), r, n.shape + (2,))
+
+    def _parts(self, x: Node) -> tuple:
+        """``(re, im)`` of input ``x`` (a real input's imaginary part is 0)."""
+        got = self.made[id(x)]
+        if isinstance(got, tuple):
+            return got
+        b = _Builder(x)
+        return got, b.const(0.0, got.dtype)
+
+    def _lower(self, n: Node):
+        inputs = [self.made[id(i)] for i in n.inputs]
+        if not n.dtype.is_complex and not any(isinstance(i, tuple) for i in inputs):
+            if all(new is old for new, old in zip(inputs, n.inputs)):
+                return n  # nothing complex upstream: the node itself
+            return Node(n.op, tuple(inputs), n.attrs, n.shape, n.dtype, n.device, n.code,
+                        n.line)
+        b, op = _Builder(n), n.op
+        if n.device != self.device:
+            return n  # a copy's source on another device, read by the copy alone
+        if n.buffer is not None or op == "copy":
+            return self._leaf(n, b)
+        if not n.dtype.is_complex:
+            return self._real_of_complex(n, b)
+        r = dt.real_dtype(n.dtype)
+        if op == "const":
+            v = complex(n.attrs[0])
+            return b.const(v.real, r), b.const(v.imag, r)
+        if op == "cast":
+            (x,) = n.inputs
+            xr, xi = self._parts(x)
+            return (xr if xr.dtype is r else b.node("cast", (xr,), (r,), r),
+                    xi if xi.dtype is r else b.node("cast", (xi,), (r,), r))
+        if op in _VIEWS:
+            (xr, xi), rest = self._parts(n.inputs[0]), inputs[1:]
+            return (b.node(op, (xr, *rest), n.attrs, r), b.node(op, (xi, *rest), n.attrs, r))
+        if op == "pad":
+            pads, value = n.attrs
+            v = complex(value)
+            (xr, xi) = self._parts(n.inputs[0])
+            return (b.node("pad", (xr,), (pads, ExactFloat(v.real)), r),
+                    b.node("pad", (xi,), (pads, ExactFloat(v.imag)), r))
+        if op == "concat":
+            parts = [self._parts(i) for i in n.inputs]
+            return tuple(b.node("concat", [p[k] for p in parts], n.attrs, r) for k in (0, 1))
+        if op in ("sum", "cumsum"):
+            xr, xi = self._parts(n.inputs[0])
+            return b.node(op, (xr,), n.attrs, r), b.node(op, (xi,), n.attrs, r)
+        if op == "where":
+            c = inputs[0]
+            (xr, xi), (yr, yi) = self._parts(n.inputs[1]), self._parts(n.inputs[2])
+            return b.where(c, xr, yr), b.where(c, xi, yi)
+        if op in ("neg", "conj", "square"):
+            xr, xi = self._parts(n.inputs[0])
+            if op == "neg":
+                return b.unary("neg", xr), b.unary("neg", xi)
+            if op == "conj":
+                return xr, b.unary("neg", xi)
+            return (b.binary("sub", b.binary("mul", xr, xr), b.binary("mul", xi, xi)),
+                    b.binary("add", b.binary("mul", xr, xi), b.binary("mul", xi, xr)))
+        (ar, ai), (br, bi) = self._parts(n.inputs[0]), self._parts(n.inputs[1])
+        if op in ("add", "sub"):
+            return b.binary(op, ar, br), b.binary(op, ai, bi)
+        if op == "mul":
+            return (b.binary("sub", b.binary("mul", ar, br), b.binary("mul", ai, bi)),
+                    b.binary("add", b.binary("mul", ar, bi), b.binary("mul", ai, br)))
+        if op == "div":
+            return self._div(b, ar, ai, br, bi)
+        if op == "matmul":
+            def mm(x, y):
+                return b.node("matmul", (x, y), (), r)
+            return (b.binary("sub", mm(ar, br), mm(ai, bi)),
+                    b.binary("add", mm(ar, bi), mm(ai, br)))
+        raise NotImplementedError(f"complex lowering: no real definition of {op} "
+                                  f"(the front end refuses it on fused devices)")
+
+    def _leaf(self, n: Node, b: _Builder):
+        """The parts of a realized complex node, or of a copy from another device (its source,
+        realized there, brought over as the real buffer of its parts)."""
+        r = dt.real_dtype(n.dtype)
+        wide = n.shape + (2,)
+        if n.buffer is not None:
+            whole = Node("buffer", (), (), wide, r, n.device, n.code, n.line,
+                         self.real_view(n))
+        else:
+            host = self.host_value(n.inputs[0])
+            src = Node("buffer", (), (), wide, r, "numpy", n.code, n.line,
+                       host.view(r.np).reshape(wide))
+            whole = b.node("copy", (src,), (), r, wide)
+        ones = (1,) * len(wide)
+        column = n.shape + (1,)
+        return tuple(b.node("reshape", (b.node("slice", (whole,), (
+            (0,) * len(n.shape) + (k,), ones), r, column),), (), r) for k in (0, 1))
+
+    def _real_of_complex(self, n: Node, b: _Builder) -> Node:
+        """A real-valued op of complex inputs: abs, real, imag, eq, ne, isnan, isinf,
+        isfinite, a cast to bool."""
+        op = n.op
+        xr, xi = self._parts(n.inputs[0])
+        if op == "real":
+            return xr
+        if op == "imag":
+            return xi
+        if op == "abs":
+            return b.hypot(xr, xi)
+        if op in ("isnan", "isinf"):
+            return b.binary("logical_or", b.unary(op, xr), b.unary(op, xi))
+        if op == "isfinite":
+            return b.binary("logical_and", b.unary(op, xr), b.unary(op, xi))
+        if op == "cast" and n.dtype.is_bool:
+            zero = b.const(0.0, xr.dtype)
+            return b.binary("logical_or", b.binary("ne", xr, zero), b.binary("ne", xi, zero))
+        if op in ("eq", "ne"):
+            yr, yi = self._parts(n.inputs[1])
+            join = "logical_and" if op == "eq" else "logical_or"
+            return b.binary(join, b.binary(op, xr, yr), b.binary(op, xi, yi))
+        raise NotImplementedError(f"complex lowering: no real definition of {op} of a complex "
+                                  f"value (the front end refuses it on fused devices)")
+
+    @staticmethod
+    def _div(b: _Builder, ar, ai, br, bi):
+        """``a / b`` as NumPy's complex division computes it (Smith's algorithm)."""
+        abs_r, abs_i = b.unary("abs", br), b.unary("abs", bi)
+        # |br| >= |bi| (false where either is nan: the other branch, as NumPy's)
+        real_first = b.binary("ge", abs_r, abs_i)
+        zero = b.const(0.0, br.dtype)
+        one = b.const(1.0, br.dtype)
+        # |br| >= |bi|: rat = bi/br, scl = 1/(br + bi*rat), ((ar + ai*rat)*scl, (ai - ar*rat)*scl)
+        rat1 = b.binary("div", bi, br)
+        scl1 = b.binary("div", one, b.binary("add", br, b.binary("mul", bi, rat1)))
+        re1 = b.binary("mul", b.binary("add", ar, b.binary("mul", ai, rat1)), scl1)
+        im1 = b.binary("mul", b.binary("sub", ai, b.binary("mul", ar, rat1)), scl1)
+        # a zero divisor: the parts over |br| (+0): a complex inf or nan
+        divisor_zero = b.binary("logical_and", b.binary("eq", abs_r, zero),
+                                b.binary("eq", abs_i, zero))
+        re1 = b.where(divisor_zero, b.binary("div", ar, abs_r), re1)
+        im1 = b.where(divisor_zero, b.binary("div", ai, abs_r), im1)
+        # otherwise: rat = br/bi, scl = 1/(bi + br*rat), ((ar*rat + ai)*scl, (ai*rat - ar)*scl)
+        rat2 = b.binary("div", br, bi)
+        scl2 = b.binary("div", one, b.binary("add", bi, b.binary("mul", br, rat2)))
+        re2 = b.binary("mul", b.binary("add", b.binary("mul", ar, rat2), ai), scl2)
+        im2 = b.binary("mul", b.binary("sub", b.binary("mul", ai, rat2), ar), scl2)
+        return b.where(real_first, re1, re2), b.where(real_first, im1, im2)
