@@ -93,7 +93,7 @@ case "${1:-check}" in
   trust)
     timeout 300 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line -n 8 \
       tests/test_op_sweep.py tests/test_triton_trust.py tests/test_scalar_args.py \
-      tests/test_scan.py -k cuda > "$OUT/sweep_cuda.txt" 2>&1 || failed tests/test_op_sweep.py
+      tests/test_scan.py tests/test_complex.py -k cuda > "$OUT/sweep_cuda.txt" 2>&1 || failed tests/test_op_sweep.py
     grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/sweep_cuda.txt" | cut -c1-300 | tail -30
     # 2 000 programs as 16 processes of 125 seeds each (Triton compiles on the host's cores)
     base=${2:-0}
@@ -107,7 +107,8 @@ case "${1:-check}" in
     echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
     python3 -m lazyburn.cli devices
     timeout 300 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line -n 8 \
-      tests/test_op_sweep.py tests/test_opencl_trust.py -k opencl > "$OUT/sweep_opencl.txt" \
+      tests/test_op_sweep.py tests/test_opencl_trust.py tests/test_complex.py -k opencl \
+      > "$OUT/sweep_opencl.txt" \
       2>&1 || failed tests/test_op_sweep.py
     grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/sweep_opencl.txt" | cut -c1-300 | tail -30
     base=${2:-0}
