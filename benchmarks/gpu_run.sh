@@ -7,7 +7,7 @@
 #   benchmarks/gpu_run.sh graphs    MiniLM replayed through CUDA graphs, then WGSL vs Triton
 #   benchmarks/gpu_run.sh wgsl      WGSL tests on the GPU through Vulkan, then WGSL vs Triton
 #   benchmarks/gpu_run.sh sanitize N  the op sweep on cuda:0 under compute-sanitizer (memcheck),
-#                                   half N (1 or 2)
+#                                   part N (1, 2 or 3)
 #   benchmarks/gpu_run.sh trust     the op sweep, the trust, scalar-argument and scan tests on
 #                                   cuda:0, then 2 000 random programs there
 #   benchmarks/gpu_run.sh trust-opencl  the same on NVIDIA's OpenCL (1 000 programs)
@@ -81,10 +81,15 @@ case "${1:-check}" in
       | tee "$OUT/wgsl.txt" || failed benchmarks/wgsl_gpu.py
     ;;
   sanitize)
-    # the op sweep on cuda:0 under memcheck: no kernel reads or writes out of bounds; in two
-    # halves that each fit a job (sanitize 1, sanitize 2)
+    # the op sweep on cuda:0 under memcheck: no kernel reads or writes out of bounds; in three
+    # parts that each fit a job (sanitize 1, 2, 3)
     late="views or reduction or shapes or matmul_dtypes or sources"
-    [ "${2:-1}" = 1 ] && half="cuda and not ($late)" || half="cuda and ($late)"
+    early="alone or on_read or on_write"
+    case "${2:-1}" in
+      1) half="cuda and not ($late) and ($early)" ;;
+      2) half="cuda and ($late)" ;;
+      *) half="cuda and not ($late) and not ($early)" ;;
+    esac
     timeout 560 compute-sanitizer --tool memcheck --error-exitcode 86 --print-limit 20 \
       python3 -m pytest -q -p no:cacheprovider -rfE --tb=no tests/test_op_sweep.py -k "$half" \
       > "$OUT/sanitize.txt" 2>&1 || failed compute-sanitizer
