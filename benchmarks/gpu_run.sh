@@ -7,7 +7,7 @@
 #   benchmarks/gpu_run.sh graphs    MiniLM replayed through CUDA graphs, then WGSL vs Triton
 #   benchmarks/gpu_run.sh wgsl      WGSL tests on the GPU through Vulkan, then WGSL vs Triton
 #   benchmarks/gpu_run.sh sanitize N  the op sweep on cuda:0 under compute-sanitizer (memcheck),
-#                                   part N (1, 2 or 3)
+#                                   part N (1 to 4)
 #   benchmarks/gpu_run.sh trust     the op sweep, the trust, scalar-argument and scan tests on
 #                                   cuda:0, then 2 000 random programs there
 #   benchmarks/gpu_run.sh trust-opencl  the same on NVIDIA's OpenCL (1 000 programs)
@@ -81,14 +81,14 @@ case "${1:-check}" in
       | tee "$OUT/wgsl.txt" || failed benchmarks/wgsl_gpu.py
     ;;
   sanitize)
-    # the op sweep on cuda:0 under memcheck: no kernel reads or writes out of bounds; in three
-    # parts that each fit a job (sanitize 1, 2, 3)
+    # the op sweep on cuda:0 under memcheck: no kernel reads or writes out of bounds; in four
+    # parts that each fit a job (sanitize 1 to 4)
     late="views or reduction or shapes or matmul_dtypes or sources"
-    early="alone or on_read or on_write"
     case "${2:-1}" in
-      1) half="cuda and not ($late) and ($early)" ;;
+      1) half="cuda and not ($late) and (alone or on_read or on_write)" ;;
       2) half="cuda and ($late)" ;;
-      *) half="cuda and not ($late) and not ($early)" ;;
+      3) half="cuda and not ($late) and fused" ;;
+      *) half="cuda and not ($late) and (mm_prologue or mm_epilogue)" ;;
     esac
     timeout 560 compute-sanitizer --tool memcheck --error-exitcode 86 --print-limit 20 \
       python3 -m pytest -q -p no:cacheprovider -rfE --tb=no tests/test_op_sweep.py -k "$half" \
