@@ -90,10 +90,10 @@ def check_complex(op: str, dtype, device: str, origin) -> None:
     if ops is None:
         return
     if op not in ops:
-        raise DTypeError(f"{op} of {dtype.name} is computed on the NumPy device only: on "
-                         f"{device}, complex values are added, multiplied, divided, summed, "
-                         f"gathered and viewed (move the tensor with .to('numpy') first)",
-                         str(origin))
+        raise DTypeError(f"{op} of {dtype.name} is computed on the NumPy device only (on "
+                         f"{device}: arithmetic, exp, expm1, log, log1p, sqrt, sinh, cosh, "
+                         f"tanh, sign, sums, scans, matmul, views and gathers; move the "
+                         f"tensor with .to('numpy') first)", str(origin))
     runtime.note_complex(device)
 
 

@@ -43,7 +43,8 @@ from ..ir.node import ExactFloat, Node
 #: complex inputs: abs, real, imag, eq, ne, isnan, isinf, isfinite, cast to bool)
 LOWERED = frozenset(
     "buffer const cast add sub mul div neg conj square where reshape permute expand slice pad "
-    "window take take_along_axis concat sum cumsum matmul copy".split())
+    "window take take_along_axis concat sum cumsum matmul copy exp expm1 log log1p sqrt sinh "
+    "cosh tanh sign".split())
 
 _VIEWS = ("reshape", "permute", "expand", "slice", "window", "take", "take_along_axis")
 
@@ -72,9 +73,23 @@ class _Builder:
         return self.node(op, (x,), (), dt.bool_ if op in ("isnan", "isinf", "isfinite") else
                          x.dtype)
 
+    def __getattr__(self, op: str):
+        """``b.exp(x)``, ``b.mul(x, y)``, ``b.where(c, x, y)``: the element-wise op of that name
+        of the op table (a bool result for comparisons and predicates)."""
+        if op.startswith("_"):
+            raise AttributeError(op)
+
+        def make(*args):
+            if len(args) == 1:
+                return self.unary(op, args[0])
+            if len(args) == 2:
+                return self.binary(op, *args)
+            return self.where(*args)
+        return make
+
     def binary(self, op, a, b) -> Node:
         d = dt.bool_ if op in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and",
-                               "logical_or") else a.dtype
+                               "logical_or", "logical_xor") else a.dtype
         return self.node(op, (a, b), (), d)
 
     def where(self, c, a, b) -> Node:
@@ -175,6 +190,9 @@ class ComplexLowering:
             c = inputs[0]
             (xr, xi), (yr, yi) = self._parts(n.inputs[1]), self._parts(n.inputs[2])
             return b.where(c, xr, yr), b.where(c, xi, yi)
+        if op in MATH:
+            xr, xi = self._parts(n.inputs[0])
+            return MATH[op](b, xr, xi)
         if op in ("neg", "conj", "square"):
             xr, xi = self._parts(n.inputs[0])
             if op == "neg":
@@ -266,3 +284,172 @@ class ComplexLowering:
         re2 = b.binary("mul", b.binary("add", b.binary("mul", ar, rat2), ai), scl2)
         im2 = b.binary("mul", b.binary("sub", b.binary("mul", ai, rat2), ar), scl2)
         return b.where(real_first, re1, re2), b.where(real_first, im1, im2)
+
+
+# the elementary functions of z = x + iy, each with the array API's special cases (C99 Annex G's)
+def _exp(b: _Builder, x: Node, y: Node) -> tuple:
+    """``exp(x) (cos y + i sin y)``: y = 0 gives ``exp(x) + iy`` (a zero's sign kept beside an
+    infinite or nan x); an infinite or nan y gives ``0 + 0j`` from x = -inf, ``inf + nan j``
+    from x = +inf, else nan. FreeBSD's ``cexp`` (s_cexp.c) decides alike."""
+    def k(v):
+        return b.const(v, x.dtype)
+    e = b.exp(x)
+    re, im = b.mul(e, b.cos(y)), b.mul(e, b.sin(y))
+    bad_y = b.logical_not(b.isfinite(y))
+    low, high = b.eq(x, k(-math.inf)), b.eq(x, k(math.inf))
+    re = b.where(bad_y, b.where(low, k(0.0), b.where(high, k(math.inf), re)), re)
+    im = b.where(b.logical_and(bad_y, low), k(0.0), im)
+    zero_y = b.eq(y, k(0.0))
+    return b.where(zero_y, e, re), b.where(zero_y, y, im)
+
+
+def _expm1(b: _Builder, x: Node, y: Node) -> tuple:
+    """``exp(z) - 1`` without cancellation near 0: ``expm1(x) cos y - 2 sin(y/2)**2 + i exp(x)
+    sin y``, with the special cases of ``exp`` less one (the NumPy device's own formula,
+    ``runtime.numpy_backend``)."""
+    def k(v):
+        return b.const(v, x.dtype)
+    h = b.sin(b.mul(y, k(0.5)))
+    re = b.add(b.sub(b.mul(b.expm1(x), b.cos(y)), b.mul(k(2.0), b.mul(h, h))), k(0.0))
+    s = b.sin(y)
+    im = b.where(b.eq(y, k(0.0)), y, b.mul(b.exp(x), s))
+    low = b.eq(x, k(-math.inf))
+    re = b.where(low, k(-1.0), re)
+    im = b.where(low, b.where(b.isfinite(y), b.mul(k(0.0), s), k(0.0)), im)
+    high = b.logical_and(b.eq(x, k(math.inf)), b.logical_not(b.isfinite(y)))
+    return b.where(high, k(math.inf), re), b.where(high, k(math.nan), im)
+
+
+def _log(b: _Builder, x: Node, y: Node) -> tuple:
+    """``log|z| + i atan2(y, x)``, |z| by ``hypot`` (so ``log(±inf + nan j)`` is ``inf + nan j``
+    and ``log(-0 + 0j)`` is ``-inf + pi j``). The real part is within a few ulps of the exact
+    ``log|z|`` absolutely, not relatively, where |z| is near 1."""
+    return b.log(b.hypot(x, y)), b.atan2(y, x)
+
+
+def _log1p(b: _Builder, x: Node, y: Node) -> tuple:
+    """``log(1 + z)``: ``log1p(x (2 + x) + y**2) / 2 + i atan2(y, 1 + x)`` for |z| below
+    2**(bits/4) (no cancellation near z = 0), ``log|1 + z|`` by ``hypot`` above (no overflow in
+    the squares), with ``log``'s special cases at 1 + z."""
+    def k(v):
+        return b.const(v, x.dtype)
+    one_x = b.add(k(1.0), x)
+    small = b.mul(k(0.5), b.log1p(b.add(b.mul(x, b.add(k(2.0), x)), b.mul(y, y))))
+    big = b.log(b.hypot(one_x, y))
+    limit = k(2.0 ** (x.dtype.bits // 4))
+    return b.where(b.lt(b.hypot(x, y), limit), small, big), b.atan2(y, one_x)
+
+
+def _sqrt(b: _Builder, x: Node, y: Node) -> tuple:
+    """The principal square root, Kahan's way (W. Kahan, "Branch cuts for complex elementary
+    functions", 1987): ``t = sqrt((|x| + |z|) / 2)``, then ``t + i y/(2t)`` for x >= 0 and
+    ``|y|/(2t) + i copysign(t, y)`` below; |x| + |z| halved first where it would overflow and
+    scaled by 2**100 where it is tiny (subnormal halves lose no bit). ``sqrt(±0 + yj)`` is ``+0
+    + yj`` for y = ±0; an infinite y gives ``+inf + yj``; ``-inf + yj`` gives ``+0 +
+    copysign(inf, y)j`` (nan beside a nan y), ``+inf + yj`` gives ``+inf + copysign(0, y)j``
+    (nan beside a nan y); a nan elsewhere gives nan. FreeBSD's ``csqrt`` (s_csqrt.c) decides
+    alike."""
+    def k(v):
+        return b.const(v, x.dtype)
+    ax = b.abs(x)
+    s = b.add(ax, b.hypot(x, y))
+    tiny = b.lt(s, k(2.0 ** -100))
+    half = b.where(b.isinf(s), b.add(b.mul(ax, k(0.5)), b.mul(b.hypot(x, y), k(0.5))),
+                   b.mul(s, k(0.5)))
+    t = b.where(tiny, b.mul(b.sqrt(b.mul(b.mul(s, k(2.0 ** 100)), k(0.5))), k(2.0 ** -50)),
+                b.sqrt(half))
+    q = b.div(b.abs(y), b.mul(t, k(2.0)))
+    nonneg = b.ge(x, k(0.0))
+    re = b.where(nonneg, t, q)
+    im = b.where(nonneg, b.div(y, b.mul(t, k(2.0))), b.copysign(t, y))
+    zero = b.logical_and(b.eq(x, k(0.0)), b.eq(y, k(0.0)))
+    re, im = b.where(zero, k(0.0), re), b.where(zero, y, im)
+    # infinities and nans, in C99's order of precedence
+    y_nan = b.isnan(y)
+    neg_inf, pos_inf = b.eq(x, k(-math.inf)), b.eq(x, k(math.inf))
+    re = b.where(neg_inf, b.where(y_nan, k(math.nan), k(0.0)), re)
+    im = b.where(neg_inf, b.where(y_nan, k(math.inf), b.copysign(k(math.inf), y)), im)
+    re = b.where(pos_inf, k(math.inf), re)
+    im = b.where(pos_inf, b.where(y_nan, k(math.nan), b.copysign(k(0.0), y)), im)
+    y_inf = b.isinf(y)
+    return b.where(y_inf, k(math.inf), re), b.where(y_inf, y, im)
+
+
+def _sinh(b: _Builder, x: Node, y: Node) -> tuple:
+    """``sinh(x) cos y + i cosh(x) sin y``; y = 0 keeps ``iy``; beside an infinite or nan y, a
+    zero or infinite x is kept as the real part (C99: ``0 + nan j``, ``±inf + nan j``)."""
+    def k(v):
+        return b.const(v, x.dtype)
+    re, im = b.mul(b.sinh(x), b.cos(y)), b.mul(b.cosh(x), b.sin(y))
+    bad_y = b.logical_not(b.isfinite(y))
+    keep_x = b.logical_and(bad_y, b.logical_or(b.eq(x, k(0.0)), b.isinf(x)))
+    return b.where(keep_x, x, re), b.where(b.eq(y, k(0.0)), y, im)
+
+
+def _cosh(b: _Builder, x: Node, y: Node) -> tuple:
+    """``cosh(x) cos y + i sinh(x) sin y``; y = 0 gives the imaginary part ``y`` signed by x;
+    beside an infinite or nan y, x = 0 gives ``nan + 0j`` and an infinite x ``inf + nan j``
+    (C99's, signs as C99 leaves them)."""
+    def k(v):
+        return b.const(v, x.dtype)
+    re, im = b.mul(b.cosh(x), b.cos(y)), b.mul(b.sinh(x), b.sin(y))
+    bad_y = b.logical_not(b.isfinite(y))
+    re = b.where(b.logical_and(bad_y, b.isinf(x)), k(math.inf), re)
+    im = b.where(b.logical_and(bad_y, b.eq(x, k(0.0))), x, im)
+    signed_y = b.where(b.lt(x, k(0.0)), b.neg(y), y)
+    return re, b.where(b.eq(y, k(0.0)), signed_y, im)
+
+
+def _tanh(b: _Builder, x: Node, y: Node) -> tuple:
+    """FreeBSD's ``ctanh`` (s_ctanh.c, after Kahan): with ``t = tan y``, ``beta = 1 + t**2``,
+    ``s = sinh x``, ``rho = sqrt(1 + s**2)``: ``(beta rho s + i t) / (1 + beta s**2)``; past
+    |x| = 22 (float64) or 9.01 (float32) ``copysign(1, x) + 4 sin y cos y exp(-2|x|) i``;
+    an infinite x gives ``copysign(1, x) + copysign(0, sin 2y) i`` (``± 0j`` beside an
+    infinite or nan y); beside an infinite or nan y, x = 0 gives ``x + nan j``, else nan; a
+    nan x gives ``nan + yj`` for y = 0, else nan."""
+    def k(v):
+        return b.const(v, x.dtype)
+    t = b.tan(y)
+    beta = b.add(k(1.0), b.mul(t, t))
+    s = b.sinh(x)
+    rho = b.sqrt(b.add(k(1.0), b.mul(s, s)))
+    denom = b.add(k(1.0), b.mul(beta, b.mul(s, s)))
+    re, im = b.div(b.mul(b.mul(beta, rho), s), denom), b.div(t, denom)
+    # past the threshold: the real part is 1 to working precision
+    far = b.ge(b.abs(x), k(22.0 if x.dtype.bits == 64 else 9.01))
+    e = b.exp(b.neg(b.abs(x)))
+    far_im = b.mul(b.mul(b.mul(k(4.0), b.sin(y)), b.cos(y)), b.mul(e, e))
+    one = b.copysign(k(1.0), x)
+    re, im = b.where(far, one, re), b.where(far, far_im, im)
+    bad_y = b.logical_not(b.isfinite(y))
+    zero_x = b.eq(x, k(0.0))
+    re = b.where(bad_y, b.where(zero_x, x, k(math.nan)), re)
+    im = b.where(bad_y, k(math.nan), im)
+    inf_x = b.isinf(x)
+    inf_im = b.copysign(k(0.0), b.where(bad_y, y, b.mul(b.sin(y), b.cos(y))))
+    re, im = b.where(inf_x, one, re), b.where(inf_x, inf_im, im)
+    nan_x = b.isnan(x)
+    zero_y = b.eq(y, k(0.0))
+    re = b.where(nan_x, x, re)
+    return re, b.where(nan_x, b.where(zero_y, y, k(math.nan)), im)
+
+
+def _sign(b: _Builder, x: Node, y: Node) -> tuple:
+    """``z / |z|`` (NumPy's complex sign): ``0 + 0j`` at 0, nan where either part is nan or
+    both are infinite, ``copysign(1, x) + 0j`` or ``0 + copysign(1, y)j`` where one part is."""
+    def k(v):
+        return b.const(v, x.dtype)
+    h = b.hypot(x, y)
+    re, im = b.div(x, h), b.div(y, h)
+    zero = b.eq(h, k(0.0))
+    re, im = b.where(zero, k(0.0), re), b.where(zero, k(0.0), im)
+    inf_x, inf_y = b.isinf(x), b.isinf(y)
+    re = b.where(inf_x, b.copysign(k(1.0), x), b.where(inf_y, k(0.0), re))
+    im = b.where(inf_x, k(0.0), b.where(inf_y, b.copysign(k(1.0), y), im))
+    nan = b.logical_or(b.isnan(h), b.logical_and(inf_x, inf_y))
+    return b.where(nan, k(math.nan), re), b.where(nan, k(math.nan), im)
+
+
+#: complex op -> its real definition ``(b, re, im) -> (re, im)``
+MATH = {"exp": _exp, "expm1": _expm1, "log": _log, "log1p": _log1p, "sqrt": _sqrt,
+        "sinh": _sinh, "cosh": _cosh, "tanh": _tanh, "sign": _sign}
