@@ -543,3 +543,65 @@ def test_errors_name_the_users_line(case):
     with pytest.raises(kind) as err:
         fn()
     assert err.value.origin == f"{__file__}:{fn.__code__.co_firstlineno}", err.value
+
+
+# in-place operators ----------------------------------------------------------------------------
+INPLACE = {"+=": ("__iadd__", np.add), "-=": ("__isub__", np.subtract),
+           "*=": ("__imul__", np.multiply), "/=": ("__itruediv__", np.true_divide),
+           "//=": ("__ifloordiv__", np.floor_divide), "%=": ("__imod__", np.remainder),
+           "**=": ("__ipow__", np.power), "&=": ("__iand__", np.bitwise_and),
+           "|=": ("__ior__", np.bitwise_or), "^=": ("__ixor__", np.bitwise_xor),
+           "<<=": ("__ilshift__", np.left_shift), ">>=": ("__irshift__", np.right_shift)}
+
+
+@pytest.mark.parametrize("op", sorted(INPLACE))
+def test_inplace_operators_update_every_reference_and_keep_shape_and_dtype(device, rng, op):
+    method, fn = INPLACE[op]
+    bitwise = op in ("&=", "|=", "^=", "<<=", ">>=")
+    dtypes = [("int32", "int32"), ("int32", "int8")] if bitwise else \
+        [("float32", "float32"), ("float32", "int8")] if op != "**=" else [("float32", "float32")]
+    for left, right in dtypes:
+        a = data(rng, (3, 4), left)
+        b = data(rng, (4,), right)  # broadcast along the rows
+        if op in ("//=", "%="):
+            b[b == 0] = 1
+        if op in ("<<=", ">>="):
+            b = np.abs(b) % 8
+        if op == "**=":
+            a = np.abs(a) + 0.5
+        x = lb.asarray(a, device=device)
+        alias, before = x, x * 1
+        y = getattr(x, method)(lb.asarray(b, device=device))
+        with np.errstate(all="ignore"):
+            want = fn(a, b).astype(a.dtype)
+        assert y is x and alias is x
+        assert x.dtype == lb.dtype(left) and x.shape == a.shape
+        np.testing.assert_allclose(x.numpy(), want, rtol=2e-6)
+        np.testing.assert_array_equal(before.numpy(), a)  # taken before: the old value
+
+
+def test_inplace_operator_statements_and_their_errors(device, rng):
+    a = data(rng, (2, 3), "float32")
+    x = lb.asarray(a, device=device)
+    x += 1
+    x *= 2.0
+    x -= lb.asarray(a, device=device)
+    np.testing.assert_allclose(x.numpy(), (a + 1) * 2 - a, rtol=1e-6)
+    m = lb.asarray(data(rng, (3, 3), "float32"), device=device)
+    m0 = m.numpy().copy()
+    m @= lb.eye(3, device=device) * 2
+    np.testing.assert_allclose(m.numpy(), m0 * 2, rtol=1e-6)
+    f64 = "float64" if device != "webgpu:0" else "float32"
+    x += lb.ones(3, dtype=f64, device=device)  # same kind: cast back, as NumPy's
+    assert x.dtype == lb.float32
+    i = lb.asarray(data(rng, (3,), "int32"), device=device)
+    with pytest.raises(TypeError, match="float32"):
+        i /= 2  # the quotient is a float: NumPy refuses to cast it back too
+    with pytest.raises(lb.ShapeError, match="does not fit"):
+        i += lb.ones((2, 3), dtype="int32", device=device)
+    w = lb.tensor(data(rng, (3,), "float32"), device=device, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf tensor"):
+        w += 1
+    with lb.no_grad():
+        w -= 1
+    assert w.requires_grad and w.is_leaf

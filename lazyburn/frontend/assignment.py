@@ -94,21 +94,22 @@ def _assigned(value, target: Node, origin) -> Node:
             raise TypeError(f"cannot assign host data of dtype {host.dtype} to a {d.name} "
                             f"tensor (at {origin})")
         if isinstance(value, np.ndarray):
-            _check_same_kind(kind, f"NumPy {host.dtype}", d, origin)
+            check_same_kind(kind, f"NumPy {host.dtype}", d, origin)
         else:
             # Python numbers: ints fit unsigned targets too, converted by NumPy (which raises
             # OverflowError for one out of range)
             kind = "u" if kind == "i" and d.kind == "u" else kind
-            _check_same_kind(kind, f"{type(value).__name__} of {host.dtype}", d, origin)
+            check_same_kind(kind, f"{type(value).__name__} of {host.dtype}", d, origin)
             host = np.asarray(value, dtype=d.np)
         return rec.from_host(host, d, target.device, origin)
     n = tensor_node("setitem", value, origin, target.device)
     same_device("setitem", [target, n], origin)
-    _check_same_kind(n.dtype.kind, n.dtype.name, d, origin)
+    check_same_kind(n.dtype.kind, n.dtype.name, d, origin)
     return cast(n, d, origin)
 
 
-def _check_same_kind(kind: str, value_name: str, target, origin) -> None:
+def check_same_kind(kind: str, value_name: str, target, origin) -> None:
+    """Raise TypeError where NumPy's same-kind rule refuses a ``kind`` value in ``target``."""
     if _KIND_RANK[kind] > _KIND_RANK[target.kind]:
         raise TypeError(f"cannot assign a {value_name} value to a {target.name} tensor under "
                         f"the same-kind casting rule; cast it with astype first (at {origin})")

@@ -308,13 +308,21 @@ class Tensor:
         PyTorch; under ``no_grad()`` it is updated and stays a leaf, its value computed now),
         NotImplementedError for integer-array keys."""
         origin = Origin()
-        leaf = autograd.requires_grad(self) and self.is_leaf
-        if leaf and autograd.is_grad_enabled():
+        self._check_writable(origin)
+        self._rebind(assignment.setitem(self, key, value, origin))
+
+    def _check_writable(self, origin) -> None:
+        """Raise RuntimeError for a leaf that requires grad while grad mode is on (PyTorch's
+        rule for an in-place write)."""
+        if autograd.requires_grad(self) and self.is_leaf and autograd.is_grad_enabled():
             raise RuntimeError(f"a leaf tensor that requires grad cannot be assigned to in "
                                f"place; assign under lazyburn.no_grad() or to a copy "
                                f"(at {origin})")
-        new = assignment.setitem(self, key, value, origin)
-        if leaf:  # under no_grad: the new value becomes the leaf, keeping its gradient
+
+    def _rebind(self, new: "Tensor") -> None:
+        """Make ``new``'s value this tensor's (an in-place write); a leaf that requires grad
+        (under no_grad) stays one, keeping its gradient."""
+        if autograd.requires_grad(self) and self.is_leaf:
             grad = self.grad
             self.node = new.node
             self.requires_grad_()
@@ -323,6 +331,38 @@ class Tensor:
         self.node = new.node
         if new.node.buffer is None:
             current_graph().track(self)
+
+    def _inplace(self, op: str, other) -> "Tensor":
+        """``self op= other`` (the array API's in-place operators): ``self op other``, rebound
+        to this tensor, so every reference to it sees the new value. The result keeps this
+        tensor's shape and dtype: a promoted dtype of the same kind is cast back (NumPy's
+        same-kind rule, as for ``x[...] = value``), another kind raises TypeError (``int_x /=
+        2``), and a broadcast that would change the shape raises ShapeError."""
+        origin = Origin()
+        self._check_writable(origin)
+        r = linalg.matmul(self, other) if op == "matmul" else ew.binary(op, self, other, origin)
+        if r.shape != self.shape:
+            raise ShapeError(f"{op}: an in-place result of shape {r.shape} does not fit the "
+                             f"tensor's shape {self.shape}", origin)
+        if r.dtype is not self.dtype:
+            assignment.check_same_kind(r.dtype.kind, r.dtype.name, self.dtype, origin)
+            r = ew.astype(r, self.dtype)
+        self._rebind(r)
+        return self
+
+    def __iadd__(self, o): return self._inplace("add", o)
+    def __isub__(self, o): return self._inplace("sub", o)
+    def __imul__(self, o): return self._inplace("mul", o)
+    def __itruediv__(self, o): return self._inplace("div", o)
+    def __ifloordiv__(self, o): return self._inplace("floordiv", o)
+    def __imod__(self, o): return self._inplace("mod", o)
+    def __ipow__(self, o): return self._inplace("pow", o)
+    def __imatmul__(self, o): return self._inplace("matmul", o)
+    def __iand__(self, o): return self._inplace("bitwise_and", o)
+    def __ior__(self, o): return self._inplace("bitwise_or", o)
+    def __ixor__(self, o): return self._inplace("bitwise_xor", o)
+    def __ilshift__(self, o): return self._inplace("left_shift", o)
+    def __irshift__(self, o): return self._inplace("right_shift", o)
 
     # views -----------------------------------------------------------------------------------
     @property
