@@ -16,6 +16,10 @@
 #   benchmarks/gpu_run.sh before    the GPU suite (autotune off) on this tree and, side by side
 #                                   in the same run, on the tree in .base/ (made beforehand with
 #                                   `git archive COMMIT lazyburn benchmarks | tar -x -C .base`)
+#   benchmarks/gpu_run.sh opencl-before  test_bench_fusion_opencl.py's default rows on NVIDIA's
+#                                   OpenCL, this tree's lazyburn against .base/'s (made with
+#                                   `git archive COMMIT lazyburn | tar -x -C .base`), alternating,
+#                                   two rounds; medians and their ratio
 # Wheels missing on the GPU machine come from .whl/ (wgpu, cffi, pycparser, rendercanvas; for
 # OpenCL pyopencl, pytools, platformdirs, siphash24),
 # Vulkan's loader from .gl/ (Debian's libvulkan1 and friends, unpacked), MiniLM's weights from
@@ -136,6 +140,31 @@ case "${1:-check}" in
     (cd .base && LAZYBURN_AUTOTUNE=0 PYTHONPATH=$PWD:/tmp/site timeout 270 \
       python3 benchmarks/gpu_suite.py --no-compile 2>&1) | tee "$OUT/suite_before.txt" \
       || failed .base/benchmarks/gpu_suite.py
+    ;;
+  opencl-before)
+    echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
+    bench=$PWD/benchmarks/test_bench_fusion_opencl.py
+    for r in 1 2; do
+      for tree in before now; do
+        [ $tree = before ] && root=$PWD/.base || root=$PWD
+        (cd /tmp && LAZYBURN_CACHE_DIR=/tmp/cache-$tree PYTHONPATH=$root:/tmp/site timeout 170 \
+          python3 -m pytest -q -p no:cacheprovider "$bench" --benchmark-only \
+          -k "fused-default and not numpy" --benchmark-json="$OUT/$tree$r.json" >/dev/null 2>&1) \
+          || failed "$tree round $r"
+      done
+    done
+    python3 - "$OUT" <<'PY'
+import json, statistics, sys
+rows = {}
+for tree in ("before", "now"):
+    for r in (1, 2):
+        for b in json.load(open(f"{sys.argv[1]}/{tree}{r}.json"))["benchmarks"]:
+            rows.setdefault(b["name"], {}).setdefault(tree, []).append(b["stats"]["median"])
+for name, d in sorted(rows.items()):
+    before, now = statistics.median(d["before"]), statistics.median(d["now"])
+    print(f"{name:48s} before {before * 1e3:8.3f} ms  now {now * 1e3:8.3f} ms  "
+          f"now/before {now / before:5.2f}")
+PY
     ;;
 esac
 exit $status

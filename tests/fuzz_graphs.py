@@ -19,6 +19,8 @@ Comparisons stay meaningful:
   *exact* values -- inputs and what views, negation, abs, max/min and selects make of them -- so
   a one-ulp difference upstream cannot flip them (DESIGN.md, "Testing").
 - Integer programs are exact: wrapping arithmetic, divisors kept nonzero, shift counts in range.
+- Some float32/float64 steps pass through complex values and back (``lb.real(lb.log(v3 + 1j))``):
+  the fused devices' lowering of complex numbers to their parts, fused with its neighbours.
 
 One module past the usual size on purpose: the generator, runner, shrinker and reproducer writer
 all read and write the same program format.
@@ -238,6 +240,22 @@ UNARY_FLOAT = {
     "bf16_round_trip": ("{a}.astype('bfloat16').astype('{d}')", lambda b: b,
                         lambda b, e, u: e + 2.0 ** -8 * b + 2.0 ** -133, False),
 }
+# through complex values and back (float32 and float64 only: complex64 and complex128), each a
+# real function of a with the error of a few complex steps
+COMPLEX_UNARY = {
+    "cplx_abs": ("lb.abs({a} + {a} * 0.75j)", lambda b: 1.25 * b,
+                 lambda b, e, u: 1.25 * e + 6 * u * (b + 1)),
+    "cplx_rotate": ("lb.real(({a} + 1j) * (0.6 + 0.8j))", lambda b: 0.6 * b + 0.8,
+                    lambda b, e, u: 0.6 * e + 6 * u * (b + 1)),
+    "cplx_div": ("lb.real(({a} + 2j) / (1 + 1j))", lambda b: (b + 2) / 2,
+                 lambda b, e, u: e / 2 + 8 * u * (b + 2)),
+    "cplx_exp": ("lb.imag(lb.exp(lb.tanh({a}) * 1j))", lambda b: 1.0,
+                 lambda b, e, u: e + 24 * u),
+    "cplx_sqrt": ("lb.real(lb.sqrt(lb.abs({a}) + 0.25 + 0j))", lambda b: math.sqrt(b + 0.25),
+                  lambda b, e, u: e + 12 * u * (b + 1)),
+    "cplx_log": ("lb.real(lb.log({a} + 1j))", lambda b: max(1.0, 0.5 * math.log(b * b + 1)),
+                 lambda b, e, u: 0.5 * e + 12 * u * max(1.0, math.log(b * b + 1))),
+}
 # discontinuous: exact inputs only
 UNARY_EXACT_ONLY = {
     "floor": "lb.floor({a})", "ceil": "lb.ceil({a})", "round": "lb.round({a})",
@@ -259,6 +277,11 @@ def _float_step(g: _Gen, kind, name, a: Value, vals) -> Value | None:
             b = a.bound + 1 if op in ("floor", "ceil", "round", "trunc_cast") else \
                 max(a.bound, 1)
             return Value(expr, a.shape, a.dtype, b, 0.0, op in ("select", "isfinite"))
+        if a.dtype in ("float32", "float64") and a.bound < 1e3 and g.rng.random() < 0.15:
+            op = g.choice(sorted(COMPLEX_UNARY))
+            tmpl, fb, fe = COMPLEX_UNARY[op]
+            return Value(tmpl.format(a=name), a.shape, a.dtype, fb(a.bound),
+                         fe(a.bound, a.err, u), False)
         op = g.choice(sorted(UNARY_FLOAT))
         tmpl, fb, fe, keeps = UNARY_FLOAT[op]
         if op in ("exp", "exp2", "pow3") and a.bound > 6:

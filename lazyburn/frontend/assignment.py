@@ -73,8 +73,8 @@ def _basic_key(key, shape, origin):
 def _assigned(value, target: Node, origin) -> Node:
     """``value`` (a Tensor, array-like or Python scalar) as a node of ``target``'s dtype, cast
     by NumPy's same-kind rule (scalars: a bool anywhere, an int into integers, floats and
-    complex, a float into floats and complex, a complex into complex). Raises TypeError where that rule refuses, DTypeError (a TypeError) for
-    an int out of the target's range."""
+    complex, a float into floats and complex, a complex into complex). Raises TypeError where
+    that rule refuses, DTypeError (a TypeError) for an int out of the target's range."""
     d = target.dtype
     if rec.is_scalar(value):
         v = rec.py_scalar(value)

@@ -8,8 +8,9 @@ Data-type kinds, as ``isdtype`` and ``dtypes(kind=...)`` name them: 'bool'; 'sig
 floating' (complex64, complex128); 'numeric' (integral, real and complex floating).
 
 ``can_cast`` follows the standard's promotion lattice, whose only edges between kinds lead from
-the real floats to the complex types: it says False for int to float although binary operators here promote mixed kinds (PyTorch's rules, see
-``lazyburn.ir.dtypes``). Nothing here computes or records a node.
+the real floats to the complex types: it says False for int to float although binary operators
+here promote mixed kinds (PyTorch's rules, see ``lazyburn.ir.dtypes``). Nothing here computes or
+records a node.
 """
 from __future__ import annotations
 

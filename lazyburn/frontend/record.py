@@ -179,7 +179,8 @@ def const(value, shape, dtype, device, origin, op: str = "const") -> Node:
     ``shape``.
 
     Raises DTypeError when the value has no exact meaning in an integer ``dtype`` (out of its
-    range, or a non-finite float) or is complex and ``dtype`` is not: raised here, at the user's line, rather than at sync."""
+    range, or a non-finite float) or is complex and ``dtype`` is not: raised here, at the
+    user's line, rather than at sync."""
     kind = dtype.kind
     if isinstance(value, complex) and kind != "c":
         raise DTypeError(f"{op}: the complex number {value} has no {dtype.name} value",
@@ -246,7 +247,8 @@ def _host_dtype(arr: np.ndarray, obj, origin) -> dt.DType:
                          f"like, or ragged)", origin)
     if isinstance(obj, (list, tuple, float, int, bool, complex)) and \
             not isinstance(obj, np.generic):
-        # Python data: floats default to float32, ints to int64 (as in PyTorch)
+        # Python data: floats default to float32, ints to int64, complex numbers to complex64
+        # (as in PyTorch)
         if arr.dtype.kind == "f":
             return dt.DEFAULT_FLOAT
         if arr.dtype.kind == "c":

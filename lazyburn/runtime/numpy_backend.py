@@ -80,9 +80,9 @@ def _expm1(z):
     """``exp(z) - 1`` without cancellation near 0: NumPy's for real ``z``; for complex ``z =
     x + iy``, ``expm1(x) cos(y) - 2 sin(y/2)**2 + i exp(x) sin(y)``, with the array API's
     special cases (C99 Annex G's for ``cexp``, less one), which NumPy's complex ``expm1`` misses:
-    ``-0 + 0j`` gives ``+0 + 0j``, ``+inf + 0j`` gives ``+inf + 0j``, ``nan + 0j`` gives ``nan + 0j``, ``-inf + yj`` gives
-    ``-1 + 0 cis(y)`` (``-1 + 0j`` for an infinite or nan y), ``+inf + yj`` for an infinite or
-    nan y gives ``inf + nan j``."""
+    ``-0 + 0j`` gives ``+0 + 0j``, ``+inf + 0j`` gives ``+inf + 0j``, ``nan + 0j`` gives ``nan +
+    0j``, ``-inf + yj`` gives ``-1 + 0 cis(y)`` (``-1 + 0j`` for an infinite or nan y), ``+inf +
+    yj`` for an infinite or nan y gives ``inf + nan j``."""
     if z.dtype.kind != "c":
         return np.expm1(z)
     x, y = z.real, z.imag
