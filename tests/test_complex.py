@@ -75,9 +75,19 @@ UNARY = ["negative", "abs", "sign", "square", "exp", "log", "log2", "log10",
          "sqrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan", "asinh",
          "acosh", "atanh", "round", "isnan", "isinf", "isfinite", "logical_not", "real", "imag",
          "conj", "positive", "reciprocal"]
+def _log_scaled(base):
+    def f(x):  # both parts of log(x) times 1/ln(base) (NumPy's complex log2 makes log2(inf j)
+        w = np.log(x)  # inf + nan j dividing by ln 2 + 0j)
+        out = np.empty_like(w)
+        k = x.real.dtype.type(1 / np.log(base))
+        out.real, out.imag = w.real * k, w.imag * k
+        return out
+    return f
+
+
 NUMPY = {"asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "asinh": np.arcsinh,
          "acosh": np.arccosh, "atanh": np.arctanh, "conj": np.conjugate,
-         "reciprocal": lambda x: 1 / x}
+         "reciprocal": lambda x: 1 / x, "log2": _log_scaled(2), "log10": _log_scaled(10)}
 
 
 @pytest.mark.parametrize("dtype", COMPLEX)
@@ -298,8 +308,14 @@ EXPRESSIONS = {
     "cosh": (lambda a, b, f, i: lb.cosh(a), 16),
     "tanh": (lambda a, b, f, i: lb.tanh(a), 16),
     "sign": (lambda a, b, f, i: lb.sign(a), 4),
+    "sin": (lambda a, b, f, i: lb.sin(a), 16),
+    "cos": (lambda a, b, f, i: lb.cos(a), 16),
+    "tan": (lambda a, b, f, i: lb.tan(a), 16),
+    "log2": (lambda a, b, f, i: lb.log2(a), 8),
+    "log10": (lambda a, b, f, i: lb.log10(a), 8),
 }
-MATH = ("exp", "expm1", "log", "log1p", "sqrt", "sinh", "cosh", "tanh", "sign")
+MATH = ("exp", "expm1", "log", "log1p", "sqrt", "sinh", "cosh", "tanh", "sign", "sin", "cos",
+        "tan", "log2", "log10")
 
 
 SCALES = {"square": lambda a, b: a * a, "div": lambda a, b: a / b,
@@ -350,8 +366,8 @@ def test_fused_devices_compute_complex_ops_as_the_numpy_device(device, dtype, na
                 want = fn(lb.asarray(a, device="numpy"), *[None] * 3).numpy()
                 got = fn(lb.asarray(a, device=device), *[None] * 3).numpy()
                 # log: absolute near |z| = 1; log1p: relative near z = 0
-                scale = np.abs(want) + (1 if name == "log" else np.abs(a) if name == "log1p"
-                                        else 0)
+                scale = np.abs(want) + (1 if name in ("log", "log2", "log10") else np.abs(a)
+                                        if name == "log1p" else 0)
             else:
                 want = fn(*(lb.asarray(h, device="numpy") for h in (a, b, f, i))).numpy()
                 got = fn(*(lb.asarray(h, device=device) for h in (a, b, f, i))).numpy()
@@ -396,12 +412,12 @@ def test_fused_devices_reduce_scan_and_multiply_complex_matrices(device, dtype, 
 @pytest.mark.parametrize("device", FUSED_DEVICES)
 def test_fused_devices_refuse_the_complex_ops_they_do_not_compute(device):
     x = lb.asarray([1 + 2j, -1j], device=device)
-    for fn in (lb.sin, lb.cos, lb.tan, lb.asinh, lb.acos, lb.log2, lambda t: t ** 2, lb.prod,
-               lb.round, lambda t: lb.cumulative_prod(t)):
+    for fn in (lb.asin, lb.acos, lb.atan, lb.asinh, lb.acosh, lb.atanh, lambda t: t ** 2,
+               lb.prod, lb.round, lambda t: lb.cumulative_prod(t)):
         with pytest.raises(lb.DTypeError, match="NumPy device only") as err:
             fn(x)
         assert __file__ in str(err.value)
-    same(lb.sin(x.to("numpy")), np.sin(np.array([1 + 2j, -1j], np.complex64)))
+    same(lb.asin(x.to("numpy")), np.arcsin(np.array([1 + 2j, -1j], np.complex64)))
     if "float64" in REFUSES.get(device.split(":")[0], ()):
         with pytest.raises(lb.DTypeError, match="does not support complex128"):
             lb.zeros(2, dtype="complex128", device=device)

@@ -12,8 +12,10 @@ its parts two strided slices of it; a complex result is written as its parts joi
 last axis of 2 (a ``concat``, fused on write) and handed back as a complex buffer over the
 same memory (the backend's ``complex_view``).
 
-The ops lowered (``LOWERED``) and their real definitions, which are NumPy's own, so that
-results match the NumPy device's to the rounding of each step:
+The ops lowered (``LOWERED``) and their real definitions (the arithmetic's are NumPy's own, so
+that results match the NumPy device's to the rounding of each step; the functions' are within
+a few ulps of the C library's that NumPy calls, relative to the result's magnitude, as
+``tests/test_complex.py`` measures):
     add, sub, neg, conj, where, views, gathers, concat, sum, cumsum   part by part
     mul         (ar*br - ai*bi) + (ar*bi + ai*br)i
     div         Smith's algorithm as NumPy's complex division spells it: the ratio of the
@@ -26,9 +28,12 @@ results match the NumPy device's to the rounding of each step:
     real, imag  the part; eq / ne: both parts equal / either differs; isnan / isinf: either
                 part; isfinite: both; cast: part by part (a real value's imaginary part 0;
                 to bool: either part non-zero)
-The other ops on complex values (exp, log, sqrt, the trigonometric functions, pow, prod,
-cumprod) are computed on the NumPy device only: recording one on a fused device raises
-DTypeError at the user's line (``frontend/record.py`` asks ``LOWERED``).
+    exp, expm1, log, log1p, log2, log10, sqrt, sinh, cosh, tanh, sin, cos, tan, sign
+                the formulas of C99 Annex G with its special cases as ``where`` chains
+                (``MATH``; each function's docstring gives its source)
+The other ops on complex values (the inverse trigonometric and hyperbolic functions, pow,
+round, prod, cumprod) are computed on the NumPy device only: recording one on a fused device
+raises DTypeError at the user's line (``frontend/record.py`` asks ``LOWERED``).
 """
 from __future__ import annotations
 
@@ -43,8 +48,8 @@ from ..ir.node import ExactFloat, Node
 #: complex inputs: abs, real, imag, eq, ne, isnan, isinf, isfinite, cast to bool)
 LOWERED = frozenset(
     "buffer const cast add sub mul div neg conj square where reshape permute expand slice pad "
-    "window take take_along_axis concat sum cumsum matmul copy exp expm1 log log1p sqrt sinh "
-    "cosh tanh sign".split())
+    "window take take_along_axis concat sum cumsum matmul copy exp expm1 log log1p log2 log10 "
+    "sqrt sinh cosh tanh sin cos tan sign".split())
 
 _VIEWS = ("reshape", "permute", "expand", "slice", "window", "take", "take_along_axis")
 
@@ -450,6 +455,36 @@ def _sign(b: _Builder, x: Node, y: Node) -> tuple:
     return b.where(nan, k(math.nan), re), b.where(nan, k(math.nan), im)
 
 
+# the circular functions through the hyperbolic ones, as C99 defines them (Annex G.6):
+# sin z = -i sinh(iz), cos z = cosh(iz), tan z = -i tanh(iz), with iz = -y + ix
+def _sin(b: _Builder, x: Node, y: Node) -> tuple:
+    """``sin z = -i sinh(iz)``: ``sinh``'s special cases, turned."""
+    re, im = _sinh(b, b.neg(y), x)
+    return im, b.neg(re)
+
+
+def _cos(b: _Builder, x: Node, y: Node) -> tuple:
+    """``cos z = cosh(iz)``: ``cosh``'s special cases, turned."""
+    return _cosh(b, b.neg(y), x)
+
+
+def _tan(b: _Builder, x: Node, y: Node) -> tuple:
+    """``tan z = -i tanh(iz)``: ``tanh``'s special cases, turned."""
+    re, im = _tanh(b, b.neg(y), x)
+    return im, b.neg(re)
+
+
+def _scaled_log(scale: float):
+    def log_base(b: _Builder, x: Node, y: Node) -> tuple:
+        re, im = _log(b, x, y)
+        k = b.const(scale, x.dtype)
+        return b.mul(re, k), b.mul(im, k)
+    log_base.__doc__ = f"``log(z) * {scale!r}`` (NumPy's complex log2 and log10)."
+    return log_base
+
+
 #: complex op -> its real definition ``(b, re, im) -> (re, im)``
 MATH = {"exp": _exp, "expm1": _expm1, "log": _log, "log1p": _log1p, "sqrt": _sqrt,
-        "sinh": _sinh, "cosh": _cosh, "tanh": _tanh, "sign": _sign}
+        "sinh": _sinh, "cosh": _cosh, "tanh": _tanh, "sign": _sign, "sin": _sin, "cos": _cos,
+        "tan": _tan, "log2": _scaled_log(1 / math.log(2)),
+        "log10": _scaled_log(1 / math.log(10))}

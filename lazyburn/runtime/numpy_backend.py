@@ -117,10 +117,25 @@ def _log1p(z):
     return out
 
 
+def _log_base(real_log, base: float):
+    """NumPy's ``real_log`` (log2 or log10) for real input; for complex ``z``, ``log(z)`` with
+    both parts times ``1 / ln(base)`` (NumPy's complex log2 divides by ``ln 2 + 0j``, which
+    makes ``log2(inf j)`` ``inf + nan j`` rather than ``inf + 2.27j``)."""
+    def f(z):
+        if z.dtype.kind != "c":
+            return real_log(z)
+        w = np.log(z)
+        out = np.empty(z.shape, z.dtype)
+        k = z.real.dtype.type(1 / np.log(base))
+        out.real, out.imag = w.real * k, w.imag * k
+        return out
+    return f
+
+
 UNARY = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "square": np.square,
-    "exp": np.exp, "exp2": np.exp2, "expm1": _expm1, "log": np.log, "log2": np.log2,
-    "log10": np.log10,
+    "exp": np.exp, "exp2": np.exp2, "expm1": _expm1, "log": np.log,
+    "log2": _log_base(np.log2, 2), "log10": _log_base(np.log10, 10),
     "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
     "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "log1p": _log1p, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
