@@ -91,9 +91,9 @@ def check_complex(op: str, dtype, device: str, origin) -> None:
         return
     if op not in ops:
         raise DTypeError(f"{op} of {dtype.name} is computed on the NumPy device only (on "
-                         f"{device}: arithmetic, exp, expm1, log, log1p, log2, log10, sqrt, "
-                         f"sin, cos, tan, sinh, cosh, tanh, sign, sums, scans, matmul, views "
-                         f"and gathers; move the tensor with .to('numpy') first)", str(origin))
+                         f"{device}: arithmetic, the elementary functions but pow and exp2, "
+                         f"sums, scans, matmul, views and gathers; move the tensor with "
+                         f".to('numpy') first)", str(origin))
     runtime.note_complex(device)
 
 

@@ -28,12 +28,14 @@ a few ulps of the C library's that NumPy calls, relative to the result's magnitu
     real, imag  the part; eq / ne: both parts equal / either differs; isnan / isinf: either
                 part; isfinite: both; cast: part by part (a real value's imaginary part 0;
                 to bool: either part non-zero)
-    exp, expm1, log, log1p, log2, log10, sqrt, sinh, cosh, tanh, sin, cos, tan, sign
-                the formulas of C99 Annex G with its special cases as ``where`` chains
-                (``MATH``; each function's docstring gives its source)
-The other ops on complex values (the inverse trigonometric and hyperbolic functions, pow,
-round, prod, cumprod) are computed on the NumPy device only: recording one on a fused device
-raises DTypeError at the user's line (``frontend/record.py`` asks ``LOWERED``).
+    exp, expm1, log, log1p, log2, log10, sqrt, sin, cos, tan, sinh, cosh, tanh, asin, acos,
+    atan, asinh, acosh, atanh, sign
+                C99 Annex G's formulas and Kahan's for the inverse functions, with the
+                array API's special cases as ``where`` chains (``MATH``; each function's
+                docstring gives its source)
+The other ops on complex values (pow, exp2, round, prod, cumprod) are computed on the NumPy
+device only: recording one on a fused device raises DTypeError at the user's line
+(``frontend/record.py`` asks ``LOWERED``).
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ from ..ir.node import ExactFloat, Node
 LOWERED = frozenset(
     "buffer const cast add sub mul div neg conj square where reshape permute expand slice pad "
     "window take take_along_axis concat sum cumsum matmul copy exp expm1 log log1p log2 log10 "
-    "sqrt sinh cosh tanh sin cos tan sign".split())
+    "sqrt sinh cosh tanh sin cos tan asin acos atan asinh acosh atanh sign".split())
 
 _VIEWS = ("reshape", "permute", "expand", "slice", "window", "take", "take_along_axis")
 
@@ -483,8 +485,122 @@ def _scaled_log(scale: float):
     return log_base
 
 
+# the inverse functions: Kahan's formulas for finite arguments (W. Kahan, "Branch cuts for
+# complex elementary functions", 1987: products of principal square roots, no cancellation
+# near the branch points), the array API's special cases (C99 Annex G.6.2) decided first
+def _turn(pair: tuple, b: _Builder) -> tuple:
+    """``-i w`` of ``w = (re, im)``: ``(im, -re)``."""
+    return pair[1], b.neg(pair[0])
+
+
+def _any(b: _Builder, pred: str, x: Node, y: Node) -> Node:
+    return b.logical_or(b.unary(pred, x), b.unary(pred, y))
+
+
+def _asinh(b: _Builder, x: Node, y: Node) -> tuple:
+    """``asinh z = -i asin(iz)``, asin by Kahan: ``atan2(Re z, Re(sqrt(1 - z) sqrt(1 + z))) +
+    i asinh(Im(conj(sqrt(1 - z)) sqrt(1 + z)))``. Infinite parts: ``copysign(inf, x) +
+    copysign(atan2(|y|, |x|), y)j`` (nan beside a nan); a nan x with y = 0 gives ``nan + yj``;
+    other nans nan."""
+    def k(v):
+        return b.const(v, x.dtype)
+    u, v = b.neg(y), x  # iz
+    s1 = _sqrt(b, b.sub(k(1.0), u), b.neg(v))
+    s2 = _sqrt(b, b.add(k(1.0), u), v)
+    re_asin = b.atan2(u, b.sub(b.mul(s1[0], s2[0]), b.mul(s1[1], s2[1])))
+    im_asin = b.asinh(b.sub(b.mul(s1[0], s2[1]), b.mul(s1[1], s2[0])))
+    re, im = _turn((re_asin, im_asin), b)
+    nan = _any(b, "isnan", x, y)
+    re = b.where(nan, k(math.nan), re)
+    im = b.where(nan, b.where(b.logical_and(b.isnan(x), b.eq(y, k(0.0))), y, k(math.nan)), im)
+    inf = _any(b, "isinf", x, y)
+    angle = b.copysign(b.atan2(b.abs(y), b.abs(x)), y)
+    return (b.where(inf, b.copysign(k(math.inf), x), re),
+            b.where(inf, b.where(nan, k(math.nan), angle), im))
+
+
+def _asin(b: _Builder, x: Node, y: Node) -> tuple:
+    """``asin z = -i asinh(iz)``: ``asinh``'s formula and special cases, turned."""
+    return _turn(_asinh(b, b.neg(y), x), b)
+
+
+def _acos(b: _Builder, x: Node, y: Node) -> tuple:
+    """Kahan's ``2 atan2(Re sqrt(1 - z), Re sqrt(1 + z)) + i asinh(Im(conj(sqrt(1 + z))
+    sqrt(1 - z)))``. Infinite parts: ``atan2(|y|, x) - copysign(inf, y)j`` (a nan real part
+    beside a nan); ``±0 + nan j`` gives ``pi/2 + nan j``; other nans nan."""
+    def k(v):
+        return b.const(v, x.dtype)
+    s1 = _sqrt(b, b.sub(k(1.0), x), b.neg(y))
+    s2 = _sqrt(b, b.add(k(1.0), x), y)
+    re = b.mul(k(2.0), b.atan2(s1[0], s2[0]))
+    im = b.asinh(b.sub(b.mul(s2[0], s1[1]), b.mul(s2[1], s1[0])))
+    nan = _any(b, "isnan", x, y)
+    re = b.where(nan, b.where(b.eq(x, k(0.0)), k(math.pi / 2), k(math.nan)), re)
+    im = b.where(nan, k(math.nan), im)
+    inf = _any(b, "isinf", x, y)
+    return (b.where(inf, b.where(nan, k(math.nan), b.atan2(b.abs(y), x)), re),
+            b.where(inf, b.neg(b.copysign(k(math.inf), y)), im))
+
+
+def _acosh(b: _Builder, x: Node, y: Node) -> tuple:
+    """Kahan's ``asinh(Re(conj(sqrt(z - 1)) sqrt(z + 1))) + 2 atan2(Im sqrt(z - 1), Re sqrt(z
+    + 1)) i``. Infinite parts: ``+inf + copysign(atan2(|y|, x), y)j`` (nan beside a nan);
+    ``±0 + nan j`` gives ``nan + pi/2 j``; other nans nan."""
+    def k(v):
+        return b.const(v, x.dtype)
+    s1 = _sqrt(b, b.sub(x, k(1.0)), y)
+    s2 = _sqrt(b, b.add(x, k(1.0)), y)
+    re = b.asinh(b.add(b.mul(s1[0], s2[0]), b.mul(s1[1], s2[1])))
+    im = b.mul(k(2.0), b.atan2(s1[1], s2[0]))
+    nan = _any(b, "isnan", x, y)
+    re = b.where(nan, k(math.nan), re)
+    im = b.where(nan, b.where(b.eq(x, k(0.0)), k(math.pi / 2), k(math.nan)), im)
+    inf = _any(b, "isinf", x, y)
+    angle = b.copysign(b.atan2(b.abs(y), x), y)
+    return (b.where(inf, k(math.inf), re), b.where(inf, b.where(nan, k(math.nan), angle), im))
+
+
+def _atanh(b: _Builder, x: Node, y: Node) -> tuple:
+    """``log1p(4x / ((1 - x)**2 + y**2)) / 4 + atan2(2y, (1 - x)(1 + x) - y**2) / 2 i`` for x
+    >= 0, and by symmetry below (Kahan's reduction, (1 - x) exact near 1; where the squares
+    may underflow, ``(log|1 + z| - log|1 - z|) / 2``); past |z| = 2**(bits/2) ``x/|z|**2 +
+    copysign(pi/2, y)j`` (no overflow in the squares). Infinite parts: ``copysign(0, x) +
+    copysign(pi/2, y)j`` (nan beside a nan y); a nan elsewhere gives nan, but ``±0 + nan j``
+    gives ``±0 + nan j``."""
+    def k(v):
+        return b.const(v, x.dtype)
+    # computed for |x| (the real part is odd in x, the imaginary part even): log1p's argument
+    # is then >= 0, with no cancellation where x is near -1
+    ax = b.abs(x)
+    one_m, one_p = b.sub(k(1.0), ax), b.add(k(1.0), ax)
+    denom = b.add(b.mul(one_m, one_m), b.mul(y, y))
+    re = b.mul(k(0.25), b.log1p(b.div(b.mul(k(4.0), ax), denom)))
+    # next to z = 1 the squares may underflow: the difference of the two logarithms then
+    # (far apart there, so without cancellation)
+    near = b.lt(denom, k(2.0 ** -x.dtype.bits))
+    apart = b.sub(b.log(b.hypot(one_p, y)), b.log(b.hypot(one_m, y)))
+    re = b.copysign(b.where(near, b.mul(k(0.5), apart), re), x)
+    im = b.mul(k(0.5), b.atan2(b.mul(k(2.0), y), b.sub(b.mul(one_m, one_p), b.mul(y, y))))
+    h = b.hypot(x, y)
+    big = b.gt(h, k(2.0 ** (x.dtype.bits // 2)))
+    re = b.where(big, b.div(b.div(x, h), h), re)
+    im = b.where(big, b.copysign(k(math.pi / 2), y), im)
+    nan = _any(b, "isnan", x, y)
+    re = b.where(nan, b.where(b.eq(x, k(0.0)), x, k(math.nan)), re)
+    im = b.where(nan, k(math.nan), im)
+    inf = _any(b, "isinf", x, y)
+    return (b.where(inf, b.copysign(k(0.0), x), re),
+            b.where(inf, b.where(b.isnan(y), k(math.nan), b.copysign(k(math.pi / 2), y)), im))
+
+
+def _atan(b: _Builder, x: Node, y: Node) -> tuple:
+    """``atan z = -i atanh(iz)``: ``atanh``'s formula and special cases, turned."""
+    return _turn(_atanh(b, b.neg(y), x), b)
+
+
 #: complex op -> its real definition ``(b, re, im) -> (re, im)``
 MATH = {"exp": _exp, "expm1": _expm1, "log": _log, "log1p": _log1p, "sqrt": _sqrt,
         "sinh": _sinh, "cosh": _cosh, "tanh": _tanh, "sign": _sign, "sin": _sin, "cos": _cos,
         "tan": _tan, "log2": _scaled_log(1 / math.log(2)),
-        "log10": _scaled_log(1 / math.log(10))}
+        "log10": _scaled_log(1 / math.log(10)), "asin": _asin, "acos": _acos, "atan": _atan,
+        "asinh": _asinh, "acosh": _acosh, "atanh": _atanh}
