@@ -427,3 +427,16 @@ def test_fused_devices_refuse_the_complex_ops_they_do_not_compute(device):
     if "float64" in REFUSES.get(device.split(":")[0], ()):
         with pytest.raises(lb.DTypeError, match="does not support complex128"):
             lb.zeros(2, dtype="complex128", device=device)
+
+
+def test_complex_values_refuse_gradients_rather_than_drop_them(rng):
+    a = rng.standard_normal(4).astype(np.float32)
+    x = lb.tensor(a, device="numpy", requires_grad=True)
+    with pytest.raises(lb.AutogradError, match="do not carry gradients") as err:
+        (x * 2).sum() + lb.real(x * (1 + 1j)).sum()  # the second term's gradient would be lost
+    assert __file__ in str(err.value)
+    with lb.no_grad():
+        same(lb.imag(x * (1 + 1j)), a)
+    same(lb.real(x.detach() * 2j), np.zeros(4, np.float32) * a)
+    (x * 3).sum().backward()  # real paths keep their gradients
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(4, 3, np.float32))

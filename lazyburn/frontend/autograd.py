@@ -143,7 +143,17 @@ def _on_record(n: Node) -> None:
                 return
         elif s is not None:
             flows = True
+    if flows and n.dtype.is_complex:
+        _refuse_complex(n)
     state[n] = _Entry(n) if flows and n.op in VJP and n.dtype.is_float else None
+
+
+def _refuse_complex(n: Node) -> None:
+    """A complex value computed from a tensor that requires grad: its gradient would be
+    dropped (complex values have no VJP rules), so it is refused where it is recorded."""
+    raise AutogradError(f"{n.op}: a {n.dtype.name} value computed from a tensor that requires "
+                        f"grad; complex values do not carry gradients (compute it under "
+                        f"lazyburn.no_grad(), or from a detached tensor)", n.origin)
 
 
 def _classify(root: Node) -> bool:
@@ -167,8 +177,10 @@ def _classify(root: Node) -> bool:
             stack.extend(todo)
             continue
         stack.pop()
-        flows = (n.op in VJP and n.dtype.is_float and
-                 any(state.get(i) is not None for i in n.inputs))
+        upstream = any(state.get(i) is not None for i in n.inputs)
+        if upstream and n.dtype.is_complex:
+            _refuse_complex(n)
+        flows = n.op in VJP and n.dtype.is_float and upstream
         state[n] = _Entry(n) if flows else None
     return state[root] is not None
 
