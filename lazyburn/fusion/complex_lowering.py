@@ -66,6 +66,11 @@ class _Builder:
 
     def __init__(self, like: Node):
         self.like = like
+        self.parts = dt.real_dtype(like.dtype)  # a complex node's parts' dtype
+
+    def k(self, value) -> Node:
+        """A constant of the parts' dtype."""
+        return self.const(value, self.parts)
 
     def node(self, op, inputs, attrs, dtype, shape=None) -> Node:
         like = self.like
@@ -105,15 +110,13 @@ class _Builder:
     def hypot(self, x, y) -> Node:
         """``sqrt(x**2 + y**2)`` without overflow or underflow in the squares (as
         ``lazyburn.hypot``): inf where either is infinite, nan where else either is nan."""
-        ax, ay = self.unary("abs", x), self.unary("abs", y)
-        m, n = self.binary("maximum", ax, ay), self.binary("minimum", ax, ay)
-        r = self.binary("div", n, m)
-        one = self.const(1.0, x.dtype)
-        h = self.binary("mul", m, self.unary("sqrt", self.binary(
-            "add", one, self.binary("mul", r, r))))
+        ax, ay = self.abs(x), self.abs(y)
+        m, n = self.maximum(ax, ay), self.minimum(ax, ay)
+        r = self.div(n, m)
+        h = self.mul(m, self.sqrt(self.add(self.const(1.0, x.dtype), self.mul(r, r))))
         zero = self.const(0.0, x.dtype)
-        h = self.where(self.binary("eq", m, zero), zero, h)
-        infinite = self.binary("logical_or", self.unary("isinf", x), self.unary("isinf", y))
+        h = self.where(self.eq(m, zero), zero, h)
+        infinite = self.logical_or(self.isinf(x), self.isinf(y))
         return self.where(infinite, self.const(math.inf, x.dtype), h)
 
 
@@ -203,24 +206,24 @@ class ComplexLowering:
         if op in ("neg", "conj", "square"):
             xr, xi = self._parts(n.inputs[0])
             if op == "neg":
-                return b.unary("neg", xr), b.unary("neg", xi)
+                return b.neg(xr), b.neg(xi)
             if op == "conj":
-                return xr, b.unary("neg", xi)
-            return (b.binary("sub", b.binary("mul", xr, xr), b.binary("mul", xi, xi)),
-                    b.binary("add", b.binary("mul", xr, xi), b.binary("mul", xi, xr)))
+                return xr, b.neg(xi)
+            return (b.sub(b.mul(xr, xr), b.mul(xi, xi)),
+                    b.add(b.mul(xr, xi), b.mul(xi, xr)))
         (ar, ai), (br, bi) = self._parts(n.inputs[0]), self._parts(n.inputs[1])
         if op in ("add", "sub"):
             return b.binary(op, ar, br), b.binary(op, ai, bi)
         if op == "mul":
-            return (b.binary("sub", b.binary("mul", ar, br), b.binary("mul", ai, bi)),
-                    b.binary("add", b.binary("mul", ar, bi), b.binary("mul", ai, br)))
+            return (b.sub(b.mul(ar, br), b.mul(ai, bi)),
+                    b.add(b.mul(ar, bi), b.mul(ai, br)))
         if op == "div":
             return self._div(b, ar, ai, br, bi)
         if op == "matmul":
             def mm(x, y):
                 return b.node("matmul", (x, y), (), r)
-            return (b.binary("sub", mm(ar, br), mm(ai, bi)),
-                    b.binary("add", mm(ar, bi), mm(ai, br)))
+            return (b.sub(mm(ar, br), mm(ai, bi)),
+                    b.add(mm(ar, bi), mm(ai, br)))
         raise NotImplementedError(f"complex lowering: no real definition of {op} "
                                   f"(the front end refuses it on fused devices)")
 
@@ -254,12 +257,12 @@ class ComplexLowering:
         if op == "abs":
             return b.hypot(xr, xi)
         if op in ("isnan", "isinf"):
-            return b.binary("logical_or", b.unary(op, xr), b.unary(op, xi))
+            return b.logical_or(b.unary(op, xr), b.unary(op, xi))
         if op == "isfinite":
-            return b.binary("logical_and", b.unary(op, xr), b.unary(op, xi))
+            return b.logical_and(b.unary(op, xr), b.unary(op, xi))
         if op == "cast" and n.dtype.is_bool:
             zero = b.const(0.0, xr.dtype)
-            return b.binary("logical_or", b.binary("ne", xr, zero), b.binary("ne", xi, zero))
+            return b.logical_or(b.ne(xr, zero), b.ne(xi, zero))
         if op in ("eq", "ne"):
             yr, yi = self._parts(n.inputs[1])
             join = "logical_and" if op == "eq" else "logical_or"
@@ -270,26 +273,25 @@ class ComplexLowering:
     @staticmethod
     def _div(b: _Builder, ar, ai, br, bi):
         """``a / b`` as NumPy's complex division computes it (Smith's algorithm)."""
-        abs_r, abs_i = b.unary("abs", br), b.unary("abs", bi)
+        abs_r, abs_i = b.abs(br), b.abs(bi)
         # |br| >= |bi| (false where either is nan: the other branch, as NumPy's)
-        real_first = b.binary("ge", abs_r, abs_i)
+        real_first = b.ge(abs_r, abs_i)
         zero = b.const(0.0, br.dtype)
         one = b.const(1.0, br.dtype)
         # |br| >= |bi|: rat = bi/br, scl = 1/(br + bi*rat), ((ar + ai*rat)*scl, (ai - ar*rat)*scl)
-        rat1 = b.binary("div", bi, br)
-        scl1 = b.binary("div", one, b.binary("add", br, b.binary("mul", bi, rat1)))
-        re1 = b.binary("mul", b.binary("add", ar, b.binary("mul", ai, rat1)), scl1)
-        im1 = b.binary("mul", b.binary("sub", ai, b.binary("mul", ar, rat1)), scl1)
+        rat1 = b.div(bi, br)
+        scl1 = b.div(one, b.add(br, b.mul(bi, rat1)))
+        re1 = b.mul(b.add(ar, b.mul(ai, rat1)), scl1)
+        im1 = b.mul(b.sub(ai, b.mul(ar, rat1)), scl1)
         # a zero divisor: the parts over |br| (+0): a complex inf or nan
-        divisor_zero = b.binary("logical_and", b.binary("eq", abs_r, zero),
-                                b.binary("eq", abs_i, zero))
-        re1 = b.where(divisor_zero, b.binary("div", ar, abs_r), re1)
-        im1 = b.where(divisor_zero, b.binary("div", ai, abs_r), im1)
+        divisor_zero = b.logical_and(b.eq(abs_r, zero), b.eq(abs_i, zero))
+        re1 = b.where(divisor_zero, b.div(ar, abs_r), re1)
+        im1 = b.where(divisor_zero, b.div(ai, abs_r), im1)
         # otherwise: rat = br/bi, scl = 1/(bi + br*rat), ((ar*rat + ai)*scl, (ai*rat - ar)*scl)
-        rat2 = b.binary("div", br, bi)
-        scl2 = b.binary("div", one, b.binary("add", bi, b.binary("mul", br, rat2)))
-        re2 = b.binary("mul", b.binary("add", b.binary("mul", ar, rat2), ai), scl2)
-        im2 = b.binary("mul", b.binary("sub", b.binary("mul", ai, rat2), ar), scl2)
+        rat2 = b.div(br, bi)
+        scl2 = b.div(one, b.add(bi, b.mul(br, rat2)))
+        re2 = b.mul(b.add(b.mul(ar, rat2), ai), scl2)
+        im2 = b.mul(b.sub(b.mul(ai, rat2), ar), scl2)
         return b.where(real_first, re1, re2), b.where(real_first, im1, im2)
 
 
@@ -298,8 +300,7 @@ def _exp(b: _Builder, x: Node, y: Node) -> tuple:
     """``exp(x) (cos y + i sin y)``: y = 0 gives ``exp(x) + iy`` (a zero's sign kept beside an
     infinite or nan x); an infinite or nan y gives ``0 + 0j`` from x = -inf, ``inf + nan j``
     from x = +inf, else nan. FreeBSD's ``cexp`` (s_cexp.c) decides alike."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     e = b.exp(x)
     re, im = b.mul(e, b.cos(y)), b.mul(e, b.sin(y))
     bad_y = b.logical_not(b.isfinite(y))
@@ -314,8 +315,7 @@ def _expm1(b: _Builder, x: Node, y: Node) -> tuple:
     """``exp(z) - 1`` without cancellation near 0: ``expm1(x) cos y - 2 sin(y/2)**2 + i exp(x)
     sin y``, with the special cases of ``exp`` less one (the NumPy device's own formula,
     ``runtime.numpy_backend``)."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     h = b.sin(b.mul(y, k(0.5)))
     re = b.add(b.sub(b.mul(b.expm1(x), b.cos(y)), b.mul(k(2.0), b.mul(h, h))), k(0.0))
     s = b.sin(y)
@@ -338,8 +338,7 @@ def _log1p(b: _Builder, x: Node, y: Node) -> tuple:
     """``log(1 + z)``: ``log1p(x (2 + x) + y**2) / 2 + i atan2(y, 1 + x)`` for |z| below
     2**(bits/4) (no cancellation near z = 0), ``log|1 + z|`` by ``hypot`` above (no overflow in
     the squares), with ``log``'s special cases at 1 + z."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     one_x = b.add(k(1.0), x)
     small = b.mul(k(0.5), b.log1p(b.add(b.mul(x, b.add(k(2.0), x)), b.mul(y, y))))
     big = b.log(b.hypot(one_x, y))
@@ -356,8 +355,7 @@ def _sqrt(b: _Builder, x: Node, y: Node) -> tuple:
     copysign(inf, y)j`` (nan beside a nan y), ``+inf + yj`` gives ``+inf + copysign(0, y)j``
     (nan beside a nan y); a nan elsewhere gives nan. FreeBSD's ``csqrt`` (s_csqrt.c) decides
     alike."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     ax = b.abs(x)
     s = b.add(ax, b.hypot(x, y))
     tiny = b.lt(s, k(2.0 ** -100))
@@ -385,8 +383,7 @@ def _sqrt(b: _Builder, x: Node, y: Node) -> tuple:
 def _sinh(b: _Builder, x: Node, y: Node) -> tuple:
     """``sinh(x) cos y + i cosh(x) sin y``; y = 0 keeps ``iy``; beside an infinite or nan y, a
     zero or infinite x is kept as the real part (C99: ``0 + nan j``, ``±inf + nan j``)."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     re, im = b.mul(b.sinh(x), b.cos(y)), b.mul(b.cosh(x), b.sin(y))
     bad_y = b.logical_not(b.isfinite(y))
     keep_x = b.logical_and(bad_y, b.logical_or(b.eq(x, k(0.0)), b.isinf(x)))
@@ -397,8 +394,7 @@ def _cosh(b: _Builder, x: Node, y: Node) -> tuple:
     """``cosh(x) cos y + i sinh(x) sin y``; y = 0 gives the imaginary part ``y`` signed by x;
     beside an infinite or nan y, x = 0 gives ``nan + 0j`` and an infinite x ``inf + nan j``
     (C99's, signs as C99 leaves them)."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     re, im = b.mul(b.cosh(x), b.cos(y)), b.mul(b.sinh(x), b.sin(y))
     bad_y = b.logical_not(b.isfinite(y))
     re = b.where(b.logical_and(bad_y, b.isinf(x)), k(math.inf), re)
@@ -414,8 +410,7 @@ def _tanh(b: _Builder, x: Node, y: Node) -> tuple:
     an infinite x gives ``copysign(1, x) + copysign(0, sin 2y) i`` (``± 0j`` beside an
     infinite or nan y); beside an infinite or nan y, x = 0 gives ``x + nan j``, else nan; a
     nan x gives ``nan + yj`` for y = 0, else nan."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     t = b.tan(y)
     beta = b.add(k(1.0), b.mul(t, t))
     s = b.sinh(x)
@@ -444,8 +439,7 @@ def _tanh(b: _Builder, x: Node, y: Node) -> tuple:
 def _sign(b: _Builder, x: Node, y: Node) -> tuple:
     """``z / |z|`` (NumPy's complex sign): ``0 + 0j`` at 0, nan where either part is nan or
     both are infinite, ``copysign(1, x) + 0j`` or ``0 + copysign(1, y)j`` where one part is."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     h = b.hypot(x, y)
     re, im = b.div(x, h), b.div(y, h)
     zero = b.eq(h, k(0.0))
@@ -502,8 +496,7 @@ def _asinh(b: _Builder, x: Node, y: Node) -> tuple:
     i asinh(Im(conj(sqrt(1 - z)) sqrt(1 + z)))``. Infinite parts: ``copysign(inf, x) +
     copysign(atan2(|y|, |x|), y)j`` (nan beside a nan); a nan x with y = 0 gives ``nan + yj``;
     other nans nan."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     u, v = b.neg(y), x  # iz
     s1 = _sqrt(b, b.sub(k(1.0), u), b.neg(v))
     s2 = _sqrt(b, b.add(k(1.0), u), v)
@@ -528,8 +521,7 @@ def _acos(b: _Builder, x: Node, y: Node) -> tuple:
     """Kahan's ``2 atan2(Re sqrt(1 - z), Re sqrt(1 + z)) + i asinh(Im(conj(sqrt(1 + z))
     sqrt(1 - z)))``. Infinite parts: ``atan2(|y|, x) - copysign(inf, y)j`` (a nan real part
     beside a nan); ``±0 + nan j`` gives ``pi/2 + nan j``; other nans nan."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     s1 = _sqrt(b, b.sub(k(1.0), x), b.neg(y))
     s2 = _sqrt(b, b.add(k(1.0), x), y)
     re = b.mul(k(2.0), b.atan2(s1[0], s2[0]))
@@ -546,8 +538,7 @@ def _acosh(b: _Builder, x: Node, y: Node) -> tuple:
     """Kahan's ``asinh(Re(conj(sqrt(z - 1)) sqrt(z + 1))) + 2 atan2(Im sqrt(z - 1), Re sqrt(z
     + 1)) i``. Infinite parts: ``+inf + copysign(atan2(|y|, x), y)j`` (nan beside a nan);
     ``±0 + nan j`` gives ``nan + pi/2 j``; other nans nan."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     s1 = _sqrt(b, b.sub(x, k(1.0)), y)
     s2 = _sqrt(b, b.add(x, k(1.0)), y)
     re = b.asinh(b.add(b.mul(s1[0], s2[0]), b.mul(s1[1], s2[1])))
@@ -567,8 +558,7 @@ def _atanh(b: _Builder, x: Node, y: Node) -> tuple:
     copysign(pi/2, y)j`` (no overflow in the squares). Infinite parts: ``copysign(0, x) +
     copysign(pi/2, y)j`` (nan beside a nan y); a nan elsewhere gives nan, but ``±0 + nan j``
     gives ``±0 + nan j``."""
-    def k(v):
-        return b.const(v, x.dtype)
+    k = b.k
     # computed for |x| (the real part is odd in x, the imaginary part even): log1p's argument
     # is then >= 0, with no cancellation where x is near -1
     ax = b.abs(x)
