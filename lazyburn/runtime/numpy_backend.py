@@ -76,6 +76,13 @@ def _signbit(x):
     return np.signbit(x if x.dtype.kind == "f" else x.astype(np.float32))
 
 
+def _joined(re, im, like):
+    """The complex array of ``like``'s shape and dtype with parts ``re`` and ``im``."""
+    out = np.empty(like.shape, like.dtype)
+    out.real, out.imag = re, im
+    return out
+
+
 def _expm1(z):
     """``exp(z) - 1`` without cancellation near 0: NumPy's for real ``z``; for complex ``z =
     x + iy``, ``expm1(x) cos(y) - 2 sin(y/2)**2 + i exp(x) sin(y)``, with the array API's
@@ -94,10 +101,7 @@ def _expm1(z):
     re = np.where(low, -1, re)
     im = np.where(low, np.where(np.isfinite(y), 0 * s, 0), im)
     high = (x == np.inf) & ~np.isfinite(y)
-    re, im = np.where(high, np.inf, re), np.where(high, np.nan, im)
-    out = np.empty(z.shape, z.dtype)
-    out.real, out.imag = re, im
-    return out
+    return _joined(np.where(high, np.inf, re), np.where(high, np.nan, im), z)
 
 
 def _log1p(z):
@@ -111,10 +115,8 @@ def _log1p(z):
     x, y = z.real, z.imag
     small = np.log1p(x * (2 + x) + y * y) * 0.5
     big = np.log(np.hypot(1 + x, y))
-    out = np.empty(z.shape, z.dtype)
-    out.real = np.where(np.hypot(x, y) < 2.0 ** (x.dtype.itemsize * 2), small, big)
-    out.imag = np.arctan2(y, 1 + x)
-    return out
+    return _joined(np.where(np.hypot(x, y) < 2.0 ** (x.dtype.itemsize * 2), small, big),
+                   np.arctan2(y, 1 + x), z)
 
 
 def _log_base(real_log, base: float):
@@ -125,10 +127,8 @@ def _log_base(real_log, base: float):
         if z.dtype.kind != "c":
             return real_log(z)
         w = np.log(z)
-        out = np.empty(z.shape, z.dtype)
         k = z.real.dtype.type(1 / np.log(base))
-        out.real, out.imag = w.real * k, w.imag * k
-        return out
+        return _joined(w.real * k, w.imag * k, z)
     return f
 
 
