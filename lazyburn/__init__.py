@@ -46,8 +46,8 @@ from .frontend.sorting import argsort, sort
 from .frontend.tensor import Tensor
 # the array API's inspection, creation, manipulation and contraction functions
 from .frontend.creation import meshgrid, tril, triu
-from .frontend.elementwise import (conj, hypot, imag, logaddexp, positive, real, reciprocal,
-                                    trunc)
+from .frontend.elementwise import (complex, conj, hypot, imag, logaddexp, positive, real,
+                                    reciprocal, trunc)
 from .frontend.inspection import (__array_namespace_info__, can_cast, e, finfo, iinfo, inf,
                                   isdtype, nan, newaxis, pi)
 from .frontend.linalg import tensordot, vecdot

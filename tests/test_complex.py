@@ -440,3 +440,20 @@ def test_complex_values_refuse_gradients_rather_than_drop_them(rng):
     same(lb.real(x.detach() * 2j), np.zeros(4, np.float32) * a)
     (x * 3).sum().backward()  # real paths keep their gradients
     np.testing.assert_array_equal(x.grad.numpy(), np.full(4, 3, np.float32))
+
+
+@pytest.mark.parametrize("device", ["numpy"] + FUSED_DEVICES)
+def test_complex_from_parts_and_the_tensor_conveniences(device, rng):
+    re = rng.standard_normal((3, 4)).astype(np.float32)
+    im = rng.standard_normal(4).astype(np.float32)  # broadcast along the rows
+    re[0, :2] = [math.inf, math.nan]
+    im[:2] = [math.inf, -0.0]
+    z = lb.complex(lb.asarray(re, device=device), lb.asarray(im, device=device))
+    want = np.empty((3, 4), np.complex64)
+    want.real, want.imag = re, im  # the parts as they are: no inf * 0 in the real part
+    same(z, want)
+    same(z.real, re)
+    same(z.imag, np.broadcast_to(im, (3, 4)))
+    same(z.conj(), np.conj(want))
+    with pytest.raises(lb.DTypeError, match="both be float32 or both float64"):
+        lb.complex(lb.asarray(re, device=device), lb.asarray(im.astype(np.int32), device=device))

@@ -235,6 +235,23 @@ def _parts(op: str, x):
     return wrap(n)
 
 
+def complex(real, imag):  # noqa: A001 - PyTorch's name
+    """The complex tensor whose parts are ``real`` and ``imag`` (PyTorch's ``torch.complex``):
+    both float32 (a complex64 result) or both float64 (complex128), broadcast together; the
+    parts are taken as they are, infinities and nan included (``real + imag * 1j`` would make
+    ``0 * inf`` a nan real part).
+
+    Raises DTypeError for parts of another dtype or of two dtypes, ShapeError for shapes that
+    do not broadcast."""
+    origin = Origin()
+    (nr, ni), _ = operands("complex", (real, imag), origin, promote=False)
+    if nr.dtype is not ni.dtype or nr.dtype not in (dt.float32, dt.float64):
+        raise DTypeError(f"complex: the parts must both be float32 or both float64, got "
+                         f"{nr.dtype.name} and {ni.dtype.name}", origin)
+    return record("complex", (nr, ni), (), nr.shape, dt.complex_dtype(nr.dtype), nr.device,
+                  origin)
+
+
 def reciprocal(x):
     """``1 / x`` element-wise, correctly rounded like the division (any shape; integers and
     bool are cast to float32 first; floats and complex keep their dtype). ``1 / ±0`` is
@@ -332,7 +349,8 @@ def _make_binary(op):
 # imag and conj are defined above)
 _UNARY = [name for name, d in OPS.items() if d.kind == "elementwise" and d.arity == 1 and
           d.category not in ("cast", "complex")]
-_BINARY = [name for name, d in OPS.items() if d.kind == "elementwise" and d.arity == 2]
+_BINARY = [name for name, d in OPS.items() if d.kind == "elementwise" and d.arity == 2 and
+           d.category != "complex"]
 
 FUNCTIONS = {op: _make_unary(op) for op in _UNARY}
 FUNCTIONS.update({op: _make_binary(op) for op in _BINARY})

@@ -17,6 +17,7 @@ that results match the NumPy device's to the rounding of each step; the function
 a few ulps of the C library's that NumPy calls, relative to the result's magnitude, as
 ``tests/test_complex.py`` measures):
     add, sub, neg, conj, where, views, gathers, concat, sum, cumsum   part by part
+    complex     its two real inputs are the parts
     mul         (ar*br - ai*bi) + (ar*bi + ai*br)i
     div         Smith's algorithm as NumPy's complex division spells it: the ratio of the
                 divisor's smaller part to its larger (R. L. Smith, "Algorithm 116: Complex
@@ -51,7 +52,7 @@ from ..ir.node import ExactFloat, Node
 LOWERED = frozenset(
     "buffer const cast add sub mul div neg conj square where reshape permute expand slice pad "
     "window take take_along_axis concat sum cumsum matmul copy exp expm1 log log1p log2 log10 "
-    "sqrt sinh cosh tanh sin cos tan asin acos atan asinh acosh atanh sign".split())
+    "sqrt sinh cosh tanh sin cos tan asin acos atan asinh acosh atanh sign complex".split())
 
 _VIEWS = ("reshape", "permute", "expand", "slice", "window", "take", "take_along_axis")
 
@@ -200,6 +201,8 @@ class ComplexLowering:
             c = inputs[0]
             (xr, xi), (yr, yi) = self._parts(n.inputs[1]), self._parts(n.inputs[2])
             return b.where(c, xr, yr), b.where(c, xi, yi)
+        if op == "complex":  # the parts themselves
+            return tuple(inputs)
         if op in MATH:
             xr, xi = self._parts(n.inputs[0])
             return MATH[op](b, xr, xi)

@@ -77,6 +77,8 @@ _define("elementwise", 1, "cast", ("dtype",), category="cast")
 # the parts of a complex number and its conjugate (complex inputs only: the front end answers
 # real inputs itself, so no fused backend meets them)
 _define("elementwise", 1, "real imag conj", category="complex")
+# a complex number from its parts (two float32 or float64 inputs of one dtype)
+_define("elementwise", 2, "complex", category="complex")
 # element-wise: binary
 _define("elementwise", 2, "add sub mul floordiv mod minimum maximum", category="arith")
 _define("elementwise", 2, "div pow", category="float")

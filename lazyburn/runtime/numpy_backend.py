@@ -146,6 +146,12 @@ UNARY = {
     "real": np.real, "imag": np.imag, "conj": np.conjugate,
 }
 
+def _complex(re, im):
+    out = np.empty(re.shape, np.result_type(re.dtype, np.complex64))
+    out.real, out.imag = re, im
+    return out
+
+
 BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
     "minimum": np.minimum, "maximum": np.maximum,
@@ -155,6 +161,7 @@ BINARY = {
     "logical_xor": np.logical_xor, "bitwise_and": np.bitwise_and,
     "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "copysign": np.copysign, "nextafter": np.nextafter, "atan2": np.arctan2,
+    "complex": _complex,
 }
 
 INT_BINARY = {
