@@ -338,7 +338,7 @@ def test_clipping_is_planned_with_the_step_and_matches_torch(device, rng):
         opt.zero_grad()
         loss = lb.cross_entropy(model(lb.tensor(x, device=device)), lb.tensor(t, device=device))
         loss.backward()
-        total = nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        total = nn.utils.clip_grad_norm_(model.parameters(), 0.25)
         lookups = None if plans is None else plans.hits + plans.misses
         opt.step()
         # one realize computed the loss, the norm, the clipped gradients and the update (a
@@ -349,11 +349,12 @@ def test_clipping_is_planned_with_the_step_and_matches_torch(device, rng):
         topt.zero_grad()
         tloss = torch.nn.functional.cross_entropy(tmodel(torch.tensor(x)), torch.tensor(t))
         tloss.backward()
-        ttotal = torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 0.5)
+        ttotal = torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 0.25)
         topt.step()
         np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-5)
         np.testing.assert_allclose(total.item(), ttotal.item(), rtol=1e-5)
-        assert ttotal.item() > 0.5  # the clip did act
+        # the clip did act (the smallest norm over 1 500 seeds was 0.39; 0.5 failed for 0.3 % of them)
+        assert ttotal.item() > 0.25
     for (k, p), tp in zip(model.named_parameters(), tmodel.parameters()):
         np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-5, atol=2e-6,
                                    err_msg=k)
