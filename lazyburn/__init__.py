@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from . import amp, errors, graph, linalg, optim, runtime
 from .errors import (AutogradError, DeviceError, DTypeError, IndexingError,
-                     KernelCompileError, OutOfMemoryError, ShapeError)
+                     KernelCompileError, LinAlgError, OutOfMemoryError, ShapeError)
 from .frontend import autograd, random
 from .frontend.amp import GradScaler, autocast
 from .frontend.autograd import enable_grad, is_grad_enabled, no_grad

@@ -62,6 +62,13 @@ class AutogradError(LazyburnError, RuntimeError):
     tensor that is not a leaf requiring grad."""
 
 
+class LinAlgError(LazyburnError, ValueError):
+    """A matrix the linear algebra library could not decompose, found at sync: singular
+    (``linalg.inv``, ``linalg.solve``), not positive definite (``linalg.cholesky``), or an
+    eigenvalue or singular value iteration that did not converge. A ValueError, as NumPy's
+    ``numpy.linalg.LinAlgError`` is."""
+
+
 class OutOfMemoryError(DeviceError, MemoryError):
     """The device could not allocate a buffer at sync."""
 

@@ -44,6 +44,7 @@ from . import elementwise as ew
 from . import record as rec
 from .creation import arange, ones, zeros_like
 from .elementwise import where
+from . import linalg as la
 from .linalg import matmul
 from .movement import flip, pad, permute_dims, spread
 from .reduction import cumprod, cumsum
@@ -143,14 +144,19 @@ def _on_record(n: Node) -> None:
                 return
         elif s is not None:
             flows = True
-    if flows and n.dtype.is_complex:
-        _refuse_complex(n)
+    if flows and (n.dtype.is_complex or n.op in NO_VJP_YET):
+        _refuse(n)
     state[n] = _Entry(n) if flows and n.op in VJP and n.dtype.is_float else None
 
 
-def _refuse_complex(n: Node) -> None:
-    """A complex value computed from a tensor that requires grad: its gradient would be
-    dropped (complex values have no VJP rules), so it is refused where it is recorded."""
+def _refuse(n: Node) -> None:
+    """A complex value, or a decomposition without a VJP rule (``NO_VJP_YET``), computed
+    from a tensor that requires grad: its gradient would be dropped, so it is refused where
+    it is recorded."""
+    if not n.dtype.is_complex:
+        raise AutogradError(f"linalg.{n.op}: lazyburn has no gradient for it yet, and its "
+                            f"input requires grad (compute it under lazyburn.no_grad(), or "
+                            f"from a detached tensor)", n.origin)
     raise AutogradError(f"{n.op}: a {n.dtype.name} value computed from a tensor that requires "
                         f"grad; complex values do not carry gradients (compute it under "
                         f"lazyburn.no_grad(), or from a detached tensor)", n.origin)
@@ -178,8 +184,8 @@ def _classify(root: Node) -> bool:
             continue
         stack.pop()
         upstream = any(state.get(i) is not None for i in n.inputs)
-        if upstream and n.dtype.is_complex:
-            _refuse_complex(n)
+        if upstream and (n.dtype.is_complex or n.op in NO_VJP_YET):
+            _refuse(n)
         flows = n.op in VJP and n.dtype.is_float and upstream
         state[n] = _Entry(n) if flows else None
     return state[root] is not None
@@ -410,6 +416,11 @@ NON_DIFFERENTIABLE = frozenset(
     "bitwise_not eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or "
     "bitwise_xor left_shift right_shift argmax argmin argsort any all signbit nextafter real "
     "imag conj complex".split())
+
+
+#: differentiable ops whose VJP lazyburn does not have yet: refused where they are recorded
+#: from a tensor that requires grad, never given a gradient of zero
+NO_VJP_YET = frozenset("cholesky eigh qr svd".split())
 
 
 def _rule(*ops):
@@ -659,6 +670,46 @@ def _matmul(g, y, xs, attrs):
     # batch dimensions are equal: the front end made their broadcast explicit
     a, b = xs
     return matmul(g, b.mT), matmul(a.mT, g)
+
+
+# decompositions (library calls): M. Giles, "Collected matrix derivative results for forward
+# and reverse mode algorithmic differentiation" (2008), sections 2.2-2.3; a decomposition of
+# several results receives its cotangents packed as its node holds them (``ir.ops``)
+@_rule("inv")
+def _inv(g, y, xs, attrs):
+    yt = y.mT
+    return (-matmul(yt, matmul(g, yt)),)
+
+
+@_rule("solve")
+def _solve(g, y, xs, attrs):
+    a, _ = xs
+    gb = la.solve(a.mT, g)
+    return -matmul(gb, y.mT), gb
+
+
+@_rule("det")
+def _det(g, y, xs, attrs):
+    # det(A) inv(A)^T: a singular A raises LinAlgError at sync (the inverse does not exist)
+    return ((g * y)[..., None, None] * la.inv(xs[0]).mT,)
+
+
+@_rule("slogdet")
+def _slogdet(g, y, xs, attrs):
+    # the sign's derivative is zero; log|det A|'s is inv(A)^T
+    return (g[..., 1][..., None, None] * la.inv(xs[0]).mT,)
+
+
+@_rule("eigvalsh")
+def _eigvalsh(g, y, xs, attrs):
+    q = la.eigh(xs[0]).eigenvectors  # recomputed: the values' node does not hold them
+    return (matmul(q * g[..., None, :], q.mT),)
+
+
+@_rule("svdvals")
+def _svdvals(g, y, xs, attrs):
+    u, _, vh = la.svd(xs[0], full_matrices=False)
+    return (matmul(u * g[..., None, :], vh),)
 
 
 # reductions (recorded with kept dimensions: y and g broadcast against x)

@@ -1,28 +1,42 @@
 """Matrix multiplication with batching and broadcasting (array-API ``matmul``), the
-contractions built on it or on a fused reduction (``tensordot``, ``vecdot``, ``outer``), and the
-rest of the array API's ``linalg`` extension that is made of the engine's own ops: norms,
-diagonals, traces, cross products, integer matrix powers.
+contractions built on it or on a fused reduction (``tensordot``, ``vecdot``, ``outer``), the
+rest of the array API's ``linalg`` extension that is made of the engine's own ops (norms,
+diagonals, traces, cross products, integer matrix powers), and the decompositions.
 
 The decompositions (``cholesky``, ``inv``, ``solve``, ``det``, ``slogdet``, ``eigh``,
-``eigvalsh``, ``svd``, ``svdvals``, ``qr``, ``pinv``, ``matrix_rank``, and the norms and
-negative powers that need them) raise NotImplementedError: the engine has no op for them yet.
-A library call (LAPACK on the host, torch.linalg on CUDA) would be one op in the op table that
-the partitioner leaves to the device's library, as the library matmul is, and that ``explain``
-names; computing them on the host behind the graph's back would hide a sync and a transfer.
+``eigvalsh``, ``qr``, ``svd``, ``svdvals``) are library calls: one node each (``ir.ops`` kind
+``library``) that the partitioner leaves to the device's library -- LAPACK through
+``numpy.linalg`` on the host for the NumPy, OpenCL and WebGPU devices (the inputs read to the
+host and the result written back), ``torch.linalg`` on CUDA -- and that ``lb.explain`` and the
+kernel dump name as such. Nothing fuses into a library call: its inputs are stored first, its
+results read stored by the kernels after it. ``pinv``, ``matrix_rank``, ``matrix_norm`` with
+``ord`` 2, -2 or 'nuc' and ``matrix_power`` with a negative exponent are built on them with
+the engine's own ops. They decompose float32, float64, complex64 and complex128 matrices
+(integers are cast to the default float dtype; on a fused device a complex matrix is handed
+to the library as its complex buffer holds it, ``fusion.complex_lowering``); float16 and
+bfloat16 matrices raise DTypeError.
+
+A matrix the library cannot decompose raises ``LinAlgError`` at sync, naming the line that
+recorded the op (NumPy raises it at the call); nothing half-computed is returned.
 """
 from __future__ import annotations
 
 import math
 import numbers
+from typing import NamedTuple
+
+import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from ..ir import dtypes as dt
+from ..ir.node import Node
 from ..ir.shapes import broadcast_shapes, normalize_axes, normalize_axis, prod
+from ..runtime import linalg_library
 from . import elementwise as ew
 from . import reduction
-from .movement import concat, getitem, permute_dims, range_node, reshape_node
-from .record import (Origin, broadcast_to, cast, const, node, resolve_dtype, same_device,
-                     tensor_node, wrap)
+from .movement import concat, getitem, matrix_transpose, permute_dims, range_node, reshape_node
+from .record import (Origin, broadcast_to, cast, const, from_host, is_tensor, node,
+                     resolve_dtype, same_device, tensor_node, wrap)
 from .reduction import sum as _sum
 
 
@@ -227,8 +241,11 @@ def matrix_norm(x, *, keepdims=False, ord="fro"):  # noqa: A002 - the standard's
     column sum of magnitudes), -1 (smallest), ``inf`` (largest row sum), ``-inf`` (smallest).
     dtype as ``vector_norm``.
 
-    Raises ShapeError below rank 2 (and for ±1/±inf of an empty matrix), ValueError for an
-    unknown ``ord``, NotImplementedError for 2, -2 and 'nuc' (they need singular values)."""
+    2, -2 and 'nuc' are the largest singular value, the smallest and their sum (``svdvals``,
+    a library call: float32 or float64 only, as the decompositions).
+
+    Raises ShapeError below rank 2 (and for ±1/±inf/±2 of an empty matrix), ValueError for an
+    unknown ``ord``."""
     origin = Origin()
     n = _float_node("matrix_norm", x, origin)
     if len(n.shape) < 2:
@@ -237,8 +254,10 @@ def matrix_norm(x, *, keepdims=False, ord="fro"):  # noqa: A002 - the standard's
     if ord == "fro":
         return ew.unary("sqrt", reduction.sum(t * t, (-2, -1), keepdims), origin)
     if ord in (2, -2, "nuc"):
-        raise NotImplementedError(f"matrix_norm: ord={ord!r} needs singular values (an SVD), "
-                                  f"which lazyburn does not compute")
+        s = svdvals(x)  # (of x itself: a complex matrix's singular values are not |x|'s)
+        r = reduction.sum(s, -1, keepdims) if ord == "nuc" else \
+            (reduction.max if ord == 2 else reduction.min)(s, -1, keepdims)
+        return wrap(reshape_node(r.node, n.shape[:-2] + (1, 1), origin)) if keepdims else r
     if isinstance(ord, str) or isinstance(ord, bool) or ord not in (1, -1, math.inf, -math.inf):
         raise ValueError(f"matrix_norm: ord must be 'fro', 'nuc', 1, -1, 2, -2, inf or -inf, "
                          f"got {ord!r}")
@@ -328,8 +347,10 @@ def matrix_power(x, n):
     ``x``'s dtype), by repeated squaring (about 2·log2(n) recorded matmuls, each fused with
     its neighbours as any matmul) for n > 0.
 
-    Raises ShapeError unless ``x``'s matrices are square, TypeError for a non-int ``n``,
-    NotImplementedError for n < 0 (it needs the inverse)."""
+    For n < 0, the inverse (a library call, ``inv``) raised to -n.
+
+    Raises ShapeError unless ``x``'s matrices are square, TypeError for a non-int ``n``;
+    for n < 0 as ``inv``."""
     origin = Origin()
     a = tensor_node("matrix_power", x, origin)
     if len(a.shape) < 2 or a.shape[-1] != a.shape[-2]:
@@ -339,8 +360,7 @@ def matrix_power(x, n):
         raise TypeError(f"matrix_power: the exponent must be an int, got {n!r}")
     n = int(n)
     if n < 0:
-        raise NotImplementedError("matrix_power: a negative exponent needs the matrix inverse, "
-                                  "which lazyburn does not compute")
+        return matrix_power(inv(wrap(a)), -n)
     if n == 0:
         m = a.shape[-1]
         rows = node("iota", (), (0,), (m, m), dt.int64, a.device, origin)
@@ -357,68 +377,282 @@ def matrix_power(x, n):
         base = matmul(base, base)
 
 
-def _no_decomposition(name: str):
-    return NotImplementedError(
-        f"linalg.{name}: matrix decompositions are not implemented in lazyburn (no op computes "
-        f"them on a device yet); compute it with numpy.linalg or torch.linalg on the values")
+
+# the decompositions: library calls --------------------------------------------------------------
+class EighResult(NamedTuple):
+    eigenvalues: object
+    eigenvectors: object
+
+
+class QRResult(NamedTuple):
+    Q: object
+    R: object
+
+
+class SlogdetResult(NamedTuple):
+    sign: object
+    logabsdet: object
+
+
+class SVDResult(NamedTuple):
+    U: object
+    S: object
+    Vh: object
+
+
+def _matrices(op: str, x, origin, square: bool = True) -> Node:
+    """``x``'s node as a stack of matrices (..., M, N), square where asked, of float32,
+    float64, complex64 or complex128: integer and bool tensors are cast to the default float
+    dtype (as NumPy casts them to its own); float16 and bfloat16 tensors (no LAPACK routine
+    computes in them) raise DTypeError."""
+    n = tensor_node(f"linalg.{op}", x, origin)
+    if not n.dtype.is_float and not n.dtype.is_complex:
+        n = cast(n, dt.DEFAULT_FLOAT, origin)
+    elif n.dtype.itemsize < 4:
+        raise DTypeError(f"linalg.{op}: no library decomposes {n.dtype.name} matrices; cast "
+                         f"to float32 first", origin)
+    if len(n.shape) < 2:
+        raise ShapeError(f"linalg.{op}: needs a stack of matrices (..., M, N), got shape "
+                         f"{n.shape}", origin)
+    if square and n.shape[-1] != n.shape[-2]:
+        raise ShapeError(f"linalg.{op}: needs square matrices (..., M, M), got shape "
+                         f"{n.shape}", origin)
+    return n
+
+
+def _library(op: str, inputs: tuple, attrs: tuple, parts: list, dtype, origin,
+             real: tuple = ()) -> list:
+    """The results of library call ``op`` (``ir.ops`` kind ``library``) of ``inputs``, one
+    node per shape in ``parts``, of ``dtype``, or of its parts' dtype for the results whose
+    index is in ``real`` (eigenvalues, singular values and log-determinants of complex
+    matrices). Several results are recorded as one node of ``dtype`` holding them packed
+    along its last axis, each flattened, and taken out of it as views. Where an input is
+    empty the results depend on the shapes alone (a determinant of a 0 x 0 matrix is 1, an
+    SVD's U of an (M, 0) matrix the identity): they are computed from zeros of those shapes
+    by ``numpy.linalg`` and recorded as data, with no library call on the device."""
+    device = inputs[0].device
+    batch = parts[0][:len(parts[0]) - _CORE_RANK[op][0]]
+    if len(parts) == 1:
+        shape = parts[0]
+    else:
+        shape = batch + (sum(prod(p[len(batch):]) for p in parts),)
+    if any(0 in x.shape for x in inputs) and 0 not in shape:
+        stand_in = Node(op, inputs, attrs, shape, dtype, device)
+        value = linalg_library.host_call(stand_in, [np.zeros(x.shape, x.dtype.np)
+                                                    for x in inputs])
+        packed = from_host(value, dtype, device, origin)
+    else:
+        packed = node(op, inputs, attrs, shape, dtype, device, origin)
+    if len(parts) == 1:
+        return [packed]
+    out, start = [], 0
+    for i, p in enumerate(parts):
+        size = prod(p[len(batch):])
+        part = reshape_node(range_node(packed, len(batch), start, start + size, origin), p,
+                            origin)
+        if i in real and dtype.is_complex:
+            part = ew.real(wrap(part)).node
+        out.append(part)
+        start += size
+    return out
+
+
+#: per library op, the rank of each result without the batch axes
+_CORE_RANK = {"cholesky": (2,), "inv": (2,), "solve": (2,), "det": (0,), "slogdet": (0, 0),
+              "eigh": (1, 2), "eigvalsh": (1,), "svdvals": (1,), "qr": (2, 2),
+              "svd": (2, 1, 2)}
 
 
 def cholesky(x, *, upper=False):
-    """Not implemented: raises NotImplementedError (a decomposition; see the module's
-    docstring). Array API signature: ``cholesky(x, /, *, upper=False)``."""
-    raise _no_decomposition("cholesky")
+    """The Cholesky factor of each symmetric (Hermitian) positive-definite matrix of ``x``
+    (shape (..., M, M); float32, float64, complex64 or complex128, integers cast to the
+    default float dtype): the lower-triangular L with ``x = L @ L.mH`` (``upper=True``: the
+    upper-triangular ``U = L.mH``, ``x = U.mH @ U``), same shape and dtype. Only the lower
+    triangle of ``x`` is read (LAPACK's ``potrf``). A library call (see the module doc).
 
-
-def det(x):
-    """Not implemented: raises NotImplementedError (needs an LU decomposition)."""
-    raise _no_decomposition("det")
-
-
-def eigh(x):
-    """Not implemented: raises NotImplementedError (a decomposition)."""
-    raise _no_decomposition("eigh")
-
-
-def eigvalsh(x):
-    """Not implemented: raises NotImplementedError (a decomposition)."""
-    raise _no_decomposition("eigvalsh")
+    Raises ShapeError unless ``x``'s matrices are square, DTypeError for float16 and bfloat16
+    tensors; LinAlgError at sync for a matrix that is not positive definite."""
+    origin = Origin()
+    a = _matrices("cholesky", x, origin)
+    return wrap(_library("cholesky", (a,), (bool(upper),), [a.shape], a.dtype, origin)[0])
 
 
 def inv(x):
-    """Not implemented: raises NotImplementedError (needs an LU decomposition)."""
-    raise _no_decomposition("inv")
+    """The inverse of each square matrix of ``x`` (shape (..., M, M)), same shape and dtype
+    (dtypes as ``cholesky``), by an LU factorization
+    with partial pivoting (LAPACK's ``getrf``/``getri``). A library call.
 
-
-def matrix_rank(x, *, rtol=None):
-    """Not implemented: raises NotImplementedError (needs singular values)."""
-    raise _no_decomposition("matrix_rank")
-
-
-def pinv(x, *, rtol=None):
-    """Not implemented: raises NotImplementedError (needs an SVD)."""
-    raise _no_decomposition("pinv")
-
-
-def qr(x, *, mode="reduced"):
-    """Not implemented: raises NotImplementedError (a decomposition)."""
-    raise _no_decomposition("qr")
-
-
-def slogdet(x):
-    """Not implemented: raises NotImplementedError (needs an LU decomposition)."""
-    raise _no_decomposition("slogdet")
+    Raises ShapeError, DTypeError as ``cholesky``; LinAlgError at sync for a singular
+    matrix."""
+    origin = Origin()
+    a = _matrices("inv", x, origin)
+    return wrap(_library("inv", (a,), (), [a.shape], a.dtype, origin)[0])
 
 
 def solve(x1, x2):
-    """Not implemented: raises NotImplementedError (needs an LU decomposition)."""
-    raise _no_decomposition("solve")
+    """The solution X of ``x1 @ X = x2`` for each square matrix of ``x1`` (shape
+    (..., M, M)): ``x2`` of shape (..., M, K), its batch axes broadcast against ``x1``'s,
+    gives X of shape (batch, M, K); ``x2`` of shape (M,) is one right-hand side for every
+    matrix and gives shape ``x1.shape[:-1]`` (the array API's rule). dtype: the promoted
+    dtype of the two (dtypes as ``cholesky``). LU with partial pivoting (LAPACK's ``gesv``). A library call.
+
+    Raises ShapeError for non-square ``x1`` or shapes that do not fit, DTypeError as
+    ``cholesky``; LinAlgError at sync for a singular matrix."""
+    origin = Origin()
+    a = _matrices("solve", x1, origin)
+    b = tensor_node("linalg.solve", x2, origin)
+    same_device("linalg.solve", [a, b], origin)
+    m = a.shape[-1]
+    vector = len(b.shape) == 1
+    if vector:
+        if b.shape[0] != m:
+            raise ShapeError(f"linalg.solve: x2 of shape {b.shape} does not fit matrices of "
+                             f"shape {a.shape[-2:]}", origin)
+        b = reshape_node(b, (m, 1), origin)
+    elif len(b.shape) < 2 or b.shape[-2] != m:
+        raise ShapeError(f"linalg.solve: x2 must have shape (M,) or (..., M, K) with M = {m}, "
+                         f"got {b.shape}", origin)
+    b = _matrices("solve", wrap(b), origin, square=False)
+    d = dt.promote(a.dtype, b.dtype)
+    batch = a.shape[:-2] if vector else \
+        broadcast_shapes("linalg.solve", a.shape[:-2], b.shape[:-2], origin=origin)
+    a = broadcast_to(cast(a, d, origin), batch + (m, m), origin)
+    b = broadcast_to(cast(b, d, origin), batch + b.shape[-2:], origin)
+    (r,) = _library("solve", (a, b), (), [b.shape], d, origin)
+    return wrap(reshape_node(r, batch + (m,), origin) if vector else r)
+
+
+def det(x):
+    """The determinant of each square matrix of ``x`` (shape (..., M, M)): shape (...), same
+    dtype; 1 for a 0 x 0 matrix. From an LU factorization (LAPACK's ``getrf``). A library
+    call. Raises ShapeError, DTypeError as ``cholesky``."""
+    origin = Origin()
+    a = _matrices("det", x, origin)
+    return wrap(_library("det", (a,), (), [a.shape[:-2]], a.dtype, origin)[0])
+
+
+def slogdet(x):
+    """The sign and the natural log of the absolute value of the determinant of each square
+    matrix of ``x`` (shape (..., M, M)), as ``SlogdetResult(sign, logabsdet)``, each of shape
+    (...), the sign of ``x``'s dtype (for a complex matrix, the determinant divided by its
+    magnitude), logabsdet of its real dtype; a singular matrix gives sign 0 and logabsdet
+    -inf. From an LU
+    factorization; one library call for both. Raises ShapeError, DTypeError as ``cholesky``."""
+    origin = Origin()
+    a = _matrices("slogdet", x, origin)
+    batch = a.shape[:-2]
+    return SlogdetResult(*map(wrap, _library("slogdet", (a,), (), [batch, batch], a.dtype,
+                                             origin, real=(1,))))
+
+
+def eigh(x):
+    """The eigenvalues (ascending, of ``x``'s real dtype) and orthonormal eigenvectors (of
+    ``x``'s dtype) of each symmetric (Hermitian) matrix of ``x`` (shape (..., M, M); only its
+    lower triangle is read), as ``EighResult(eigenvalues (..., M), eigenvectors (..., M,
+    M))``, column i of the eigenvectors belonging to eigenvalue i (each column's sign, or
+    phase, is the library's choice). LAPACK's ``syevd`` (through
+    ``numpy.linalg.eigh``; ``torch.linalg.eigh`` on CUDA); one library call for both.
+
+    Raises ShapeError, DTypeError as ``cholesky``; LinAlgError at sync when the iteration does
+    not converge."""
+    origin = Origin()
+    a = _matrices("eigh", x, origin)
+    m = a.shape[-1]
+    return EighResult(*map(wrap, _library("eigh", (a,), (), [a.shape[:-2] + (m,), a.shape],
+                                          a.dtype, origin, real=(0,))))
+
+
+def eigvalsh(x):
+    """The eigenvalues (ascending) of each symmetric (Hermitian) matrix of ``x`` (shape
+    (..., M, M), only its lower triangle read): shape (..., M), ``x``'s real dtype. A library
+    call; raises as ``eigh``."""
+    origin = Origin()
+    a = _matrices("eigvalsh", x, origin)
+    return wrap(_library("eigvalsh", (a,), (), [a.shape[:-1]], dt.real_dtype(a.dtype),
+                         origin)[0])
+
+
+def qr(x, *, mode="reduced"):
+    """The QR decomposition of each matrix of ``x`` (shape (..., M, N)), as ``QRResult(Q, R)``
+    with orthonormal columns in Q and R upper triangular: ``mode='reduced'`` gives Q (..., M, K)
+    and R (..., K, N), K = min(M, N); ``'complete'`` gives Q (..., M, M) and R (..., M, N).
+    Householder reflections (LAPACK's ``geqrf``/``orgqr``); one library call for both.
+
+    Raises ShapeError below rank 2, DTypeError as ``cholesky``, ValueError for another
+    ``mode``."""
+    origin = Origin()
+    if mode not in ("reduced", "complete"):
+        raise ValueError(f"linalg.qr: mode must be 'reduced' or 'complete', got {mode!r}")
+    a = _matrices("qr", x, origin, square=False)
+    *batch, m, n = a.shape
+    batch = tuple(batch)
+    k = m if mode == "complete" else min(m, n)
+    return QRResult(*map(wrap, _library("qr", (a,), (mode,), [batch + (m, k), batch + (k, n)],
+                                        a.dtype, origin)))
 
 
 def svd(x, *, full_matrices=True):
-    """Not implemented: raises NotImplementedError (a decomposition)."""
-    raise _no_decomposition("svd")
+    """The singular value decomposition ``x = U @ diag(S) @ Vh`` of each matrix of ``x``
+    (shape (..., M, N)), as ``SVDResult(U, S, Vh)``: S (..., K) descending, K = min(M, N),
+    of ``x``'s real dtype, U and Vh of its dtype;
+    U (..., M, M) and Vh (..., N, N) with ``full_matrices``, else U (..., M, K) and
+    Vh (..., K, N). Divide and conquer (LAPACK's ``gesdd``; ``torch.linalg.svd`` on CUDA);
+    each singular vector's sign is the library's choice; one library call for the three.
+
+    Raises ShapeError below rank 2, DTypeError as ``cholesky``; LinAlgError at sync when the
+    iteration does not converge."""
+    origin = Origin()
+    a = _matrices("svd", x, origin, square=False)
+    *batch, m, n = a.shape
+    batch = tuple(batch)
+    k = min(m, n)
+    u, v = (m, n) if full_matrices else (k, k)
+    return SVDResult(*map(wrap, _library("svd", (a,), (bool(full_matrices),),
+                                         [batch + (m, u), batch + (k,), batch + (v, n)],
+                                         a.dtype, origin, real=(1,))))
 
 
 def svdvals(x):
-    """Not implemented: raises NotImplementedError (a decomposition)."""
-    raise _no_decomposition("svdvals")
+    """The singular values of each matrix of ``x`` (shape (..., M, N)), descending: shape
+    (..., min(M, N)), ``x``'s real dtype. A library call; raises as ``svd``."""
+    origin = Origin()
+    a = _matrices("svdvals", x, origin, square=False)
+    return wrap(_library("svdvals", (a,), (), [a.shape[:-2] + (min(a.shape[-2:]),)],
+                         dt.real_dtype(a.dtype), origin)[0])
+
+
+def _kept(s, shape, rtol):
+    """Whether each singular value of ``s`` (..., K) is above ``rtol`` times the largest of
+    its row (bool, same shape); ``rtol`` None is ``max(M, N) * eps`` of the dtype (the array
+    API's default), else a float or a tensor broadcast against the batch shape (...)."""
+    if rtol is None:
+        rtol = max(shape[-2:]) * float(np.finfo(s.node.dtype.np).eps)
+    elif is_tensor(rtol):
+        rtol = rtol[..., None]
+    largest = reduction.max(s, -1, True) if s.shape[-1] else s
+    return s > largest * rtol
+
+
+def pinv(x, *, rtol=None):
+    """The Moore-Penrose pseudo-inverse of each matrix of ``x`` (shape (..., M, N)): shape
+    (..., N, M), same dtype, ``Vh.mH @ diag(1/S) @ U.mH`` over the singular values above
+    ``rtol`` times the largest (``rtol`` None: max(M, N) * eps; a float, or a tensor
+    broadcast against the batch shape). One SVD (a library call), the rest the engine's own
+    fused ops. Raises as ``svd``."""
+    origin = Origin()
+    a = _matrices("pinv", x, origin, square=False)
+    u, s, vh = svd(wrap(a), full_matrices=False)
+    keep = _kept(s, a.shape, rtol)
+    inverse = ew.where(keep, 1.0 / ew.where(keep, s, 1.0), 0.0)
+    return matmul(ew.conj(matrix_transpose(vh)) * inverse[..., None, :],
+                  ew.conj(matrix_transpose(u)))
+
+
+def matrix_rank(x, *, rtol=None):
+    """The number of singular values of each matrix of ``x`` (shape (..., M, N)) above
+    ``rtol`` times the largest (``rtol`` as ``pinv``): shape (...), int64. One library call
+    (``svdvals``) and a fused count. Raises as ``svd``."""
+    origin = Origin()
+    a = _matrices("matrix_rank", x, origin, square=False)
+    keep = _kept(svdvals(wrap(a)), a.shape, rtol)
+    return reduction.sum(keep, -1, dtype=dt.int64)

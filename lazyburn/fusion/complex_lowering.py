@@ -34,6 +34,10 @@ a few ulps of the C library's that NumPy calls, relative to the result's magnitu
                 C99 Annex G's formulas and Kahan's for the inverse functions, with the
                 array API's special cases as ``where`` chains (``MATH``; each function's
                 docstring gives its source)
+    library     the decompositions (``ir.ops`` kind ``library``): the library computes complex
+                matrices itself; the node reads its inputs' parts joined, as its complex
+                buffer would hold them, and writes its complex result so (``PARTS_IN``,
+                ``PARTS_IN_OUT``)
 The other ops on complex values (pow, exp2, round, prod, cumprod) are computed on the NumPy
 device only: recording one on a fused device raises DTypeError at the user's line
 (``frontend/record.py`` asks ``LOWERED``).
@@ -46,13 +50,15 @@ from typing import Callable, Sequence
 from ..ir import dtypes as dt
 from ..ir.graph import topo_order
 from ..ir.node import ExactFloat, Node
+from ..ir.ops import LIBRARY, PARTS_IN, PARTS_IN_OUT
 
 #: the ops that make complex values the lowering can compute (and the real-valued ops of
 #: complex inputs: abs, real, imag, eq, ne, isnan, isinf, isfinite, cast to bool)
 LOWERED = frozenset(
     "buffer const cast add sub mul div neg conj square where reshape permute expand slice pad "
     "window take take_along_axis concat sum cumsum matmul copy exp expm1 log log1p log2 log10 "
-    "sqrt sinh cosh tanh sin cos tan asin acos atan asinh acosh atanh sign complex".split())
+    "sqrt sinh cosh tanh sin cos tan asin acos atan asinh acosh atanh sign complex".split()) | \
+    LIBRARY
 
 _VIEWS = ("reshape", "permute", "expand", "slice", "window", "take", "take_along_axis")
 
@@ -171,6 +177,8 @@ class ComplexLowering:
             return n  # a copy's source on another device, read by the copy alone
         if n.buffer is not None or op == "copy":
             return self._leaf(n, b)
+        if op in LIBRARY:
+            return self._library(n, b)
         if not n.dtype.is_complex:
             return self._real_of_complex(n, b)
         r = dt.real_dtype(n.dtype)
@@ -243,7 +251,25 @@ class ComplexLowering:
             src = Node("buffer", (), (), wide, r, "numpy", n.code, n.line,
                        host.view(r.np).reshape(wide))
             whole = b.node("copy", (src,), (), r, wide)
-        ones = (1,) * len(wide)
+        return self._split(whole, n, b)
+
+    def _library(self, n: Node, b: _Builder):
+        """A library call of complex inputs (each given as its parts joined); its complex
+        result as the parts of the buffer it writes (a real result as it is)."""
+        inputs = tuple(self._joined(i) for i in n.inputs)
+        if not n.dtype.is_complex:  # eigvalsh, svdvals
+            return Node(n.op, inputs, n.attrs + (PARTS_IN,), n.shape, n.dtype, n.device,
+                        n.code, n.line)
+        r = dt.real_dtype(n.dtype)
+        whole = b.node(n.op, inputs, n.attrs + (PARTS_IN_OUT,), r, n.shape + (2,))
+        return self._split(whole, n, b)
+
+    @staticmethod
+    def _split(whole: Node, n: Node, b: _Builder) -> tuple:
+        """The parts of complex node ``n`` from ``whole``, their real node of shape
+        ``n.shape + (2,)``."""
+        r = whole.dtype
+        ones = (1,) * len(whole.shape)
         column = n.shape + (1,)
         return tuple(b.node("reshape", (b.node("slice", (whole,), (
             (0,) * len(n.shape) + (k,), ones), r, column),), (), r) for k in (0, 1))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from ..ir import dtypes as dt
 from ..ir.graph import is_runtime_value, recorded_exponent
 from ..ir.node import Node
-from ..ir.ops import REDUCTIONS, SCAN_OP, SCANS, SORTS, VIEWS
+from ..ir.ops import LIBRARY, REDUCTIONS, SCAN_OP, SCANS, SORTS, VIEWS
 from ..ir.shapes import prod
 from .kernel_ir import (RANDOM_WORDS, ElementwiseSpec, KernelArg, MatmulSpec, Output,
                         ReductionSpec, ScalarArg, ScanSpec, SortSpec, Stage, value_sources)
@@ -27,7 +27,7 @@ from .symbolic import Expr, ExprBuilder
 
 INT32_LIMIT = 2 ** 31 - 1
 #: ops that anchor a group of their own: never computed inline in another group's kernel
-ANCHOR_OPS = REDUCTIONS | SCANS | SORTS | {"matmul", "copy"}
+ANCHOR_OPS = REDUCTIONS | SCANS | SORTS | LIBRARY | {"matmul", "copy"}
 
 
 class FusionIllegal(Exception):

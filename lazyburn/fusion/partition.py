@@ -25,6 +25,9 @@ Burn's future work included: several broadcasted reductions over the same rows i
    reduction) reads it stored. An argsort anchors a group of its own too, its producers fused
    on read (evaluated at each position a comparison reads); nothing is fused on write, since
    its positions settle only at its last step: its readers load them stored.
+   A library call (a matrix decomposition, ``ir.ops`` kind ``library``) is a group of its own
+   that nothing fuses into: the library reads its inputs stored, contiguous in their own
+   shape, and its result is stored for its readers.
 4. *Legality.* No merge may create a cycle between groups (networkx on the group graph); the
    backend's limit on kernel arguments splits a group by storing an intermediate.
 """
@@ -36,7 +39,7 @@ from itertools import islice
 import networkx as nx
 
 from ..ir.node import Node
-from ..ir.ops import REDUCTIONS, SCANS, SORTS, VIEWS
+from ..ir.ops import LIBRARY, REDUCTIONS, SCANS, SORTS, VIEWS
 from ..ir.shapes import prod
 from .lower import ANCHOR_OPS, FusionIllegal, Lowering, add_stage, lower, reduction_space
 
@@ -61,8 +64,9 @@ class _Cycle(Exception):
 class FusionGroup:
     """A set of graph nodes computed by one kernel.
 
-    ``kind``: elementwise | reduction | scan | matmul | copy. ``anchors``: the reductions (one
-    per stage, in order), the scan or the matmul. ``outputs``: nodes the kernel stores.
+    ``kind``: elementwise | reduction | scan | sort | matmul | copy | library. ``anchors``:
+    the reductions (one per stage, in order), the scan, the sort, the matmul, the copy or the
+    library call. ``outputs``: nodes the kernel stores.
     ``space``: for reductions ``(input shape, axes)``, for a scan ``(shape, axis)``. ``nodes``
     (filled by lowering): every graph node the kernel computes; ``fused_on_read`` /
     ``fused_on_write``: the element-wise nodes computed here as producers of the anchors / as
@@ -84,7 +88,7 @@ class FusionGroup:
             return "reduction(" + ",".join(a.op for a in self.anchors) + ")"
         if self.kind == "matmul":
             return "matmul"
-        if self.kind in ("scan", "sort"):
+        if self.kind in ("scan", "sort", "library"):
             return f"{self.kind}({self.anchors[0].op})"
         return self.kind
 
@@ -244,6 +248,9 @@ class Partitioner:
             if n.op in ("matmul", "copy"):
                 sets.append((n.op, [n], ()))
                 trials.append(None)
+            elif n.op in LIBRARY:
+                sets.append(("library", [n], ()))
+                trials.append(None)
             elif n.op in SCANS:
                 sets.append(("scan", [n], (n.inputs[0].shape, n.attrs[0])))
                 trials.append(None)
@@ -272,6 +279,9 @@ class Partitioner:
     # 2. stored values and 3. homes ------------------------------------------------------------
     def run(self) -> Partition:
         self.force_stored |= self._split_long_chains()
+        # a library call reads its inputs from buffers of their own shape
+        self.force_stored |= {id(x) for n in self.order if n.op in LIBRARY for x in n.inputs
+                              if not self.is_leaf(x)}
         self._sets = self._anchor_sets()
         self._index_sets()
         while True:
@@ -325,7 +335,7 @@ class Partitioner:
                                               self.force_stored or not self.fuse and
                                               n.op != "const")}
         while True:  # grow the stored set to a fixed point
-            groups = [FusionGroup(kind if kind != "copy" else "copy", list(anchors), [], space,
+            groups = [FusionGroup(kind, list(anchors), [], space,
                                   mask=self.mask_of(anchors))
                       for kind, anchors, space in self._sets]
             group_of = {id(a): g for g in groups for a in g.anchors}
@@ -576,7 +586,9 @@ class Partitioner:
         upstream, downstream = [], []
         for j in sorted(picks):
             g = groups[j]
-            if g.kind in ("copy", "sort"):  # a sort's positions are stored as they settle
+            # a sort's positions are stored as they settle; a copy's and a library call's
+            # results are written by a transfer or a library
+            if g.kind in ("copy", "sort", "library"):
                 continue
             is_up = bool(deps & g.mask)
             if g.kind == "matmul":
@@ -760,7 +772,7 @@ class Partitioner:
         if self.max_args is None:
             return None
         for g in part.groups:
-            if g.kind == "copy":
+            if g.kind in ("copy", "library"):
                 continue
             spec = lower(g, _external_for(part, g))[0]
             if len(spec.args) <= self.max_args:

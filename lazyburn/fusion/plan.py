@@ -35,10 +35,10 @@ class OpInfo:
 
 @dataclass
 class PlannedKernel:
-    """One launch: ``spec`` (None for a copy), ``arg_pos`` (graph positions bound to the
-    kernel's buffer arguments, inputs then outputs), the ops it fuses for people to read, and
-    ``scalar_pos``: per scalar argument (``spec.scalars``), the graph position of the node
-    whose attrs hold its value (``scalar_values``)."""
+    """One launch: ``spec`` (None for a copy and a library call), ``arg_pos`` (graph
+    positions bound to the kernel's buffer arguments, inputs then outputs), the ops it fuses
+    for people to read, and ``scalar_pos``: per scalar argument (``spec.scalars``), the graph
+    position of the node whose attrs hold its value (``scalar_values``)."""
 
     kind: str
     label: str
@@ -56,7 +56,8 @@ class PlannedKernel:
 
     @property
     def n_inputs(self) -> int:
-        return sum(1 for a in self.spec.args if not a.is_output) if self.spec else 1
+        return sum(1 for a in self.spec.args if not a.is_output) if self.spec else \
+            len(self.arg_pos) - 1
 
     def bytes_moved(self) -> int:
         if self.spec is None:
@@ -85,9 +86,10 @@ def build_plan(order, outputs, fuse: bool = True, max_args: int | None = None) -
     pos = {id(n): i for i, n in enumerate(order)}
     kernels = []
     for g in part.groups:
-        if g.kind == "copy":
+        if g.kind in ("copy", "library"):  # a transfer, a library call: nothing generated
             (n,) = g.anchors
-            kernels.append(PlannedKernel("copy", "copy", None, [pos[id(n.inputs[0])], pos[id(n)]],
+            kernels.append(PlannedKernel(g.kind, g.label, None,
+                                         [pos[id(x)] for x in n.inputs] + [pos[id(n)]],
                                          [_info(n, "anchor")]))
             continue
         spec, arg_nodes, computed = lower(g, external_for(part, g))

@@ -30,6 +30,17 @@ Kinds:
                  ``descending``); the front end moves another axis last and gathers the
                  sorted values with ``take_along_axis``
     matmul       batched matrix product (..., M, K) @ (..., K, N)
+    library      a matrix decomposition the device's library computes (LAPACK through
+                 ``numpy.linalg`` on the host, ``torch.linalg`` on CUDA), one library call per
+                 node over contiguous inputs of the node's dtype (float32 or float64), batched
+                 over the leading axes: ``cholesky`` (attrs ``(upper,)``), ``inv``, ``solve``
+                 (A (..., n, n), B (..., n, k) of one batch shape), ``det``, ``eigvalsh``,
+                 ``svdvals``, and the decompositions of several results, whose node holds them
+                 packed along one last axis, each flattened, in the array API's order:
+                 ``slogdet`` (sign, logabsdet: (..., 2)), ``eigh`` (eigenvalues (..., n),
+                 eigenvectors (..., n, n)), ``qr`` (attrs ``(mode,)``: Q, R) and ``svd`` (attrs
+                 ``(full_matrices,)``: U, S, Vh); the front end takes each result out with a
+                 slice and a reshape (``frontend/linalg.py``)
     copy         transfer to another device
 """
 from __future__ import annotations
@@ -115,6 +126,12 @@ _define("sort", 1, "argsort", ("descending",))
 
 _define("matmul", 2, "matmul")
 
+_define("library", 1, "cholesky", ("upper",))
+_define("library", 1, "inv det slogdet eigh eigvalsh svdvals")
+_define("library", 2, "solve")
+_define("library", 1, "qr", ("mode",))
+_define("library", 1, "svd", ("full_matrices",))
+
 _define("copy", 1, "copy")
 
 OPS = _TABLE
@@ -124,6 +141,12 @@ VIEWS = frozenset(n for n, d in _TABLE.items() if d.kind == "view")
 REDUCTIONS = frozenset(n for n, d in _TABLE.items() if d.kind == "reduce")
 SCANS = frozenset(n for n, d in _TABLE.items() if d.kind == "scan")
 SORTS = frozenset(n for n, d in _TABLE.items() if d.kind == "sort")
+LIBRARY = frozenset(n for n, d in _TABLE.items() if d.kind == "library")
+#: the last attribute of a library node that the complex lowering made on a fused device
+#: (``fusion.complex_lowering``): its inputs are complex values given as their parts (real
+#: buffers of shape S + (2,)), and with ``PARTS_IN_OUT`` its complex result is stored so too
+PARTS_IN = "complex parts in"
+PARTS_IN_OUT = "complex parts in and out"
 #: ops recorded on complex inputs only, so computed on the NumPy device only (the fused devices
 #: hold no complex dtype)
 COMPLEX_ONLY = frozenset(n for n, d in _TABLE.items() if d.category == "complex")

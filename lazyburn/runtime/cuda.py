@@ -81,7 +81,7 @@ from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
 from ..fusion.kernel_ir import MatmulSpec
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
-from . import backend, binary_cache, cuda_tuning, dump
+from . import backend, binary_cache, cuda_tuning, dump, linalg_library
 from .cuda_library import LibraryMatmul, library_execution
 from .cuda_replay import Program
 from .fused import Execution, FusedBackend, host_value
@@ -434,6 +434,15 @@ class CudaBackend(FusedBackend):
     def planned_execution(self, k) -> Execution:
         """What ``compile_kernel`` would make of ``k``, without building it."""
         return cuda_tuning.planned_execution(self, k)
+
+    linalg_execution = Execution(linalg_library.TORCH_ENGINE, generated=0, library_calls=1)
+
+    def library_call(self, n, buffers, inputs):
+        """Library node ``n`` computed by ``torch.linalg`` on this device's stream from its
+        inputs' flat ``buffers``. Raises LinAlgError."""
+        tensors = [buf.view(self.dtypes[x.dtype.name]).reshape(x.shape)
+                   for x, buf in zip(inputs, buffers)]
+        return linalg_library.torch_call(self.torch, n, tensors)
 
     def params_execution(self, k, params: dict) -> Execution:
         if params.get("library"):

@@ -46,6 +46,10 @@ class Program:
             n_in = k.n_inputs
             in_pos = list(k.arg_pos[:n_in])
             read.update(in_pos)
+            if k.kind == "library":  # (waits for the device: never captured)
+                self.steps.append(_library_step(backend, in_pos, k.arg_pos[-1]))
+                self.capturable = False
+                continue
             outs = [(p, a.size, backend.dtypes[a.dtype.name])
                     for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:])]
             drop = [p for p in in_pos if plan.last_use.get(p) == i and p not in out_set
@@ -176,6 +180,13 @@ def _kernel_step(backend, kernel, in_pos, outs, drop, scalar_values=None):
         backend.kernels_launched += 1
         for p in drop:  # temporaries die after their last reader
             values[p] = None
+    return step
+
+
+def _library_step(backend, in_pos, out):
+    def step(values, order):
+        values[out] = backend.library_call(order[out], [values[p] for p in in_pos],
+                                           [order[p] for p in in_pos])
     return step
 
 

@@ -20,7 +20,8 @@ from .. import autotune
 from ..errors import DeviceError, kernel_fault
 from ..fusion.complex_lowering import LOWERED
 from ..fusion.plan import PlanCache
-from . import download, dump
+from ..ir.node import Node
+from . import download, dump, linalg_library
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,9 @@ class FusedBackend:
     #: the ops that may make a complex value here (``fusion.complex_lowering``)
     complex_ops = LOWERED
 
+    #: what computes a matrix decomposition here (``library_call``)
+    linalg_execution = Execution(linalg_library.HOST_ENGINE, generated=0, library_calls=1)
+
     def real_view(self, n):
         """Realized complex node ``n``'s buffer as the buffer of its parts (the same memory:
         buffers here are untyped)."""
@@ -85,7 +89,7 @@ class FusedBackend:
         """Compile every kernel of ``plan`` not compiled yet (a cached plan keeps its
         kernels, so a plan-cache hit compiles nothing)."""
         for i, k in enumerate(plan.kernels):
-            if k.compiled is None and k.kind != "copy":
+            if k.compiled is None and k.spec is not None:  # (not a copy or a library call)
                 k.compiled = self.compile_kernel(k, f"k{i}_{k.kind}", kernel_origin(k))
 
     def execution(self, k) -> Execution:
@@ -94,6 +98,8 @@ class FusedBackend:
         (``planned_execution``), the autotuner's cached choice included."""
         if k.kind == "copy":
             return TRANSFER
+        if k.kind == "library":
+            return self.linalg_execution
         found = getattr(k.compiled, "execution", None)
         return found if found is not None else self.planned_execution(k)
 
@@ -152,6 +158,11 @@ class FusedBackend:
                     src, dst = k.arg_pos
                     values[dst] = self.upload(host_value(order[src]))
                     continue
+                if k.kind == "library":
+                    *ins, out = k.arg_pos
+                    values[out] = self.library_call(order[out], [values[p] for p in ins],
+                                                    [order[p] for p in ins])
+                    continue
                 n_in = k.n_inputs
                 args = [values[p] for p in k.arg_pos[:n_in]]
                 for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:]):
@@ -176,6 +187,14 @@ class FusedBackend:
                 for k in plan.kernels if k.kind != "copy"], exact=False) from None
         self.dump(plan)
         return [values[p] for p in plan.output_pos]
+
+    def library_call(self, n, buffers, inputs):
+        """The buffer of library node ``n`` computed from its inputs' ``buffers`` (``inputs``:
+        their nodes, for their shapes and dtypes): by default the inputs are read to the host,
+        ``numpy.linalg`` computes the value and it is uploaded. Raises LinAlgError."""
+        arrays = [self.download(Node("buffer", (), (), x.shape, x.dtype, self.device_string,
+                                     buffer=buf)) for x, buf in zip(inputs, buffers)]
+        return self.upload(linalg_library.host_call(n, arrays))
 
     def _as_local(self, n):
         if n.device == self.device_string:

@@ -25,7 +25,8 @@ from ..codegen import philox
 from ..ir.dtypes import float32, float_to_int
 from ..ir.graph import recorded_exponent, topo_order
 from ..ir.node import Node
-from . import download
+from ..ir.ops import LIBRARY
+from . import download, linalg_library
 from .fused import TRANSFER, Execution
 
 HALF = ("float16", "bfloat16")
@@ -321,6 +322,8 @@ def evaluate(n: Node, args: list) -> np.ndarray:
         return np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
     if op == "copy":
         return args[0]
+    if op in LIBRARY:
+        return linalg_library.host_call(n, args)
     raise NotImplementedError(f"numpy backend: no implementation of op {op!r}")
 
 
@@ -337,9 +340,14 @@ class NumpyBackend:
     download_ordering = "the host array the NumPy sync returned"
     host_memory = True  # ``download`` hands out the buffer itself (read-only)
 
+    #: a matrix decomposition
+    LINALG = Execution(linalg_library.HOST_ENGINE, generated=0, library_calls=1)
+
     def execution(self, k) -> Execution:
         """What executes planned kernel ``k`` here: NumPy, one op at a time (a copy is a
-        transfer)."""
+        transfer, a matrix decomposition a call of LAPACK through NumPy)."""
+        if k.kind == "library":
+            return self.LINALG
         return TRANSFER if k.kind == "copy" else self.HOST
 
     def __init__(self):

@@ -1,0 +1,113 @@
+"""The matrix decompositions (``ir.ops`` kind ``library``) as calls of a library: LAPACK through
+``numpy.linalg`` on the host for the NumPy, OpenCL and WebGPU devices, ``torch.linalg`` (cuSOLVER
+and MAGMA on a GPU) on the CUDA device.
+
+A library call computes one node from its inputs' whole buffers and returns the node's value,
+with the results of a decomposition of several (``slogdet``, ``eigh``, ``qr``, ``svd``) packed
+along one last axis, each flattened, in the array API's order. A matrix the library cannot
+decompose (singular for ``inv`` and ``solve``, not positive definite for ``cholesky``, an
+iteration that does not converge) raises LinAlgError naming the user line of the op.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import LinAlgError
+from ..ir import dtypes as dt
+from ..ir.ops import PARTS_IN, PARTS_IN_OUT
+
+#: what computes a library call on a device without a library of its own
+HOST_ENGINE = "library: numpy.linalg (LAPACK) on the host"
+#: ... and on the CUDA device
+TORCH_ENGINE = "library: torch.linalg on the device"
+
+
+def _numpy_calls():
+    la = np.linalg
+    return {
+        "cholesky": lambda a, upper: la.cholesky(a, upper=upper),
+        "inv": la.inv,
+        "solve": la.solve,
+        "det": la.det,
+        "slogdet": la.slogdet,
+        "eigh": la.eigh,
+        "eigvalsh": la.eigvalsh,
+        "svdvals": la.svdvals,
+        "qr": lambda a, mode: la.qr(a, mode=mode),
+        "svd": lambda a, full_matrices: la.svd(a, full_matrices=full_matrices),
+    }
+
+
+_NUMPY = _numpy_calls()
+
+
+def _parts(n):
+    """``(attrs, inputs as parts, result as parts, result shape, result dtype)`` of library
+    node ``n``: a node of the complex lowering (``ir.ops.PARTS_IN``, ``PARTS_IN_OUT``) reads
+    complex inputs as their parts and may write its complex result so."""
+    mark = n.attrs[-1] if n.attrs else None
+    if mark not in (PARTS_IN, PARTS_IN_OUT):
+        return n.attrs, False, False, n.shape, n.dtype
+    if mark == PARTS_IN:
+        return n.attrs[:-1], True, False, n.shape, n.dtype
+    return n.attrs[:-1], True, True, n.shape[:-1], dt.complex_dtype(n.dtype)
+
+
+def host_call(n, arrays) -> np.ndarray:
+    """Node ``n``'s value computed by ``numpy.linalg`` from its inputs' ``arrays`` (each of
+    its input's shape and dtype). Raises LinAlgError."""
+    attrs, parts_in, parts_out, shape, dtype = _parts(n)
+    if parts_in:
+        arrays = [np.ascontiguousarray(a).view(dt.complex_dtype(dt.dtype(a.dtype)).np)[..., 0]
+                  for a in arrays]
+    try:
+        with np.errstate(all="ignore"):  # a nan is the answer, as a kernel's would be
+            results = _NUMPY[n.op](*arrays, *attrs)
+    except np.linalg.LinAlgError as e:
+        raise _failed(n, e) from None
+    if isinstance(results, tuple):
+        batch = shape[:-1]
+        results = np.concatenate([np.reshape(r, batch + (-1,)).astype(dtype.np, copy=False)
+                                  for r in results], axis=-1)
+    out = np.ascontiguousarray(results, dtype=dtype.np).reshape(shape)
+    return out.view(n.dtype.np).reshape(n.shape) if parts_out else out
+
+
+def torch_call(torch, n, tensors):
+    """Node ``n``'s value computed by ``torch.linalg`` from its inputs' ``tensors`` (each of
+    its input's shape and dtype, on the node's device), as a flat tensor. Raises LinAlgError.
+    Waits for the device: the library reports a matrix it cannot decompose through a status
+    the host reads."""
+    la = torch.linalg
+    op = n.op
+    attrs, parts_in, parts_out, shape, _ = _parts(n)
+    if parts_in:
+        tensors = [torch.view_as_complex(t.contiguous()) for t in tensors]
+    try:
+        if op == "cholesky":
+            results = la.cholesky(tensors[0], upper=attrs[0])
+        elif op == "qr":
+            results = tuple(la.qr(tensors[0], mode=attrs[0]))
+        elif op == "svd":
+            results = tuple(la.svd(tensors[0], full_matrices=attrs[0]))
+        elif op in ("slogdet", "eigh"):
+            results = tuple(getattr(la, op)(tensors[0]))
+        else:
+            results = getattr(la, op)(*tensors)
+    except la.LinAlgError as e:
+        raise _failed(n, e) from None
+    if isinstance(results, tuple):
+        batch = shape[:-1]
+        # packed in the complex dtype where one result is complex (eigh's eigenvalues are
+        # real, its eigenvectors complex)
+        dtype = next((r.dtype for r in results if r.is_complex()), results[0].dtype)
+        results = torch.cat([r.reshape(batch + (-1,)).to(dtype) for r in results], dim=-1)
+    if parts_out:
+        results = torch.view_as_real(results.contiguous())
+    return results.contiguous().reshape(-1)
+
+
+def _failed(n, e: Exception) -> LinAlgError:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return LinAlgError(f"linalg.{n.op} of shape {n.inputs[0].shape}: the library could not "
+                       f"compute it: {text}", n.origin)
