@@ -1,11 +1,11 @@
-"""The decompositions of ``lazyburn.linalg`` (library calls: ``ir.ops`` kind ``library``) against
-``numpy.linalg`` on fresh random data, on the reference device and every fused device: each
-op in float32, float64, complex64 and complex128 (WGSL refuses the 64-bit parts), batched, square and rectangular; the places
-a library call sits in a plan (after element-wise producers, a matmul and a view; before
-element-wise, reduction and matmul consumers; several results of one call); what ``explain``
-says runs it; empty matrices, large ones, non-finite entries; the errors (singular and
-non-positive-definite matrices at sync, naming the user's line; dtypes and shapes at record
-time); ``jit`` replay and gradients on the fused devices.
+"""The decompositions of ``lazyburn.linalg`` (library calls: ``ir.ops`` kind ``library``)
+against ``numpy.linalg`` on fresh random data, on the reference device and every fused device:
+each op in float32, float64, complex64 and complex128 (WGSL refuses the 64-bit parts), batched,
+square and rectangular; the places a library call sits in a plan (after element-wise
+producers, a matmul and a view; before element-wise, reduction and matmul consumers; several
+results of one call); what ``explain`` says runs it; empty matrices, large ones, non-finite
+entries; the errors (singular and non-positive-definite matrices at sync, naming the user's
+line; dtypes and shapes at record time); ``jit`` replay and gradients on the fused devices.
 
 Eigenvectors and singular vectors are each defined up to a sign, or for complex ones a phase
 (the library's choice, which differs between LAPACK and the GPU's library): they are compared

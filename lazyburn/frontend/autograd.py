@@ -41,10 +41,10 @@ from .. import runtime
 from ..errors import AutogradError, DTypeError, ShapeError
 from ..ir.node import Node
 from . import elementwise as ew
+from . import linalg as la
 from . import record as rec
 from .creation import arange, ones, zeros_like
 from .elementwise import where
-from . import linalg as la
 from .linalg import matmul
 from .movement import flip, pad, permute_dims, spread
 from .reduction import cumprod, cumsum

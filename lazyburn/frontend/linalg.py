@@ -242,7 +242,7 @@ def matrix_norm(x, *, keepdims=False, ord="fro"):  # noqa: A002 - the standard's
     dtype as ``vector_norm``.
 
     2, -2 and 'nuc' are the largest singular value, the smallest and their sum (``svdvals``,
-    a library call: float32 or float64 only, as the decompositions).
+    a library call, which refuses float16 and bfloat16 as every decomposition does).
 
     Raises ShapeError below rank 2 (and for ±1/±inf/±2 of an empty matrix), ValueError for an
     unknown ``ord``."""
@@ -377,7 +377,6 @@ def matrix_power(x, n):
         base = matmul(base, base)
 
 
-
 # the decompositions: library calls --------------------------------------------------------------
 class EighResult(NamedTuple):
     eigenvalues: object
@@ -430,8 +429,7 @@ def _library(op: str, inputs: tuple, attrs: tuple, parts: list, dtype, origin,
     empty the results depend on the shapes alone (a determinant of a 0 x 0 matrix is 1, an
     SVD's U of an (M, 0) matrix the identity): they are computed from zeros of those shapes
     by ``numpy.linalg`` and recorded as data, with no library call on the device."""
-    device = inputs[0].device
-    batch = parts[0][:len(parts[0]) - _CORE_RANK[op][0]]
+    device, batch = inputs[0].device, inputs[0].shape[:-2]
     if len(parts) == 1:
         shape = parts[0]
     else:
@@ -457,12 +455,6 @@ def _library(op: str, inputs: tuple, attrs: tuple, parts: list, dtype, origin,
     return out
 
 
-#: per library op, the rank of each result without the batch axes
-_CORE_RANK = {"cholesky": (2,), "inv": (2,), "solve": (2,), "det": (0,), "slogdet": (0, 0),
-              "eigh": (1, 2), "eigvalsh": (1,), "svdvals": (1,), "qr": (2, 2),
-              "svd": (2, 1, 2)}
-
-
 def cholesky(x, *, upper=False):
     """The Cholesky factor of each symmetric (Hermitian) positive-definite matrix of ``x``
     (shape (..., M, M); float32, float64, complex64 or complex128, integers cast to the
@@ -479,8 +471,8 @@ def cholesky(x, *, upper=False):
 
 def inv(x):
     """The inverse of each square matrix of ``x`` (shape (..., M, M)), same shape and dtype
-    (dtypes as ``cholesky``), by an LU factorization
-    with partial pivoting (LAPACK's ``getrf``/``getri``). A library call.
+    (dtypes as ``cholesky``), by an LU factorization with partial pivoting (LAPACK's
+    ``getrf``/``getri``). A library call.
 
     Raises ShapeError, DTypeError as ``cholesky``; LinAlgError at sync for a singular
     matrix."""
@@ -494,7 +486,8 @@ def solve(x1, x2):
     (..., M, M)): ``x2`` of shape (..., M, K), its batch axes broadcast against ``x1``'s,
     gives X of shape (batch, M, K); ``x2`` of shape (M,) is one right-hand side for every
     matrix and gives shape ``x1.shape[:-1]`` (the array API's rule). dtype: the promoted
-    dtype of the two (dtypes as ``cholesky``). LU with partial pivoting (LAPACK's ``gesv``). A library call.
+    dtype of the two (dtypes as ``cholesky``). LU with partial pivoting (LAPACK's ``gesv``).
+    A library call.
 
     Raises ShapeError for non-square ``x1`` or shapes that do not fit, DTypeError as
     ``cholesky``; LinAlgError at sync for a singular matrix."""
@@ -536,8 +529,8 @@ def slogdet(x):
     matrix of ``x`` (shape (..., M, M)), as ``SlogdetResult(sign, logabsdet)``, each of shape
     (...), the sign of ``x``'s dtype (for a complex matrix, the determinant divided by its
     magnitude), logabsdet of its real dtype; a singular matrix gives sign 0 and logabsdet
-    -inf. From an LU
-    factorization; one library call for both. Raises ShapeError, DTypeError as ``cholesky``."""
+    -inf. From an LU factorization; one library call for both. Raises ShapeError, DTypeError
+    as ``cholesky``."""
     origin = Origin()
     a = _matrices("slogdet", x, origin)
     batch = a.shape[:-2]
@@ -550,8 +543,8 @@ def eigh(x):
     ``x``'s dtype) of each symmetric (Hermitian) matrix of ``x`` (shape (..., M, M); only its
     lower triangle is read), as ``EighResult(eigenvalues (..., M), eigenvectors (..., M,
     M))``, column i of the eigenvectors belonging to eigenvalue i (each column's sign, or
-    phase, is the library's choice). LAPACK's ``syevd`` (through
-    ``numpy.linalg.eigh``; ``torch.linalg.eigh`` on CUDA); one library call for both.
+    phase, is the library's choice). LAPACK's ``syevd`` (through ``numpy.linalg.eigh``;
+    ``torch.linalg.eigh`` on CUDA); one library call for both.
 
     Raises ShapeError, DTypeError as ``cholesky``; LinAlgError at sync when the iteration does
     not converge."""
@@ -594,10 +587,10 @@ def qr(x, *, mode="reduced"):
 def svd(x, *, full_matrices=True):
     """The singular value decomposition ``x = U @ diag(S) @ Vh`` of each matrix of ``x``
     (shape (..., M, N)), as ``SVDResult(U, S, Vh)``: S (..., K) descending, K = min(M, N),
-    of ``x``'s real dtype, U and Vh of its dtype;
-    U (..., M, M) and Vh (..., N, N) with ``full_matrices``, else U (..., M, K) and
-    Vh (..., K, N). Divide and conquer (LAPACK's ``gesdd``; ``torch.linalg.svd`` on CUDA);
-    each singular vector's sign is the library's choice; one library call for the three.
+    of ``x``'s real dtype, U and Vh of its dtype; U (..., M, M) and Vh (..., N, N) with
+    ``full_matrices``, else U (..., M, K) and Vh (..., K, N). Divide and conquer (LAPACK's
+    ``gesdd``; ``torch.linalg.svd`` on CUDA); each singular vector's sign (or phase) is the
+    library's choice; one library call for the three.
 
     Raises ShapeError below rank 2, DTypeError as ``cholesky``; LinAlgError at sync when the
     iteration does not converge."""

@@ -32,7 +32,7 @@ Kinds:
     matmul       batched matrix product (..., M, K) @ (..., K, N)
     library      a matrix decomposition the device's library computes (LAPACK through
                  ``numpy.linalg`` on the host, ``torch.linalg`` on CUDA), one library call per
-                 node over contiguous inputs of the node's dtype (float32 or float64), batched
+                 node over contiguous inputs (float32, float64, complex64, complex128), batched
                  over the leading axes: ``cholesky`` (attrs ``(upper,)``), ``inv``, ``solve``
                  (A (..., n, n), B (..., n, k) of one batch shape), ``det``, ``eigvalsh``,
                  ``svdvals``, and the decompositions of several results, whose node holds them
