@@ -7,6 +7,14 @@ with the results of a decomposition of several (``slogdet``, ``eigh``, ``qr``, `
 along one last axis, each flattened, in the array API's order. A matrix the library cannot
 decompose (singular for ``inv`` and ``solve``, not positive definite for ``cholesky``, an
 iteration that does not converge) raises LinAlgError naming the user line of the op.
+
+Non-finite entries. A matrix holding a nan or an infinity among the entries its decomposition
+reads (the lower triangle for ``cholesky``, ``eigh`` and ``eigvalsh``; every entry of both
+operands for ``solve``) gives nan for every result of that matrix, on every device: the
+libraries disagree there (cuSOLVER's inverse of a matrix with one nan above the diagonal was
+measured to be the identity on an H100-class GPU, where LAPACK gives nans, and LAPACK's SVD of
+it does not converge). Such a matrix is replaced by the identity for the call and its results
+by nan after it, so it neither reaches the library nor raises.
 """
 from __future__ import annotations
 
@@ -53,12 +61,22 @@ def _parts(n):
     return n.attrs[:-1], True, True, n.shape[:-1], dt.complex_dtype(n.dtype)
 
 
+#: the decompositions that read only the lower triangle of their matrix
+LOWER_ONLY = frozenset(("cholesky", "eigh", "eigvalsh"))
+
+
 def host_call(n, arrays) -> np.ndarray:
     """Node ``n``'s value computed by ``numpy.linalg`` from its inputs' ``arrays`` (each of
     its input's shape and dtype). Raises LinAlgError."""
     attrs, parts_in, parts_out, shape, dtype = _parts(n)
     if parts_in:
         arrays = [np.ascontiguousarray(a).view(dt.complex_dtype(dt.dtype(a.dtype)).np)[..., 0]
+                  for a in arrays]
+    bad = np.zeros(arrays[0].shape[:-2], bool)  # per matrix: a non-finite entry it reads
+    for a in arrays:
+        bad |= ~np.isfinite(np.tril(a) if n.op in LOWER_ONLY else a).all((-2, -1))
+    if bad.any():
+        arrays = [np.where(bad[..., None, None], np.eye(*a.shape[-2:], dtype=a.dtype), a)
                   for a in arrays]
     try:
         with np.errstate(all="ignore"):  # a nan is the answer, as a kernel's would be
@@ -70,6 +88,9 @@ def host_call(n, arrays) -> np.ndarray:
         results = np.concatenate([np.reshape(r, batch + (-1,)).astype(dtype.np, copy=False)
                                   for r in results], axis=-1)
     out = np.ascontiguousarray(results, dtype=dtype.np).reshape(shape)
+    if bad.any():
+        out = out.copy()
+        out[bad] = complex(np.nan, np.nan) if dtype.is_complex else np.nan
     return out.view(n.dtype.np).reshape(n.shape) if parts_out else out
 
 
@@ -83,6 +104,14 @@ def torch_call(torch, n, tensors):
     attrs, parts_in, parts_out, shape, _ = _parts(n)
     if parts_in:
         tensors = [torch.view_as_complex(t.contiguous()) for t in tensors]
+    bad = None  # per matrix: a non-finite entry it reads (computed on the device, no wait)
+    for t in tensors:
+        read = torch.tril(t) if op in LOWER_ONLY else t
+        finite = torch.isfinite(read).flatten(-2).all(-1)
+        bad = ~finite if bad is None else bad | ~finite
+    tensors = [torch.where(bad[..., None, None],
+                           torch.eye(*t.shape[-2:], dtype=t.dtype, device=t.device), t)
+               for t in tensors]
     try:
         if op == "cholesky":
             results = la.cholesky(tensors[0], upper=attrs[0])
@@ -102,6 +131,10 @@ def torch_call(torch, n, tensors):
         # real, its eigenvectors complex)
         dtype = next((r.dtype for r in results if r.is_complex()), results[0].dtype)
         results = torch.cat([r.reshape(batch + (-1,)).to(dtype) for r in results], dim=-1)
+    nan = complex(float("nan"), float("nan")) if results.is_complex() else float("nan")
+    results = torch.where(bad.reshape(bad.shape + (1,) * (results.dim() - bad.dim())),
+                          torch.full((), nan, dtype=results.dtype, device=results.device),
+                          results)
     if parts_out:
         results = torch.view_as_real(results.contiguous())
     return results.contiguous().reshape(-1)
