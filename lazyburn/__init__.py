@@ -12,7 +12,7 @@ This module only names the public API; the layers below are described in ARCHITE
 """
 from __future__ import annotations
 
-from . import amp, errors, graph, linalg, optim, runtime
+from . import amp, errors, fft, graph, linalg, optim, runtime
 from .errors import (AutogradError, DeviceError, DTypeError, IndexingError,
                      KernelCompileError, LinAlgError, OutOfMemoryError, ShapeError)
 from .frontend import autograd, random

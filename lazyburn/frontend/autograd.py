@@ -154,7 +154,7 @@ def _refuse(n: Node) -> None:
     from a tensor that requires grad: its gradient would be dropped, so it is refused where
     it is recorded."""
     if not n.dtype.is_complex:
-        raise AutogradError(f"linalg.{n.op}: lazyburn has no gradient for it yet, and its "
+        raise AutogradError(f"{n.op}: lazyburn has no gradient for it yet, and its "
                             f"input requires grad (compute it under lazyburn.no_grad(), or "
                             f"from a detached tensor)", n.origin)
     raise AutogradError(f"{n.op}: a {n.dtype.name} value computed from a tensor that requires "
@@ -420,7 +420,7 @@ NON_DIFFERENTIABLE = frozenset(
 
 #: differentiable ops whose VJP lazyburn does not have yet: refused where they are recorded
 #: from a tensor that requires grad, never given a gradient of zero
-NO_VJP_YET = frozenset("cholesky eigh qr svd".split())
+NO_VJP_YET = frozenset("cholesky eigh qr svd fft".split())
 
 
 def _rule(*ops):

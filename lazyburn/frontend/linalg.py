@@ -419,7 +419,7 @@ def _matrices(op: str, x, origin, square: bool = True) -> Node:
     return n
 
 
-def _library(op: str, inputs: tuple, attrs: tuple, parts: list, dtype, origin,
+def library_call(op: str, inputs: tuple, attrs: tuple, parts: list, dtype, origin,
              real: tuple = ()) -> list:
     """The results of library call ``op`` (``ir.ops`` kind ``library``) of ``inputs``, one
     node per shape in ``parts``, of ``dtype``, or of its parts' dtype for the results whose
@@ -466,7 +466,7 @@ def cholesky(x, *, upper=False):
     tensors; LinAlgError at sync for a matrix that is not positive definite."""
     origin = Origin()
     a = _matrices("cholesky", x, origin)
-    return wrap(_library("cholesky", (a,), (bool(upper),), [a.shape], a.dtype, origin)[0])
+    return wrap(library_call("cholesky", (a,), (bool(upper),), [a.shape], a.dtype, origin)[0])
 
 
 def inv(x):
@@ -478,7 +478,7 @@ def inv(x):
     matrix."""
     origin = Origin()
     a = _matrices("inv", x, origin)
-    return wrap(_library("inv", (a,), (), [a.shape], a.dtype, origin)[0])
+    return wrap(library_call("inv", (a,), (), [a.shape], a.dtype, origin)[0])
 
 
 def solve(x1, x2):
@@ -511,7 +511,7 @@ def solve(x1, x2):
         broadcast_shapes("linalg.solve", a.shape[:-2], b.shape[:-2], origin=origin)
     a = broadcast_to(cast(a, d, origin), batch + (m, m), origin)
     b = broadcast_to(cast(b, d, origin), batch + b.shape[-2:], origin)
-    (r,) = _library("solve", (a, b), (), [b.shape], d, origin)
+    (r,) = library_call("solve", (a, b), (), [b.shape], d, origin)
     return wrap(reshape_node(r, batch + (m,), origin) if vector else r)
 
 
@@ -521,7 +521,7 @@ def det(x):
     call. Raises ShapeError, DTypeError as ``cholesky``."""
     origin = Origin()
     a = _matrices("det", x, origin)
-    return wrap(_library("det", (a,), (), [a.shape[:-2]], a.dtype, origin)[0])
+    return wrap(library_call("det", (a,), (), [a.shape[:-2]], a.dtype, origin)[0])
 
 
 def slogdet(x):
@@ -534,7 +534,7 @@ def slogdet(x):
     origin = Origin()
     a = _matrices("slogdet", x, origin)
     batch = a.shape[:-2]
-    return SlogdetResult(*map(wrap, _library("slogdet", (a,), (), [batch, batch], a.dtype,
+    return SlogdetResult(*map(wrap, library_call("slogdet", (a,), (), [batch, batch], a.dtype,
                                              origin, real=(1,))))
 
 
@@ -551,7 +551,7 @@ def eigh(x):
     origin = Origin()
     a = _matrices("eigh", x, origin)
     m = a.shape[-1]
-    return EighResult(*map(wrap, _library("eigh", (a,), (), [a.shape[:-2] + (m,), a.shape],
+    return EighResult(*map(wrap, library_call("eigh", (a,), (), [a.shape[:-2] + (m,), a.shape],
                                           a.dtype, origin, real=(0,))))
 
 
@@ -561,7 +561,7 @@ def eigvalsh(x):
     call; raises as ``eigh``."""
     origin = Origin()
     a = _matrices("eigvalsh", x, origin)
-    return wrap(_library("eigvalsh", (a,), (), [a.shape[:-1]], dt.real_dtype(a.dtype),
+    return wrap(library_call("eigvalsh", (a,), (), [a.shape[:-1]], dt.real_dtype(a.dtype),
                          origin)[0])
 
 
@@ -580,7 +580,7 @@ def qr(x, *, mode="reduced"):
     *batch, m, n = a.shape
     batch = tuple(batch)
     k = m if mode == "complete" else min(m, n)
-    return QRResult(*map(wrap, _library("qr", (a,), (mode,), [batch + (m, k), batch + (k, n)],
+    return QRResult(*map(wrap, library_call("qr", (a,), (mode,), [batch + (m, k), batch + (k, n)],
                                         a.dtype, origin)))
 
 
@@ -600,7 +600,7 @@ def svd(x, *, full_matrices=True):
     batch = tuple(batch)
     k = min(m, n)
     u, v = (m, n) if full_matrices else (k, k)
-    return SVDResult(*map(wrap, _library("svd", (a,), (bool(full_matrices),),
+    return SVDResult(*map(wrap, library_call("svd", (a,), (bool(full_matrices),),
                                          [batch + (m, u), batch + (k,), batch + (v, n)],
                                          a.dtype, origin, real=(1,))))
 
@@ -610,7 +610,7 @@ def svdvals(x):
     (..., min(M, N)), ``x``'s real dtype. A library call; raises as ``svd``."""
     origin = Origin()
     a = _matrices("svdvals", x, origin, square=False)
-    return wrap(_library("svdvals", (a,), (), [a.shape[:-2] + (min(a.shape[-2:]),)],
+    return wrap(library_call("svdvals", (a,), (), [a.shape[:-2] + (min(a.shape[-2:]),)],
                          dt.real_dtype(a.dtype), origin)[0])
 
 

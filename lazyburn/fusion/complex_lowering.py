@@ -34,10 +34,10 @@ a few ulps of the C library's that NumPy calls, relative to the result's magnitu
                 C99 Annex G's formulas and Kahan's for the inverse functions, with the
                 array API's special cases as ``where`` chains (``MATH``; each function's
                 docstring gives its source)
-    library     the decompositions (``ir.ops`` kind ``library``): the library computes complex
-                matrices itself; the node reads its inputs' parts joined, as its complex
-                buffer would hold them, and writes its complex result so (``PARTS_IN``,
-                ``PARTS_IN_OUT``)
+    library     the decompositions and Fourier transforms (``ir.ops`` kind ``library``): the
+                library computes complex numbers itself; the node reads its complex inputs'
+                parts joined, as their complex buffers would hold them, and writes its complex
+                result so (``ir.ops.COMPLEX_PARTS``)
 The other ops on complex values (pow, exp2, round, prod, cumprod) are computed on the NumPy
 device only: recording one on a fused device raises DTypeError at the user's line
 (``frontend/record.py`` asks ``LOWERED``).
@@ -50,7 +50,7 @@ from typing import Callable, Sequence
 from ..ir import dtypes as dt
 from ..ir.graph import topo_order
 from ..ir.node import ExactFloat, Node
-from ..ir.ops import LIBRARY, PARTS_IN, PARTS_IN_OUT
+from ..ir.ops import COMPLEX_PARTS, LIBRARY
 
 #: the ops that make complex values the lowering can compute (and the real-valued ops of
 #: complex inputs: abs, real, imag, eq, ne, isnan, isinf, isfinite, cast to bool)
@@ -254,14 +254,15 @@ class ComplexLowering:
         return self._split(whole, n, b)
 
     def _library(self, n: Node, b: _Builder):
-        """A library call of complex inputs (each given as its parts joined); its complex
-        result as the parts of the buffer it writes (a real result as it is)."""
+        """A library call: each complex input given as its parts joined; a complex result as
+        the parts of the buffer it writes (a real result as it is)."""
         inputs = tuple(self._joined(i) for i in n.inputs)
-        if not n.dtype.is_complex:  # eigvalsh, svdvals
-            return Node(n.op, inputs, n.attrs + (PARTS_IN,), n.shape, n.dtype, n.device,
-                        n.code, n.line)
+        mark = (COMPLEX_PARTS, tuple(i.dtype.is_complex for i in n.inputs), n.dtype.is_complex)
+        if not n.dtype.is_complex:  # eigvalsh, svdvals, irfft, hfft
+            return Node(n.op, inputs, n.attrs + (mark,), n.shape, n.dtype, n.device, n.code,
+                        n.line)
         r = dt.real_dtype(n.dtype)
-        whole = b.node(n.op, inputs, n.attrs + (PARTS_IN_OUT,), r, n.shape + (2,))
+        whole = b.node(n.op, inputs, n.attrs + (mark,), r, n.shape + (2,))
         return self._split(whole, n, b)
 
     @staticmethod

@@ -89,7 +89,8 @@ class FusionGroup:
         if self.kind == "matmul":
             return "matmul"
         if self.kind in ("scan", "sort", "library"):
-            return f"{self.kind}({self.anchors[0].op})"
+            a = self.anchors[0]
+            return f"{self.kind}({a.attrs[0] if a.op == 'fft' else a.op})"  # (fft: rfftn...)
         return self.kind
 
 

@@ -40,7 +40,10 @@ Kinds:
                  ``slogdet`` (sign, logabsdet: (..., 2)), ``eigh`` (eigenvalues (..., n),
                  eigenvectors (..., n, n)), ``qr`` (attrs ``(mode,)``: Q, R) and ``svd`` (attrs
                  ``(full_matrices,)``: U, S, Vh); the front end takes each result out with a
-                 slice and a reshape (``frontend/linalg.py``)
+                 slice and a reshape (``frontend/linalg.py``). And the discrete Fourier
+                 transforms: ``fft`` (attrs ``(function, s, axes, norm)``: ``function`` one of
+                 NumPy's ``fftn ifftn rfftn irfftn hfft ihfft``, over ``axes`` with lengths
+                 ``s``, ``norm`` "backward", "ortho" or "forward")
     copy         transfer to another device
 """
 from __future__ import annotations
@@ -131,6 +134,7 @@ _define("library", 1, "inv det slogdet eigh eigvalsh svdvals")
 _define("library", 2, "solve")
 _define("library", 1, "qr", ("mode",))
 _define("library", 1, "svd", ("full_matrices",))
+_define("library", 1, "fft", ("function", "s", "axes", "norm"))
 
 _define("copy", 1, "copy")
 
@@ -142,11 +146,11 @@ REDUCTIONS = frozenset(n for n, d in _TABLE.items() if d.kind == "reduce")
 SCANS = frozenset(n for n, d in _TABLE.items() if d.kind == "scan")
 SORTS = frozenset(n for n, d in _TABLE.items() if d.kind == "sort")
 LIBRARY = frozenset(n for n, d in _TABLE.items() if d.kind == "library")
-#: the last attribute of a library node that the complex lowering made on a fused device
-#: (``fusion.complex_lowering``): its inputs are complex values given as their parts (real
-#: buffers of shape S + (2,)), and with ``PARTS_IN_OUT`` its complex result is stored so too
-PARTS_IN = "complex parts in"
-PARTS_IN_OUT = "complex parts in and out"
+#: the first item of the last attribute of a library node that the complex lowering made on a
+#: fused device (``fusion.complex_lowering``): ``(COMPLEX_PARTS, inputs, output)``, ``inputs``
+#: a bool per input, true where it is a complex value given as its parts (a real buffer of
+#: shape S + (2,)), ``output`` true where the complex result is stored so
+COMPLEX_PARTS = "complex parts"
 #: ops recorded on complex inputs only, so computed on the NumPy device only (the fused devices
 #: hold no complex dtype)
 COMPLEX_ONLY = frozenset(n for n, d in _TABLE.items() if d.category == "complex")

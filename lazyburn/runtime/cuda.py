@@ -435,11 +435,11 @@ class CudaBackend(FusedBackend):
         """What ``compile_kernel`` would make of ``k``, without building it."""
         return cuda_tuning.planned_execution(self, k)
 
-    linalg_execution = Execution(linalg_library.TORCH_ENGINE, generated=0, library_calls=1)
+    library_engines = linalg_library.TORCH_ENGINE
 
     def library_call(self, n, buffers, inputs):
-        """Library node ``n`` computed by ``torch.linalg`` on this device's stream from its
-        inputs' flat ``buffers``. Raises LinAlgError."""
+        """Library node ``n`` computed by ``torch.linalg`` or ``torch.fft`` on this device's
+        stream from its inputs' flat ``buffers``. Raises LinAlgError."""
         tensors = [buf.view(self.dtypes[x.dtype.name]).reshape(x.shape)
                    for x, buf in zip(inputs, buffers)]
         return linalg_library.torch_call(self.torch, n, tensors)

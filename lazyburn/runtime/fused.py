@@ -66,8 +66,8 @@ class FusedBackend:
     #: the ops that may make a complex value here (``fusion.complex_lowering``)
     complex_ops = LOWERED
 
-    #: what computes a matrix decomposition here (``library_call``)
-    linalg_execution = Execution(linalg_library.HOST_ENGINE, generated=0, library_calls=1)
+    #: what computes a library call here (``library_call``), per family
+    library_engines = linalg_library.HOST_ENGINE
 
     def real_view(self, n):
         """Realized complex node ``n``'s buffer as the buffer of its parts (the same memory:
@@ -99,7 +99,8 @@ class FusedBackend:
         if k.kind == "copy":
             return TRANSFER
         if k.kind == "library":
-            return self.linalg_execution
+            return Execution(linalg_library.engine(self.library_engines, k), generated=0,
+                             library_calls=1)
         found = getattr(k.compiled, "execution", None)
         return found if found is not None else self.planned_execution(k)
 
@@ -191,7 +192,8 @@ class FusedBackend:
     def library_call(self, n, buffers, inputs):
         """The buffer of library node ``n`` computed from its inputs' ``buffers`` (``inputs``:
         their nodes, for their shapes and dtypes): by default the inputs are read to the host,
-        ``numpy.linalg`` computes the value and it is uploaded. Raises LinAlgError."""
+        ``numpy.linalg`` or ``numpy.fft`` computes the value and it is uploaded. Raises
+        LinAlgError."""
         arrays = [self.download(Node("buffer", (), (), x.shape, x.dtype, self.device_string,
                                      buffer=buf)) for x, buf in zip(inputs, buffers)]
         return self.upload(linalg_library.host_call(n, arrays))

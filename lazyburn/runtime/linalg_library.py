@@ -1,6 +1,7 @@
-"""The matrix decompositions (``ir.ops`` kind ``library``) as calls of a library: LAPACK through
-``numpy.linalg`` on the host for the NumPy, OpenCL and WebGPU devices, ``torch.linalg`` (cuSOLVER
-and MAGMA on a GPU) on the CUDA device.
+"""The matrix decompositions and the discrete Fourier transforms (``ir.ops`` kind ``library``)
+as calls of a library: LAPACK through ``numpy.linalg`` and pocketfft through ``numpy.fft`` on
+the host for the NumPy, OpenCL and WebGPU devices; ``torch.linalg`` (cuSOLVER and MAGMA on a
+GPU) and ``torch.fft`` (cuFFT) on the CUDA device.
 
 A library call computes one node from its inputs' whole buffers and returns the node's value,
 with the results of a decomposition of several (``slogdet``, ``eigh``, ``qr``, ``svd``) packed
@@ -22,12 +23,20 @@ import numpy as np
 
 from ..errors import LinAlgError
 from ..ir import dtypes as dt
-from ..ir.ops import PARTS_IN, PARTS_IN_OUT
+from ..ir.ops import COMPLEX_PARTS
 
 #: what computes a library call on a device without a library of its own
-HOST_ENGINE = "library: numpy.linalg (LAPACK) on the host"
+HOST_ENGINE = {"linalg": "library: numpy.linalg (LAPACK) on the host",
+               "fft": "library: numpy.fft (pocketfft) on the host"}
 #: ... and on the CUDA device
-TORCH_ENGINE = "library: torch.linalg on the device"
+TORCH_ENGINE = {"linalg": "library: torch.linalg on the device",
+                "fft": "library: torch.fft (cuFFT) on the device"}
+
+
+def engine(engines: dict, k) -> str:
+    """What computes planned library call ``k`` (whose first op is the library node), from
+    ``engines`` (``HOST_ENGINE`` or ``TORCH_ENGINE``)."""
+    return engines["fft" if k.ops[0].op == "fft" else "linalg"]
 
 
 def _numpy_calls():
@@ -50,28 +59,42 @@ _NUMPY = _numpy_calls()
 
 
 def _parts(n):
-    """``(attrs, inputs as parts, result as parts, result shape, result dtype)`` of library
-    node ``n``: a node of the complex lowering (``ir.ops.PARTS_IN``, ``PARTS_IN_OUT``) reads
-    complex inputs as their parts and may write its complex result so."""
+    """``(attrs, per input: given as parts, result as parts, result shape, result dtype)`` of
+    library node ``n``: a node of the complex lowering (``ir.ops.COMPLEX_PARTS``) reads its
+    complex inputs as their parts and writes a complex result so."""
     mark = n.attrs[-1] if n.attrs else None
-    if mark not in (PARTS_IN, PARTS_IN_OUT):
-        return n.attrs, False, False, n.shape, n.dtype
-    if mark == PARTS_IN:
-        return n.attrs[:-1], True, False, n.shape, n.dtype
-    return n.attrs[:-1], True, True, n.shape[:-1], dt.complex_dtype(n.dtype)
+    if not (isinstance(mark, tuple) and mark and mark[0] == COMPLEX_PARTS):
+        return n.attrs, (False,) * len(n.inputs), False, n.shape, n.dtype
+    _, parts_in, parts_out = mark
+    if not parts_out:
+        return n.attrs[:-1], parts_in, False, n.shape, n.dtype
+    return n.attrs[:-1], parts_in, True, n.shape[:-1], dt.complex_dtype(n.dtype)
 
 
 #: the decompositions that read only the lower triangle of their matrix
 LOWER_ONLY = frozenset(("cholesky", "eigh", "eigvalsh"))
+#: the Fourier transforms along one axis (the others take ``s`` and ``axes``)
+ONE_AXIS = frozenset(("hfft", "ihfft"))
 
 
 def host_call(n, arrays) -> np.ndarray:
-    """Node ``n``'s value computed by ``numpy.linalg`` from its inputs' ``arrays`` (each of
-    its input's shape and dtype). Raises LinAlgError."""
+    """Node ``n``'s value computed by ``numpy.linalg`` or ``numpy.fft`` from its inputs'
+    ``arrays`` (each of its input's shape and dtype). Raises LinAlgError."""
     attrs, parts_in, parts_out, shape, dtype = _parts(n)
-    if parts_in:
-        arrays = [np.ascontiguousarray(a).view(dt.complex_dtype(dt.dtype(a.dtype)).np)[..., 0]
-                  for a in arrays]
+    arrays = [np.ascontiguousarray(a).view(dt.complex_dtype(dt.dtype(a.dtype)).np)[..., 0]
+              if parts else a for a, parts in zip(arrays, parts_in)]
+    if n.op == "fft":
+        function, s, axes, norm = attrs
+        fn = getattr(np.fft, function)
+        out = fn(arrays[0], n=s[0], axis=axes[0], norm=norm) if function in ONE_AXIS else \
+            fn(arrays[0], s=s, axes=axes, norm=norm)
+    else:
+        out = _host_decomposition(n, attrs, arrays, shape, dtype)
+    out = np.ascontiguousarray(out, dtype=dtype.np).reshape(shape)
+    return out.view(n.dtype.np).reshape(n.shape) if parts_out else out
+
+
+def _host_decomposition(n, attrs, arrays, shape, dtype) -> np.ndarray:
     bad = np.zeros(arrays[0].shape[:-2], bool)  # per matrix: a non-finite entry it reads
     for a in arrays:
         bad |= ~np.isfinite(np.tril(a) if n.op in LOWER_ONLY else a).all((-2, -1))
@@ -87,23 +110,34 @@ def host_call(n, arrays) -> np.ndarray:
         batch = shape[:-1]
         results = np.concatenate([np.reshape(r, batch + (-1,)).astype(dtype.np, copy=False)
                                   for r in results], axis=-1)
-    out = np.ascontiguousarray(results, dtype=dtype.np).reshape(shape)
-    if bad.any():
-        out = out.copy()
-        out[bad] = complex(np.nan, np.nan) if dtype.is_complex else np.nan
-    return out.view(n.dtype.np).reshape(n.shape) if parts_out else out
+    out = np.array(results, dtype=dtype.np).reshape(shape)
+    out[bad] = complex(np.nan, np.nan) if dtype.is_complex else np.nan
+    return out
 
 
 def torch_call(torch, n, tensors):
-    """Node ``n``'s value computed by ``torch.linalg`` from its inputs' ``tensors`` (each of
-    its input's shape and dtype, on the node's device), as a flat tensor. Raises LinAlgError.
-    Waits for the device: the library reports a matrix it cannot decompose through a status
-    the host reads."""
-    la = torch.linalg
-    op = n.op
+    """Node ``n``'s value computed by ``torch.linalg`` or ``torch.fft`` from its inputs'
+    ``tensors`` (each of its input's shape and dtype, on the node's device), as a flat tensor.
+    Raises LinAlgError. A decomposition waits for the device: the library reports a matrix it
+    cannot decompose through a status the host reads."""
     attrs, parts_in, parts_out, shape, _ = _parts(n)
-    if parts_in:
-        tensors = [torch.view_as_complex(t.contiguous()) for t in tensors]
+    tensors = [torch.view_as_complex(t.contiguous()) if parts else t
+               for t, parts in zip(tensors, parts_in)]
+    if n.op == "fft":
+        function, s, axes, norm = attrs
+        fn = getattr(torch.fft, function)
+        results = fn(tensors[0], n=s[0], dim=axes[0], norm=norm) if function in ONE_AXIS \
+            else fn(tensors[0], s=s, dim=axes, norm=norm)
+    else:
+        results = _torch_decomposition(torch, n, attrs, tensors, shape)
+    results = results.resolve_conj()  # (ihfft returns a lazily conjugated view)
+    if parts_out:
+        results = torch.view_as_real(results.contiguous())
+    return results.contiguous().reshape(-1)
+
+
+def _torch_decomposition(torch, n, attrs, tensors, shape):
+    la, op = torch.linalg, n.op
     bad = None  # per matrix: a non-finite entry it reads (computed on the device, no wait)
     for t in tensors:
         read = torch.tril(t) if op in LOWER_ONLY else t
@@ -132,12 +166,9 @@ def torch_call(torch, n, tensors):
         dtype = next((r.dtype for r in results if r.is_complex()), results[0].dtype)
         results = torch.cat([r.reshape(batch + (-1,)).to(dtype) for r in results], dim=-1)
     nan = complex(float("nan"), float("nan")) if results.is_complex() else float("nan")
-    results = torch.where(bad.reshape(bad.shape + (1,) * (results.dim() - bad.dim())),
-                          torch.full((), nan, dtype=results.dtype, device=results.device),
-                          results)
-    if parts_out:
-        results = torch.view_as_real(results.contiguous())
-    return results.contiguous().reshape(-1)
+    return torch.where(bad.reshape(bad.shape + (1,) * (results.dim() - bad.dim())),
+                       torch.full((), nan, dtype=results.dtype, device=results.device),
+                       results)
 
 
 def _failed(n, e: Exception) -> LinAlgError:

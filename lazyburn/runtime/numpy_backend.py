@@ -340,14 +340,12 @@ class NumpyBackend:
     download_ordering = "the host array the NumPy sync returned"
     host_memory = True  # ``download`` hands out the buffer itself (read-only)
 
-    #: a matrix decomposition
-    LINALG = Execution(linalg_library.HOST_ENGINE, generated=0, library_calls=1)
-
     def execution(self, k) -> Execution:
         """What executes planned kernel ``k`` here: NumPy, one op at a time (a copy is a
-        transfer, a matrix decomposition a call of LAPACK through NumPy)."""
+        transfer, a library call one of ``numpy.linalg`` or ``numpy.fft``)."""
         if k.kind == "library":
-            return self.LINALG
+            return Execution(linalg_library.engine(linalg_library.HOST_ENGINE, k), generated=0,
+                             library_calls=1)
         return TRANSFER if k.kind == "copy" else self.HOST
 
     def __init__(self):
