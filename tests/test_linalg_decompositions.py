@@ -330,3 +330,20 @@ def test_complex_matrices_reach_the_library_as_their_buffers_hold_them(fused, rn
     plan = lb.explain(y)
     assert plan.library_calls == 1 and plan.kinds().count("library") == 1
     close(y.numpy(), np.linalg.inv(a * (1 + 2j)) + 1j, "complex64")
+
+
+def test_the_dump_names_each_library_call(fused, rng, tmp_path):
+    a = general(rng, (2, 3, 3), "float32")
+    x = lb.asarray(a, device=fused)
+    y = lb.linalg.inv(x * 2) + lb.linalg.det(x)[:, None, None]
+    with lb.dump(tmp_path):
+        got = y.numpy()
+    close(got, np.linalg.inv(a * 2) + np.linalg.det(a)[:, None, None], "float32", 100)
+    engine = "torch.linalg on the device" if fused.startswith("cuda") else \
+        "numpy.linalg (LAPACK) on the host"
+    calls = sorted(f.read_text() for f in tmp_path.glob("*_library_*.txt"))
+    assert len(calls) == 2
+    assert all(f"# executed by: library: {engine}\n" in text for text in calls)
+    assert any("inv[2, 3, 3]:float32 [anchor]" in text for text in calls)
+    assert any("det[2]:float32 [anchor]" in text for text in calls)
+    assert all("test_linalg_decompositions.py" in text for text in calls)

@@ -6,12 +6,15 @@ executes it (``executed by: generated OpenCL C``; for a matmul the autotuner gav
 ``executed by: library: NumPy BLAS on host-mapped buffers, with generated kernels for:
 epilogue``, the file then holding the generated kernels around the library call), listing the
 fused ops, which were fused on read or on write, and the user source line of each, followed by
-the printed kernel IR. The source below the header is exactly what the backend compiled.
+the printed kernel IR. The source below the header is exactly what the backend compiled. A
+library call with no generated kernel (a decomposition, a Fourier transform) gets a ``.txt``
+file with the header alone: its op, its user line and the library that computes it.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import zlib
 from pathlib import Path
 
 from ..autotune import cache_dir
@@ -77,7 +80,8 @@ def write(kernel, source: str, suffix: str, comment: str, directory: Path | None
         return None
     directory.mkdir(parents=True, exist_ok=True)
     seen = _written.setdefault(directory.resolve(), {})
-    digest = kernel.spec.structural_hash() if kernel.spec is not None else "copy"
+    digest = kernel.spec.structural_hash() if kernel.spec is not None else \
+        f"{zlib.crc32(repr(kernel.ops).encode()):08x}"  # a library call: its op and shape
     key = f"{digest}:{hash(source)}"
     if key in seen:
         return seen[key]

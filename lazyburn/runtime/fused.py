@@ -118,6 +118,10 @@ class FusedBackend:
         if dump.dump_dir() is None:
             return
         for k in plan.kernels:
+            if k.kind == "library":  # named, with what computes it, though nothing is generated
+                dump.write(k, "(no generated source: the library computes this node)\n", ".txt",
+                           "#", execution=self.execution(k))
+                continue
             source = getattr(k.compiled, "source", None)
             if source is not None:
                 dump.write(k, source, k.compiled.suffix, k.compiled.comment,
