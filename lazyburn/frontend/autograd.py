@@ -43,7 +43,7 @@ from ..ir.node import Node
 from . import elementwise as ew
 from . import linalg as la
 from . import record as rec
-from .creation import arange, ones, zeros_like
+from .creation import arange, ones, tril, zeros_like
 from .elementwise import where
 from .linalg import matmul
 from .movement import flip, pad, permute_dims, spread
@@ -144,19 +144,19 @@ def _on_record(n: Node) -> None:
                 return
         elif s is not None:
             flows = True
-    if flows and (n.dtype.is_complex or n.op in NO_VJP_YET):
+    if flows and (n.dtype.is_complex or _lacks_vjp(n)):
         _refuse(n)
     state[n] = _Entry(n) if flows and n.op in VJP and n.dtype.is_float else None
 
 
 def _refuse(n: Node) -> None:
-    """A complex value, or a decomposition without a VJP rule (``NO_VJP_YET``), computed
-    from a tensor that requires grad: its gradient would be dropped, so it is refused where
-    it is recorded."""
+    """A complex value, or a library call without a VJP (``_lacks_vjp``), computed from a
+    tensor that requires grad: its gradient would be dropped, so it is refused where it is
+    recorded."""
     if not n.dtype.is_complex:
-        raise AutogradError(f"{n.op}: lazyburn has no gradient for it yet, and its "
-                            f"input requires grad (compute it under lazyburn.no_grad(), or "
-                            f"from a detached tensor)", n.origin)
+        raise AutogradError(f"{n.op}: lazyburn has no gradient for it here, and its input "
+                            f"requires grad (compute it under lazyburn.no_grad(), or from a "
+                            f"detached tensor)", n.origin)
     raise AutogradError(f"{n.op}: a {n.dtype.name} value computed from a tensor that requires "
                         f"grad; complex values do not carry gradients (compute it under "
                         f"lazyburn.no_grad(), or from a detached tensor)", n.origin)
@@ -184,7 +184,7 @@ def _classify(root: Node) -> bool:
             continue
         stack.pop()
         upstream = any(state.get(i) is not None for i in n.inputs)
-        if upstream and (n.dtype.is_complex or n.op in NO_VJP_YET):
+        if upstream and (n.dtype.is_complex or _lacks_vjp(n)):
             _refuse(n)
         flows = n.op in VJP and n.dtype.is_float and upstream
         state[n] = _Entry(n) if flows else None
@@ -419,8 +419,19 @@ NON_DIFFERENTIABLE = frozenset(
 
 
 #: differentiable ops whose VJP lazyburn does not have yet: refused where they are recorded
-#: from a tensor that requires grad, never given a gradient of zero
-NO_VJP_YET = frozenset("cholesky eigh qr svd fft".split())
+#: from a tensor that requires grad, never given a gradient of zero (and ``qr`` where its
+#: derivative is not defined: ``_lacks_vjp``)
+NO_VJP_YET = frozenset("svd fft".split())
+
+
+def _lacks_vjp(n: Node) -> bool:
+    """Whether the gradient cannot flow through ``n``: an op of ``NO_VJP_YET``, or a QR
+    decomposition of a wide matrix (M < N) or a complete one of a tall matrix (M > N), whose
+    Q is not determined by the input (PyTorch refuses them too)."""
+    if n.op == "qr":
+        rows, cols = n.inputs[0].shape[-2:]
+        return rows < cols or n.attrs[0] == "complete" and rows > cols
+    return n.op in NO_VJP_YET
 
 
 def _rule(*ops):
@@ -700,10 +711,73 @@ def _slogdet(g, y, xs, attrs):
     return (g[..., 1][..., None, None] * la.inv(xs[0]).mT,)
 
 
+def _read_lower(g):
+    """The gradient with respect to a matrix of which only the lower triangle is read
+    (``eigh``, ``eigvalsh``, ``cholesky``: LAPACK's convention; its transpose for
+    ``cholesky(upper=True)``, which reads the upper one), from ``g``, the gradient with
+    respect to the symmetric matrix that triangle stands for: an entry below the diagonal
+    stands for itself and its mirror, so it gets both; the upper triangle gets none. (PyTorch
+    returns the symmetric ``g`` itself; the two agree on any symmetric input built from a
+    tensor, e.g. ``x + x.mT``, whose gradient sums both triangles.)"""
+    return tril(g + g.mT, -1) + tril(g) - tril(g, -1)
+
+
+def _eigenvector_term(q, w, gq):
+    """Q (F o (Q^T gQ)) Q^T, F[i, j] = 1 / (w[j] - w[i]) off the diagonal and 0 on it: the
+    eigenvectors' share of the gradient of a symmetric matrix (Giles 2008, section 3.1)."""
+    gap = w[..., None, :] - w[..., :, None]
+    i = arange(gap.shape[-1], device=gap.device)
+    off = i[:, None] != i[None, :]
+    f = where(off, 1.0 / where(off, gap, 1.0), 0.0)
+    return matmul(matmul(q, f * matmul(q.mT, gq)), q.mT)
+
+
 @_rule("eigvalsh")
 def _eigvalsh(g, y, xs, attrs):
     q = la.eigh(xs[0]).eigenvectors  # recomputed: the values' node does not hold them
-    return (matmul(q * g[..., None, :], q.mT),)
+    return (_read_lower(matmul(q * g[..., None, :], q.mT)),)
+
+
+@_rule("eigh")
+def _eigh(g, y, xs, attrs):
+    # distinct eigenvalues assumed: a repeated one has no unique eigenvectors (inf results)
+    m = xs[0].shape[-1]
+    w, q = y[..., :m], y[..., m:].reshape(y.shape[:-1] + (m, m))
+    gw, gq = g[..., :m], g[..., m:].reshape(g.shape[:-1] + (m, m))
+    return (_read_lower(matmul(q * gw[..., None, :], q.mT) + _eigenvector_term(q, w, gq)),)
+
+
+@_rule("cholesky")
+def _cholesky(g, y, xs, attrs):
+    # A = L L^T: gA = sym(L^-T Phi(L^T gL) L^-1), Phi the lower triangle with its diagonal
+    # halved (I. Murray, "Differentiation of the Cholesky decomposition", 2016, eq. 10)
+    (upper,) = attrs
+    low, gl = (y.mT, g.mT) if upper else (y, g)
+    p = matmul(low.mT, gl)
+    phi = tril(p) - 0.5 * (tril(p) - tril(p, -1))
+    inv_low = la.inv(low)
+    s = matmul(matmul(inv_low.mT, phi), inv_low)
+    ga = _read_lower(0.5 * (s + s.mT))
+    return (ga.mT if upper else ga,)  # (upper=True reads the upper triangle)
+
+
+@_rule("qr")
+def _qr(g, y, xs, attrs):
+    # A = QR with M >= N, reduced (or complete and square; else refused, _lacks_vjp): gA = (gQ + Q copyltu(M)) R^-T,
+    # M = R gR^T - gQ^T Q, copyltu the symmetric matrix of M's lower triangle (H.-J. Liao et
+    # al., "Differentiable programming tensor networks", PRX 9, 031041, 2019, appendix)
+    (mode,) = attrs
+    a = xs[0]
+    rows, cols = a.shape[-2:]
+    k = cols if mode == "reduced" else rows
+    size_q = rows * k
+    q = y[..., :size_q].reshape(y.shape[:-1] + (rows, k))
+    r = y[..., size_q:].reshape(y.shape[:-1] + (k, cols))
+    gq = g[..., :size_q].reshape(g.shape[:-1] + (rows, k))
+    gr = g[..., size_q:].reshape(g.shape[:-1] + (k, cols))
+    m = matmul(r, gr.mT) - matmul(gq.mT, q)
+    copyltu = tril(m, -1) + tril(m, -1).mT + tril(m) - tril(m, -1)
+    return (matmul(gq + matmul(q, copyltu), la.inv(r).mT),)
 
 
 @_rule("svdvals")

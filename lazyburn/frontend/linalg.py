@@ -460,7 +460,8 @@ def cholesky(x, *, upper=False):
     (shape (..., M, M); float32, float64, complex64 or complex128, integers cast to the
     default float dtype): the lower-triangular L with ``x = L @ L.mH`` (``upper=True``: the
     upper-triangular ``U = L.mH``, ``x = U.mH @ U``), same shape and dtype. Only the lower
-    triangle of ``x`` is read (LAPACK's ``potrf``). A library call (see the module doc).
+    triangle of ``x`` is read, the upper one with ``upper=True`` (LAPACK's ``potrf``, as NumPy
+    and PyTorch call it). A library call (see the module doc).
 
     Raises ShapeError unless ``x``'s matrices are square, DTypeError for float16 and bfloat16
     tensors; LinAlgError at sync for a matrix that is not positive definite."""

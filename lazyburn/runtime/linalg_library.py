@@ -10,8 +10,8 @@ decompose (singular for ``inv`` and ``solve``, not positive definite for ``chole
 iteration that does not converge) raises LinAlgError naming the user line of the op.
 
 Non-finite entries. A matrix holding a nan or an infinity among the entries its decomposition
-reads (the lower triangle for ``cholesky``, ``eigh`` and ``eigvalsh``; every entry of both
-operands for ``solve``) gives nan for every result of that matrix, on every device: the
+reads (the lower triangle for ``eigh``, ``eigvalsh`` and ``cholesky``, the upper one for
+``cholesky(upper=True)``; every entry of both operands for ``solve``) gives nan for every result of that matrix, on every device: the
 libraries disagree there (cuSOLVER's inverse of a matrix with one nan above the diagonal was
 measured to be the identity on an H100-class GPU, where LAPACK gives nans, and LAPACK's SVD of
 it does not converge). Such a matrix is replaced by the identity for the call and its results
@@ -71,8 +71,17 @@ def _parts(n):
     return n.attrs[:-1], parts_in, True, n.shape[:-1], dt.complex_dtype(n.dtype)
 
 
-#: the decompositions that read only the lower triangle of their matrix
-LOWER_ONLY = frozenset(("cholesky", "eigh", "eigvalsh"))
+#: the decompositions that read one triangle of their matrix: the lower one (the upper one for
+#: ``cholesky(upper=True)``)
+TRIANGLE_ONLY = frozenset(("cholesky", "eigh", "eigvalsh"))
+
+
+def _read(op: str, attrs: tuple, a, tril, triu):
+    """The entries of matrix ``a`` that decomposition ``op`` reads (the others zero), with
+    ``tril`` and ``triu`` of the array library at hand."""
+    if op not in TRIANGLE_ONLY:
+        return a
+    return triu(a) if op == "cholesky" and attrs[0] else tril(a)
 #: the Fourier transforms along one axis (the others take ``s`` and ``axes``)
 ONE_AXIS = frozenset(("hfft", "ihfft"))
 
@@ -97,7 +106,7 @@ def host_call(n, arrays) -> np.ndarray:
 def _host_decomposition(n, attrs, arrays, shape, dtype) -> np.ndarray:
     bad = np.zeros(arrays[0].shape[:-2], bool)  # per matrix: a non-finite entry it reads
     for a in arrays:
-        bad |= ~np.isfinite(np.tril(a) if n.op in LOWER_ONLY else a).all((-2, -1))
+        bad |= ~np.isfinite(_read(n.op, attrs, a, np.tril, np.triu)).all((-2, -1))
     if bad.any():
         arrays = [np.where(bad[..., None, None], np.eye(*a.shape[-2:], dtype=a.dtype), a)
                   for a in arrays]
@@ -140,7 +149,7 @@ def _torch_decomposition(torch, n, attrs, tensors, shape):
     la, op = torch.linalg, n.op
     bad = None  # per matrix: a non-finite entry it reads (computed on the device, no wait)
     for t in tensors:
-        read = torch.tril(t) if op in LOWER_ONLY else t
+        read = _read(op, attrs, t, torch.tril, torch.triu)
         finite = torch.isfinite(read).flatten(-2).all(-1)
         bad = ~finite if bad is None else bad | ~finite
     tensors = [torch.where(bad[..., None, None],
