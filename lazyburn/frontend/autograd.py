@@ -421,15 +421,18 @@ NON_DIFFERENTIABLE = frozenset(
 #: differentiable ops whose VJP lazyburn does not have yet: refused where they are recorded
 #: from a tensor that requires grad, never given a gradient of zero (and ``qr`` where its
 #: derivative is not defined: ``_lacks_vjp``)
-NO_VJP_YET = frozenset("svd fft".split())
+NO_VJP_YET = frozenset(("fft",))
 
 
 def _lacks_vjp(n: Node) -> bool:
-    """Whether the gradient cannot flow through ``n``: an op of ``NO_VJP_YET``, or a QR
-    decomposition of a wide matrix (M < N) or a complete one of a tall matrix (M > N), whose
-    Q is not determined by the input (PyTorch refuses them too)."""
-    if n.op == "qr":
+    """Whether the gradient cannot flow through ``n``: an op of ``NO_VJP_YET``; a QR
+    decomposition of a wide matrix (M < N) or a complete one of a tall matrix (M > N), or an
+    SVD with full matrices of a matrix that is not square, whose extra vectors the input does
+    not determine (PyTorch refuses them too)."""
+    if n.op in ("qr", "svd"):
         rows, cols = n.inputs[0].shape[-2:]
+        if n.op == "svd":
+            return n.attrs[0] and rows != cols
         return rows < cols or n.attrs[0] == "complete" and rows > cols
     return n.op in NO_VJP_YET
 
@@ -784,6 +787,38 @@ def _qr(g, y, xs, attrs):
 def _svdvals(g, y, xs, attrs):
     u, _, vh = la.svd(xs[0], full_matrices=False)
     return (matmul(u * g[..., None, :], vh),)
+
+
+@_rule("svd")
+def _svd(g, y, xs, attrs):
+    # A = U S V^T, reduced (or full and square; else refused, _lacks_vjp), distinct non-zero
+    # singular values assumed: J. Townsend, "Differentiating the singular value decomposition"
+    # (2016), eq. 30 -- gA = U [F o (U^T gU - gU^T U) S + diag(gS) + S F o (V^T gV - gV^T V)]
+    # V^T + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T), F[i, j] = 1 / (s[j]^2 - s[i]^2)
+    rows, cols = xs[0].shape[-2:]
+    k = min(rows, cols)
+    batch = y.shape[:-1]
+    nu = rows * k
+    u = y[..., :nu].reshape(batch + (rows, k))
+    s = y[..., nu:nu + k]
+    v = y[..., nu + k:].reshape(batch + (k, cols)).mT
+    gu = g[..., :nu].reshape(batch + (rows, k))
+    gs = g[..., nu:nu + k]
+    gv = g[..., nu + k:].reshape(batch + (k, cols)).mT
+    s2 = s * s
+    gap = s2[..., None, :] - s2[..., :, None]
+    i = arange(k, device=s.device)
+    off = i[:, None] != i[None, :]
+    f = where(off, 1.0 / where(off, gap, 1.0), 0.0)
+    ut_gu, vt_gv = matmul(u.mT, gu), matmul(v.mT, gv)
+    core = (f * (ut_gu - ut_gu.mT)) * s[..., None, :] + s[..., :, None] * (f * (vt_gv - vt_gv.mT))
+    core = core + where(off, 0.0, gs[..., None, :])
+    ga = matmul(matmul(u, core), v.mT)
+    if rows > k:  # the part of gU outside U's column space
+        ga = ga + matmul((gu - matmul(u, ut_gu)) / s[..., None, :], v.mT)
+    if cols > k:  # the part of gV outside V's
+        ga = ga + matmul(u, ((gv - matmul(v, vt_gv)) / s[..., None, :]).mT)
+    return (ga,)
 
 
 # reductions (recorded with kept dimensions: y and g broadcast against x)
