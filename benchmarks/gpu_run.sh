@@ -11,8 +11,9 @@
 #   benchmarks/gpu_run.sh trust     the op sweep, the trust, scalar-argument and scan tests on
 #                                   cuda:0, then 2 000 random programs there
 #   benchmarks/gpu_run.sh trust-opencl  the same on NVIDIA's OpenCL (1 000 programs)
-#   benchmarks/gpu_run.sh linalg    the decompositions (library calls) and the linalg tests on
-#                                   cuda:0 (torch.linalg) and NVIDIA's OpenCL, then their timing
+#   benchmarks/gpu_run.sh linalg    the decompositions and Fourier transforms (library calls):
+#                                   the linalg and fft tests on cuda:0 (torch.linalg, torch.fft)
+#                                   and NVIDIA's OpenCL, then the decompositions' timing
 #   benchmarks/gpu_run.sh pocl      random programs on PoCL's OpenCL (the CI device), 2 000 as 16
 #                                   processes on the GPU host's cores
 #   benchmarks/gpu_run.sh before    the GPU suite (autotune off) on this tree and, side by side
@@ -131,7 +132,8 @@ case "${1:-check}" in
     echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
     python3 -m lazyburn.cli devices
     timeout 300 python3 -m pytest -q -p no:cacheprovider -rfE --tb=short -n 8 \
-      tests/test_linalg_decompositions.py tests/test_linalg.py -k "cuda or opencl:0" \
+      tests/test_linalg_decompositions.py tests/test_linalg.py tests/test_fft.py \
+      tests/test_autograd.py -k "cuda or opencl:0" \
       > "$OUT/linalg.txt" 2>&1 || failed tests/test_linalg_decompositions.py
     grep -E "^(FAILED|ERROR)|^E  |passed|failed" "$OUT/linalg.txt" | cut -c1-300 | tail -40
     timeout 200 python3 benchmarks/gpu_linalg.py 2>&1 | tee "$OUT/linalg_bench.txt" \

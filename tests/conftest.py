@@ -34,7 +34,21 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import lazyburn as lb  # noqa: E402
+from fused_devices import FUSED_DEVICES  # noqa: E402
 from lazyburn import runtime  # noqa: E402
+
+
+@pytest.fixture(params=["numpy"] + FUSED_DEVICES)
+def device(request):
+    """The reference device, then every fused device this machine has (a module that means
+    another set defines its own ``device``)."""
+    return request.param
+
+
+@pytest.fixture(params=FUSED_DEVICES)
+def fused(request):
+    """Every fused device this machine has."""
+    return request.param
 
 
 @pytest.fixture(scope="module")

@@ -269,6 +269,11 @@ def _float_step(g: _Gen, kind, name, a: Value, vals) -> Value | None:
     u = _u(a.dtype)
     if a.bound > 1e4 and kind != "view":
         return _squash(name, a)
+    if kind == "matmul" and a.dtype in ("float32", "float64") and a.shape and \
+            g.rng.random() < 0.4:
+        v = _library_step(g, name, a)
+        if v is not None:
+            return v
     if kind == "unary" or (kind == "matmul" and len(a.shape) < 2) or \
             (kind in ("reduce", "view") and not a.shape):
         if a.exact and g.rng.random() < 0.3:
@@ -582,6 +587,55 @@ def _matmul_step(g: _Gen, name, a: Value, vals) -> Value | None:
         return None
     return Value(f"{name} @ {name}.mT", s[:-1] + (m,), a.dtype, B * B * max(k, 1),
                  2 * k * B * E + levels * u * k * B * B, False)
+
+
+# library calls (decompositions, Fourier transforms) of well-conditioned operands: M is the
+# identity plus c * tanh(a) on a's leading k x k block, c = 0.4 / k, so every eigenvalue and
+# singular value of M (and of the symmetric matrix of its lower triangle) lies in [0.6, 1.4]:
+# bounds and first-order error bounds (Weyl's inequality; the inverse's norm at most 1 / 0.6)
+# hold whatever a's values. (expression, bound, error) of k, a's error e and the unit u
+LIBRARY_STEPS = {
+    "inv": ("lb.linalg.inv({m})", lambda k: 1 / 0.6,
+            lambda k, e, u: 3 * (0.4 * (e + 2 * u)) + 16 * k * u),
+    "det": ("lb.linalg.det({m})", lambda k: 1.4 ** k,
+            lambda k, e, u: 1.4 ** k * (3 * (0.4 * (e + 2 * u)) * k + 16 * k * u)),
+    "eigvalsh": ("lb.linalg.eigvalsh({m})", lambda k: 1.4,
+                 lambda k, e, u: 0.4 * (e + 2 * u) + 16 * k * u),
+    "svdvals": ("lb.linalg.svdvals({m})", lambda k: 1.4,
+                lambda k, e, u: 0.4 * (e + 2 * u) + 16 * k * u),
+    "eigh_values": ("lb.linalg.eigh({m}).eigenvalues * 2", lambda k: 2.8,
+                    lambda k, e, u: 0.8 * (e + 2 * u) + 32 * k * u),
+    "cholesky": ("lb.linalg.cholesky({m}) + 1", lambda k: 2.2,
+                 lambda k, e, u: 2 * (0.4 * (e + 2 * u)) + 16 * k * u),
+    "qr_r": ("lb.abs(lb.linalg.qr({m}).R)", lambda k: 1.4,
+             lambda k, e, u: 3 * (0.4 * (e + 2 * u)) + 16 * k * u),
+    "slogdet": ("lb.linalg.slogdet({m}).logabsdet", lambda k: 0.6 * k,
+                lambda k, e, u: 3 * k * (0.4 * (e + 2 * u)) + 16 * k * u),
+}
+
+
+def _library_step(g: _Gen, name, a: Value) -> Value | None:
+    s = a.shape
+    if len(s) < 2 or g.rng.random() < 0.25:
+        # a Fourier transform along the last axis: |rfft(a, ortho)| <= sqrt(n) * bound
+        n = s[-1]
+        if n == 0 or n > 4096:
+            return None
+        u = _u(a.dtype)
+        r = math.sqrt(n)
+        return Value(f"lb.abs(lb.fft.rfft({name}, norm='ortho'))", s[:-1] + (n // 2 + 1,),
+                     a.dtype, r * a.bound, r * a.err + 8 * r * math.log2(n + 1) * u * a.bound,
+                     False)
+    k = min(s[-2], s[-1], 16)
+    if _size(s[:-2]) * k * k > 1 << 16:
+        return None
+    op = g.choice(sorted(LIBRARY_STEPS))
+    tmpl, fb, fe = LIBRARY_STEPS[op]
+    m = (f"(lb.tanh({name}[..., :{k}, :{k}]) * {0.4 / max(k, 1)!r} + "
+         f"lb.eye({k}, dtype='{a.dtype}', device={name}.device))")
+    shape = {"inv": s[:-2] + (k, k), "cholesky": s[:-2] + (k, k), "qr_r": s[:-2] + (k, k),
+             "det": s[:-2], "slogdet": s[:-2]}.get(op, s[:-2] + (k,))
+    return Value(tmpl.format(m=m), shape, a.dtype, fb(k), fe(k, a.err, _u(a.dtype)), False)
 
 
 INT_BINARY = {

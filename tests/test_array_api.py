@@ -14,21 +14,10 @@ import pytest
 import lazyburn as lb
 from fused_devices import FUSED_DEVICES
 
-DEVICES = ["numpy"] + FUSED_DEVICES
 ALL_DTYPES = [lb.bool, lb.int8, lb.int16, lb.int32, lb.int64, lb.uint8, lb.float16, lb.bfloat16,
               lb.float32, lb.float64, lb.complex64, lb.complex128]
 KINDS = ["bool", "signed integer", "unsigned integer", "integral", "real floating",
          "complex floating", "numeric"]
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return request.param
-
-
-@pytest.fixture(params=FUSED_DEVICES)
-def fused(request):
-    return request.param
 
 
 def data(rng, shape, dtype):

@@ -10,20 +10,8 @@ import numpy as np
 import pytest
 
 import lazyburn as lb
-from fused_devices import FUSED_DEVICES
 
-DEVICES = ["numpy"] + FUSED_DEVICES
 EPS = {"float32": 1e-6, "complex64": 1e-6, "float64": 1e-14, "complex128": 1e-14}
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return request.param
-
-
-@pytest.fixture(params=FUSED_DEVICES)
-def fused(request):
-    return request.param
 
 
 def holds(device, dtype) -> bool:

@@ -12,19 +12,6 @@ import numpy as np
 import pytest
 
 import lazyburn as lb
-from fused_devices import FUSED_DEVICES
-
-DEVICES = ["numpy"] + FUSED_DEVICES
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return request.param
-
-
-@pytest.fixture(params=FUSED_DEVICES)
-def fused(request):
-    return request.param
 
 
 def normal(rng, shape, dtype="float32"):

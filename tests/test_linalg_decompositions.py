@@ -20,22 +20,10 @@ import numpy as np
 import pytest
 
 import lazyburn as lb
-from fused_devices import FUSED_DEVICES
 from lazyburn.ir.ops import LIBRARY
 
-DEVICES = ["numpy"] + FUSED_DEVICES
 TOL = {"float32": dict(rtol=2e-4, atol=2e-5), "float64": dict(rtol=1e-10, atol=1e-12)}
 TOL.update(complex64=TOL["float32"], complex128=TOL["float64"])
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return request.param
-
-
-@pytest.fixture(params=FUSED_DEVICES)
-def fused(request):
-    return request.param
 
 
 def holds(device, dtype) -> bool:

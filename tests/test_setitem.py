@@ -9,26 +9,6 @@ import numpy as np
 import pytest
 
 import lazyburn as lb
-from fused_devices import FUSED_DEVICES
-
-DEVICES = ["numpy"] + FUSED_DEVICES
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return request.param
-
-
-@pytest.fixture(params=FUSED_DEVICES)
-def fused(request):
-    return request.param
-
-
-@pytest.fixture
-def rng(request):
-    seed = abs(hash(request.node.name)) % 2**32  # differs per process: fresh data each run
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
 
 
 def normal(rng, shape, dtype="float32"):
