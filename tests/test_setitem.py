@@ -117,8 +117,61 @@ def test_boolean_masks(device, rng):
     np.testing.assert_array_equal(x.numpy(), np.maximum(host, 0))
     with pytest.raises(IndexError):
         x[lb.asarray(mask[:3], device=device)] = 1.0
-    with pytest.raises(NotImplementedError, match="count"):
-        x[lb.asarray(mask, device=device)] = lb.asarray(normal(rng, (7,)), device=device)
+    # one value per selected element: their count is read back (as x[mask] reads it)
+    x = lb.asarray(host, device=device)
+    values = normal(rng, (int(mask.sum()),))
+    x[lb.asarray(mask, device=device)] = lb.asarray(values, device=device)
+    want = host.copy()
+    want[mask] = values
+    np.testing.assert_array_equal(x.numpy(), want)
+    with pytest.raises(ValueError, match="broadcast"):
+        x[lb.asarray(mask, device=device)] = lb.asarray(normal(rng, (int(mask.sum()) + 1,)),
+                                                        device=device)
+
+
+def test_integer_array_keys_match_numpy(device, rng):
+    """NumPy's advanced indexing in an assignment: arrays on one axis or several (points),
+    mixed with ints and slices, negative and repeated indices (the last value written wins,
+    as in NumPy), host arrays, lists and device tensors as indices, broadcast values."""
+    host = normal(rng, (5, 6, 4))
+    keys = [
+        ([0, 3, -1],), (slice(None), [5, 0, 2]), ([1, 4], [2, 3]), (1, slice(None), [3, 0]),
+        (np.array([[0, 1], [4, 4]]), slice(1, None)), ([2, 0, 2, 2], 3, [1, 1, 0, 0]),
+        (Ellipsis, [3]), (slice(None, None, 2), [0, 5], None),
+    ]
+    for key in keys:
+        want = host.copy()
+        value = normal(rng, want[key].shape)
+        want[key] = value
+        x = lb.asarray(host, device=device)
+        x[key] = lb.asarray(value, device=device)
+        np.testing.assert_array_equal(x.numpy(), want, err_msg=str(key))
+        want[key] = -4.0  # a scalar
+        x[key] = -4.0
+        np.testing.assert_array_equal(x.numpy(), want, err_msg=str(key))
+    want = host.copy()
+    want[:, [1, 1, 4]] = np.array([1.0, 2.0, 3.0], np.float32)[:, None]
+    x = lb.asarray(host, device=device)
+    idx = lb.asarray(np.array([1, 1, 4]), device=device)  # a device tensor of indices
+    x[:, idx] = lb.asarray(np.array([[1.0], [2.0], [3.0]], np.float32), device=device)
+    np.testing.assert_array_equal(x.numpy(), want)
+
+
+def test_integer_array_assignment_is_one_kernel_with_its_neighbours(fused, rng):
+    """The write is a maximum over comparisons (which position names which value) with the
+    value's producer and gather and the result's consumer fused on write into its kernel."""
+    host, value = normal(rng, (5, 6)), normal(rng, (5, 2))
+    x = lb.asarray(host, device=fused)
+    x[:, [1, 4]] = lb.asarray(value, device=fused) * 2
+    y = x + 1
+    plan = lb.explain(y)
+    assert plan.kinds() == ["reduction"]
+    roles = {(o.op, o.role) for o in plan.kernels[0].ops}
+    assert {("max", "anchor"), ("eq", "fused on read"), ("mul", "fused on write"),
+            ("take", "fused on write"), ("add", "fused on write")} <= roles
+    want = host.copy()
+    want[:, [1, 4]] = value * 2
+    np.testing.assert_array_equal(y.numpy(), want + 1)
 
 
 def test_value_read_from_the_target(device, rng):
@@ -188,8 +241,10 @@ def test_index_errors(device, rng):
         x[::0] = 1.0
     with pytest.raises(ValueError, match="broadcast"):
         x[1:] = lb.asarray(normal(rng, (3, 4)), device=device)
-    with pytest.raises(NotImplementedError, match="integer-array"):
-        x[[0, 2]] = 1.0
+    with pytest.raises(IndexError):
+        x[[0, 3]] = 1.0
+    with pytest.raises(ValueError, match="broadcast"):
+        x[[0, 2], 1:] = lb.asarray(normal(rng, (3, 3)), device=device)
     with pytest.raises(IndexError):  # as NumPy: not a valid index
         x[0.5] = 1.0
     with pytest.raises(TypeError):

@@ -128,6 +128,41 @@ def _fit(v: Node, shape: tuple, origin) -> Node:
     return rec.broadcast_to(reshape_node(v, vs, origin), shape, origin)
 
 
+def _scatter(n: Node, key, v: Node, origin):
+    """``x[key] = v`` for a key that reading ``x[key]`` resolves with integer arrays or a
+    boolean mask: the flat position of each element ``x[key]`` names is read through the same
+    key from the flat positions of ``x`` (so every key ``x[key]`` takes means the same here,
+    a boolean mask's count read back as it is there); then each position of ``x`` takes the
+    value of the last element naming it (NumPy's result where an index repeats), found by a
+    maximum over comparisons with every named position -- a reduction whose comparisons are
+    fused on read, nothing scattered, size(x) x count(named) comparisons -- else keeps its
+    own value."""
+    size = n.size
+    flat = node("iota", (), (0,), (size,), dt.int64, n.device, origin)
+    named = wrap(reshape_node(flat, n.shape, origin))[key].node  # positions, x[key]'s shape
+    v = _fit(v, named.shape, origin)
+    count = named.size
+    if size == 0 or count == 0:
+        return wrap(n)  # nothing is written
+    grid = (size, count)
+    named = rec.broadcast_to(reshape_node(named, (1, count), origin), grid, origin)
+    here = node("iota", (), (0,), grid, dt.int64, n.device, origin)
+    k = node("iota", (), (1,), grid, dt.int64, n.device, origin)
+    hit = node("eq", (named, here), (), grid, dt.bool_, n.device, origin)
+    none = rec.const(-1, grid, dt.int64, n.device, origin)
+    last = node("max", (node("where", (hit, k, none), (), grid, dt.int64, n.device, origin),),
+                ((1,),), (size, 1), dt.int64, n.device, origin)
+    last = reshape_node(last, (size,), origin)
+    zero = rec.const(0, (size,), dt.int64, n.device, origin)
+    written = node("ge", (last, zero), (), (size,), dt.bool_, n.device, origin)
+    at = node("maximum", (last, zero), (), (size,), dt.int64, n.device, origin)
+    values = node("take", (reshape_node(v, (count,), origin), at), (0,), (size,), v.dtype,
+                  n.device, origin)
+    out = node("where", (written, values, reshape_node(n, (size,), origin)), (), (size,),
+               n.dtype, n.device, origin)
+    return wrap(reshape_node(out, n.shape, origin))
+
+
 def _iota_compare(op, d, bound, shape, device, origin) -> Node:
     pos = node("iota", (), (d,), shape, dt.int64, device, origin)
     return node(op, (pos, rec.const(bound, shape, dt.int64, device, origin)), (), shape,
@@ -190,9 +225,11 @@ def setitem(x, key, value, origin):
     the value spread to ``x``'s shape by views: element-wise, so the write fuses with its
     producers and consumers and nothing is scattered.
 
+    Keys with integer arrays (NumPy's advanced indexing, on one axis or several), and a mask
+    whose value has one entry per selected element, are written by ``_scatter``.
+
     Raises IndexError (bad index), ValueError (a value that does not broadcast), TypeError
-    (a cast the same-kind rule refuses), NotImplementedError for integer-array keys and for a
-    mask's value with one entry per selected element."""
+    (a cast the same-kind rule refuses)."""
     n = tensor_node("setitem", x, origin)
     v = _assigned(value, n, origin)
     mask = _mask_key(key, n, origin)
@@ -201,11 +238,8 @@ def setitem(x, key, value, origin):
         vs = v.shape
         while len(vs) > len(rest) and vs[0] == 1:
             vs = vs[1:]
-        if len(vs) > len(rest):
-            raise NotImplementedError(
-                f"setitem: a boolean-mask assignment takes a value that broadcasts to one "
-                f"selected element (shape {rest}); a value of shape {v.shape} with one entry "
-                f"per selected element needs the count of selected elements (at {origin})")
+        if len(vs) > len(rest):  # one value per selected element: their count is data
+            return _scatter(n, key, v, origin)
         v = _fit(reshape_node(v, vs, origin), rest, origin)
         v = rec.broadcast_to(reshape_node(v, (1,) * len(mask.shape) + rest, origin), n.shape,
                              origin)
@@ -213,11 +247,8 @@ def setitem(x, key, value, origin):
                                 n.shape, origin)
         return record("where", (keep, v, n), (), n.shape, n.dtype, n.device, origin)
     key = key if isinstance(key, tuple) else (key,)
-    for k in key:
-        if isinstance(k, (rec.Tensor, np.ndarray, list)):
-            raise NotImplementedError(f"setitem: integer-array and mixed boolean keys are not "
-                                      f"supported in assignments, got {type(k).__name__} "
-                                      f"(at {origin})")
+    if any(isinstance(k, (rec.Tensor, np.ndarray, list)) for k in key):
+        return _scatter(n, key, v, origin)
     selection, result = _basic_key(key, n.shape, origin)
     v = _fit(v, result, origin)
     if n.size == 0 or 0 in result:
