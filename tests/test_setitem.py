@@ -317,3 +317,25 @@ def test_autograd_through_assignment(rng):
         w[0] = 1.0
     assert w.is_leaf and w.requires_grad and w.grad is not None
     assert w.numpy()[0] == 1.0 and np.array_equal(w.numpy()[1:], host[1:])
+
+
+def test_autograd_through_an_integer_array_assignment_matches_torch(rng):
+    torch = pytest.importorskip("torch")
+    host, value = normal(rng, (5, 3), "float64"), normal(rng, (3, 3), "float64")
+    grads = {}
+    for idx in ([4, 1, 0], [4, 1, 4]):
+        for name, make in (("lb", lambda a: lb.asarray(a, device="numpy", requires_grad=True)),
+                           ("torch", lambda a: torch.tensor(a, requires_grad=True))):
+            x, v = make(host), make(value)
+            y = x * 1.5
+            y[idx] = v * 3
+            (y * y).sum().backward()
+            grads[name, len(set(idx))] = (np.asarray(x.grad.numpy()), np.asarray(v.grad.numpy()))
+    for ours, theirs in zip(grads["lb", 3], grads["torch", 3]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+    # a repeated index: the value written first is overwritten, so it has no effect and gets
+    # no gradient (PyTorch gives it the survivor's, its backward ignoring the overwrite)
+    (gx, gv), (tx, tv) = grads["lb", 2], grads["torch", 2]
+    np.testing.assert_allclose(gx, tx, rtol=1e-12)
+    np.testing.assert_array_equal(gv[0], 0.0)
+    np.testing.assert_allclose(gv[1:], tv[1:], rtol=1e-12)
