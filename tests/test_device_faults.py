@@ -211,6 +211,24 @@ def test_opencl_buffer_beyond_max_alloc_raises_before_allocating(rng):
 
 
 @pytest.mark.skipif("opencl:0" not in FUSED_DEVICES, reason="no OpenCL device")
+def test_a_cached_plan_blames_the_line_of_the_recording_it_runs():
+    """The second recording of a graph reuses the first one's plan and compiled kernels; its
+    fault names its own line, not the line that built the plan."""
+    b = runtime.backend("opencl:0")
+    n = b.max_alloc // 4 + 1
+    lines = []
+    for _ in range(2):
+        if not lines:
+            y = lb.full((n,), 2.5, device="opencl:0") * 3.0; lines.append(_line())  # noqa: E702
+        else:
+            y = lb.full((n,), 2.5, device="opencl:0") * 3.0; lines.append(_line())  # noqa: E702
+        with pytest.raises(lb.OutOfMemoryError) as err:
+            y.numpy()
+        assert err.value.origin.endswith(f"test_device_faults.py:{lines[-1]}")
+    assert lines[0] != lines[1]
+
+
+@pytest.mark.skipif("opencl:0" not in FUSED_DEVICES, reason="no OpenCL device")
 def test_opencl_live_buffers_beyond_global_memory_raise_and_freed_ones_count_off(rng,
                                                                                  monkeypatch):
     """PoCL allocates a buffer's memory at its first use and aborts the process when that

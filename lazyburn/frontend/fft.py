@@ -37,7 +37,7 @@ NORMS = ("backward", "ortho", "forward")
 
 def _input(name: str, x, origin, want: str):
     """``x``'s node in a dtype the transform takes: ``want`` "complex" (casting a real input
-    to the complex dtype of its precision), "real" (refusing a complex one) or "any"."""
+    to the complex dtype of its precision) or "real" (refusing a complex one)."""
     n = tensor_node(f"fft.{name}", x, origin)
     d = n.dtype
     if d.is_bool or d.is_int:

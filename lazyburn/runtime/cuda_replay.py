@@ -32,12 +32,16 @@ class Program:
         self.plan = plan
         self.n = len(order)
         self.output_pos = list(plan.output_pos)
-        self.steps, self.origins, self.labels = [], [], []
+        # per step: the user line of the plan's first recording, and the graph position of
+        # the first value the step stores (whose line, in the recording being run, is blamed)
+        self.steps, self.origins, self.labels, self.stored = [], [], [], []
         out_set = set(plan.output_pos)
         read: set[int] = set()
         self.capturable = True
         for i, k in enumerate(plan.kernels):
             self.origins.append(kernel_origin(k))
+            self.stored.append(k.arg_pos[-1] if k.kind in ("copy", "library") else
+                               k.arg_pos[k.n_inputs] if len(k.arg_pos) > k.n_inputs else None)
             self.labels.append(f"k{i}_{k.kind} ({k.label})")  # as the kernel is named
             if k.kind == "copy":
                 self.steps.append(_copy_step(backend, *k.arg_pos))
@@ -118,17 +122,24 @@ class Program:
             raise
         except b.torch.cuda.OutOfMemoryError as e:
             raise OutOfMemoryError(f"{b.device_string}: out of memory in kernel "
-                                   f"{self.labels[i]}: {_first_line(e)}", self.origins[i]) \
+                                   f"{self.labels[i]}: {_first_line(e)}",
+                                   self._origin(i, order)) \
                 from None
         except RuntimeError as e:
-            raise self._fault(e, i, exact=each or not waiting and (b.interpret or i == 0)) \
+            raise self._fault(e, i, order,
+                              exact=each or not waiting and (b.interpret or i == 0)) \
                 from None
         if b.cuda_graphs and self.capturable and not b.interpret and not each and \
                 self.runs >= CAPTURE_AFTER_RUNS:
             self.graph = GraphReplay(self, values, order)
         return [values[p] for p in self.output_pos]
 
-    def _fault(self, e: Exception, i: int, exact: bool):
+    def _origin(self, i: int, order) -> str | None:
+        """The user line of step ``i`` in the recording ``order`` being run."""
+        p = self.stored[i]
+        return (order[p].origin if p is not None else None) or self.origins[i]
+
+    def _fault(self, e: Exception, i: int, order, exact: bool):
         """The DeviceError for ``e``, raised at step ``i`` (or at the wait after it): step
         ``i``'s kernel when that is certain (waiting after each kernel; the launch itself under
         the interpreter, which runs each kernel before returning, or of the first kernel),
@@ -137,8 +148,8 @@ class Program:
         b = self.backend
         if i < 0:
             return DeviceError(f"{b.device_string}: launch failed: {_first_line(e)}")
-        named = [(self.labels[i], self.origins[i])] if exact else \
-            list(zip(self.labels[:i + 1], self.origins[:i + 1]))
+        named = [(self.labels[i], self._origin(i, order))] if exact else \
+            [(self.labels[j], self._origin(j, order)) for j in range(i + 1)]
         return kernel_fault(b.device_string, _first_line(e), named, exact)
 
 

@@ -163,32 +163,34 @@ class FusedBackend:
                     src, dst = k.arg_pos
                     values[dst] = self.upload(host_value(order[src]))
                     continue
-                if k.kind == "library":
-                    *ins, out = k.arg_pos
-                    values[out] = self.library_call(order[out], [values[p] for p in ins],
-                                                    [order[p] for p in ins])
-                    continue
                 n_in = k.n_inputs
-                args = [values[p] for p in k.arg_pos[:n_in]]
-                for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:]):
-                    values[p] = self.alloc(a.size * a.dtype.itemsize, k.compiled.origin)
-                    args.append(values[p])
-                if k.scalar_pos:  # a random draw's seed and offset: this recording's values
-                    args += k.scalar_values(order)
-                k.compiled(self, args)
-                self.kernels_launched += 1
+                if k.kind == "library":
+                    out = k.arg_pos[n_in]
+                    values[out] = self.library_call(order[out],
+                                                    [values[p] for p in k.arg_pos[:n_in]],
+                                                    [order[p] for p in k.arg_pos[:n_in]])
+                else:
+                    args = [values[p] for p in k.arg_pos[:n_in]]
+                    for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:]):
+                        values[p] = self.alloc(a.size * a.dtype.itemsize,
+                                               origin_now(k, order))
+                        args.append(values[p])
+                    if k.scalar_pos:  # a random draw's seed and offset: this recording's
+                        args += k.scalar_values(order)
+                    k.compiled(self, args)
+                    self.kernels_launched += 1
                 for p in k.arg_pos[:n_in]:  # temporaries die after their last reader
                     if plan.last_use.get(p) == i and p not in out_set and \
                             order[p].buffer is None:
                         self.release(values.pop(p))
         except self.device_errors() as e:  # raised by the launch of k itself
-            origin = getattr(k.compiled, "origin", None) if k is not None else None
+            origin = origin_now(k, order) if k is not None else None
             raise DeviceError(f"{self.device_string}: kernel failed: {e}", origin) from None
         try:
             self.end_sync()
         except self.device_errors() as e:  # any kernel of the plan may have faulted
             raise kernel_fault(self.device_string, str(e), [
-                (getattr(k.compiled, "label", "") or k.kind, getattr(k.compiled, "origin", None))
+                (getattr(k.compiled, "label", "") or k.kind, origin_now(k, order))
                 for k in plan.kernels if k.kind != "copy"], exact=False) from None
         self.dump(plan)
         return [values[p] for p in plan.output_pos]
@@ -211,6 +213,18 @@ class FusedBackend:
 def host_value(n) -> np.ndarray:
     """A realized node's data on the host, whatever its device."""
     return download(n)
+
+
+def origin_now(k, order) -> str | None:
+    """The user line to blame for planned kernel ``k`` in the recording ``order`` being run:
+    that of the first value it stores, as this recording made it (a cached plan, its compiled
+    kernels and ``kernel_origin`` keep the lines of the recording the plan was built from)."""
+    n_in = k.n_inputs
+    if len(k.arg_pos) > n_in:
+        origin = order[k.arg_pos[n_in]].origin
+        if origin is not None:
+            return origin
+    return kernel_origin(k)
 
 
 def kernel_origin(k) -> str | None:
