@@ -26,6 +26,7 @@ import numpy as np
 from .autograd import enable_grad, no_grad
 from .capture import sync
 from .creation import tensor, zeros_like
+from .elementwise import binary
 from .record import is_tensor
 
 
@@ -223,19 +224,21 @@ class Adam(Optimizer):
     ``weight_decay * p``, L2), ``m = beta1 * m + (1 - beta1) * g`` (as ``lerp``),
     ``v = beta2 * v + (1 - beta2) * g * g``, and at step ``t``:
     ``p -= lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 - beta2**t) + eps)``.
-    State per parameter: ``step`` (an int), ``exp_avg``, ``exp_avg_sq`` (the parameter's shape).
+    State per parameter: ``step`` (an int), ``exp_avg``, ``exp_avg_sq`` (the parameter's shape)
+    and, with ``amsgrad``, ``max_exp_avg_sq``.
 
-    Raises ValueError for a negative lr, eps or weight_decay or a beta outside [0, 1),
-    NotImplementedError for ``amsgrad=True``."""
+    With ``amsgrad=True`` (Reddi et al., "On the convergence of Adam and beyond", 2018, as
+    PyTorch computes it) the denominator uses the running maximum of ``exp_avg_sq``, kept as
+    state ``max_exp_avg_sq``.
+
+    Raises ValueError for a negative lr, eps or weight_decay or a beta outside [0, 1)."""
 
     decoupled = False
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, amsgrad: bool = False):
-        if amsgrad:
-            raise NotImplementedError(f"{type(self).__name__}: amsgrad is not supported")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
-                                      weight_decay=weight_decay))
+                                      weight_decay=weight_decay, amsgrad=bool(amsgrad)))
 
     def _check(self, group: dict) -> None:
         super()._check(group)
@@ -262,6 +265,10 @@ class Adam(Optimizer):
         m = m + (1.0 - beta1) * (g - m)
         v = v * beta2 + (1.0 - beta2) * g * g
         state["exp_avg"], state["exp_avg_sq"] = m, v
+        if group.get("amsgrad"):
+            seen = state.get("max_exp_avg_sq")
+            v = binary("maximum", zeros_like(p) if seen is None else seen, v)
+            state["max_exp_avg_sq"] = v
         # as PyTorch: the bias corrections in float64 on the host, applied in the parameter's
         # dtype
         step_size = lr / (1.0 - beta1 ** step)

@@ -292,10 +292,11 @@ class Tensor:
         from its old value (a ``where`` over the written positions, see
         ``frontend/assignment.py``), which fuses with its producers and consumers like any op.
 
-        ``key``: ints, slices (any step), None, Ellipsis, or a boolean mask over the leading
-        dimensions; ``value``: a scalar or a tensor/array broadcasting to ``x[key]``'s shape
-        (for a mask, to one selected element's shape), cast to ``x``'s dtype by NumPy's
-        same-kind rule.
+        ``key``: any key ``x[key]`` takes -- ints, slices (any step), None, Ellipsis, integer
+        arrays on one axis or several (a repeated index takes the last value written to it, as
+        NumPy's result), or a boolean mask over the leading dimensions; ``value``: a scalar or
+        a tensor/array broadcasting to ``x[key]``'s shape (a mask's value may also broadcast
+        to one selected element's shape), cast to ``x``'s dtype by NumPy's same-kind rule.
 
         Values, not memory, are updated. Unlike NumPy, where a basic-indexing result is a view
         that shares memory with its base, ``x[key]`` here is a new tensor: assigning into it
@@ -305,8 +306,8 @@ class Tensor:
         Raises IndexError (an index out of range, too many indices), ValueError (a value that
         does not broadcast), TypeError (a cast the same-kind rule refuses, e.g. a float into
         an int tensor), RuntimeError for a leaf that requires grad while grad mode is on (as
-        PyTorch; under ``no_grad()`` it is updated and stays a leaf, its value computed now),
-        NotImplementedError for integer-array keys."""
+        PyTorch; under ``no_grad()`` it is updated and stays a leaf, its value computed
+        now)."""
         origin = Origin()
         self._check_writable(origin)
         self._rebind(assignment.setitem(self, key, value, origin))
