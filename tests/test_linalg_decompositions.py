@@ -141,6 +141,21 @@ def test_integer_matrices_are_decomposed_in_the_default_float_dtype(device, rng)
     close(got.numpy(), np.linalg.inv(a).astype(np.float32), "float32")
 
 
+def test_rank_and_pseudo_inverse_cut_off_at_rtol(device, rng):
+    """``rtol`` as a float or as a tensor of one tolerance per matrix (the batch shape)."""
+    low = (rng.standard_normal((3, 5, 2)) @ rng.standard_normal((3, 2, 4))).astype(np.float32)
+    low += 1e-3 * rng.standard_normal(low.shape).astype(np.float32)  # rank 4, two tiny values
+    x = lb.asarray(low, device=device)
+    rtol = np.array([1e-6, 1e-1, 1e-6], np.float32)
+    for r, t in ((None, None), (0.5, 0.5), (rtol, lb.asarray(rtol, device=device))):
+        want = np.linalg.matrix_rank(low, rtol=r)
+        np.testing.assert_array_equal(lb.linalg.matrix_rank(x, rtol=t).numpy(), want)
+        close(lb.linalg.pinv(x, rtol=t).numpy(), np.linalg.pinv(low, rtol=r), "float32",
+              1e4 if r is None or r is rtol else 10)
+    assert lb.linalg.matrix_rank(x, rtol=lb.asarray(rtol, device=device)).numpy().tolist() == \
+        [4, 2, 4]
+
+
 def test_one_triangle_is_read_as_the_libraries_read_it(device, rng):
     """eigh, eigvalsh and cholesky read the lower triangle, cholesky(upper=True) the upper
     one (LAPACK's, NumPy's and PyTorch's convention): the other triangle never matters."""
