@@ -40,20 +40,24 @@ def random_key(rng, shape):
     return tuple(key)
 
 
+def assigned_as_numpy(host, key, device, rng, scalar):
+    """``x[key] = value`` (fresh values of ``x[key]``'s shape), then ``x[key] = scalar``, each
+    against NumPy's result."""
+    want = host.copy()
+    value = normal(rng, want[key].shape)
+    want[key] = value
+    x = lb.asarray(host, device=device)
+    x[key] = lb.asarray(value, device=device)
+    np.testing.assert_array_equal(x.numpy(), want, err_msg=str(key))
+    want[key] = scalar
+    x[key] = scalar
+    np.testing.assert_array_equal(x.numpy(), want, err_msg=str(key))
+
+
 def test_random_basic_keys_match_numpy(device, rng):
     shape = (5, 6, 4)
     for _ in range(12):
-        host = normal(rng, shape)
-        key = random_key(rng, shape)
-        want = host.copy()
-        value = normal(rng, want[key].shape)
-        want[key] = value
-        x = lb.asarray(host, device=device)
-        x[key] = lb.asarray(value, device=device)
-        np.testing.assert_array_equal(x.numpy(), want, err_msg=str(key))
-        want[key] = -2.5
-        x[key] = -2.5
-        np.testing.assert_array_equal(x.numpy(), want, err_msg=str(key))
+        assigned_as_numpy(normal(rng, shape), random_key(rng, shape), device, rng, -2.5)
 
 
 def test_broadcast_values_and_negative_steps(device, rng):
@@ -140,15 +144,7 @@ def test_integer_array_keys_match_numpy(device, rng):
         (Ellipsis, [3]), (slice(None, None, 2), [0, 5], None),
     ]
     for key in keys:
-        want = host.copy()
-        value = normal(rng, want[key].shape)
-        want[key] = value
-        x = lb.asarray(host, device=device)
-        x[key] = lb.asarray(value, device=device)
-        np.testing.assert_array_equal(x.numpy(), want, err_msg=str(key))
-        want[key] = -4.0  # a scalar
-        x[key] = -4.0
-        np.testing.assert_array_equal(x.numpy(), want, err_msg=str(key))
+        assigned_as_numpy(host, key, device, rng, -4.0)
     want = host.copy()
     want[:, [1, 1, 4]] = np.array([1.0, 2.0, 3.0], np.float32)[:, None]
     x = lb.asarray(host, device=device)
