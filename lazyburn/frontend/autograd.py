@@ -766,9 +766,10 @@ def _cholesky(g, y, xs, attrs):
 
 @_rule("qr")
 def _qr(g, y, xs, attrs):
-    # A = QR with M >= N, reduced (or complete and square; else refused, _lacks_vjp): gA = (gQ + Q copyltu(M)) R^-T,
-    # M = R gR^T - gQ^T Q, copyltu the symmetric matrix of M's lower triangle (H.-J. Liao et
-    # al., "Differentiable programming tensor networks", PRX 9, 031041, 2019, appendix)
+    # A = QR with M >= N, reduced (or complete and square; else refused, _lacks_vjp):
+    # gA = (gQ + Q copyltu(M)) R^-T, M = R gR^T - gQ^T Q, copyltu the symmetric matrix of M's
+    # lower triangle (H.-J. Liao et al., "Differentiable programming tensor networks", PRX 9,
+    # 031041, 2019, appendix)
     (mode,) = attrs
     a = xs[0]
     rows, cols = a.shape[-2:]
@@ -779,7 +780,7 @@ def _qr(g, y, xs, attrs):
     gq = g[..., :size_q].reshape(g.shape[:-1] + (rows, k))
     gr = g[..., size_q:].reshape(g.shape[:-1] + (k, cols))
     m = matmul(r, gr.mT) - matmul(gq.mT, q)
-    copyltu = tril(m, -1) + tril(m, -1).mT + tril(m) - tril(m, -1)
+    copyltu = tril(m) + tril(m, -1).mT
     return (matmul(gq + matmul(q, copyltu), la.inv(r).mT),)
 
 

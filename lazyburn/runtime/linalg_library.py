@@ -11,11 +11,12 @@ iteration that does not converge) raises LinAlgError naming the user line of the
 
 Non-finite entries. A matrix holding a nan or an infinity among the entries its decomposition
 reads (the lower triangle for ``eigh``, ``eigvalsh`` and ``cholesky``, the upper one for
-``cholesky(upper=True)``; every entry of both operands for ``solve``) gives nan for every result of that matrix, on every device: the
-libraries disagree there (cuSOLVER's inverse of a matrix with one nan above the diagonal was
-measured to be the identity on an H100-class GPU, where LAPACK gives nans, and LAPACK's SVD of
-it does not converge). Such a matrix is replaced by the identity for the call and its results
-by nan after it, so it neither reaches the library nor raises.
+``cholesky(upper=True)``; every entry of both operands for ``solve``) gives nan for every
+result of that matrix, on every device: the libraries disagree there (cuSOLVER's inverse of a
+matrix with one nan above the diagonal was measured to be the identity on an H200, where LAPACK
+gives nans, and LAPACK's SVD of it does not converge). Such a matrix is replaced by the
+identity for the call and its results by nan after it, so it neither reaches the library nor
+raises.
 """
 from __future__ import annotations
 
