@@ -8,7 +8,8 @@ i roundings of the prefix's magnitudes; the kernels add in another order (a tree
 and a carried prefix across tiles: per_item + log2(work-group) + tiles roundings at most, see
 ``codegen.opencl._render_scan``), so float results are compared with the exact (float64)
 running sum within ``min(n, 64) + 2`` roundings of the running sum of magnitudes, which bounds
-the kernels' error, and integers exactly."""
+the kernels' error, running products within n + 1 roundings of the exact product (each of the
+n - 1 products rounds, in any order), and integers exactly."""
 from __future__ import annotations
 
 import numpy as np
@@ -49,9 +50,9 @@ def _check(got, x, op, axis, dtype_name, include_initial=False):
     n = x.shape[axis]
     if op == "sum":
         scale = np.cumulative_sum(np.abs(x64), axis=axis, include_initial=include_initial)
-    else:
-        scale = np.abs(exact)
-    bound = (min(n, 64) + 2) * U32 * scale
+        bound = (min(n, 64) + 2) * U32 * scale
+    else:  # a product of i factors rounds i - 1 times in any order
+        bound = (n + 1) * U32 * np.abs(exact)
     if want.dtype == np.float16:
         bound = bound + U16 * np.abs(exact) + 2.0 ** -24
     err = np.abs(out.astype(np.float64) - exact)
@@ -81,6 +82,43 @@ def test_long_rows_span_several_tiles(device, rng):
     ints = rng.integers(-2 ** 40, 2 ** 40, 10_000)
     np.testing.assert_array_equal(lb.cumsum(lb.asarray(ints, device=device), 0).numpy(),
                                   np.cumsum(ints))
+
+
+def test_long_axes_scan_in_chunks_across_work_groups(device, rng):
+    """A scan along 2^14 elements or more, in few rows, runs as a reduction of the chunks, a
+    scan of their totals and a scan of the chunks with each chunk's carry added on write."""
+    m = 1 << 16
+    x = (rng.standard_normal((3, m)) + 0.25).astype(np.float32)
+    t = lb.asarray(x, device=device)
+    y = lb.cumulative_sum(t, axis=1)
+    plan = lb.explain(y)
+    assert sorted(plan.kinds()) == ["reduction", "scan", "scan"], str(plan)
+    assert "add[3, 256, 256]:float32 [fused on write]" in str(plan), str(plan)
+    _check(y, x, "sum", 1, "float32")
+    near_one = (1 + rng.standard_normal((2, m)) * 1e-3).astype(np.float32)
+    _check(lb.cumulative_prod(lb.asarray(near_one, device=device), axis=1), near_one, "prod",
+           1, "float32")
+    # along the first axis (chunks of a strided axis); a length that 2^k chunks do not divide
+    # (padded with the identity, the result a slice); one row with include_initial
+    xt = np.ascontiguousarray(x[:2, : m - 7].T)
+    _check(lb.cumulative_sum(lb.asarray(xt, device=device), axis=0), xt, "sum", 0, "float32")
+    one = x[0, : m - 7]
+    _check(lb.cumulative_sum(lb.asarray(one, device=device), include_initial=True), one, "sum",
+           0, "float32", include_initial=True)
+    # integers wrap to NumPy's values in any order; float16 computes in float32, rounded once
+    ints = rng.integers(-2 ** 62, 2 ** 62, m)
+    np.testing.assert_array_equal(lb.cumsum(lb.asarray(ints, device=device), 0).numpy(),
+                                  np.cumsum(ints))
+    np.testing.assert_array_equal(lb.cumprod(lb.asarray(ints | 1, device=device), 0).numpy(),
+                                  np.cumprod(ints | 1))
+    half = x[1].astype(np.float16)
+    _check(lb.cumulative_sum(lb.asarray(half, device=device)), half, "sum", 0, "float16")
+    # inf in one chunk and -inf in a later one: inf until the -inf, nan from there, as NumPy's
+    special = np.ones(m, np.float32)
+    special[[100, 40_000]] = np.inf, -np.inf
+    special[50_000] = np.nan
+    np.testing.assert_array_equal(
+        lb.cumulative_sum(lb.asarray(special, device=device)).numpy(), np.cumsum(special))
 
 
 def test_integers_wrap_as_numpy(device, rng):

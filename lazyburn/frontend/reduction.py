@@ -11,11 +11,12 @@ std and logsumexp are composites of the primitives.
 from __future__ import annotations
 
 import builtins
+import math
 import numbers
 
 from ..errors import DTypeError, ShapeError
 from ..ir import dtypes as dt
-from ..ir.shapes import normalize_axes, normalize_axis
+from ..ir.shapes import normalize_axes, normalize_axis, pow2_at_least
 from ..ir.shapes import prod as _prod
 from .elementwise import binary, where
 from .movement import concat, pad, range_node, reshape_node
@@ -290,9 +291,59 @@ def scan_node(op: str, n, axis: int, dtype, include_initial: bool, origin: Origi
         n = pad(wrap(n), widths, constant_values=ident).node
     if n.size == 0 or n.shape[axis] == 0:
         r = const(ident, n.shape, work, n.device, origin, name)
+    elif n.shape[axis] >= LONG_SCAN and n.size // n.shape[axis] < FEW_ROWS:
+        r = _chunked_scan(op, n, axis, origin)
     else:
         r = node(op, (n,), (axis,), n.shape, work, n.device, origin)
     return cast(r, d, origin)
+
+
+#: A scan along an axis of at least LONG_SCAN elements, in fewer than FEW_ROWS rows, is split
+#: into chunks (``_chunked_scan``): one work-group per row would leave most of a device idle.
+LONG_SCAN, FEW_ROWS = 1 << 14, 64
+
+
+def _chunked_scan(op: str, n, axis: int, origin: Origin):
+    """Scan ``op`` of node ``n`` along ``axis`` (of ``m`` elements) as three kernels that each
+    have work for the whole device: the reduce-then-scan strategy for a scan across
+    work-groups (as Merrill and Garland, "Single-pass Parallel Prefix Scan with Decoupled
+    Look-back", NVIDIA technical report NVR-2016-002, describe it among its predecessors): the axis is cut into ``B`` chunks of ``C`` elements (``C`` a power
+    of two near sqrt(m), B x C padded with the identity where C does not divide m), a reduction
+    gives each chunk's total, a scan of the ``B`` totals gives each chunk's carry (the totals
+    of the chunks before it), and the chunks are scanned with their carry combined on write.
+    Producers of ``n`` are fused on read into the reduction and the last scan. Half types
+    compute in float32 and are rounded once. A float sum then rounds as a blocked sum does:
+    each result within about C + B roundings of its prefix's magnitudes, where NumPy's order
+    takes i for the i-th; integers wrap to the same values in any order."""
+    m = n.shape[axis]
+    final = n.dtype
+    if final in (dt.float16, dt.bfloat16):
+        n = cast(n, dt.float32, origin)
+    c = pow2_at_least(math.isqrt(m))
+    low = m & -m  # the largest power of two dividing m
+    if c // 16 <= low < c:  # smaller chunks that divide m: no padding, no slice to store
+        c = low
+    b = -(-m // c)
+    if b * c != m:
+        widths = [(0, 0)] * len(n.shape)
+        widths[axis] = (0, b * c - m)
+        n = pad(wrap(n), widths, constant_values=SCAN_IDENTITY[op]).node
+    before, after = n.shape[:axis], n.shape[axis + 1:]
+    chunks = reshape_node(n, before + (b, c) + after, origin)
+    reduce = {"cumsum": "sum", "cumprod": "prod"}[op]
+    totals = node(reduce, (chunks,), ((axis + 1,),), before + (b, 1) + after, n.dtype, n.device,
+                  origin)
+    widths = [(0, 0)] * len(totals.shape)
+    widths[axis] = (1, 0)
+    shifted = pad(wrap(range_node(totals, axis, 0, b - 1, origin)), widths,
+                  constant_values=SCAN_IDENTITY[op]).node
+    carry = node(op, (shifted,), (axis,), shifted.shape, n.dtype, n.device, origin)
+    scanned = node(op, (chunks,), (axis + 1,), chunks.shape, n.dtype, n.device, origin)
+    r = binary({"cumsum": "add", "cumprod": "mul"}[op], wrap(scanned), wrap(carry), origin).node
+    r = reshape_node(r, before + (b * c,) + after, origin)
+    if b * c != m:
+        r = range_node(r, axis, 0, m, origin)
+    return cast(r, final, origin)
 
 
 def _cumulative(op: str, name: str, x, axis, dtype, include_initial, origin):
@@ -318,7 +369,10 @@ def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
     ``axis`` may be None only for a 1-d ``x``. ``dtype``: the result's (and the
     accumulation's) dtype; by default bool and integer inputs sum in int64 and floats in their
     own type (float16/bfloat16 accumulate in float32 in the kernels, each result rounded).
-    Integers wrap, as NumPy's. Runs as a scan kernel whose producers are fused into it.
+    Integers wrap, as NumPy's. Runs as a scan kernel whose producers are fused into it; along
+    an axis of 2^14 elements or more in fewer than 64 rows, as three kernels that spread the
+    axis over the device (a reduction of chunks, a scan of their totals, a scan of the chunks
+    with their carry: see ``_chunked_scan``).
 
     Raises ShapeError for a 0-d ``x``, a missing axis on a tensor of rank > 1, or an axis out
     of range; DTypeError for an unknown dtype."""

@@ -53,10 +53,13 @@ MAX_DEPTH = 96  # ops in the longest chain one kernel computes inline
 
 class _Cycle(Exception):
     """The groups depend on each other in a cycle: ``written`` are the values anchor groups
-    store besides their anchors, ``staged`` the anchor lists of its multi-stage reductions."""
+    store besides their anchors, ``read_along`` those of them an anchor group computes only
+    because it reads them over its own space (multi-output fusion, not a fuse-on-write of
+    its anchor's result), ``staged`` the anchor lists of its multi-stage reductions."""
 
-    def __init__(self, written: set, staged: list):
+    def __init__(self, written: set, read_along: set, staged: list):
         self.written = written
+        self.read_along = read_along
         self.staged = staged
 
 
@@ -289,8 +292,10 @@ class Partitioner:
             try:
                 part = self._partition()
             except _Cycle as cycle:
-                # a fuse-on-write closed a cycle: store those values from their own kernels
-                fresh = cycle.written - self.no_write_fusion
+                # a value written by an anchor group closed a cycle: store it from a kernel of
+                # its own, those merely read along first (a fuse-on-write saves more)
+                fresh = cycle.read_along - self.no_write_fusion or \
+                    cycle.written - self.no_write_fusion
                 if fresh:
                     self.no_write_fusion |= fresh
                     continue
@@ -761,11 +766,19 @@ class Partitioner:
             order = list(nx.lexicographical_topological_sort(gg, key=lambda i: first[i]))
         except nx.NetworkXUnfeasible:
             cycle = nx.find_cycle(gg)
-            written = {id(n) for a, _ in cycle for n in by_id[a].outputs
-                       if by_id[a].kind != "elementwise" and n not in by_id[a].anchors}
+            written, read_along = set(), set()
+            for a, _ in cycle:
+                g = by_id[a]
+                if g.kind == "elementwise":
+                    continue
+                for n in g.outputs:
+                    if n not in g.anchors:
+                        written.add(id(n))
+                        if n not in g.fused_on_write:
+                            read_along.add(id(n))
             staged = [list(by_id[a].anchors) for a, _ in cycle
                       if by_id[a].kind == "reduction" and len(by_id[a].anchors) > 1]
-            raise _Cycle(written, staged) from None
+            raise _Cycle(written, read_along, staged) from None
         return [by_id[i] for i in order]
 
     def _over_limit(self, part: Partition):
