@@ -18,7 +18,9 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
 * scan: ``strategy`` -- ``sequential`` (one work-item per row walks it in order: short rows,
   or many rows on a CPU) or ``tree`` (one work-group of ``local`` work-items per row, each
   scanning ``per_item`` consecutive elements of a tile; see ``_render_scan``);
-* sort: ``local`` -- the work-items of the one work-group per row (see ``_render_sort``);
+* sort: ``local`` -- the work-items of the one work-group per row (see ``_render_sort``); a
+  merge of sorted runs: ``local`` and ``per_item``, the outputs each work-item merges (see
+  ``_render_merge``);
 * matmul: ``tile`` (square tiles of A and B staged through local memory); or, for CPU devices,
   ``cpu_block`` = ``[form, rows, cols]`` with ``lanes`` (the register-blocked GEMM: one
   work-item per ``rows`` x ``cols`` block of C, its accumulators in vector registers; see
@@ -713,7 +715,7 @@ def render(spec: KernelSpec, name: str, params: dict | None = None) -> RenderedK
     elif isinstance(spec, ScanSpec):
         r = _render_scan(spec, name, params, fast)
     elif isinstance(spec, SortSpec):
-        r = _render_sort(spec, name, params, fast)
+        r = (_render_merge if spec.run else _render_sort)(spec, name, params, fast)
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
     # No option that changes float results (-cl-unsafe-math-optimizations, -cl-fast-relaxed-math,
@@ -1583,3 +1585,87 @@ def _render_sort(spec: SortSpec, name, params, fast) -> RenderedKernel:
              "                    }", "                }", "            }",
              "            barrier(CLK_GLOBAL_MEM_FENCE);", "        }", "    }", "}"]
     return RenderedKernel(name, _finish(p, body), (spec.rows * local,), (local,))
+
+
+MERGE_PER_ITEM = 8  # the outputs each work-item of a merge kernel writes
+
+
+def _merge_keys(spec: SortSpec) -> tuple:
+    """The two comparisons of a merge (either backend spells ``lt``): whether key ``y``
+    orders strictly before key ``x`` (``before(x, y)``), for the spec's direction."""
+    def before(lt, x: str, y: str) -> str:
+        return lt(x, y) if spec.descending else lt(y, x)
+    return before
+
+
+def _render_merge(spec: SortSpec, name, params, fast) -> RenderedKernel:
+    """One merge pass of a merge sort: each row holds sorted runs of ``run`` positions
+    (``order``), and each pair of runs A, B becomes one sorted run, ties from A first (its
+    positions are the lower, so the sort stays stable). Merge path (Odeh et al., IPDPS
+    workshops 2012): work-item ``t`` writes the ``per_item`` outputs from ``d = t * per_item``
+    of its pair; it finds how many of the first ``d`` outputs come from A by a binary search
+    on the cross diagonal (the first ``i`` whose A[i] orders after B[d - 1 - i]), then merges
+    its outputs one by one from A[i] and B[d - i]. A work-item reads about ``per_item`` keys
+    and positions plus 4 log2(run) for its search, each key evaluated (the producers fused on
+    read) at the position it compares."""
+    p = OpenCLPrinter(spec, fast)
+    it = p.index_type
+    n, run = spec.sort_size, spec.run
+    per_item = max(1, min(int(params.get("per_item") or MERGE_PER_ITEM), run))
+    local = int(params.get("local") or 64)
+    items = -(-n // per_item)  # work-items per row
+    row, r = find_var(spec, "row"), find_var(spec, "r")
+    key_t = VALUE[spec.value.dtype.name]
+    (out,) = spec.outputs
+    pos = spec.args[out.arg].name
+
+    def read(at: str, position: str, key: str) -> list[str]:
+        """``position`` = the merged positions at ``at``, ``key`` = the key there."""
+        lines, names = p.emit([spec.order], {row.id: "row", r.id: "at"})
+        lines = [f"const {it} at = {at};"] + lines + [f"{position} = {names[spec.order.id]};"]
+        more, names = p.emit([spec.value], {row.id: "row", r.id: position})
+        return ["{"] + indent(lines + more + [f"{key} = {names[spec.value.id]};"]) + ["}"]
+
+    def lt(x: str, y: str) -> str:
+        if spec.value.dtype.is_float:  # nan after every number
+            return f"({x} < {y} || (isnan({y}) && !isnan({x})))"
+        return f"({x} < {y})"
+
+    b_first = _merge_keys(spec)(lt, "ka", "kb")  # B's head orders strictly before A's
+    body = [_signature(p, name) + " {",
+            f"    const {it} gid = ({it})get_global_id(0);",
+            f"    if (gid >= ({it}){spec.rows} * {items}) return;",
+            f"    const {it} row = gid / {items};",
+            f"    const {it} first = (gid % {items}) * {per_item};",
+            f"    const {it} base = first / {2 * run} * {2 * run};",
+            f"    const {it} a_len = min(({it}){run}, {n} - base);",
+            f"    const {it} b_len = max(({it})0, min(({it}){run}, {n} - base - {run}));",
+            f"    const {it} d = first - base;",
+            f"    {it} lo = max(({it})0, d - b_len), hi = min(d, a_len);",
+            "    int ia = 0, ib = 0;",
+            f"    {key_t} ka, kb;",
+            "    while (lo < hi) {",
+            f"        const {it} mid = (lo + hi) >> 1;"]
+    body += indent(read("base + mid", "ia", "ka") + read(f"base + {run} + d - 1 - mid", "ib", "kb"),
+                   8)
+    body += [f"        if ({b_first}) hi = mid; else lo = mid + 1;", "    }",
+             f"    {it} i = lo, j = d - lo;",
+             "    if (i < a_len) {"]
+    body += indent(read("base + i", "ia", "ka"), 8)
+    body += ["    }", "    if (j < b_len) {"]
+    body += indent(read(f"base + {run} + j", "ib", "kb"), 8)
+    body += ["    }",
+             f"    __global int* dst = {pos} + row * {n} + first;",
+             f"    for (int q = 0; q < {per_item} && d + q < a_len + b_len; ++q) {{",
+             f"        if (i >= a_len || (j < b_len && {b_first})) {{",
+             "            dst[q] = ib;",
+             "            if (++j < b_len) {"]
+    body += indent(read(f"base + {run} + j", "ib", "kb"), 16)
+    body += ["            }", "        } else {",
+             "            dst[q] = ia;",
+             "            if (++i < a_len) {"]
+    body += indent(read("base + i", "ia", "ka"), 16)
+    body += ["            }", "        }", "    }", "}"]
+    total = spec.rows * items
+    return RenderedKernel(name, _finish(p, body), (-(-total // local) * local,), (local,))
+

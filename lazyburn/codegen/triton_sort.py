@@ -3,7 +3,8 @@ kernel (``codegen.opencl._render_sort``: comparators that all put the smaller el
 positions past the row skipped, ties broken by position, so the sort is stable) on the row's
 positions in the output buffer, ``BLOCK`` comparators of a step at a time, a barrier between
 steps (the program's threads share the row). Each comparison evaluates the key (``value``, the
-producers fused on read) at the two positions it compares.
+producers fused on read) at the two positions it compares. A merge pass of a long row's merge
+sort is the OpenCL kernel's too (``codegen.opencl._render_merge``), a lane per work-item.
 """
 from __future__ import annotations
 
@@ -15,13 +16,19 @@ from .triton_printer import VALUE, TritonPrinter, loop_vars, program_id
 
 def sort_params(spec: SortSpec, interpret: bool) -> dict:
     """The heuristic ``BLOCK`` (comparators per iteration: a step's ``n / 2`` up to 1024, or
-    4096 under the interpreter, whose cost is per iteration) and ``num_warps``."""
+    4096 under the interpreter, whose cost is per iteration) and ``num_warps``; for a merge,
+    ``BLOCK`` merging lanes per program (each writing ``PER_ITEM`` outputs)."""
+    if spec.run:
+        return {"BLOCK": 4096 if interpret else 128, "PER_ITEM": MERGE_PER_ITEM,
+                "num_warps": 4}
     half = max(1, pow2_at_least(spec.sort_size) // 2)
     block = min(half, 4096 if interpret else 1024)
     return {"BLOCK": block, "num_warps": 4 if block <= 512 else 8}
 
 
 def render_sort(p: TritonPrinter, spec: SortSpec, params):
+    if spec.run:
+        return render_merge(p, spec, params)
     n = spec.sort_size
     half = max(1, pow2_at_least(n) // 2)
     block = min(int(params["BLOCK"]), half)
@@ -78,3 +85,87 @@ def render_sort(p: TritonPrinter, spec: SortSpec, params):
              "            tl.store(row_pos + b, ia, mask=swap)",
              "        tl.debug_barrier()"]
     return body, (spec.rows,), int(params["num_warps"]), 1
+
+
+MERGE_PER_ITEM = 8  # the outputs each lane of a merge kernel writes
+
+
+def render_merge(p: TritonPrinter, spec: SortSpec, params):
+    """One merge pass (``codegen.opencl._render_merge``: merge path, ties from the first run
+    first): each of a program's ``BLOCK`` lanes searches the cross diagonal of its pair of
+    runs in a fixed log2(run) + 1 steps (lanes whose search ended keep their bounds), then
+    merges its ``PER_ITEM`` outputs one step at a time, every step a select per lane."""
+    n, run = spec.sort_size, spec.run
+    block = int(params["BLOCK"])
+    per_item = max(1, min(int(params["PER_ITEM"]), run))
+    items = -(-n // per_item)  # lanes per row
+    total = spec.rows * items
+    p.var_masks = {"row": "live", "r": "m"}
+    v = loop_vars(spec)
+    d = spec.value.dtype
+    (out,) = spec.outputs
+    pos = spec.args[out.arg].name
+
+    def read(at: str, position: str, key: str) -> list[str]:
+        """Under mask ``m``: ``position`` = the merged positions at ``at``, ``key`` its key."""
+        lines = [f"at = {at}"]
+        names = {v["row"].id: "row"} if "row" in v else {}
+        if "r" in v:
+            names[v["r"].id] = "at"
+        more, got = p.emit([spec.order], dict(names))
+        lines += more + [f"{position} = ({got[spec.order.id]}).to(tl.int32)"]
+        if "r" in v:
+            names[v["r"].id] = position
+        more, got = p.emit([spec.value], names)
+        text, kind = got[spec.value.id], VALUE[d.name]
+        if d.is_bool:  # Triton orders no int1
+            text, kind = f"({text}).to(tl.int32)", "tl.int32"
+        return lines + more + [f"{key} = tl.zeros([{block}], {kind}) + {text}"]
+
+    def lt(x: str, y: str) -> str:
+        if d.is_float:  # nan after every number
+            return f"(({x} < {y}) | (({y} != {y}) & ({x} == {x})))"
+        return f"({x} < {y})"
+
+    b_first = lt("kb", "ka") if not spec.descending else lt("ka", "kb")
+    body = [f"t = {program_id(p)} * {block} + tl.arange(0, {block})",
+            f"live = t < {total}",
+            f"row = t // {items}",
+            f"first = (t % {items}) * {per_item}",
+            f"base = first // {2 * run} * {2 * run}",
+            f"a_len = tl.minimum({n} - base, {run})",
+            f"b_len = tl.maximum(tl.minimum({n} - base - {run}, {run}), 0)",
+            "d = first - base",
+            "lo = tl.maximum(d - b_len, 0)",
+            "hi = tl.minimum(d, a_len)",
+            f"for _ in range(0, {run.bit_length() + 1}):",
+            "    m = live & (lo < hi)",
+            "    mid = (lo + hi) // 2"]
+    body += indent(read("base + mid", "ia", "ka") +
+                   read(f"base + {run} + d - 1 - mid", "ib", "kb"), 4)
+    body += [f"    after = m & {b_first}",
+             "    hi = tl.where(after, mid, hi)",
+             "    lo = tl.where(m & ~after, mid + 1, lo)",
+             "i = lo",
+             "j = d - lo",
+             "m = live & (i < a_len)"]
+    body += read("base + i", "ia", "ka")
+    body += ["m = live & (j < b_len)"]
+    body += read(f"base + {run} + j", "ib", "kb")
+    body += [f"dst = {pos} + row * {n} + first",
+             f"for q in range(0, {per_item}):",
+             "    act = live & (d + q < a_len + b_len)",
+             f"    take_b = (i >= a_len) | ((j < b_len) & {b_first})",
+             "    tl.store(dst + q, tl.where(take_b, ib, ia), mask=act)",
+             "    j = tl.where(act & take_b, j + 1, j)",
+             "    i = tl.where(act & ~take_b, i + 1, i)",
+             "    m = act & take_b & (j < b_len)"]
+    body += indent(read(f"base + {run} + j", "nb", "nkb"), 4)
+    body += ["    ib = tl.where(m, nb, ib)",
+             "    kb = tl.where(m, nkb, kb)",
+             "    m = act & ~take_b & (i < a_len)"]
+    body += indent(read("base + i", "na", "nka"), 4)
+    body += ["    ia = tl.where(m, na, ia)",
+             "    ka = tl.where(m, nka, ka)"]
+    return body, (-(-total // block),), int(params["num_warps"]), 1
+

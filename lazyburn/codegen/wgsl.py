@@ -58,7 +58,8 @@ linear workgroup id; invocations past the end store nothing. Launch parameters:
 * scan: ``strategy`` -- ``sequential`` (one invocation per row walks it in order) or ``tree``
   (one workgroup per row, tiles of ``workgroup`` x ``per_item`` elements; see
   ``_render_scan``) -- and ``workgroup``;
-* sort: ``workgroup`` (the invocations of the one workgroup per row; see ``_render_sort``);
+* sort: ``workgroup`` (the invocations of the one workgroup per row; see ``_render_sort``); a
+  merge of sorted runs: ``workgroup`` and ``per_item`` (see ``_render_merge``);
 * matmul: ``tile`` (a ``tile`` x ``tile`` workgroup) and ``micro`` (each invocation computes
   ``micro`` x ``micro`` outputs, so a workgroup covers ``tile * micro`` squared), with tiles of A
   and B staged through workgroup memory.
@@ -1173,6 +1174,9 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
     if isinstance(spec, ScanSpec):
         return render_scan(spec, name, params, target)
     if isinstance(spec, SortSpec):
+        if spec.run:
+            return check_loops(_render_merge(spec, name, params, target), target,
+                               f"a merge of runs of {spec.run}")
         return render_sort(spec, name, params, target)
     if isinstance(spec, MatmulSpec):
         r = _render_matmul(spec, name, params, target)
@@ -1536,3 +1540,85 @@ def _render_sort(spec: SortSpec, name, params, target) -> RenderedKernel:
         log * (log + 1) + log + 1
     return RenderedKernel(name, p.module([], body), dims, size, read_only(spec),
                           loop_trips=trips)
+
+
+MERGE_PER_ITEM = 8  # the outputs each invocation of a merge kernel writes
+
+
+def _render_merge(spec: SortSpec, name, params, target) -> RenderedKernel:
+    """One merge pass of a merge sort, as the OpenCL kernel does it
+    (``codegen.opencl._render_merge``: merge path, each invocation a binary search on the
+    cross diagonal of its pair of runs, then ``per_item`` outputs merged in order, ties from
+    the first run first)."""
+    p = WGSLPrinter(spec, target)
+    n, run = spec.sort_size, spec.run
+    per_item = max(1, min(int(params.get("per_item") or MERGE_PER_ITEM), run))
+    size = pow2_at_most(min(int(params.get("workgroup") or 64), target.max_workgroup_size))
+    items = -(-n // per_item)  # invocations per row
+    dims = grid(-(-spec.rows * items // size), target.max_groups_per_dim)
+    row, r = find_var(spec, "row"), find_var(spec, "r")
+    d = spec.value.dtype
+    key_t = value_type(d)
+    (out,) = spec.outputs
+    pos = spec.args[out.arg].name
+    read_trips = [0]
+
+    def read(at: str, position: str, key: str) -> list[str]:
+        lines, names = p.emit([spec.order], {row.id: "row", r.id: "at"})
+        lines = [f"let at = {at};"] + lines + [f"{position} = {names[spec.order.id]};"]
+        more, names = p.emit([spec.value], {row.id: "row", r.id: position})
+        read_trips[0] = max(read_trips[0], p.loop_trips(lines + more))
+        return ["{"] + indent(lines + more + [f"{key} = {names[spec.value.id]};"]) + ["}"]
+
+    def lt(x: str, y: str) -> str:
+        if d.is_float:  # nan after every number
+            return f"({x} < {y} || ({p.call('lb_isnan', y)} && !{p.call('lb_isnan', x)}))"
+        return p.less(x, y, d)
+
+    b_first = lt("kb", "ka") if not spec.descending else lt("ka", "kb")
+    body = [entry_point(name, size),
+            f"    let gid = i32({linear_group(dims)}) * {size}i + i32(lid_u);",
+            f"    if (gid >= {spec.rows * items}i) {{ return; }}",
+            f"    let row = gid / {items}i;",
+            f"    let first = (gid % {items}i) * {per_item}i;",
+            f"    let base = first / {2 * run}i * {2 * run}i;",
+            f"    let a_len = min({run}i, {n}i - base);",
+            f"    let b_len = max(0i, min({run}i, {n}i - base - {run}i));",
+            "    let d = first - base;",
+            "    var lo = max(0i, d - b_len);",
+            "    var hi = min(d, a_len);",
+            "    var ia = 0i;",
+            "    var ib = 0i;",
+            f"    var ka: {key_t};",
+            f"    var kb: {key_t};",
+            "    while (lo < hi) {",
+            "        let mid = (lo + hi) >> 1u;"]
+    body += indent(read("base + mid", "ia", "ka") + read(f"base + {run}i + d - 1i - mid", "ib",
+                                                          "kb"), 8)
+    body += [f"        if ({b_first}) {{ hi = mid; }} else {{ lo = mid + 1i; }}", "    }",
+             "    var i = lo;",
+             "    var j = d - lo;",
+             "    if (i < a_len) {"]
+    body += indent(read("base + i", "ia", "ka"), 8)
+    body += ["    }", "    if (j < b_len) {"]
+    body += indent(read(f"base + {run}i + j", "ib", "kb"), 8)
+    body += ["    }",
+             f"    let dst = row * {n}i + first;",
+             f"    for (var q = 0i; q < {per_item}i && d + q < a_len + b_len; q = q + 1i) {{",
+             f"        if (i >= a_len || (j < b_len && {b_first})) {{",
+             f"            {pos}[dst + q] = ib;",
+             "            j = j + 1i;",
+             "            if (j < b_len) {"]
+    body += indent(read(f"base + {run}i + j", "ib", "kb"), 16)
+    body += ["            }", "        } else {",
+             f"            {pos}[dst + q] = ia;",
+             "            i = i + 1i;",
+             "            if (i < a_len) {"]
+    body += indent(read("base + i", "ia", "ka"), 16)
+    body += ["            }", "        }", "    }", "}"]
+    search = max(1, run.bit_length() + 1)
+    trips = search * (1 + 2 * read_trips[0]) + 2 * read_trips[0] + \
+        (per_item + 1) * (1 + read_trips[0])
+    return RenderedKernel(name, p.module([], body), dims, size, read_only(spec),
+                          loop_trips=trips)
+

@@ -414,7 +414,7 @@ VJP: dict[str, Callable] = {}
 NON_DIFFERENTIABLE = frozenset(
     "buffer const iota random_uniform random_normal isnan isinf isfinite logical_not "
     "bitwise_not eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and bitwise_or "
-    "bitwise_xor left_shift right_shift argmax argmin argsort any all signbit nextafter real "
+    "bitwise_xor left_shift right_shift argmax argmin argsort merge any all signbit nextafter real "
     "imag conj complex".split())
 
 

@@ -3,15 +3,21 @@
 Both record one ``argsort`` node, which sorts along the last axis: another axis is moved last
 by a view first and back after. ``sort`` gathers the values through the positions
 (``take_along_axis``), so the gather fuses on read into whatever consumes the sorted values.
-The argsort runs as a sort kernel (``SortSpec``) whose producers are fused on read.
+The argsort runs as a sort kernel (``SortSpec``) whose producers are fused on read; a long
+row as sorted chunks merged pairwise by merge kernels.
 """
 from __future__ import annotations
+
+import math
+
+import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from ..ir import dtypes as dt
 from ..ir.node import Node
 from ..ir.shapes import normalize_axis
-from .movement import permute_dims, take_along_axis
+from .elementwise import binary
+from .movement import pad, permute_dims, range_node, reshape_node, take_along_axis
 from .record import Origin, cast, check_axis_int, const, node, tensor_node, wrap
 
 
@@ -25,6 +31,8 @@ def argsort_node(n: Node, axis: int, descending: bool, origin: Origin) -> Node:
     moved = n if axis == last else permute_dims(wrap(n), perm, origin).node
     if moved.shape[-1] <= 1 or moved.size == 0:  # nothing to order: every position is 0
         r = const(0, moved.shape, dt.int32, n.device, origin, "argsort")
+    elif moved.shape[-1] > SORT_CHUNK:
+        r = _merge_sort(moved, bool(descending), origin)
     else:
         r = node("argsort", (moved,), (bool(descending),), moved.shape, dt.int32, n.device,
                  origin)
@@ -32,6 +40,46 @@ def argsort_node(n: Node, axis: int, descending: bool, origin: Origin) -> Node:
         return r
     back = tuple(perm.index(a) for a in range(last + 1))
     return permute_dims(wrap(r), back, origin).node
+
+
+#: rows longer than this are sorted as chunks of this many elements, then merged
+SORT_CHUNK = 2048
+
+
+def _merge_sort(n: Node, descending: bool, origin: Origin) -> Node:
+    """int32 positions that sort each last-axis row of ``n`` (longer than SORT_CHUNK) stably: a
+    merge sort whose first pass is the sorting network on chunks of SORT_CHUNK elements (a
+    work-group each) and whose passes after it each merge pairs of sorted runs into runs
+    twice as long (``merge`` nodes: a kernel whose work-items find where their outputs start
+    in the two runs by a binary search, then merge a few outputs each: Odeh, Green, Mwassi,
+    Shmueli and Birk, "Merge Path - Parallel Merging Made Simple", IPDPS workshops 2012).
+    A row that chunks do not divide is padded with a key that sorts after every element
+    (nan or the largest integer ascending, -inf or the smallest descending: a tie with a
+    real key goes to the real one, whose position is lower), so the padding ends last and
+    the result is a slice."""
+    m, lead = n.shape[-1], n.shape[:-1]
+    c = SORT_CHUNK
+    b = -(-m // c)
+    if b * c != m:
+        d = n.dtype
+        if d.is_bool:
+            fill = not descending
+        elif d.is_int:
+            limits = np.iinfo(d.np)
+            fill = int(limits.min if descending else limits.max)
+        else:
+            fill = -math.inf if descending else math.nan
+        n = pad(wrap(n), [(0, 0)] * len(lead) + [(0, b * c - m)], constant_values=fill).node
+    chunks = reshape_node(n, lead + (b, c), origin)
+    local = node("argsort", (chunks,), (descending,), chunks.shape, dt.int32, n.device, origin)
+    first = node("iota", (), (len(lead),), lead + (b, 1), dt.int32, n.device, origin)
+    pos = binary("add", wrap(local), binary("mul", wrap(first), c, origin), origin).node
+    pos = reshape_node(pos, n.shape, origin)
+    run = c
+    while run < b * c:
+        pos = node("merge", (n, pos), (descending, run), n.shape, dt.int32, n.device, origin)
+        run *= 2
+    return pos if b * c == m else range_node(pos, len(lead), 0, m, origin)
 
 
 def _checked(op: str, x, axis, origin: Origin) -> tuple[Node, int]:
@@ -52,13 +100,14 @@ def argsort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = Tr
     (NumPy's ``argsort(kind="stable")``; descending as the array API's reference,
     ``array-api-strict``, defines it). Bool, integer and float dtypes of any device.
 
-    Runs as one sort kernel per call: a bitonic sorting network (Batcher, "Sorting networks
-    and their applications", AFIPS 1968) on each row's positions, one work-group per row,
-    with producers of ``x`` fused into it; rows of any length, except on a WebGPU adapter that
-    caps an invocation's loops (Mesa's llvmpipe: a row of 2^18 sorts, one of 2^19 is refused).
+    Runs as a sort kernel: a bitonic sorting network (Batcher, "Sorting networks and their
+    applications", AFIPS 1968) on each row's positions, one work-group per row, with
+    producers of ``x`` fused into it. A row longer than 2048 elements is sorted in chunks of
+    2048 by that kernel, then merged by log2(chunks) merge kernels whose work spreads over
+    the whole device (see ``_merge_sort``).
 
-    Raises ShapeError for a 0-d ``x`` or an axis out of range, DTypeError for a complex ``x``,
-    LoopLimitError (a DeviceError) for a row too long for such an adapter."""
+    Raises ShapeError for a 0-d ``x`` or an axis out of range, DTypeError for a complex
+    ``x``."""
     origin = Origin()
     n, a = _checked("argsort", x, axis, origin)
     return wrap(cast(argsort_node(n, a, descending, origin), dt.int64, origin))

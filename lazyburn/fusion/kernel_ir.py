@@ -21,7 +21,10 @@ A spec says what one kernel computes, never how a language spells it:
   ``row`` and ``r``) is the key of position ``r``. The one output is the int32 argsort of each
   row, stored at ``row * sort_size + r`` (its ``value`` is the placeholder ``sorted_index``):
   stable, ascending or (``descending``) descending with equal keys in their order; nan after
-  every number ascending, before them descending; -0.0 equal to 0.0.
+  every number ascending, before them descending; -0.0 equal to 0.0. With ``run`` > 0 the
+  kernel merges instead: ``order`` (an expression over ``row`` and ``r``) is the int32
+  position at ``r`` of rows that hold sorted runs of ``run`` (their keys ``value`` at those
+  positions), and the output holds each pair of runs merged, ties from the first run first.
 * ``MatmulSpec`` -- ``batch`` x (M x K) @ (K x N). Variables ``b``, ``m``, ``n``, ``k``. The
   prologue is the expression of A over (b, m, k) and of B over (b, k, n); the epilogue outputs
   are expressions over (b, m, n) and ``acc`` (the product), stored at ``(b*M + m)*N + n``.
@@ -279,21 +282,28 @@ class SortSpec(KernelSpec):
     sort_size: int = 0
     value: Expr | None = None
     descending: bool = False
+    run: int = 0  # 0: sort each row; else merge its pairs of sorted runs of this length
+    order: Expr | None = None  # the positions merged (run > 0)
 
     def roots(self) -> list[Expr]:
-        return [self.value] + super().roots()
+        return [self.value] + ([self.order] if self.order is not None else []) + \
+            super().roots()
 
     def problem_shape(self) -> tuple:
         return (self.rows, self.sort_size)
 
     def signature(self) -> str:
-        return hashlib.sha1(f"{super().signature()}|{self.descending}".encode()).hexdigest()[:12]
+        return hashlib.sha1(f"{super().signature()}|{self.descending}|{self.run}".encode()
+                            ).hexdigest()[:12]
 
     def text(self) -> str:
         order = "descending" if self.descending else "ascending"
-        head = (f"sort kernel over {self.shape}: {self.rows} rows x {self.sort_size}, "
+        what = f"merge of sorted runs of {self.run}" if self.run else "sort"
+        head = (f"{what} kernel over {self.shape}: {self.rows} rows x {self.sort_size}, "
                 f"stable {order}")
         key = [f"  key(row, r) = {format_expr(self.value)}"]
+        if self.run:
+            key.append(f"  positions(row, r) = {format_expr(self.order)}")
         return "\n".join([head] + self._args_text() + key + self._body_text())
 
 

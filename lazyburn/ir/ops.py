@@ -28,7 +28,11 @@ Kinds:
                  their order -- nan after every number ascending and before them descending,
                  -0.0 equal to 0.0 (NumPy's ``argsort(kind="stable")`` and the array API's
                  ``descending``); the front end moves another axis last and gathers the
-                 sorted values with ``take_along_axis``
+                 sorted values with ``take_along_axis``. ``merge`` (attrs ``(descending,
+                 run)``) takes keys and int32 positions whose rows hold sorted runs of ``run``
+                 (of keys read through them, each run's positions above the one before's)
+                 and merges each pair of runs into one sorted run of ``2 * run``, ties from
+                 the first run first: a long row is sorted as chunks, then merged
     matmul       batched matrix product (..., M, K) @ (..., K, N)
     library      a matrix decomposition the device's library computes (LAPACK through
                  ``numpy.linalg`` on the host, ``torch.linalg`` on CUDA), one library call per
@@ -126,6 +130,7 @@ _define("reduce", 1, "sum prod max min argmax argmin any all", ("axes",))
 _define("scan", 1, "cumsum cumprod", ("axis",))
 
 _define("sort", 1, "argsort", ("descending",))
+_define("sort", 2, "merge", ("descending", "run"))
 
 _define("matmul", 2, "matmul")
 

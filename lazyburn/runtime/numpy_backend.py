@@ -203,6 +203,23 @@ def stable_argsort(x: np.ndarray, descending: bool) -> np.ndarray:
     return (x.shape[-1] - 1 - flipped).astype(np.int32)
 
 
+def merge_runs(keys: np.ndarray, order: np.ndarray, descending: bool, run: int) -> np.ndarray:
+    """The ``merge`` node: int32 ``order``, whose last-axis rows hold sorted runs of ``run``
+    positions into ``keys``' rows, with each pair of runs merged (a stable sort of each pair's
+    keys in their order: the first run's ties first, as its positions are the lower)."""
+    n, lead = keys.shape[-1], keys.shape[:-1]
+    whole = n - n % (2 * run)
+    out = np.empty_like(order)
+    for start, stop, pairs in ((0, whole, whole // (2 * run)), (whole, n, 1)):
+        if stop > start:
+            pair = order[..., start:stop].reshape(lead + (pairs, -1))
+            sorted_keys = np.take_along_axis(keys[..., None, :], pair, axis=-1)
+            within = stable_argsort(sorted_keys, descending)
+            out[..., start:stop] = np.take_along_axis(pair, within, axis=-1).reshape(
+                lead + (stop - start,))
+    return out
+
+
 REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "any": np.any,
           "all": np.all}
 
@@ -312,6 +329,8 @@ def evaluate(n: Node, args: list) -> np.ndarray:
         return SCAN[op](args[0], axis=n.attrs[0], dtype=_compute_dtype(n.dtype))
     if op == "argsort":
         return stable_argsort(args[0], descending=n.attrs[0])
+    if op == "merge":
+        return merge_runs(args[0], args[1], descending=n.attrs[0], run=n.attrs[1])
     if op in ("argmax", "argmin"):
         (axis,) = n.attrs[0]
         fn = np.argmax if op == "argmax" else np.argmin

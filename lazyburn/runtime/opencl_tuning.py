@@ -41,6 +41,8 @@ def default_params(backend, k) -> dict:
         per_item = cl_codegen.SCAN_PER_ITEM
         local = min(256, backend.max_local, pow2_at_least(-(-spec.scan_size // per_item)))
         return {"strategy": "tree", "local": local, "per_item": per_item}
+    if k.kind == "sort" and spec.run:  # a merge: on a CPU, longer sequential merges
+        return {"local": 64, "per_item": 32 if cpu else cl_codegen.MERGE_PER_ITEM}
     if k.kind == "sort":  # a work-group per row, a work-item per comparator of a step
         half = max(1, pow2_at_least(spec.sort_size) // 2)
         return {"local": min(256, backend.max_local, half)}

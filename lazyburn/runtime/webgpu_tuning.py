@@ -39,6 +39,8 @@ def default_params(backend, k) -> dict:
             return {"strategy": "sequential"}
         return {"strategy": "tree", "workgroup": min(256, pow2_at_least(
             -(-spec.scan_size // wgsl.SCAN_PER_ITEM)))}
+    if k.kind == "sort" and spec.run:  # a merge: an invocation per few outputs
+        return {"workgroup": 64, "per_item": wgsl.MERGE_PER_ITEM}
     if k.kind == "sort":  # a workgroup per row, an invocation per comparator of a step
         return {"workgroup": min(256, max(1, pow2_at_least(spec.sort_size) // 2))}
     if k.kind == "matmul":
