@@ -877,6 +877,57 @@ def test_long_reductions(what, device):
     _report(failures)
 
 
+#: rows past the sort kernel's chunk of 2048 (two merge passes, the first with a run alone)
+#: and past the long scan's 2^14 (reduce-then-scan over padded chunks)
+LONG_ROW = {"argsort": 2 ** 12 + 3, "sort": 2 ** 12 + 3, "cumsum": 2 ** 14 + 3,
+            "cumprod": 2 ** 14 + 3}
+
+
+@pytest.mark.parametrize("what, device", _params(("long_rows",), FUSED_DEVICES))
+def test_long_rows_sort_and_scan(what, device):
+    """Two rows of edge cases of every dtype (LONG_ROW long): argsort and sort exactly (merge
+    passes compare keys as the sort kernel does: nan last, -0.0 equal to 0.0, ties stable),
+    and the scans of integers and bool exactly (they wrap to the same values in any order;
+    float scans of these magnitudes overflow in one order and not another: tests/test_scan.py
+    checks long float scans on random data and special values). Triton's interpreter takes
+    four dtypes."""
+    interpreted = device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") == "1"
+    dtypes = ("float32", "float16", "int64", "bool") if interpreted else ALL
+    failures, pending = [], []
+    for dtype in dtypes:
+        rng = _host_rng("long rows", dtype)
+        for name, length in LONG_ROW.items():
+            if name.startswith("cum") and dtype in FLOATS:
+                continue
+            host = edge_inputs(rng, dtype, 2 * length)
+            host = host[rng.permutation(len(host))].reshape(2, length)
+            try:
+                ref = REDUCTIONS[name](lb.tensor(host, device="numpy"), -1)
+            except RECORD_ERRORS:
+                continue
+            try:
+                got = REDUCTIONS[name](lb.tensor(host, device=device), -1)
+            except DTypeError as e:
+                if dtype not in REFUSES.get(device, ()):
+                    failures.append(f"{name}[{dtype}, {length}] on {device}: DTypeError {e}")
+                continue
+            pending.append((f"{name}[{dtype}, {length}] on {device}", got, ref, dtype))
+    for label, got_t, ref_t, dtype in pending:
+        try:
+            got = got_t.numpy()
+        except DTypeError:
+            if dtype not in REFUSES.get(device, ()):
+                failures.append(f"{label}: refused")
+            continue
+        if dtype in REFUSES.get(device, ()):
+            failures.append(f"{label}: a dtype the device refuses gave a result")
+            continue
+        msg = compare(got, ref_t.numpy(), 0)
+        if msg:
+            failures.append(f"{label}: {msg}")
+    _report(failures)
+
+
 # --- shapes: 0, 1, primes ------------------------------------------------------------------
 SHAPES = [(0,), (1,), (13,), (3, 0, 2), (1, 1), (7, 1, 11)]
 
@@ -1076,6 +1127,8 @@ def test_every_op_of_the_table_is_swept():
                 pass
     x = lb.tensor(np.ones((3, 4), np.float32), device="numpy")
     outs += [REDUCTIONS[name](x, -1) for name in REDUCTIONS] + [x @ x.mT]
+    outs += [REDUCTIONS[name](lb.tensor(np.ones((1, n), np.float32), device="numpy"), -1)
+             for name, n in LONG_ROW.items()]
     outs += [lb.default_rng(0).uniform((3,), device="numpy"),
              lb.default_rng(0).normal((3,), device="numpy"), lb.arange(3, device="numpy")]
     if FUSED_DEVICES:
