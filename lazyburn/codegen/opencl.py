@@ -24,9 +24,11 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
   work-item per ``rows`` x ``cols`` block of C, its accumulators in vector registers; see
   ``_render_matmul_blocked`` and ``cpu_gemm_form``).
 
-Storage: bool as uchar, float16 through ``vload_half``/``vstore_half_rte`` (no cl_khr_fp16
-needed), bfloat16 as ushort with round-to-nearest-even on store; half types compute in float,
-each operation's result rounded to its half type as NumPy rounds it.
+Storage: bool as uchar, the unsigned integers as uchar, ushort, uint and ulong (C's unsigned
+arithmetic, comparisons, division and right shifts are NumPy's), float16 through
+``vload_half``/``vstore_half_rte`` (no cl_khr_fp16 needed), bfloat16 as ushort with
+round-to-nearest-even on store; half types compute in float, each operation's result rounded
+to its half type as NumPy rounds it.
 
 Semantics C leaves undefined follow NumPy: int32/int64 arithmetic wraps (computed unsigned),
 integer division by zero gives 0, ``MIN // -1`` wraps, float-to-integer casts saturate (nan

@@ -6,16 +6,20 @@ OpenCL C is spelled here: the type and intrinsic names, ``select`` for ``?:``, a
 below for storage and for what WGSL leaves undefined (``wgsl_functions`` holds the functions).
 
 Storage. WGSL has 32-bit storage types only (``f16`` behind the ``shader-f16`` feature), so
-8- and 16-bit elements (bool, int8, uint8, int16, bfloat16, and float16 without the feature)
-are *packed*: a buffer holds them exactly as the host lays them out, read as ``u32`` words and
-unpacked by shifts, and written with ``atomicAnd``/``atomicOr`` on the word, because neighbouring
-elements of one word belong to other invocations. float64 has no WGSL type (``NOT_IN_WGSL``);
-the runtime refuses it when a graph is recorded. int64, lazyburn's default integer, is emulated:
-a ``vec2<u32>`` of its low and high words (the host's layout), with exact 64-bit arithmetic in
-``wgsl_functions`` (slower than i32; meant for indices, counts and sums). Other values compute
-in 32 bits: bool as ``bool``, the smaller integers as ``i32`` (8- and 16-bit results wrapped
-back to their width, as their own arithmetic would), half types as ``f32`` rounded to
-nearest-even when stored or cast, as NumPy's ``astype`` does. Index arithmetic is ``i32``; a
+8- and 16-bit elements (bool, int8, uint8, int16, uint16, bfloat16, and float16 without the
+feature) are *packed*: a buffer holds them exactly as the host lays them out, read as ``u32``
+words and unpacked by shifts, and written with ``atomicAnd``/``atomicOr`` on the word, because
+neighbouring elements of one word belong to other invocations. float64 has no WGSL type
+(``NOT_IN_WGSL``); the runtime refuses it when a graph is recorded. int64, lazyburn's default
+integer, and uint64 are emulated: a ``vec2<u32>`` of the low and high words (the host's layout),
+with exact 64-bit arithmetic in ``wgsl_functions`` (slower than i32; meant for indices, counts
+and sums), shared where the two types' bits agree (addition, multiplication, negation, left
+shifts, equality) and unsigned where they differ (order, division, right shifts, powers,
+conversions). Other values compute in 32 bits: bool as ``bool``, uint32 as ``u32`` (WGSL's own
+wrapping, unsigned comparisons, division and logical right shifts; division by zero made 0),
+the smaller integers as ``i32`` (8- and 16-bit results wrapped back to their width, as their own
+arithmetic would: uint16 by ``& 65535``), half types as ``f32`` rounded to nearest-even when
+stored or cast, as NumPy's ``astype`` does. Index arithmetic is ``i32``; a
 kernel whose indices need 64 bits (more than 2^31 elements) cannot be rendered.
 
 Floats. WGSL lets an implementation assume that no infinity or nan occurs, and drivers
