@@ -211,9 +211,10 @@ WRAP = {"char": "uint", "short": "uint", "int": "uint", "long": "ulong", "uchar"
         "ushort": "uint", "uint": "uint", "ulong": "ulong"}
 UNSIGNED = ("uchar", "ushort", "uint", "ulong")
 # A wrapped result (an unsigned value) back in its own type without a conversion C leaves
-# to the implementation (unsigned types: a conversion modulo 2^bits, which C defines) (a value out of a signed type's range converted to it): truncated to
+# to the implementation (a value out of a signed type's range converted to it): truncated to
 # the unsigned type of its width (modulo, defined) and reinterpreted with as_<type>; int8 and
-# int16 sign-extended to an int first. The lb_wrap helpers (HELPERS) keep NVIDIA's PTX
+# int16 sign-extended to an int first. The unsigned types take a plain conversion (modulo
+# 2^bits, which C defines). The lb_wrap helpers (HELPERS) keep NVIDIA's PTX
 # compiler from combining the result with what reads it.
 FROM_UNSIGNED = {"char": "((char)lb_wrap8({0}))", "short": "((short)lb_wrap16({0}))",
                  "int": "as_int(lb_wrap32({0}))", "long": "as_long(lb_wrap64({0}))",

@@ -83,12 +83,12 @@ EXACT_IN_HALF = frozenset({"load", "const", "var", "cast", "where", "neg", "abs"
                            "minimum", "maximum", "floor", "ceil", "round", "reduced", "acc",
                            "copysign"})
 # int8/int16/uint8/uint16 ops whose result can leave the type's range (-x of -128, x * -1,
-# x // -1, x << k, ~x or -x of an unsigned value, sums and products): computed on the int32 values, where nothing but a
-# power overflows (and a power wraps the low bits as the narrow type would), then wrapped into
-# the type's range by masks and a select, still in int32. Narrow values never go through
-# 8- or 16-bit arithmetic: LLVM narrows `(-x32).to(tl.int16)` back to a 16-bit negation, and
-# on an H100 (Triton 3.6) a 16-bit result then widened for an int64 sum kept its overflow:
-# -(-32768) read as +32768.
+# x // -1, x << k, ~x or -x of an unsigned value, sums and products): computed on the int32
+# values, where nothing but a power overflows (and a power wraps the low bits as the narrow
+# type would), then wrapped into the type's range by masks and a select, still in int32.
+# Narrow values never go through 8- or 16-bit arithmetic: LLVM narrows `(-x32).to(tl.int16)`
+# back to a 16-bit negation, and on an H100 (Triton 3.6) a 16-bit result then widened for an
+# int64 sum kept its overflow: -(-32768) read as +32768.
 WIDENED = frozenset({"add", "sub", "mul", "neg", "square", "abs", "floordiv", "pow",
                      "left_shift", "bitwise_not"})
 

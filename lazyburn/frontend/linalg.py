@@ -295,8 +295,8 @@ def diagonal(x, *, offset=0):
 def trace(x, *, offset=0, dtype=None):
     """The sum of diagonal ``offset`` of each matrix of ``x`` (shape (..., M, N)): shape (...).
     dtype: ``dtype`` when given, else ``x``'s (bool and signed integer inputs sum in int64,
-    the default integer type; unsigned ones in uint64, as the array API says). An empty diagonal sums to 0. One fused
-    reduction of the strided diagonal view.
+    the default integer type; unsigned ones in uint64, as the array API says). An empty
+    diagonal sums to 0. One fused reduction of the strided diagonal view.
 
     Raises ShapeError below rank 2 or for a non-int ``offset``, DTypeError for an unknown
     ``dtype``."""

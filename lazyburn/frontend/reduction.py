@@ -328,8 +328,9 @@ def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
 
     ``axis`` may be None only for a 1-d ``x``. ``dtype``: the result's (and the
     accumulation's) dtype; by default bool and signed integer inputs sum in int64, unsigned
-    ones in uint64 and floats in their own type (float16/bfloat16 accumulate in float32 in the kernels, each result rounded).
-    Integers wrap, as NumPy's. Runs as a scan kernel whose producers are fused into it.
+    ones in uint64 and floats in their own type (float16/bfloat16 accumulate in float32 in the
+    kernels, each result rounded). Integers wrap, as NumPy's. Runs as a scan kernel whose
+    producers are fused into it.
 
     Raises ShapeError for a 0-d ``x``, a missing axis on a tensor of rank > 1, or an axis out
     of range; DTypeError for an unknown dtype."""
@@ -360,8 +361,8 @@ def _torch_scan(op: str, x, dim, dtype, origin):
 
 def cumsum(x, dim, dtype=None):
     """PyTorch's ``torch.cumsum(x, dim, dtype=None)``: the running sum along ``dim`` (bool and
-    integer inputs, unsigned ones too, in int64 unless ``dtype`` says otherwise). Raises ShapeError for a ``dim``
-    out of range."""
+    integer inputs, unsigned ones too, in int64 unless ``dtype`` says otherwise). Raises
+    ShapeError for a ``dim`` out of range."""
     return _torch_scan("cumsum", x, dim, dtype, Origin())
 
 

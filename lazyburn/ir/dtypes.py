@@ -21,8 +21,8 @@ shift right as unsigned values, as NumPy's do, on every device.
 
 complex64 and complex128 (two float32 or float64 parts) are computed on every device that holds
 their parts' float type: the fused devices compute them as pairs of real values
-(``fusion/complex_lowering.py``), so a device without float64 (WebGPU, an OpenCL device without fp64)
-refuses complex128 only.
+(``fusion/complex_lowering.py``), so a device without float64 (WebGPU, an OpenCL device
+without fp64) refuses complex128 only.
 
 bfloat16 is stored through ``ml_dtypes.bfloat16``, NumPy's de facto extension type for it.
 """
