@@ -55,7 +55,7 @@ from .frontend.movement import broadcast_arrays, moveaxis, roll, to_device, unst
 from .frontend.reduction import (count_nonzero, cumprod, cumsum, cumulative_prod,
                                  cumulative_sum, diff)
 from .ir.dtypes import (bfloat16, bool_, complex64, complex128, float16, float32, float64, int8,
-                        int16, int32, int64, uint8)
+                        int16, int32, int64, uint8, uint16, uint32, uint64)
 from .ir.dtypes import dtype as dtype
 from .runtime import default_device, set_default_device
 from .runtime.dump import dump

@@ -10,7 +10,7 @@ import lazyburn as lb
 from lazyburn.runtime import fused
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
-INTS = ("int8", "int16", "int32", "int64", "uint8")
+INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 NUMERIC = FLOATS + INTS
 ALL = NUMERIC + ("bool",)
 HALF = ("float16", "bfloat16")
@@ -105,7 +105,8 @@ def special_values(dtype: str) -> np.ndarray:
         info = np.iinfo(dtype)
         bits = info.bits
         vals = [0, 1, -1, 2, -2, 3, -3, 7, -7, 5, bits - 1, bits, bits + 1, 100, -100,
-                info.min, info.min + 1, info.max, info.max - 1, info.max // 2, info.min // 2]
+                info.min, info.min + 1, info.max, info.max - 1, info.max // 2, info.min // 2,
+                info.max // 2 + 1]
         return np.array([v for v in vals if info.min <= v <= info.max], dtype=dtype)
     nmant, minexp, fmax = float_info(dtype)
     tiny = 2.0 ** minexp
@@ -130,7 +131,7 @@ def edge_inputs(rng: np.random.Generator, dtype: str, n: int) -> np.ndarray:
     elif dtype in INTS:
         info = np.iinfo(dtype)
         wide = rng.integers(info.min, info.max, size=m, endpoint=True, dtype=dtype)
-        small = rng.integers(-9, 10, size=m).astype(dtype)
+        small = rng.integers(max(info.min, -9), 10, size=m).astype(dtype)
         tail = np.where(rng.random(m) < 0.5, wide, small)
     else:
         mag = 10.0 ** rng.uniform(-6, 6, size=m) * np.where(rng.random(m) < 0.5, -1, 1)

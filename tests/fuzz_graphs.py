@@ -42,7 +42,7 @@ MAX_ELEMENTS = 1 << 20
 MAX_STEPS = 60
 FLOAT_U = {"float32": 2.0 ** -24, "float64": 2.0 ** -53, "float16": 2.0 ** -11,
            "bfloat16": 2.0 ** -8}
-INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 @dataclass
@@ -382,6 +382,11 @@ def _axes(g: _Gen, shape):
     return tuple(sorted(int(x) for x in g.rng.choice(nd, size=k, replace=False)))
 
 
+def _sum_dtype(dtype: str) -> str:
+    """The dtype of an integer sum or product (the array API's: uint64 for unsigned values)."""
+    return "uint64" if dtype.startswith("uint") else "int64"
+
+
 def _reduce_step(g: _Gen, name, a: Value) -> Value | None:
     u = _u(a.dtype)
     axes = _axes(g, a.shape)
@@ -400,8 +405,8 @@ def _reduce_step(g: _Gen, name, a: Value) -> Value | None:
         op = g.choice(["sum", "prod", "any"])
     if op == "sum":
         if is_int:
-            return Value(f"{name}.sum({ax}, keepdims={keep})", out, "int64", B * max(n, 1),
-                         0.0, True)
+            return Value(f"{name}.sum({ax}, keepdims={keep})", out, _sum_dtype(a.dtype),
+                         B * max(n, 1), 0.0, True)
         return Value(f"{name}.sum({ax}, keepdims={keep})", out, a.dtype, n * B,
                      n * E + levels * u * n * B, False)
     if op == "mean":
@@ -413,8 +418,8 @@ def _reduce_step(g: _Gen, name, a: Value) -> Value | None:
         return Value(f"{name}.{op}({ax}, keepdims={keep})", out, a.dtype, B, E, a.exact)
     if op == "prod":
         if is_int:
-            return Value(f"{name}.prod({ax}, keepdims={keep})", out, "int64", 1e30, 0.0,
-                         True)
+            return Value(f"{name}.prod({ax}, keepdims={keep})", out, _sum_dtype(a.dtype), 1e30,
+                         0.0, True)
         if n > 12 or B > 2:
             return None
         bn = max(B, 1.0) ** n

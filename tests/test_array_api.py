@@ -14,8 +14,9 @@ import pytest
 import lazyburn as lb
 from fused_devices import FUSED_DEVICES
 
-ALL_DTYPES = [lb.bool, lb.int8, lb.int16, lb.int32, lb.int64, lb.uint8, lb.float16, lb.bfloat16,
-              lb.float32, lb.float64, lb.complex64, lb.complex128]
+ALL_DTYPES = [lb.bool, lb.int8, lb.int16, lb.int32, lb.int64, lb.uint8, lb.uint16, lb.uint32,
+              lb.uint64, lb.float16, lb.bfloat16, lb.float32, lb.float64, lb.complex64,
+              lb.complex128]
 KINDS = ["bool", "signed integer", "unsigned integer", "integral", "real floating",
          "complex floating", "numeric"]
 
@@ -72,7 +73,8 @@ def test_finfo(d):
         lb.finfo(lb.float32).eps / 2))
 
 
-@pytest.mark.parametrize("d", [lb.int8, lb.int16, lb.int32, lb.int64, lb.uint8])
+@pytest.mark.parametrize("d", [lb.int8, lb.int16, lb.int32, lb.int64, lb.uint8, lb.uint16,
+                               lb.uint32, lb.uint64])
 def test_iinfo(d):
     want = np.iinfo(np_dtype(d))
     for info in (lb.iinfo(d), lb.iinfo(lb.zeros(3, dtype=d, device="numpy"))):
@@ -137,7 +139,9 @@ def test_isdtype_against_numpy(d):
     for other in ALL_DTYPES:
         assert lb.isdtype(d, other) is (d is other)
     assert lb.isdtype(d, ("bool", "real floating")) is (d.is_bool or d.is_float)
-    assert lb.isdtype(d, (lb.int16, "unsigned integer")) is (d.name in ("int16", "uint8"))
+    assert lb.isdtype(d, (lb.int16, "unsigned integer")) is (d.name in ("int16", "uint8",
+                                                                        "uint16", "uint32",
+                                                                        "uint64"))
     assert lb.isdtype(d, ()) is False
 
 
@@ -161,15 +165,15 @@ def test_namespace_info():
     for d in FUSED_DEVICES:
         if not d.startswith("cuda"):  # cuda:0 may be Triton's interpreter, not a GPU
             assert d in devices
-    standard = {"bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64",
-                "complex64", "complex128"}
+    standard = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                "float32", "float64", "complex64", "complex128"}
     assert set(info.dtypes(device="numpy")) == standard
     assert all(v is lb.dtype(k) for k, v in info.dtypes(device="numpy").items())
     assert set(info.dtypes(device="numpy", kind="real floating")) == {"float32", "float64"}
-    assert set(info.dtypes(device="numpy", kind=("bool", "unsigned integer"))) == {"bool",
-                                                                                   "uint8"}
-    assert set(info.dtypes(device="numpy", kind="integral")) == {"int8", "int16", "int32",
-                                                                 "int64", "uint8"}
+    assert set(info.dtypes(device="numpy", kind=("bool", "unsigned integer"))) == {
+        "bool", "uint8", "uint16", "uint32", "uint64"}
+    assert set(info.dtypes(device="numpy", kind="integral")) == {
+        "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
     assert set(info.dtypes(device="numpy", kind="complex floating")) == {"complex64",
                                                                          "complex128"}
     assert set(info.dtypes(device="numpy", kind="numeric")) == standard - {"bool"}

@@ -10,8 +10,8 @@ import lazyburn as lb
 
 pytestmark = pytest.mark.usefixtures("numpy_device")
 
-DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16", "float32",
-          "float64"]
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "bfloat16", "float32", "float64"]
 
 
 def np_dtype(name):
@@ -147,7 +147,9 @@ def test_dtype_objects():
     assert lb.dtype(bool) is lb.bool and lb.dtype(lb.int8) is lb.int8
     assert str(lb.float32) == "float32" and lb.float32 == lb.dtype("float32")
     with pytest.raises(lb.DTypeError):
-        lb.dtype("uint32")
+        lb.dtype("uint128")
+    with pytest.raises(lb.DTypeError):
+        lb.dtype(np.dtype("datetime64[s]"))
 
 
 PROMOTIONS = [
@@ -155,12 +157,18 @@ PROMOTIONS = [
     ("int8", "int16", "int16"), ("int16", "int32", "int32"), ("int32", "int64", "int64"),
     ("uint8", "int8", "int16"), ("uint8", "int16", "int16"), ("uint8", "int32", "int32"),
     ("uint8", "int64", "int64"), ("uint8", "uint8", "uint8"),
+    ("uint8", "uint16", "uint16"), ("uint16", "uint32", "uint32"), ("uint32", "uint64", "uint64"),
+    ("uint8", "uint64", "uint64"), ("uint16", "int8", "int32"), ("uint16", "int16", "int32"),
+    ("uint16", "int32", "int32"), ("uint16", "int64", "int64"), ("uint32", "int8", "int64"),
+    ("uint32", "int32", "int64"), ("uint32", "int64", "int64"),
     ("float16", "float32", "float32"), ("float32", "float64", "float64"),
     ("float16", "float64", "float64"), ("bool", "bool", "bool"),
     # implementation-defined, as documented in lazyburn.ir.dtypes
     ("float16", "bfloat16", "float32"), ("bfloat16", "float32", "float32"),
     ("bool", "int8", "int8"), ("bool", "uint8", "uint8"), ("bool", "float16", "float16"),
     ("int64", "float16", "float16"), ("uint8", "bfloat16", "bfloat16"),
+    ("bool", "uint64", "uint64"), ("uint64", "float32", "float32"),
+    ("uint32", "float64", "float64"), ("uint16", "float16", "float16"),
     ("int32", "float32", "float32"), ("int8", "float64", "float64"),
 ]
 
@@ -178,6 +186,9 @@ def test_promotion_table(a, b, expected):
 
 WEAK_SCALARS = [
     ("int8", "+", 1, "int8"), ("int8", "*", -3, "int8"), ("uint8", "+", 200, "uint8"),
+    ("uint16", "+", 1, "uint16"), ("uint32", "*", 3, "uint32"), ("uint64", "+", 2 ** 64 - 1,
+                                                                 "uint64"),
+    ("uint32", "*", 0.5, "float32"),
     ("int16", "-", True, "int16"), ("float16", "*", 2.0, "float16"),
     ("bfloat16", "+", 1, "bfloat16"), ("float16", "+", 3, "float16"),
     ("int32", "*", 0.5, "float32"), ("int8", "/", 2, "float32"), ("uint8", "-", 1.5, "float32"),

@@ -117,7 +117,8 @@ def find_var(spec, name: str) -> Expr:
 # the integer range of each integer dtype (the identity of max and min)
 INT_LIMITS = {"int8": (-2 ** 7, 2 ** 7 - 1), "int16": (-2 ** 15, 2 ** 15 - 1),
               "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1),
-              "uint8": (0, 255)}
+              "uint8": (0, 2 ** 8 - 1), "uint16": (0, 2 ** 16 - 1), "uint32": (0, 2 ** 32 - 1),
+              "uint64": (0, 2 ** 64 - 1)}
 
 
 def reduction_identity(stage) -> bool | int | float:

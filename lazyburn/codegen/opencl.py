@@ -26,9 +26,11 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
   work-item per ``rows`` x ``cols`` block of C, its accumulators in vector registers; see
   ``_render_matmul_blocked`` and ``cpu_gemm_form``).
 
-Storage: bool as uchar, float16 through ``vload_half``/``vstore_half_rte`` (no cl_khr_fp16
-needed), bfloat16 as ushort with round-to-nearest-even on store; half types compute in float,
-each operation's result rounded to its half type as NumPy rounds it.
+Storage: bool as uchar, the unsigned integers as uchar, ushort, uint and ulong (C's unsigned
+arithmetic, comparisons, division and right shifts are NumPy's), float16 through
+``vload_half``/``vstore_half_rte`` (no cl_khr_fp16 needed), bfloat16 as ushort with
+round-to-nearest-even on store; half types compute in float, each operation's result rounded
+to its half type as NumPy rounds it.
 
 Semantics C leaves undefined follow NumPy: int32/int64 arithmetic wraps (computed unsigned),
 integer division by zero gives 0, ``MIN // -1`` wraps, float-to-integer casts saturate (nan
@@ -56,7 +58,8 @@ from .common import (INFIX, ExprPrinter, acc_expr_id, find_var, float_literal, i
                      scanned_expr_id)
 
 STORAGE = {"bool": "uchar", "int8": "char", "int16": "short", "int32": "int", "int64": "long",
-           "uint8": "uchar", "float16": "half", "bfloat16": "ushort", "float32": "float",
+           "uint8": "uchar", "uint16": "ushort", "uint32": "uint", "uint64": "ulong",
+           "float16": "half", "bfloat16": "ushort", "float32": "float",
            "float64": "double"}
 VALUE = dict(STORAGE, bool="bool", float16="float", bfloat16="float")
 
@@ -206,22 +209,28 @@ NEG_POW = "\n    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 
 
 # the unsigned type each integer type's arithmetic wraps in (at least int wide, so that char and
 # short products are not promoted to a signed int that could overflow)
-WRAP = {"char": "uint", "short": "uint", "int": "uint", "long": "ulong", "uchar": "uint"}
-# A wrapped result (an unsigned value) back in its signed type without a conversion C leaves
+WRAP = {"char": "uint", "short": "uint", "int": "uint", "long": "ulong", "uchar": "uint",
+        "ushort": "uint", "uint": "uint", "ulong": "ulong"}
+UNSIGNED = ("uchar", "ushort", "uint", "ulong")
+# A wrapped result (an unsigned value) back in its own type without a conversion C leaves
 # to the implementation (a value out of a signed type's range converted to it): truncated to
 # the unsigned type of its width (modulo, defined) and reinterpreted with as_<type>; int8 and
-# int16 sign-extended to an int first. The lb_wrap helpers (HELPERS) keep NVIDIA's PTX
+# int16 sign-extended to an int first. The unsigned types take a plain conversion (modulo
+# 2^bits, which C defines). The lb_wrap helpers (HELPERS) keep NVIDIA's PTX
 # compiler from combining the result with what reads it.
 FROM_UNSIGNED = {"char": "((char)lb_wrap8({0}))", "short": "((short)lb_wrap16({0}))",
                  "int": "as_int(lb_wrap32({0}))", "long": "as_long(lb_wrap64({0}))",
-                 "uchar": "((uchar)({0}))"}
+                 "uchar": "((uchar)({0}))", "ushort": "((ushort)({0}))", "uint": "((uint)({0}))",
+                 "ulong": "((ulong)({0}))"}
 
 # the range of each integer value type, for saturating float-to-integer casts: (the lowest value,
 # the highest, 2^bits or 2^(bits-1): the first float past the highest)
 INT_RANGE = {"char": ("(-128)", "127", "128.0"), "short": ("(-32768)", "32767", "32768.0"),
              "int": ("INT_MIN", "INT_MAX", "2147483648.0"),
              "long": ("LONG_MIN", "LONG_MAX", "9223372036854775808.0"),
-             "uchar": ("0", "255", "256.0")}
+             "uchar": ("0", "255", "256.0"), "ushort": ("0", "65535", "65536.0"),
+             "uint": ("0u", "UINT_MAX", "4294967296.0"),
+             "ulong": ("0ul", "ULONG_MAX", "18446744073709551616.0")}
 
 # the rounding of a float to each half type's value (see HELPERS)
 HALF_ROUND = {"float16": "lb_round_f16", "bfloat16": "lb_round_bf16"}
@@ -316,6 +325,8 @@ class OpenCLPrinter(ExprPrinter):
         if dtype.is_int:  # the lowest values by name: their magnitudes do not fit the type
             if t == "int64":
                 text = f"{value}L" if value != -2 ** 63 else "LONG_MIN"
+            elif t in ("uint32", "uint64"):  # unsigned, so that 2^63 is not a signed overflow
+                text = f"{value}u" if t == "uint32" else f"{value}ul"
             else:
                 text = "INT_MIN" if t == "int32" and value == -2 ** 31 else str(value)
         else:
@@ -425,7 +436,7 @@ class OpenCLPrinter(ExprPrinter):
         if src.is_float and dst.is_int:
             lo, hi, past = INT_RANGE[t]
             f = "" if src.name == "float64" else "f"
-            below = "0.0" if t == "uchar" else f"-{past}"  # at or below: the lowest value
+            below = "0.0" if t in UNSIGNED else f"-{past}"  # at or below: the lowest value
             return (f"(isnan({x}) ? ({t})0 : (({x}) >= {past}{f} ? ({t}){hi} : "
                     f"(({x}) <= {below}{f} ? ({t}){lo} : ({t})({x}))))")
         if dst.name in HALF_ROUND:
@@ -435,8 +446,8 @@ class OpenCLPrinter(ExprPrinter):
             if src is dst:
                 return x
             return f"{HALF_ROUND[dst.name]}((float)({x}))"
-        if src.is_int and dst.is_int and not src.is_bool and not dst.is_bool and \
-                t != "long" and (src.itemsize > dst.itemsize or src.name == "uint8"):
+        if src.is_int and dst.kind == "i" and \
+                (src.itemsize > dst.itemsize or (src.kind == "u" and src.itemsize == dst.itemsize)):
             # narrowed modulo, without a conversion to a signed type out of its range
             return FROM_UNSIGNED[t].format(f"({WRAP[t]})({x})")
         return f"(({t}){x})"
@@ -445,7 +456,7 @@ class OpenCLPrinter(ExprPrinter):
         if e.dtype.is_float:
             return f"fabs({x})"
         t = VALUE[e.dtype.name]
-        if t in ("uchar", "bool"):
+        if t == "bool" or t in UNSIGNED:
             return x
         # Not OpenCL's abs: it returns the unsigned type, and PoCL's lets the compiler assume
         # a non-negative result, so abs(INT_MIN) widened to int64 read +2^31. Negated in the
@@ -576,7 +587,7 @@ class OpenCLPrinter(ExprPrinter):
     def _shift(self, e, a, b, op):
         bits = e.dtype.itemsize * 8
         t = VALUE[e.dtype.name]
-        fill = "0" if op == "<<" else f"(({a}) < 0 ? ({t})-1 : ({t})0)"
+        fill = "0" if op == "<<" or t in UNSIGNED else f"(({a}) < 0 ? ({t})-1 : ({t})0)"
         # a left shift of a negative value is undefined in C: shift its unsigned bits
         shifted = FROM_UNSIGNED[t].format(f"({WRAP[t]})({a}) << ({b})") if op == "<<" else \
             f"(({t})(({a}) >> ({b})))"
@@ -628,8 +639,12 @@ class OpenCLPrinter(ExprPrinter):
             return f"as_double(((ulong){words[1]} << 32) | (ulong){words[0]})"
         if t == "int64":
             return f"as_long(((ulong){words[1]} << 32) | (ulong){words[0]})"
+        if t == "uint64":
+            return f"(((ulong){words[1]} << 32) | (ulong){words[0]})"
         if e.dtype.is_float:
             return f"as_float({words[0]})"
+        if e.dtype.kind == "u":
+            return f"(({VALUE[t]}){words[0]})"
         return f"(({VALUE[t]})as_int({words[0]}))"
 
     def op_reduced(self, e, stage):
@@ -664,7 +679,7 @@ class OpenCLPrinter(ExprPrinter):
             if kind == "float":
                 text = FLOAT_DIVMOD.replace("{BIG}", INTEGRAL_FROM[t])
             else:
-                signed = t != "uchar"
+                signed = t not in UNSIGNED
                 text = INT_HELPERS.replace("{NEG_ONE_DIV}", NEG_ONE_DIV if signed else "") \
                     .replace("{NEG_ONE_MOD}", NEG_ONE_MOD if signed else "") \
                     .replace("{NEG_POW}", NEG_POW if signed else "").replace("{U}", WRAP[t]) \

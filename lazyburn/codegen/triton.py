@@ -40,8 +40,8 @@ correctly rounded division and square root, NaN-propagating min/max and max/min 
 first-index argmax/argmin with NaN as the extreme, shifts by out-of-range amounts giving 0 (or
 -1), float-to-integer conversion saturating (NaN -> 0, see :func:`.triton_printer.saturate`),
 float16/bfloat16 stored in their own type and computed in float32, each operation's result
-rounded to its half type (as NumPy rounds it), int8/int16/uint8 results wrapped to their type
-after each operation, ``x ** c`` for c in 0, 1, 2, -1, 0.5 as NumPy computes it, subnormals
+rounded to its half type (as NumPy rounds it), int8/int16/uint8/uint16 results wrapped to their
+type after each operation, ``x ** c`` for c in 0, 1, 2, -1, 0.5 as NumPy computes it, subnormals
 kept through libdevice's flush-to-zero functions, and the counter-based random numbers of
 :mod:`.philox`. The accuracy of the
 transcendental functions on a GPU is listed in :mod:`.triton_printer`, that of long sums in

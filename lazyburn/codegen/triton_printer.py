@@ -14,14 +14,19 @@ from .common import INFIX, INT_LIMITS, ExprPrinter, float_literal, rounded_to
 from .triton_helpers import HELPERS
 
 TL = {"bool": "tl.int1", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32",
-      "int64": "tl.int64", "uint8": "tl.uint8", "float16": "tl.float16",
+      "int64": "tl.int64", "uint8": "tl.uint8", "uint16": "tl.uint16", "uint32": "tl.uint32",
+      "uint64": "tl.uint64", "float16": "tl.float16",
       "bfloat16": "tl.bfloat16", "float32": "tl.float32", "float64": "tl.float64"}
-# the type a value has inside a kernel: half types compute in float32; int8, int16 and uint8 in
-# int32, wrapped to their type's range after each op that can leave it (see WIDENED)
+# the type a value has inside a kernel: half types compute in float32; int8, int16, uint8 and
+# uint16 in int32, wrapped to their type's range after each op that can leave it (see WIDENED);
+# uint32 and uint64 in Triton's own unsigned types (unsigned comparisons, division and right
+# shifts)
 VALUE = dict(TL, float16="tl.float32", bfloat16="tl.float32", int8="tl.int32",
-             int16="tl.int32", uint8="tl.int32")
+             int16="tl.int32", uint8="tl.int32", uint16="tl.int32")
 HALF = ("float16", "bfloat16")
-NARROW_INT = ("int8", "int16", "uint8")
+NARROW_INT = ("int8", "int16", "uint8", "uint16")
+# the mask wrapping an int32 value into each narrow unsigned type
+UNSIGNED_MASK = {"uint8": 255, "uint16": 65535}
 INF, NEG_INF, NAN = 'float("inf")', 'float("-inf")', 'float("nan")'
 
 # Accuracy on NVIDIA GPUs (float32; CUDA's documented bounds for libdevice, measured against a
@@ -77,13 +82,13 @@ NEAR_IDENTITY = frozenset({"sin", "tan", "tanh", "expm1", "log1p"})
 EXACT_IN_HALF = frozenset({"load", "const", "var", "cast", "where", "neg", "abs", "sign",
                            "minimum", "maximum", "floor", "ceil", "round", "reduced", "acc",
                            "copysign"})
-# int8/int16/uint8 ops whose result can leave the type's range (-x of -128, x * -1, x // -1,
-# x << k, ~x of a uint8, sums and products): computed on the int32 values, where nothing but a
-# power overflows (and a power wraps the low bits as the narrow type would), then wrapped into
-# the type's range by masks and a select, still in int32. Narrow values never go through
-# 8- or 16-bit arithmetic: LLVM narrows `(-x32).to(tl.int16)` back to a 16-bit negation, and
-# on an H100 (Triton 3.6) a 16-bit result then widened for an int64 sum kept its overflow:
-# -(-32768) read as +32768.
+# int8/int16/uint8/uint16 ops whose result can leave the type's range (-x of -128, x * -1,
+# x // -1, x << k, ~x or -x of an unsigned value, sums and products): computed on the int32
+# values, where nothing but a power overflows (and a power wraps the low bits as the narrow
+# type would), then wrapped into the type's range by masks and a select, still in int32.
+# Narrow values never go through 8- or 16-bit arithmetic: LLVM narrows `(-x32).to(tl.int16)`
+# back to a 16-bit negation, and on an H100 (Triton 3.6) a 16-bit result then widened for an
+# int64 sum kept its overflow: -(-32768) read as +32768.
 WIDENED = frozenset({"add", "sub", "mul", "neg", "square", "abs", "floordiv", "pow",
                      "left_shift", "bitwise_not"})
 
@@ -276,7 +281,8 @@ class TritonPrinter(ExprPrinter):
         return text
 
     def wrap_narrow(self, name: str, x: str) -> str:
-        """Int32 ``x`` wrapped into the range of int8, int16 or uint8 (``name``), as int32.
+        """Int32 ``x`` wrapped into the range of int8, int16, uint8 or uint16 (``name``), as
+        int32.
 
         On a GPU by two 32-bit instructions in inline PTX: written in Triton, LLVM sees that
         only the low bits matter and computes the op itself in 16 bits again (``neg.s16``,
@@ -284,15 +290,15 @@ class TritonPrinter(ExprPrinter):
         the wrong sign: -(-32768) summed as +32768. The asm's operand is a whole int32, so the
         op stays 32-bit."""
         if self.target == "cuda":
-            if name == "uint8":
-                asm = "and.b32 $0, $1, 255;"
+            if name in UNSIGNED_MASK:
+                asm = f"and.b32 $0, $1, {UNSIGNED_MASK[name]};"
             else:
                 shift = 24 if name == "int8" else 16
                 asm = f"shl.b32 $0, $1, {shift}; shr.s32 $0, $0, {shift};"
             return (f'tl.inline_asm_elementwise("{asm}", "=r,r", [{x}], dtype=tl.int32, '
                     f'is_pure=True, pack=1)')
-        if name == "uint8":
-            return f"({x} & 255)"
+        if name in UNSIGNED_MASK:
+            return f"({x} & {UNSIGNED_MASK[name]})"
         return self.helper("lb_wrap_signed", x, 8 if name == "int8" else 16)
 
     def round_half(self, half: str, x: str) -> str:
@@ -500,7 +506,7 @@ class TritonPrinter(ExprPrinter):
         return f"tl.where({x} > 0, tl.where({x} < 1.0, 1.0, tl.ceil({x})), tl.ceil({x}))"
 
     def op_abs(self, e, x):
-        if e.dtype.is_bool or e.dtype.name == "uint8":
+        if e.dtype.is_bool or e.dtype.kind == "u":
             return x
         if e.dtype.is_int and e.dtype.itemsize <= 4 and self.target == "cuda":
             # abs(INT_MIN) wraps to INT_MIN (NumPy). Written in Triton (tl.abs, a select or a
@@ -617,7 +623,7 @@ class TritonPrinter(ExprPrinter):
 
     def _shift(self, e, a, b, op):
         over = f"(({b} < 0) | ({b} >= {e.dtype.bits}))"
-        fill = "0" if op == "<<" or e.dtype.name == "uint8" else f"tl.where({a} < 0, -1, 0)"
+        fill = "0" if op == "<<" or e.dtype.kind == "u" else f"tl.where({a} < 0, -1, 0)"
         return f"tl.where({over}, {fill}, {a} {op} tl.where({over}, 0, {b}))"
 
     def op_left_shift(self, e, a, b):
@@ -668,12 +674,14 @@ class TritonPrinter(ExprPrinter):
         float32 of their value)."""
         lo, hi = ([s.name for s in self.spec.scalars[first:first + 2]] + [None])[:2]
         t = e.dtype.name
-        if t in ("float64", "int64"):
+        if t in ("float64", "int64", "uint64"):
             def wide(w):
                 return f"{w}.to(tl.uint32, bitcast=True).to(tl.uint64)"
             return f"(({wide(hi)} << 32) | {wide(lo)}).to({TL[t]}, bitcast=True)"
         if e.dtype.is_float:
             return f"{lo}.to(tl.float32, bitcast=True)"
+        if t == "uint32":
+            return f"{lo}.to(tl.uint32, bitcast=True)"
         return lo  # an int32, the value type of every narrower integer
 
     def op_reduced(self, e, stage):

@@ -6,16 +6,20 @@ OpenCL C is spelled here: the type and intrinsic names, ``select`` for ``?:``, a
 below for storage and for what WGSL leaves undefined (``wgsl_functions`` holds the functions).
 
 Storage. WGSL has 32-bit storage types only (``f16`` behind the ``shader-f16`` feature), so
-8- and 16-bit elements (bool, int8, uint8, int16, bfloat16, and float16 without the feature)
-are *packed*: a buffer holds them exactly as the host lays them out, read as ``u32`` words and
-unpacked by shifts, and written with ``atomicAnd``/``atomicOr`` on the word, because neighbouring
-elements of one word belong to other invocations. float64 has no WGSL type (``NOT_IN_WGSL``);
-the runtime refuses it when a graph is recorded. int64, lazyburn's default integer, is emulated:
-a ``vec2<u32>`` of its low and high words (the host's layout), with exact 64-bit arithmetic in
-``wgsl_functions`` (slower than i32; meant for indices, counts and sums). Other values compute
-in 32 bits: bool as ``bool``, the smaller integers as ``i32`` (8- and 16-bit results wrapped
-back to their width, as their own arithmetic would), half types as ``f32`` rounded to
-nearest-even when stored or cast, as NumPy's ``astype`` does. Index arithmetic is ``i32``; a
+8- and 16-bit elements (bool, int8, uint8, int16, uint16, bfloat16, and float16 without the
+feature) are *packed*: a buffer holds them exactly as the host lays them out, read as ``u32``
+words and unpacked by shifts, and written with ``atomicAnd``/``atomicOr`` on the word, because
+neighbouring elements of one word belong to other invocations. float64 has no WGSL type
+(``NOT_IN_WGSL``); the runtime refuses it when a graph is recorded. int64, lazyburn's default
+integer, and uint64 are emulated: a ``vec2<u32>`` of the low and high words (the host's layout),
+with exact 64-bit arithmetic in ``wgsl_functions`` (slower than i32; meant for indices, counts
+and sums), shared where the two types' bits agree (addition, multiplication, negation, left
+shifts, equality) and unsigned where they differ (order, division, right shifts, powers,
+conversions). Other values compute in 32 bits: bool as ``bool``, uint32 as ``u32`` (WGSL's own
+wrapping, unsigned comparisons, division and logical right shifts; division by zero made 0),
+the smaller integers as ``i32`` (8- and 16-bit results wrapped back to their width, as their own
+arithmetic would: uint16 by ``& 65535``), half types as ``f32`` rounded to nearest-even when
+stored or cast, as NumPy's ``astype`` does. Index arithmetic is ``i32``; a
 kernel whose indices need 64 bits (more than 2^31 elements) cannot be rendered.
 
 Floats. WGSL lets an implementation assume that no infinity or nan occurs, and drivers
@@ -109,18 +113,25 @@ from ..ir.shapes import pow2_at_least, pow2_at_most
 from .common import (INFIX, INT_LIMITS, ExprPrinter, acc_expr_id, find_var, float_literal, indent,
                      reduced_expr_id, reduction_identity, scan_identity, scanned_expr_id)
 
-VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "int32": "i32",
-         "int64": "vec2<u32>", "float16": "f32", "bfloat16": "f32", "float32": "f32"}
-PACKED_BITS = {"bool": 8, "int8": 8, "uint8": 8, "int16": 16, "float16": 16, "bfloat16": 16}
+VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "uint16": "i32",
+         "int32": "i32", "uint32": "u32", "int64": "vec2<u32>", "uint64": "vec2<u32>",
+         "float16": "f32", "bfloat16": "f32", "float32": "f32"}
+PACKED_BITS = {"bool": 8, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "float16": 16,
+               "bfloat16": 16}
 NOT_IN_WGSL = frozenset({"float64"})
 # 8- and 16-bit integers live in i32 registers; these put a result back into its type's range
 WRAP = {"int8": "((({0}) << 24u) >> 24u)", "int16": "((({0}) << 16u) >> 16u)",
-        "uint8": "(({0}) & 255i)"}
+        "uint8": "(({0}) & 255i)", "uint16": "(({0}) & 65535i)"}
 WRAPPING_OPS = frozenset("add sub mul neg abs square left_shift pow floordiv bitwise_not".split())
-# int64 is a vec2<u32> (low, high); its arithmetic is function calls
+# int64 and uint64 are a vec2<u32> (low, high); their arithmetic is function calls, the same
+# ones where the bits are the same (add, sub, mul, neg) and unsigned ones where they differ
 I64_CALLS = {"add": "lb_i64_add", "sub": "lb_i64_sub", "mul": "lb_i64_mul", "neg": "lb_i64_neg",
              "abs": "lb_i64_abs", "sign": "lb_i64_sign", "floordiv": "lb_floordiv_i64",
              "mod": "lb_mod_i64", "pow": "lb_ipow_i64"}
+U64_CALLS = dict(I64_CALLS, floordiv="lb_floordiv_u64", mod="lb_mod_u64", pow="lb_ipow_u64")
+del U64_CALLS["abs"], U64_CALLS["sign"]  # op_abs, op_sign
+WIDE_CALLS = {"int64": I64_CALLS, "uint64": U64_CALLS}
+WIDE = frozenset(WIDE_CALLS)
 
 # built-ins where WGSL's definition is NumPy's, and our functions where it is not
 MATH = {"exp": "lb_exp", "exp2": "lb_exp2", "sin": "lb_sin", "cos": "lb_cos", "tan": "lb_tan",
@@ -274,10 +285,11 @@ class WGSLPrinter(ExprPrinter):
                 raise UnsupportedKernel(f"WGSL has no {a.dtype.name} ({a.name})")
         self.target = target
         self.used: set[str] = set()
-        # int64 indices of gathers saturate into i32 (an index beyond it is clamped anyway)
+        # int64 and uint64 indices of gathers saturate into i32 (an index beyond it is clamped
+        # anyway)
         self.index_casts = {e.args[0].id for e in spec.exprs()
                             if e.op == "wrap_clamp" and e.args[0].op == "cast"
-                            and e.args[0].args[0].dtype.name == "int64"}
+                            and e.args[0].args[0].dtype.name in WIDE}
 
     def emit(self, roots, bound: dict) -> tuple[list[str], dict]:
         """``ExprPrinter.emit``, computing nothing that only expressions already ``bound`` need
@@ -308,11 +320,13 @@ class WGSLPrinter(ExprPrinter):
             return "true" if value else "false"
         if dtype.is_int:
             value = int(value)
-            if not -2 ** 31 <= value < 2 ** 31 and dtype.name != "int64":
-                raise UnsupportedKernel(f"integer constant {value} does not fit in i32")
-            if dtype.name == "int64":
+            if dtype.name in WIDE:
                 bits = value % 2 ** 64
                 return f"vec2<u32>({bits & 0xffffffff}u, {bits >> 32}u)"
+            if dtype.name == "uint32":
+                return f"{value % 2 ** 32}u"
+            if not -2 ** 31 <= value < 2 ** 31:
+                raise UnsupportedKernel(f"integer constant {value} does not fit in i32")
             if value == -2 ** 31:
                 return "(-2147483647i - 1i)"
             return f"({value}i)" if value < 0 else f"{value}i"
@@ -331,7 +345,7 @@ class WGSLPrinter(ExprPrinter):
                 raw = self.call("lb_byte", f"{arg.name}[({index}) >> 2u]", index)
             else:
                 raw = self.call("lb_half_word", f"{arg.name}[({index}) >> 1u]", index)
-            text = {"bool": f"({raw} != 0u)", "uint8": f"i32({raw})",
+            text = {"bool": f"({raw} != 0u)", "uint8": f"i32({raw})", "uint16": f"i32({raw})",
                     "int8": f"(bitcast<i32>({raw} << 24u) >> 24u)",
                     "int16": f"(bitcast<i32>({raw} << 16u) >> 16u)",
                     "bfloat16": f"bitcast<f32>({raw} << 16u)"}.get(t)
@@ -378,9 +392,9 @@ class WGSLPrinter(ExprPrinter):
             args[second] = OPAQUE.format(args[second])
         if e.op in MATH:
             text = self.call(MATH[e.op], args[0])
-        elif e.dtype.name == "int64" and e.op in I64_CALLS:
-            text = self.call(I64_CALLS[e.op], *args)
-        elif e.dtype.name == "int64" and e.op == "square":
+        elif e.dtype.name in WIDE and e.op in WIDE_CALLS[e.dtype.name]:
+            text = self.call(WIDE_CALLS[e.dtype.name][e.op], *args)
+        elif e.dtype.name in WIDE and e.op == "square":
             text = self.call("lb_i64_mul", args[0], args[0])
         else:
             text = super().render(e, args)
@@ -396,8 +410,8 @@ class WGSLPrinter(ExprPrinter):
         """Value ``x`` of dtype ``src`` as ``dst`` (NumPy's ``astype``)."""
         if src is dst:
             return x
-        if src.name == "int64" or dst.name == "int64":
-            return self._convert_i64(x, src, dst)
+        if src.name in WIDE or dst.name in WIDE:
+            return self._convert_wide(x, src, dst)
         if dst.is_bool:
             if src.is_float:  # on the bits: a driver may assume no nan in comparisons
                 return f"((bitcast<u32>({x}) & 0x7fffffffu) != 0u)"
@@ -406,68 +420,90 @@ class WGSLPrinter(ExprPrinter):
             v = x if src.is_float else f"f32({x})"
             exact = src.is_bool or src.name in ("int8", "uint8")
             return v if exact else self._round_half(dst, v)
+        if dst.name == "uint32":
+            if src.is_float:
+                return self.call("lb_u32_from_f32", x)
+            return f"u32({x})" if src.is_bool else f"bitcast<u32>({x})"  # modulo 2^32
         if src.is_float:  # saturating, nan to 0: the rule every backend follows
             lo, hi = INT_LIMITS[dst.name]
             return self.call("lb_int_from_f32", x, self.literal(lo, dst), self.literal(hi, dst))
-        v = x if src.is_int else f"i32({x})"
+        v = f"bitcast<i32>({x})" if src.name == "uint32" else x if src.is_int else f"i32({x})"
         wrap = WRAP.get(dst.name)
         return wrap.format(v) if wrap and not src.is_bool else v
 
-    def _convert_i64(self, x, src, dst) -> str:
-        if src is dst:
+    def _convert_wide(self, x, src, dst) -> str:
+        """A conversion to or from int64 or uint64 (both ``vec2<u32>``: between the two, the
+        bits stay)."""
+        if src.name in WIDE and dst.name in WIDE:
             return x
-        if dst.name == "int64":
+        unsigned = "u64" if "uint64" in (src.name, dst.name) else "i64"
+        if dst.name in WIDE:
             if src.is_bool:
                 return f"vec2<u32>(select(0u, 1u, {x}), 0u)"
             if src.is_float:
-                return self.call("lb_i64_from_f32", x)
-            return self.call("lb_i64", x)
+                return self.call(f"lb_{unsigned}_from_f32", x)
+            if src.name == "uint32":
+                return f"vec2<u32>({x}, 0u)"
+            return self.call("lb_i64", x)  # sign-extended, as NumPy's astype
         if dst.is_bool:
             return f"any({x} != vec2<u32>(0u, 0u))"
         if dst.is_float:
-            return self._round_half(dst, self.call("lb_i64_to_f32", x))
+            return self._round_half(dst, self.call(f"lb_{unsigned}_to_f32", x))
+        if dst.name == "uint32":
+            return f"{x}.x"
         v = f"bitcast<i32>({x}.x)"
         wrap = WRAP.get(dst.name)
         return wrap.format(v) if wrap else v
 
     # arithmetic that reductions and matmul share with the ops
     def add(self, a: str, b: str, dtype) -> str:
-        if dtype.name == "int64":
+        if dtype.name in WIDE:
             return self.call("lb_i64_add", a, b)
         return WRAP.get(dtype.name, "{0}").format(f"{a} + {b}")
 
     def mul(self, a: str, b: str, dtype) -> str:
-        if dtype.name == "int64":
+        if dtype.name in WIDE:
             return self.call("lb_i64_mul", a, b)
         return WRAP.get(dtype.name, "{0}").format(f"{a} * {b}")
 
     def less(self, a: str, b: str, dtype) -> str:
-        if dtype.name == "int64":
-            return self.call("lb_i64_lt", a, b)
+        if dtype.name in WIDE:
+            return self.call("lb_i64_lt" if dtype.name == "int64" else "lb_u64_lt", a, b)
         if dtype.is_bool:  # WGSL orders no bools
             return f"(i32({a}) < i32({b}))"
         return f"({a} < {b})"
 
     def less_equal(self, a: str, b: str, dtype) -> str:
         """``a <= b``: false when either float is nan, so never written ``!(b < a)``."""
-        if dtype.name == "int64" or dtype.is_bool:
+        if dtype.name in WIDE or dtype.is_bool:
             return f"(!{self.less(b, a, dtype)})"
         return f"({a} <= {b})"
 
     def equal(self, a: str, b: str, dtype) -> str:
-        return f"all({a} == {b})" if dtype.name == "int64" else f"({a} == {b})"
+        return f"all({a} == {b})" if dtype.name in WIDE else f"({a} == {b})"
 
     def op_abs(self, e, x):
+        if e.dtype.name in ("uint32", "uint64"):
+            return x
         return f"abs({x})"
 
     def op_sign(self, e, x):
         if e.dtype.is_float:
             return f"select(select(select({x}, 0.0f, {x} == 0.0f), -1.0f, {x} < 0.0f), 1.0f, " \
                    f"{x} > 0.0f)"
+        if e.dtype.name == "uint32":
+            return f"select(0u, 1u, {x} != 0u)"
+        if e.dtype.name == "uint64":
+            return f"vec2<u32>(select(0u, 1u, any({x} != vec2<u32>(0u, 0u))), 0u)"
         return f"(i32({x} > 0i) - i32({x} < 0i))"
 
+    def op_neg(self, e, x):
+        if e.dtype.name == "uint32":  # WGSL has no unary minus on u32
+            return f"(0u - {x})"
+        return f"(-{x})"
+
     def _extreme(self, e, a, b, cmp, name, logical):
-        if e.dtype.name == "int64":
+        if e.dtype.name in WIDE:
             lt = self.less(a, b, e.dtype) if cmp == "<" else self.less(b, a, e.dtype)
             return f"select({b}, {a}, {lt})"
         if e.dtype.is_float:
@@ -483,14 +519,14 @@ class WGSLPrinter(ExprPrinter):
         return self._extreme(e, a, b, ">", "max", "||")
 
     def op_floordiv(self, e, a, b):
-        return self.call("lb_floordiv_f32" if e.dtype.is_float else "lb_floordiv_i32", a, b)
+        return self.call(f"lb_floordiv_{_arith_type(e.dtype)}", a, b)
 
     def op_mod(self, e, a, b):
-        return self.call("lb_mod_f32" if e.dtype.is_float else "lb_mod_i32", a, b)
+        return self.call(f"lb_mod_{_arith_type(e.dtype)}", a, b)
 
     def op_pow(self, e, a, b):
         if not e.dtype.is_float:
-            return self.call("lb_ipow_i32", a, b)
+            return self.call(f"lb_ipow_{_arith_type(e.dtype)}", a, b)
         y = e.args[1]
         if isinstance(y, Expr) and y.op == "const":
             # NumPy computes these exponents of a scalar as other functions (its
@@ -528,12 +564,16 @@ class WGSLPrinter(ExprPrinter):
         return f"(!{x})" if e.dtype.is_bool else f"(~{x})"
 
     def _shift(self, e, a, b, op):
-        if e.dtype.name == "int64":
-            fill = "vec2<u32>(0u, 0u)" if op == "<<" else \
+        if e.dtype.name in WIDE:
+            signed = e.dtype.name == "int64"
+            fill = "vec2<u32>(0u, 0u)" if op == "<<" or not signed else \
                 f"select(vec2<u32>(0u, 0u), vec2<u32>(0xffffffffu, 0xffffffffu), " \
                 f"bitcast<i32>({a}.y) < 0i)"
-            shifted = self.call("lb_i64_shl" if op == "<<" else "lb_i64_shr", a, f"{b}.x")
+            right = "lb_i64_shr" if signed else "lb_u64_shr"
+            shifted = self.call("lb_i64_shl" if op == "<<" else right, a, f"{b}.x")
             return f"select({fill}, {shifted}, {b}.y == 0u && {b}.x < 64u)"
+        if e.dtype.name == "uint32":  # >> of a u32 is logical
+            return f"select(0u, ({a} {op} {b}), {b} < 32u)"
         bits = e.dtype.bits
         fill = "0i" if op == "<<" else f"select(0i, -1i, {a} < 0i)"
         return f"select({fill}, ({a} {op} u32({b})), {b} >= 0i && {b} < {bits}i)"
@@ -572,7 +612,7 @@ class WGSLPrinter(ExprPrinter):
 
     def op_cast(self, e, x):
         if e.id in self.index_casts:
-            return self.call("lb_i64_to_index", x)
+            return self.call(f"lb_{_arith_type(e.args[0].dtype)}_to_index", x)
         return self.convert(x, e.args[0].dtype, e.dtype)
 
     def op_wrap_clamp(self, e, x, n):
@@ -602,10 +642,12 @@ class WGSLPrinter(ExprPrinter):
         as the value type of its dtype (half types as the f32 of their value; an int64 is its
         two words)."""
         t = e.dtype.name
-        if t == "int64":
+        if t in WIDE:
             return f"vec2<u32>({scalar_ref(first)}, {scalar_ref(first + 1)})"
         if t == "float64":
             raise UnsupportedKernel("WGSL has no float64")
+        if t == "uint32":
+            return scalar_ref(first)
         cast = "f32" if e.dtype.is_float else "i32"
         return f"bitcast<{cast}>({scalar_ref(first)})"
 
@@ -638,6 +680,14 @@ class WGSLPrinter(ExprPrinter):
         parts = ["enable f16;\n" if native_f16 else "", "\n".join(self.bindings()),
                  "\n".join(shared), wgsl_functions.library(self.used), "\n".join(body)]
         return "\n".join(p for p in parts if p) + "\n"
+
+
+def _arith_type(dtype) -> str:
+    """The suffix of the library's integer and float functions for values of ``dtype``: f32,
+    i32 (the 8- to 32-bit integers but uint32), u32, i64 or u64."""
+    if dtype.is_float:
+        return "f32"
+    return {"uint32": "u32", "int64": "i64", "uint64": "u64"}.get(dtype.name, "i32")
 
 
 def reachable(roots, stop) -> dict:
@@ -938,7 +988,7 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
     row, r = find_var(spec, "row"), find_var(spec, "r")
     tree = strategy == "tree" and size > 1
     if tree:
-        per_lane = sum((8 if s.acc_dtype.name == "int64" else 4) +
+        per_lane = sum((8 if s.acc_dtype.name in WIDE else 4) +
                        (4 if s.op in ("argmax", "argmin") else 0) for s in spec.stages)
         while size > 1 and size * per_lane > target.workgroup_storage:
             size //= 2
@@ -1117,7 +1167,7 @@ def _subgroup_op(stage: Stage) -> str | None:
     """The WGSL subgroup built-in combining ``stage`` across a subgroup, or None where the tree
     stays (products, arg-reductions with their tie-breaking, emulated int64)."""
     t = stage.acc_dtype
-    if t.name == "int64":
+    if t.name in WIDE:
         return None
     if t.is_bool:
         return {"any": "subgroupAny", "max": "subgroupAny", "all": "subgroupAll",
@@ -1242,7 +1292,7 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
         tile //= 2
     micro = max(1, int(params.get("micro") or 1))
     acc_t = value_type(spec.acc_dtype)
-    word = 8 if spec.acc_dtype.name == "int64" else 4
+    word = 8 if spec.acc_dtype.name in WIDE else 4
     while micro > 1 and 2 * tile * tile * micro * word > target.workgroup_storage:
         micro //= 2
     block = tile * micro
@@ -1379,7 +1429,7 @@ def _render_scan(spec: ScanSpec, name, params, target) -> RenderedKernel:
     size = int(params.get("workgroup") or min(256, pow2_at_least(-(-n // per_item))))
     size = pow2_at_most(min(size, target.max_workgroup_size))
     if spec.acc_dtype.is_int:
-        acc_d = dt.int64 if spec.acc_dtype.name == "int64" else dt.int32
+        acc_d = dt.int64 if spec.acc_dtype.name in WIDE else dt.int32
     else:
         acc_d = dt.float32
     acc_t = value_type(acc_d)

@@ -126,12 +126,18 @@ def _ipow_i32_steps() -> str:
                      f"    x = x * x;" for k in range(31))
 
 
-def _ipow_i64_steps() -> str:
+def _ipow_u32_steps() -> str:
+    return "\n".join(f"    if ((b >> {k}u) == 0u) {{ return r; }}\n"
+                     f"    if (((b >> {k}u) & 1u) != 0u) {{ r = r * x; }}\n"
+                     f"    x = x * x;" for k in range(32))
+
+
+def _ipow_i64_steps(bits: int = 63) -> str:
     return "\n".join("    if (e.x == 0u && e.y == 0u) { return r; }\n"
                      "    if ((e.x & 1u) != 0u) { r = lb_i64_mul(r, x); }\n"
                      "    x = lb_i64_mul(x, x);\n"
                      "    e = vec2<u32>((e.x >> 1u) | (e.y << 31u), e.y >> 1u);"
-                     for _ in range(63))
+                     for _ in range(bits))
 
 
 def _divmod_steps() -> str:
@@ -281,6 +287,29 @@ fn lb_ipow_i32(a: i32, b: i32) -> i32 {{
     return r;
 }}
 """)
+_define("lb_floordiv_u32", """
+fn lb_floordiv_u32(a: u32, b: u32) -> u32 { return select(a / max(b, 1u), 0u, b == 0u); }
+""")
+_define("lb_mod_u32", """
+fn lb_mod_u32(a: u32, b: u32) -> u32 { return select(a % max(b, 1u), 0u, b == 0u); }
+""")
+_define("lb_ipow_u32", f"""
+// Square-and-multiply, one step per bit of b, stopping once no bit is left (u32 products wrap)
+fn lb_ipow_u32(a: u32, b: u32) -> u32 {{
+    var r = 1u;
+    var x = a;
+{_ipow_u32_steps()}
+    return r;
+}}
+""")
+_define("lb_u32_from_f32", """
+// Truncation toward zero, saturating into [0, 2^32 - 1]: nan gives 0 (lb_int_from_f32's rule).
+fn lb_u32_from_f32(x: f32) -> u32 {
+    let t = trunc(x);
+    let v = select(select(u32(t), 0u, t <= 0.0f), 0xffffffffu, t >= 4294967296.0f);
+    return select(v, 0u, lb_isnan(x));
+}
+""", ("lb_isnan",))
 _define("lb_int_from_f32", """
 // Truncation toward zero, saturating into [lo, hi]: nan gives 0, inf and values beyond the
 // range the nearest end (C leaves these undefined; NumPy on x86 gives INT_MIN). f32(hi) may
@@ -1033,23 +1062,76 @@ fn lb_i64_from_f32(x: f32) -> vec2<u32> {
     return select(v, lb_i64_neg(v), t < 0.0f);
 }
 """, ("lb_isnan", "lb_i64_neg"))
-_define("lb_i64_to_f32", """
+_define("lb_u64_to_f32", """
 // Correctly rounded: the top 32 significant bits with the rest folded into a sticky bit.
+fn lb_u64_to_f32(m: vec2<u32>) -> f32 {
+    if (m.y == 0u) { return f32(m.x); }
+    let s = countLeadingZeros(m.y);
+    let top = select((m.y << s) | (m.x >> (32u - s)), m.y, s == 0u);
+    let rest = m.x << s;  // the bits below top (all of m.x when s = 0)
+    return ldexp(f32(top | select(0u, 1u, rest != 0u)), i32(32u - s));
+}
+""")
+_define("lb_i64_to_f32", """
+// Correctly rounded: the magnitude's (2^63 for the lowest value) with the sign.
 fn lb_i64_to_f32(a: vec2<u32>) -> f32 {
     let neg = bitcast<i32>(a.y) < 0i;
-    let m = select(a, lb_i64_neg(a), neg);
-    var f: f32;
-    if (m.y == 0u) {
-        f = f32(m.x);
-    } else {
-        let s = countLeadingZeros(m.y);
-        let top = select((m.y << s) | (m.x >> (32u - s)), m.y, s == 0u);
-        let rest = m.x << s;  // the bits below top (all of m.x when s = 0)
-        f = ldexp(f32(top | select(0u, 1u, rest != 0u)), i32(32u - s));
-    }
+    let f = lb_u64_to_f32(select(a, lb_i64_neg(a), neg));
     return select(f, -f, neg);
 }
-""", ("lb_i64_neg",))
+""", ("lb_i64_neg", "lb_u64_to_f32"))
+
+# uint64 as the same vec2<u32>: addition, subtraction, multiplication, negation, left shifts,
+# equality and the bitwise operations are int64's (the same bits); these are the operations
+# whose bits differ (order, division, right shifts, powers, conversions)
+_define("lb_u64_shr", """
+// a >> n (logical) for 0 <= n < 64
+fn lb_u64_shr(a: vec2<u32>, n: u32) -> vec2<u32> {
+    if (n == 0u) { return a; }
+    if (n >= 32u) { return vec2<u32>(a.y >> (n - 32u), 0u); }
+    return vec2<u32>((a.x >> n) | (a.y << (32u - n)), a.y >> n);
+}
+""")
+_define("lb_floordiv_u64", """
+fn lb_floordiv_u64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    if (b.x == 0u && b.y == 0u) { return vec2<u32>(0u, 0u); }
+    return lb_u64_divmod(a, b).xy;
+}
+""", ("lb_u64_divmod",))
+_define("lb_mod_u64", """
+fn lb_mod_u64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    if (b.x == 0u && b.y == 0u) { return vec2<u32>(0u, 0u); }
+    return lb_u64_divmod(a, b).zw;
+}
+""", ("lb_u64_divmod",))
+_define("lb_ipow_u64", f"""
+// Square-and-multiply, one step per bit of b, stopping once no bit is left
+fn lb_ipow_u64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {{
+    var r = vec2<u32>(1u, 0u);
+    var x = a;
+    var e = b;
+{_ipow_i64_steps(64)}
+    return r;
+}}
+""", ("lb_i64_mul",))
+_define("lb_u64_from_f32", """
+// Truncation toward zero, saturating into [0, 2^64 - 1]: nan gives 0.
+fn lb_u64_from_f32(x: f32) -> vec2<u32> {
+    let t = trunc(x);
+    if (lb_isnan(x) || t <= 0.0f) { return vec2<u32>(0u, 0u); }
+    if (t >= 18446744073709551616.0f) { return vec2<u32>(0xffffffffu, 0xffffffffu); }
+    // both steps are exact: a scaling by 2^-32, and a difference that fits in the float
+    let hi = floor(t * 2.3283064365386963e-10f);
+    return vec2<u32>(u32(t - hi * 4294967296.0f), u32(hi));
+}
+""", ("lb_isnan",))
+_define("lb_u64_to_index", """
+// A uint64 index as i32, saturated (so that wrap-and-clamp sees out-of-range values as such).
+fn lb_u64_to_index(a: vec2<u32>) -> i32 {
+    if (a.y == 0u && a.x < 0x80000000u) { return bitcast<i32>(a.x); }
+    return 2147483647i;
+}
+""")
 _define("lb_i64_to_index", """
 // An int64 index as i32, saturated (so that wrap-and-clamp sees out-of-range values as such).
 fn lb_i64_to_index(a: vec2<u32>) -> i32 {

@@ -140,11 +140,11 @@ def where(condition, x, y):
     origin = Origin()
     (c, nx, ny), _ = operands("where", (condition, x, y), origin, promote=False)
     if is_scalar(x) and not is_scalar(y):
-        d = dt.promote(ny.dtype, dt.scalar_dtype(py_scalar(x), ny.dtype))
+        d = dt.promote(ny.dtype, dt.scalar_dtype(py_scalar(x), ny.dtype), origin)
     elif is_scalar(y) and not is_scalar(x):
-        d = dt.promote(nx.dtype, dt.scalar_dtype(py_scalar(y), nx.dtype))
+        d = dt.promote(nx.dtype, dt.scalar_dtype(py_scalar(y), nx.dtype), origin)
     else:
-        d = dt.promote(nx.dtype, ny.dtype)
+        d = dt.promote(nx.dtype, ny.dtype, origin)
     nx, ny, c = cast(nx, d, origin), cast(ny, d, origin), cast(c, dt.bool_, origin)
     return record("where", (c, nx, ny), (), c.shape, d, c.device, origin)
 
@@ -447,15 +447,17 @@ def result_type(*arrays_and_dtypes):
     """The dtype of an operation on ``arrays_and_dtypes`` (Tensors, dtypes, dtype names and weak
     Python scalars), by the promotion rules of ``lazyburn.ir.dtypes`` (array API).
 
-    Raises DTypeError when only Python scalars are given."""
+    Raises DTypeError when only Python scalars are given, or for uint64 with a signed integer
+    (see ``promote``)."""
+    origin = Origin()
     strong = [a.dtype if is_tensor(a) else dt.dtype(a)
               for a in arrays_and_dtypes if not is_scalar(a)]
     if not strong:
         raise DTypeError("result_type: needs at least one tensor or dtype")
     d = strong[0]
     for other in strong[1:]:
-        d = dt.promote(d, other)
+        d = dt.promote(d, other, origin)
     for a in arrays_and_dtypes:
         if is_scalar(a):
-            d = dt.promote(d, dt.scalar_dtype(py_scalar(a), d))
+            d = dt.promote(d, dt.scalar_dtype(py_scalar(a), d), origin)
     return d

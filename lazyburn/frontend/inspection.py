@@ -3,9 +3,10 @@
 ``e``, ``pi``, ``inf``, ``nan``, ``newaxis``.
 
 Data-type kinds, as ``isdtype`` and ``dtypes(kind=...)`` name them: 'bool'; 'signed integer'
-(int8, int16, int32, int64); 'unsigned integer' (uint8); 'integral' (both); 'real floating'
-(float32, float64, and -- an extension the standard allows -- float16 and bfloat16); 'complex
-floating' (complex64, complex128); 'numeric' (integral, real and complex floating).
+(int8, int16, int32, int64); 'unsigned integer' (uint8, uint16, uint32, uint64); 'integral'
+(both); 'real floating' (float32, float64, and -- an extension the standard allows -- float16
+and bfloat16); 'complex floating' (complex64, complex128); 'numeric' (integral, real and
+complex floating).
 
 ``can_cast`` follows the standard's promotion lattice, whose only edges between kinds lead from
 the real floats to the complex types: it says False for int to float although binary operators

@@ -55,7 +55,7 @@ def matmul(x1, x2):
     if not a.shape or not b.shape:
         raise ShapeError(f"matmul: operands must have rank >= 1, got {a.shape} and {b.shape}",
                          origin)
-    d = dt.promote(a.dtype, b.dtype)
+    d = dt.promote(a.dtype, b.dtype, origin)
     if d.is_bool:
         raise DTypeError("matmul: not defined for bool tensors", origin)
     given = (a.shape, b.shape)
@@ -105,7 +105,7 @@ def vecdot(x1, x2, axis=-1):
     if a.shape[axis] != b.shape[axis]:
         raise ShapeError(f"vecdot: vectors of different lengths along axis {axis}: {a.shape} "
                          f"and {b.shape}", origin)
-    d = dt.promote(a.dtype, b.dtype)
+    d = dt.promote(a.dtype, b.dtype, origin)
     if d.is_bool:
         raise DTypeError("vecdot: not defined for bool tensors", origin)
     shape = broadcast_shapes("vecdot", a.shape, b.shape, origin=origin)
@@ -160,7 +160,7 @@ def tensordot(x1, x2, axes=2):
         if a.shape[i] != b.shape[j]:
             raise ShapeError(f"tensordot: axis {i} of x1 {a.shape} and axis {j} of x2 {b.shape} "
                              f"differ in size", origin)
-    if dt.promote(a.dtype, b.dtype).is_bool:
+    if dt.promote(a.dtype, b.dtype, origin).is_bool:
         raise DTypeError("tensordot: not defined for bool tensors", origin)
     free_a = [i for i in range(len(a.shape)) if i not in first]
     free_b = [j for j in range(len(b.shape)) if j not in second]
@@ -294,9 +294,9 @@ def diagonal(x, *, offset=0):
 
 def trace(x, *, offset=0, dtype=None):
     """The sum of diagonal ``offset`` of each matrix of ``x`` (shape (..., M, N)): shape (...).
-    dtype: ``dtype`` when given, else ``x``'s (bool and integer inputs sum in int64, the
-    default integer type; unsigned ones too). An empty diagonal sums to 0. One fused
-    reduction of the strided diagonal view.
+    dtype: ``dtype`` when given, else ``x``'s (bool and signed integer inputs sum in int64,
+    the default integer type; unsigned ones in uint64, as the array API says). An empty
+    diagonal sums to 0. One fused reduction of the strided diagonal view.
 
     Raises ShapeError below rank 2 or for a non-int ``offset``, DTypeError for an unknown
     ``dtype``."""
@@ -330,7 +330,7 @@ def cross(x1, x2, *, axis=-1):
     if a.shape[axis] != 3 or b.shape[axis] != 3:
         raise ShapeError(f"cross: needs vectors of 3 elements along axis {axis}, got shapes "
                          f"{a.shape} and {b.shape}", origin)
-    d = dt.promote(a.dtype, b.dtype)
+    d = dt.promote(a.dtype, b.dtype, origin)
     if d.is_bool:
         raise DTypeError("cross: not defined for bool tensors", origin)
     ax = len(shape) + axis
@@ -507,7 +507,7 @@ def solve(x1, x2):
         raise ShapeError(f"linalg.solve: x2 must have shape (M,) or (..., M, K) with M = {m}, "
                          f"got {b.shape}", origin)
     b = _matrices("solve", wrap(b), origin, square=False)
-    d = dt.promote(a.dtype, b.dtype)
+    d = dt.promote(a.dtype, b.dtype, origin)
     batch = a.shape[:-2] if vector else \
         broadcast_shapes("linalg.solve", a.shape[:-2], b.shape[:-2], origin=origin)
     a = broadcast_to(cast(a, d, origin), batch + (m, m), origin)

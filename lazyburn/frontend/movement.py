@@ -274,7 +274,7 @@ def concat(tensors, axis=0):
     a = normalize_axis("concat", axis, nodes[0].shape, origin)
     d = nodes[0].dtype
     for n in nodes[1:]:
-        d = dt.promote(d, n.dtype)
+        d = dt.promote(d, n.dtype, origin)
         if len(n.shape) != nd or any(n.shape[i] != nodes[0].shape[i] for i in range(nd)
                                      if i != a):
             shapes = ", ".join(str(m.shape) for m in nodes)

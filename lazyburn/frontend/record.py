@@ -384,12 +384,12 @@ def operands(op: str, args, origin, promote=True):
     # dtype: promote the tensors' dtypes first, then let weak scalars join
     dtype = nodes[0].dtype
     for n in nodes[1:]:
-        dtype = dt.promote(dtype, n.dtype)
+        dtype = dt.promote(dtype, n.dtype, origin)
     strong = dtype
     if promote:
         for a in items:
             if not isinstance(a, Node):
-                dtype = dt.promote(dtype, dt.scalar_dtype(a, strong))
+                dtype = dt.promote(dtype, dt.scalar_dtype(a, strong), origin)
     shape = broadcast_shapes(op, *[n.shape for n in nodes], origin=origin)
     out = []
     for n in items:

@@ -28,6 +28,17 @@ from .record import (Origin, cast, check_axis_int, const, is_scalar, node, resol
 IDENTITY = {"sum": 0, "prod": 1, "any": False, "all": True}
 
 
+def default_sum_dtype(d: dt.DType) -> dt.DType:
+    """The dtype a sum or product of ``d`` values takes when none is asked (array API
+    2024.12): bool and signed integers the default integer type (int64), unsigned integers
+    the unsigned type of its width (uint64), as NumPy's; floats and complex their own."""
+    if d.kind == "u":
+        return dt.DEFAULT_UINT
+    if d.is_bool or d.is_int:
+        return dt.DEFAULT_INT
+    return d
+
+
 def _reduce(op: str, x, axis, keepdims: bool, origin: Origin, dtype=None):
     n = tensor_node(op, x, origin)
     axes = normalize_axes(op, axis, n.shape, origin)
@@ -40,7 +51,7 @@ def _reduce(op: str, x, axis, keepdims: bool, origin: Origin, dtype=None):
             if n.dtype.is_complex and not d.is_complex:
                 raise DTypeError(f"{op}: a complex tensor does not sum to {d.name}", origin)
         elif d.is_bool or d.is_int:
-            d = dt.int64  # array API: integer sums accumulate in the default integer type
+            d = default_sum_dtype(d)
         n = cast(n, d, origin)
     elif op in ("any", "all"):
         n = cast(n, dt.bool_, origin)
@@ -272,14 +283,14 @@ SCAN_IDENTITY = {"cumsum": 0, "cumprod": 1}
 
 def scan_node(op: str, n, axis: int, dtype, include_initial: bool, origin: Origin, name: str):
     """The node of scan ``op`` (cumsum or cumprod) of node ``n`` along ``axis`` (normalized)
-    with result ``dtype`` (a DType, or None for the default: bool and integers in the default
-    integer type int64, as the array API's sum; floats their own type). ``include_initial``
+    with result ``dtype`` (a DType, or None for the default: ``default_sum_dtype``, as the
+    array API's sum). ``include_initial``
     prepends the identity (0 or 1) along ``axis``: recorded as a pad of the scan's input, so
     the scan reads it as a producer and the result is ``M + 1`` long. A bool result is the
     int64 scan compared with 0 (a logical or / and along the axis, as NumPy's)."""
     d = dtype
     if d is None:
-        d = dt.int64 if n.dtype.is_bool or n.dtype.is_int else n.dtype
+        d = default_sum_dtype(n.dtype)
     elif n.dtype.is_complex and not d.is_complex:
         raise DTypeError(f"{name}: a complex tensor does not accumulate in {d.name}", origin)
     work = dt.int64 if d.is_bool else d
@@ -367,12 +378,12 @@ def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
     longer along ``axis`` and starts with 0 (``out[i]`` sums the first ``i`` elements).
 
     ``axis`` may be None only for a 1-d ``x``. ``dtype``: the result's (and the
-    accumulation's) dtype; by default bool and integer inputs sum in int64 and floats in their
-    own type (float16/bfloat16 accumulate in float32 in the kernels, each result rounded).
-    Integers wrap, as NumPy's. Runs as a scan kernel whose producers are fused into it; along
-    an axis of 2^14 elements or more in fewer than 64 rows, as three kernels that spread the
-    axis over the device (a reduction of chunks, a scan of their totals, a scan of the chunks
-    with their carry: see ``_chunked_scan``).
+    accumulation's) dtype; by default bool and signed integer inputs sum in int64, unsigned
+    ones in uint64 and floats in their own type (float16/bfloat16 accumulate in float32 in the
+    kernels, each result rounded). Integers wrap, as NumPy's. Runs as a scan kernel whose
+    producers are fused into it; along an axis of 2^14 elements or more in fewer than 64
+    rows, as three kernels that spread the axis over the device (a reduction of chunks, a scan
+    of their totals, a scan of the chunks with their carry: see ``_chunked_scan``).
 
     Raises ShapeError for a 0-d ``x``, a missing axis on a tensor of rank > 1, or an axis out
     of range; DTypeError for an unknown dtype."""
@@ -395,14 +406,16 @@ def _torch_scan(op: str, x, dim, dtype, origin):
         dim = 0
     a = normalize_axis(op, dim, n.shape, origin)
     d = resolve_dtype(op, dtype, origin) if dtype is not None else None
+    if d is None and (n.dtype.is_bool or n.dtype.is_int):
+        d = dt.int64  # PyTorch's rule: unsigned inputs too
     r = scan_node(op, n, a, d, False, origin, op)
     return wrap(reshape_node(r, shape, origin) if not shape else r)
 
 
 def cumsum(x, dim, dtype=None):
     """PyTorch's ``torch.cumsum(x, dim, dtype=None)``: the running sum along ``dim`` (bool and
-    integer inputs in int64 unless ``dtype`` says otherwise). Raises ShapeError for a ``dim``
-    out of range."""
+    integer inputs, unsigned ones too, in int64 unless ``dtype`` says otherwise). Raises
+    ShapeError for a ``dim`` out of range."""
     return _torch_scan("cumsum", x, dim, dtype, Origin())
 
 

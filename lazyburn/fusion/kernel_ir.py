@@ -105,8 +105,8 @@ def scalar_value(source: str, node) -> int:
 def value_bits(value, dtype) -> int:
     """The bits of constant ``value`` as ``dtype`` holds it (converted as NumPy converts a
     Python number: rounded to nearest even, inf beyond the range), as a non-negative int of
-    32 bits (64 for float64 and int64). Half-precision values travel as the float32 of their
-    rounded value, which a kernel widens or narrows exactly."""
+    32 bits (64 for float64, int64 and uint64). Half-precision values travel as the float32 of
+    their rounded value, which a kernel widens or narrows exactly."""
     if dtype.is_int:
         return int(value) % 2 ** (32 if dtype.itemsize < 8 else 64)
     with np.errstate(over="ignore"):

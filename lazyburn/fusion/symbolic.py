@@ -352,6 +352,10 @@ class ExprBuilder:
     def wrap_clamp(self, x: Expr, n: int) -> Expr:
         """A data index ``x`` (any integer) wrapped once if negative, then clamped into
         ``[0, n)``: the ``take`` semantics every backend follows."""
+        if x.dtype.kind == "u" and x.dtype.itemsize >= self.index_dtype.itemsize:
+            # clamped in its own type first: cast to the signed index type, a value past its
+            # range would wrap to a negative index
+            x = self.make("minimum", (x, self.const(max(n - 1, 0), x.dtype)), x.dtype)
         x = self.cast(x, self.index_dtype) if x.dtype is not self.index_dtype else x
         return self.make("wrap_clamp", (x, self.index(n)), self.index_dtype, 0, max(n - 1, 0))
 

@@ -1,19 +1,28 @@
 """Data types and the type-promotion rules of the Python array API standard (2024.12).
 
-Every tensor has one of the twelve dtypes below. Promotion between two tensors follows the
-standard's lattice (same kind: the wider type; uint8 with a signed integer: the next signed type
-that holds both; a real float with a complex type: the complex type whose parts hold both, so
-float64 with complex64 gives complex128); mixed kinds, which the standard leaves to the
-implementation, promote like PyTorch: bool < integers < real floats < complex floats, the result
-taking the other operand's type. float16 with bfloat16 gives float32. Python scalars are *weak*:
-they take the tensor's dtype when their kind fits (``int8_tensor + 1`` is int8,
+Every tensor has one of the fifteen dtypes below. Promotion between two tensors follows the
+standard's lattice (same kind: the wider type; an unsigned with a signed integer: the smallest
+signed type that holds both, so uint8 with int8 gives int16 and uint32 with int16 gives int64;
+a real float with a complex type: the complex type whose parts hold both, so float64 with
+complex64 gives complex128). uint64 with a signed integer has no type holding both: the standard
+leaves it unspecified, and ``promote`` raises a DTypeError (as array-api-strict does) rather
+than pick a float. Mixed kinds, which the standard leaves to the implementation, promote like
+PyTorch: bool < integers < real floats < complex floats, the result taking the other operand's
+type. float16 with bfloat16 gives float32. Python scalars are *weak*: they take the tensor's
+dtype when their kind fits (``int8_tensor + 1`` is int8, ``uint32_tensor + 1`` is uint32,
 ``float16_tensor * 2.0`` is float16, ``complex64_tensor * 2.0`` is complex64) and otherwise the
 default dtype of their kind, or the complex type of a float tensor's precision
 (``int_tensor * 0.5`` is float32, ``float64_tensor * 1j`` is complex128, ``int_tensor * 1j``
-complex64).
+complex64); an int outside the tensor's range (``int8_tensor + 300``, ``uint32_tensor - 1``)
+is a DTypeError at record time.
 
-complex64 and complex128 (two float32 or float64 parts) are computed on the NumPy device; the
-fused devices refuse them with a DTypeError when an op would make one (``unsupported_dtypes``).
+Unsigned integers (uint8, uint16, uint32, uint64) wrap modulo 2**bits, compare, divide and
+shift right as unsigned values, as NumPy's do, on every device.
+
+complex64 and complex128 (two float32 or float64 parts) are computed on every device that holds
+their parts' float type: the fused devices compute them as pairs of real values
+(``fusion/complex_lowering.py``), so a device without float64 (WebGPU, an OpenCL device
+without fp64) refuses complex128 only.
 
 bfloat16 is stored through ``ml_dtypes.bfloat16``, NumPy's de facto extension type for it.
 """
@@ -68,6 +77,9 @@ int16 = DType("int16", "i", np.int16, 2)
 int32 = DType("int32", "i", np.int32, 3)
 int64 = DType("int64", "i", np.int64, 4)
 uint8 = DType("uint8", "u", np.uint8, 1)
+uint16 = DType("uint16", "u", np.uint16, 2)
+uint32 = DType("uint32", "u", np.uint32, 3)
+uint64 = DType("uint64", "u", np.uint64, 4)
 float16 = DType("float16", "f", np.float16, 1)
 bfloat16 = DType("bfloat16", "f", ml_dtypes.bfloat16, 1)
 float32 = DType("float32", "f", np.float32, 2)
@@ -75,8 +87,8 @@ float64 = DType("float64", "f", np.float64, 3)
 complex64 = DType("complex64", "c", np.complex64, 2)  # ranks: those of the parts' floats
 complex128 = DType("complex128", "c", np.complex128, 3)
 
-ALL = (bool_, int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64, complex64,
-       complex128)
+ALL = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32,
+       float64, complex64, complex128)
 COMPLEX = (complex64, complex128)
 BY_NAME = {d.name: d for d in ALL}
 BY_NAME["bool_"] = bool_
@@ -85,6 +97,7 @@ _BY_NP = {d.np: d for d in ALL}
 DEFAULT_FLOAT = float32
 DEFAULT_COMPLEX = complex64
 DEFAULT_INT = int64
+DEFAULT_UINT = uint64  # the unsigned type of the default integer's width: unsigned sums
 
 
 def real_dtype(d: DType) -> DType:
@@ -130,8 +143,11 @@ def dtype(spec) -> DType:
     raise DTypeError(f"unsupported dtype {spec!r}; lazyburn supports {names}")
 
 
-def promote(a: DType, b: DType) -> DType:
-    """The result dtype of a binary operation between tensors of dtypes ``a`` and ``b``."""
+def promote(a: DType, b: DType, origin=None) -> DType:
+    """The result dtype of a binary operation between tensors of dtypes ``a`` and ``b``.
+
+    Raises DTypeError (naming ``origin``, the user's line, when given) for uint64 with a signed
+    integer: no integer type holds both, and the standard leaves the result unspecified."""
     if a is b:
         return a
     if a.kind == b.kind:
@@ -147,7 +163,11 @@ def promote(a: DType, b: DType) -> DType:
         signed, unsigned = (a, b) if a.kind == "i" else (b, a)
         if signed.itemsize > unsigned.itemsize:
             return signed
-        return {1: int16, 2: int32, 4: int64}.get(unsigned.itemsize, int64)
+        if unsigned is uint64:
+            raise DTypeError(f"no integer dtype holds both {a.name} and {b.name} (the array API "
+                             f"leaves uint64 with a signed integer unspecified); cast one "
+                             f"operand first", origin)
+        return {1: int16, 2: int32, 4: int64}[unsigned.itemsize]
     return a if ka > kb else b
 
 

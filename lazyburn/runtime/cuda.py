@@ -91,8 +91,10 @@ cuda_graphs = False
 synchronous = True
 KERNEL_CACHE_SIZE = 512  # kernel modules, and plans' launch programs, kept per process / device
 
-TORCH_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16",
-                "float32", "float64", "complex64", "complex128")
+# (uint16, uint32 and uint64 are storage types in PyTorch: buffers, copies and views only, which
+# is all the runtime asks of them; the kernels compute on them)
+TORCH_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                "float16", "bfloat16", "float32", "float64", "complex64", "complex128")
 
 
 def interpreting() -> bool:

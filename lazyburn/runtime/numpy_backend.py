@@ -67,7 +67,9 @@ def _shift(fn, left):
         bits = a.dtype.itemsize * 8
         over = (b < 0) | (b >= bits)
         r = fn(a, np.where(over, 0, b).astype(a.dtype))
-        fill = 0 if left else np.where(a < 0, -1, 0)
+        # the fill in a's own dtype: a uint64 beside an int64 array would promote to float64
+        fill = np.zeros((), a.dtype) if left or a.dtype.kind == "u" else \
+            np.where(a < 0, -1, 0).astype(a.dtype)
         return np.where(over, fill, r)
     return f
 

@@ -242,6 +242,7 @@ def _profiling_queue(backend):
 _COMPARED = {
     "bool": ("uchar", "(p)[i]"), "int8": ("uchar", "(p)[i]"), "uint8": ("uchar", "(p)[i]"),
     "int16": ("ushort", "(p)[i]"), "int32": ("uint", "(p)[i]"), "int64": ("ulong", "(p)[i]"),
+    "uint16": ("ushort", "(p)[i]"), "uint32": ("uint", "(p)[i]"), "uint64": ("ulong", "(p)[i]"),
     "float16": ("half", "vload_half(i, p)"),
     "bfloat16": ("ushort", "as_float(((uint)(p)[i]) << 16)"),
     "float32": ("float", "(p)[i]"), "float64": ("double", "(p)[i]"),

@@ -44,9 +44,10 @@ parse yet) are requested where the adapter has them.
 
 Dtypes. float64 has no WGSL type: it is in ``unsupported_dtypes`` (as is complex128, whose
 parts are float64) and raises DTypeError when recorded. int64 (lazyburn's default integer, the
-result of ``argmax``, integer sums, ``arange`` and host index arrays) is emulated exactly as two
-32-bit words, at a few times the cost of int32. bool, int8, uint8, int16, bfloat16 and
-float16 are stored packed; float16 is native storage on adapters with ``shader-f16``.
+result of ``argmax``, integer sums, ``arange`` and host index arrays) and uint64 (sums of
+unsigned values) are emulated exactly as two 32-bit words, at a few times the cost of int32.
+bool, int8, uint8, int16, uint16, bfloat16 and float16 are stored packed; float16 is native
+storage on adapters with ``shader-f16``.
 
 Threads. Tensors may be recorded and synced from several threads. Each device serializes its
 submissions: a per-device lock (``WebGPUBackend.lock``) is held while a sync plans, compiles,
