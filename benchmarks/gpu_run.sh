@@ -14,6 +14,9 @@
 #   benchmarks/gpu_run.sh linalg    the decompositions and Fourier transforms (library calls):
 #                                   the linalg and fft tests on cuda:0 (torch.linalg, torch.fft)
 #                                   and NVIDIA's OpenCL, then the decompositions' timing
+#   benchmarks/gpu_run.sh sort      the sort, scan, unsigned, assignment, optimizer and device
+#                                   fault tests on cuda:0 and NVIDIA's OpenCL, then sort,
+#                                   argsort and cumsum of 16M in the GPU suite
 #   benchmarks/gpu_run.sh pocl      random programs on PoCL's OpenCL (the CI device), 2 000 as 16
 #                                   processes on the GPU host's cores
 #   benchmarks/gpu_run.sh before    the GPU suite (autotune off) on this tree and, side by side
@@ -138,6 +141,19 @@ case "${1:-check}" in
     grep -E "^(FAILED|ERROR)|^E  |passed|failed" "$OUT/linalg.txt" | cut -c1-300 | tail -40
     timeout 200 python3 benchmarks/gpu_linalg.py 2>&1 | tee "$OUT/linalg_bench.txt" \
       || failed benchmarks/gpu_linalg.py
+    ;;
+  sort)
+    # sorting, scans, unsigned integers, item assignment, optimizers and device faults on
+    # cuda:0 and NVIDIA's OpenCL, then sort, argsort and cumsum of 16M against PyTorch
+    echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
+    python3 -m lazyburn.cli devices
+    timeout 330 python3 -m pytest -q -p no:cacheprovider -rfE --tb=short -n 8 \
+      tests/test_sort.py tests/test_scan.py tests/test_unsigned.py tests/test_setitem.py \
+      tests/test_optim.py tests/test_device_faults.py -k "cuda or opencl" \
+      > "$OUT/sort.txt" 2>&1 || failed tests/test_sort.py
+    grep -E "^(FAILED|ERROR)|^E  |passed|failed" "$OUT/sort.txt" | cut -c1-300 | tail -40
+    LAZYBURN_AUTOTUNE=1 timeout 200 python3 benchmarks/gpu_suite.py --only sort,argsort,cumsum \
+      --launch-iters 200 2>&1 | tee "$OUT/sort_suite.txt" || failed benchmarks/gpu_suite.py
     ;;
   pocl)
     # before NVIDIA's OpenCL is registered, opencl:0 is PoCL on the host's CPU

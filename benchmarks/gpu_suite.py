@@ -13,6 +13,9 @@ Workloads (float32 unless noted):
   layernorm  (x - mean) / sqrt(var + 1e-5) * w + b written out by hand, 16384 x 4096
   softmax    softmax(x * 0.125) over the last axis,   16384 x 4096
   gelu_mm    gelu(A @ B + bias), float16, M=4096 K=1024 N=4096
+  sort       a stable sort of one row of 16M (values), argsort (int64 positions), and
+  argsort,   cumsum (the running sum) of the same row
+  cumsum
   launch     host time per iteration of a one-op graph whose plan is cached
 
 Each workload is first checked against PyTorch (the reference), then timed with
@@ -142,8 +145,42 @@ def gelu_mm_lb(a, b, bias):
     return lb.gelu(a @ b + bias)
 
 
+def sort_torch(x):
+    import torch
+
+    return torch.sort(x, stable=True).values
+
+
+def sort_lb(x):
+    return lb.sort(x)
+
+
+def argsort_torch(x):
+    import torch
+
+    return torch.argsort(x, stable=True)
+
+
+def argsort_lb(x):
+    return lb.argsort(x)
+
+
+def cumsum_torch(x):
+    import torch
+
+    return torch.cumsum(x, 0)
+
+
+def cumsum_lb(x):
+    return lb.cumulative_sum(x)
+
+
 def workloads(quick: bool) -> list[Workload]:
+    """The workloads; sort, argsort and cumsum (one row of 16M float32, 4M with --quick) count
+    one read of the input and one write of the result: a floor no sort reaches (a sort makes
+    several passes), the scan's own floor."""
     n = (16 if quick else 64) * 2 ** 20
+    long_row = (4 if quick else 16) * 2 ** 20
     rows, cols = (4096, 4096) if quick else (16384, 4096)
     m, k, nn = (2048, 1024, 2048) if quick else (4096, 1024, 4096)
     f4, f2 = 4, 2
@@ -160,6 +197,14 @@ def workloads(quick: bool) -> list[Workload]:
                  2 * m * k * nn, [((m, k), "float16"), ((k, nn), "float16"),
                                   ((nn,), "float16")],
                  gelu_mm_torch, gelu_mm_lb, rtol=2e-2, atol=2e-2),
+        Workload("sort", f"{long_row // 2**20}M", 2 * long_row * f4, 0,
+                 [((long_row,), "float32")], sort_torch, sort_lb, rtol=0, atol=0),
+        Workload("argsort", f"{long_row // 2**20}M", long_row * (f4 + 8), 0,
+                 [((long_row,), "float32")], argsort_torch, argsort_lb, rtol=0, atol=0),
+        # a running sum of 16M standard normals wanders to about 4000 and back through 0:
+        # the error of either order is up to about sqrt(n) * 2^-24 * 4000 there
+        Workload("cumsum", f"{long_row // 2**20}M", 2 * long_row * f4, 0,
+                 [((long_row,), "float32")], cumsum_torch, cumsum_lb, rtol=1e-3, atol=0.5),
     ]
 
 
@@ -445,12 +490,15 @@ def main(argv=None) -> int:
     ap.add_argument("--peak-tflops", type=float, help="float16 matmul TFLOP/s (default: "
                     "measure; 800 in a dry run)")
     ap.add_argument("--launch-iters", type=int, default=2000)
+    ap.add_argument("--only", help="comma-separated workload names (default: all)")
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="set lazyburn.runtime.cuda.cuda_graphs")
     ap.add_argument("--sync", action="store_true",
                     help="time with every sync waiting for the device (the default mode)")
     args = ap.parse_args(argv)
     ws = workloads(args.quick)
+    if args.only:
+        ws = [w for w in ws if w.name in args.only.split(",")]
     if args.dry_run:
         dry_run(ws, (args.bandwidth or 3.0) * 1e12, (args.peak_tflops or 800) * 1e12)
         return 0
