@@ -376,16 +376,18 @@ def bench_launch(torch, n_iter: int) -> dict:
     finally:
         cuda.synchronous = mode
     b = backend("cuda:0")
-    plan, _ = b.plans.lookup([(x + 1.0).node])
-    kernel = plan.kernels[0].compiled.kernel  # the TritonKernel the plan launches
+    plan, order = b.plans.lookup([(x + 1.0).node])
+    step = plan.kernels[0]
+    kernel = step.compiled.kernel  # the TritonKernel the plan launches
     outb = torch.empty_like(xt)
+    args = [xt, outb] + step.scalar_values(order)  # the constant 1.0 is a scalar argument
     with torch.cuda.stream(b.stream):
-        out["lazyburn: kernel object launch"] = timed(lambda: kernel(b, [xt, outb]))
+        out["lazyburn: kernel object launch"] = timed(lambda: kernel(b, args))
         launch, handle = kernel.fast, b.stream_handle
-        out["compiled launcher (a step's call)"] = timed(lambda: launch(xt, outb, stream=handle))
+        out["compiled launcher (a step's call)"] = timed(lambda: launch(*args, stream=handle))
         grid = kernel.grid
         out["triton JIT launch (same kernel)"] = timed(
-            lambda: kernel.fn[grid](xt, outb, **kernel.options))
+            lambda: kernel.fn[grid](*args, **kernel.options))
     out["torch eager x + 1"] = timed(lambda: xt + 1.0)
     out["torch eager x + 1, synchronized"] = timed(lambda: (xt + 1.0, torch.cuda.synchronize()))
     return out

@@ -1605,24 +1605,17 @@ def _render_sort(spec: SortSpec, name, params, fast) -> RenderedKernel:
 MERGE_PER_ITEM = 8  # the outputs each work-item of a merge kernel writes
 
 
-def _merge_keys(spec: SortSpec) -> tuple:
-    """The two comparisons of a merge (either backend spells ``lt``): whether key ``y``
-    orders strictly before key ``x`` (``before(x, y)``), for the spec's direction."""
-    def before(lt, x: str, y: str) -> str:
-        return lt(x, y) if spec.descending else lt(y, x)
-    return before
-
-
 def _render_merge(spec: SortSpec, name, params, fast) -> RenderedKernel:
-    """One merge pass of a merge sort: each row holds sorted runs of ``run`` positions
-    (``order``), and each pair of runs A, B becomes one sorted run, ties from A first (its
-    positions are the lower, so the sort stays stable). Merge path (Odeh et al., IPDPS
-    workshops 2012): work-item ``t`` writes the ``per_item`` outputs from ``d = t * per_item``
-    of its pair; it finds how many of the first ``d`` outputs come from A by a binary search
-    on the cross diagonal (the first ``i`` whose A[i] orders after B[d - 1 - i]), then merges
-    its outputs one by one from A[i] and B[d - i]. A work-item reads about ``per_item`` keys
-    and positions plus 4 log2(run) for its search, each key evaluated (the producers fused on
-    read) at the position it compares."""
+    """One merge pass of a merge sort: each row holds sorted runs of ``run`` keys (``value``)
+    and the values they carry (``carried``: the keys themselves, or their positions), and
+    each pair of runs A, B becomes one sorted run, ties from A first (the row's earlier
+    elements, so the sort stays stable). Merge path (Odeh et al., IPDPS workshops 2012):
+    work-item ``t`` writes the ``per_item`` outputs from ``d = t * per_item`` of its pair; it
+    finds how many of the first ``d`` outputs come from A by a binary search on the cross
+    diagonal (the first ``i`` whose A[i] orders after B[d - 1 - i]), then merges its outputs
+    one by one from A[i] and B[d - i]. A work-item reads its ``per_item`` keys and values in
+    order, plus 2 log2(run) keys for its search (neighbouring work-items search neighbouring
+    diagonals: the same keys, cached)."""
     p = OpenCLPrinter(spec, fast)
     it = p.index_type
     n, run = spec.sort_size, spec.run
@@ -1631,22 +1624,25 @@ def _render_merge(spec: SortSpec, name, params, fast) -> RenderedKernel:
     items = -(-n // per_item)  # work-items per row
     row, r = find_var(spec, "row"), find_var(spec, "r")
     key_t = VALUE[spec.value.dtype.name]
+    val_t = VALUE[spec.carried.dtype.name]
     (out,) = spec.outputs
-    pos = spec.args[out.arg].name
 
-    def read(at: str, position: str, key: str) -> list[str]:
-        """``position`` = the merged positions at ``at``, ``key`` = the key there."""
-        lines, names = p.emit([spec.order], {row.id: "row", r.id: "at"})
-        lines = [f"const {it} at = {at};"] + lines + [f"{position} = {names[spec.order.id]};"]
-        more, names = p.emit([spec.value], {row.id: "row", r.id: position})
-        return ["{"] + indent(lines + more + [f"{key} = {names[spec.value.id]};"]) + ["}"]
+    def read(at: str, key: str, val: str | None = None) -> list[str]:
+        """``key`` (and ``val``) = the key (and carried value) at ``at`` of the row."""
+        roots = [spec.value] + ([spec.carried] if val else [])
+        lines, names = p.emit(roots, {row.id: "row", r.id: "at"})
+        lines = [f"const {it} at = {at};"] + lines + [f"{key} = {names[spec.value.id]};"]
+        if val:
+            lines.append(f"{val} = {names[spec.carried.id]};")
+        return ["{"] + indent(lines) + ["}"]
 
     def lt(x: str, y: str) -> str:
         if spec.value.dtype.is_float:  # nan after every number
             return f"({x} < {y} || (isnan({y}) && !isnan({x})))"
         return f"({x} < {y})"
 
-    b_first = _merge_keys(spec)(lt, "ka", "kb")  # B's head orders strictly before A's
+    # B's head orders strictly before A's
+    b_first = lt("kb", "ka") if not spec.descending else lt("ka", "kb")
     body = [_signature(p, name) + " {",
             f"    const {it} gid = ({it})get_global_id(0);",
             f"    if (gid >= ({it}){spec.rows} * {items}) return;",
@@ -1657,30 +1653,28 @@ def _render_merge(spec: SortSpec, name, params, fast) -> RenderedKernel:
             f"    const {it} b_len = max(({it})0, min(({it}){run}, {n} - base - {run}));",
             f"    const {it} d = first - base;",
             f"    {it} lo = max(({it})0, d - b_len), hi = min(d, a_len);",
-            "    int ia = 0, ib = 0;",
             f"    {key_t} ka, kb;",
+            f"    {val_t} va, vb;",
             "    while (lo < hi) {",
             f"        const {it} mid = (lo + hi) >> 1;"]
-    body += indent(read("base + mid", "ia", "ka") + read(f"base + {run} + d - 1 - mid", "ib", "kb"),
-                   8)
+    body += indent(read("base + mid", "ka") + read(f"base + {run} + d - 1 - mid", "kb"), 8)
     body += [f"        if ({b_first}) hi = mid; else lo = mid + 1;", "    }",
              f"    {it} i = lo, j = d - lo;",
              "    if (i < a_len) {"]
-    body += indent(read("base + i", "ia", "ka"), 8)
+    body += indent(read("base + i", "ka", "va"), 8)
     body += ["    }", "    if (j < b_len) {"]
-    body += indent(read(f"base + {run} + j", "ib", "kb"), 8)
+    body += indent(read(f"base + {run} + j", "kb", "vb"), 8)
     body += ["    }",
-             f"    __global int* dst = {pos} + row * {n} + first;",
+             f"    const {it} dst = row * {n} + first;",
              f"    for (int q = 0; q < {per_item} && d + q < a_len + b_len; ++q) {{",
              f"        if (i >= a_len || (j < b_len && {b_first})) {{",
-             "            dst[q] = ib;",
+             "            " + p.store(out.arg, "dst + q", "vb"),
              "            if (++j < b_len) {"]
-    body += indent(read(f"base + {run} + j", "ib", "kb"), 16)
+    body += indent(read(f"base + {run} + j", "kb", "vb"), 16)
     body += ["            }", "        } else {",
-             "            dst[q] = ia;",
+             "            " + p.store(out.arg, "dst + q", "va"),
              "            if (++i < a_len) {"]
-    body += indent(read("base + i", "ia", "ka"), 16)
+    body += indent(read("base + i", "ka", "va"), 16)
     body += ["            }", "        }", "    }", "}"]
     total = spec.rows * items
     return RenderedKernel(name, _finish(p, body), (-(-total // local) * local,), (local,))
-

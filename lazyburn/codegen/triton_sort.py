@@ -91,10 +91,11 @@ MERGE_PER_ITEM = 8  # the outputs each lane of a merge kernel writes
 
 
 def render_merge(p: TritonPrinter, spec: SortSpec, params):
-    """One merge pass (``codegen.opencl._render_merge``: merge path, ties from the first run
-    first): each of a program's ``BLOCK`` lanes searches the cross diagonal of its pair of
-    runs in a fixed log2(run) + 1 steps (lanes whose search ended keep their bounds), then
-    merges its ``PER_ITEM`` outputs one step at a time, every step a select per lane."""
+    """One merge pass (``codegen.opencl._render_merge``: merge path over runs of keys, the
+    carried values moved with them, ties from the first run first): each of a program's
+    ``BLOCK`` lanes searches the cross diagonal of its pair of runs in a fixed log2(run) + 1
+    steps (lanes whose search ended keep their bounds), then merges its ``PER_ITEM`` outputs
+    one step at a time, every step a select per lane."""
     n, run = spec.sort_size, spec.run
     block = int(params["BLOCK"])
     per_item = max(1, min(int(params["PER_ITEM"]), run))
@@ -104,23 +105,26 @@ def render_merge(p: TritonPrinter, spec: SortSpec, params):
     v = loop_vars(spec)
     d = spec.value.dtype
     (out,) = spec.outputs
-    pos = spec.args[out.arg].name
 
-    def read(at: str, position: str, key: str) -> list[str]:
-        """Under mask ``m``: ``position`` = the merged positions at ``at``, ``key`` its key."""
-        lines = [f"at = {at}"]
+    def full(text: str, e) -> str:
+        """``text`` (the value of ``e``) as a [BLOCK] block, bool as int32 (Triton orders no
+        int1). A value of neither ``row`` nor ``r`` is broadcast by a select, which keeps its
+        bits (adding it to zeros would turn -0.0 into 0.0)."""
+        if e.dtype.is_bool:
+            text = f"({text}).to(tl.int32)"
+        return text if p.deps(e) else f"tl.where(live, {text}, {text})"
+
+    def read(at: str, key: str, val: str | None = None) -> list[str]:
+        """Under mask ``m``: ``key`` (and ``val``) = the key (and carried value) at ``at``."""
         names = {v["row"].id: "row"} if "row" in v else {}
         if "r" in v:
             names[v["r"].id] = "at"
-        more, got = p.emit([spec.order], dict(names))
-        lines += more + [f"{position} = ({got[spec.order.id]}).to(tl.int32)"]
-        if "r" in v:
-            names[v["r"].id] = position
-        more, got = p.emit([spec.value], names)
-        text, kind = got[spec.value.id], VALUE[d.name]
-        if d.is_bool:  # Triton orders no int1
-            text, kind = f"({text}).to(tl.int32)", "tl.int32"
-        return lines + more + [f"{key} = tl.zeros([{block}], {kind}) + {text}"]
+        roots = [spec.value] + ([spec.carried] if val else [])
+        lines, got = p.emit(roots, names)
+        lines = [f"at = {at}"] + lines + [f"{key} = {full(got[spec.value.id], spec.value)}"]
+        if val:
+            lines.append(f"{val} = {full(got[spec.carried.id], spec.carried)}")
+        return lines
 
     def lt(x: str, y: str) -> str:
         if d.is_float:  # nan after every number
@@ -128,6 +132,10 @@ def render_merge(p: TritonPrinter, spec: SortSpec, params):
         return f"({x} < {y})"
 
     b_first = lt("kb", "ka") if not spec.descending else lt("ka", "kb")
+    stored = p.store(out.arg, "dst + q", spec.carried, "tl.where(take_b, vb, va)", "act")
+    if spec.carried.dtype.is_bool:
+        stored = p.store(out.arg, "dst + q", spec.carried, "tl.where(take_b, vb, va) != 0",
+                         "act")
     body = [f"t = {program_id(p)} * {block} + tl.arange(0, {block})",
             f"live = t < {total}",
             f"row = t // {items}",
@@ -141,31 +149,29 @@ def render_merge(p: TritonPrinter, spec: SortSpec, params):
             f"for _ in range(0, {run.bit_length() + 1}):",
             "    m = live & (lo < hi)",
             "    mid = (lo + hi) // 2"]
-    body += indent(read("base + mid", "ia", "ka") +
-                   read(f"base + {run} + d - 1 - mid", "ib", "kb"), 4)
+    body += indent(read("base + mid", "ka") + read(f"base + {run} + d - 1 - mid", "kb"), 4)
     body += [f"    after = m & {b_first}",
              "    hi = tl.where(after, mid, hi)",
              "    lo = tl.where(m & ~after, mid + 1, lo)",
              "i = lo",
              "j = d - lo",
              "m = live & (i < a_len)"]
-    body += read("base + i", "ia", "ka")
+    body += read("base + i", "ka", "va")
     body += ["m = live & (j < b_len)"]
-    body += read(f"base + {run} + j", "ib", "kb")
-    body += [f"dst = {pos} + row * {n} + first",
+    body += read(f"base + {run} + j", "kb", "vb")
+    body += [f"dst = row * {n} + first",
              f"for q in range(0, {per_item}):",
              "    act = live & (d + q < a_len + b_len)",
              f"    take_b = (i >= a_len) | ((j < b_len) & {b_first})",
-             "    tl.store(dst + q, tl.where(take_b, ib, ia), mask=act)",
+             f"    {stored}",
              "    j = tl.where(act & take_b, j + 1, j)",
              "    i = tl.where(act & ~take_b, i + 1, i)",
              "    m = act & take_b & (j < b_len)"]
-    body += indent(read(f"base + {run} + j", "nb", "nkb"), 4)
-    body += ["    ib = tl.where(m, nb, ib)",
-             "    kb = tl.where(m, nkb, kb)",
+    body += indent(read(f"base + {run} + j", "nkb", "nvb"), 4)
+    body += ["    kb = tl.where(m, nkb, kb)",
+             "    vb = tl.where(m, nvb, vb)",
              "    m = act & ~take_b & (i < a_len)"]
-    body += indent(read("base + i", "na", "nka"), 4)
-    body += ["    ia = tl.where(m, na, ia)",
-             "    ka = tl.where(m, nka, ka)"]
+    body += indent(read("base + i", "nka", "nva"), 4)
+    body += ["    ka = tl.where(m, nka, ka)",
+             "    va = tl.where(m, nva, va)"]
     return body, (-(-total // block),), int(params["num_warps"]), 1
-

@@ -1598,8 +1598,8 @@ MERGE_PER_ITEM = 8  # the outputs each invocation of a merge kernel writes
 def _render_merge(spec: SortSpec, name, params, target) -> RenderedKernel:
     """One merge pass of a merge sort, as the OpenCL kernel does it
     (``codegen.opencl._render_merge``: merge path, each invocation a binary search on the
-    cross diagonal of its pair of runs, then ``per_item`` outputs merged in order, ties from
-    the first run first)."""
+    cross diagonal of its pair of runs of keys, then ``per_item`` carried values merged in
+    order, ties from the first run first)."""
     p = WGSLPrinter(spec, target)
     n, run = spec.sort_size, spec.run
     per_item = max(1, min(int(params.get("per_item") or MERGE_PER_ITEM), run))
@@ -1608,17 +1608,17 @@ def _render_merge(spec: SortSpec, name, params, target) -> RenderedKernel:
     dims = grid(-(-spec.rows * items // size), target.max_groups_per_dim)
     row, r = find_var(spec, "row"), find_var(spec, "r")
     d = spec.value.dtype
-    key_t = value_type(d)
     (out,) = spec.outputs
-    pos = spec.args[out.arg].name
     read_trips = [0]
 
-    def read(at: str, position: str, key: str) -> list[str]:
-        lines, names = p.emit([spec.order], {row.id: "row", r.id: "at"})
-        lines = [f"let at = {at};"] + lines + [f"{position} = {names[spec.order.id]};"]
-        more, names = p.emit([spec.value], {row.id: "row", r.id: position})
-        read_trips[0] = max(read_trips[0], p.loop_trips(lines + more))
-        return ["{"] + indent(lines + more + [f"{key} = {names[spec.value.id]};"]) + ["}"]
+    def read(at: str, key: str, val: str | None = None) -> list[str]:
+        roots = [spec.value] + ([spec.carried] if val else [])
+        lines, names = p.emit(roots, {row.id: "row", r.id: "at"})
+        read_trips[0] = max(read_trips[0], p.loop_trips(lines))
+        lines = [f"let at = {at};"] + lines + [f"{key} = {names[spec.value.id]};"]
+        if val:
+            lines.append(f"{val} = {names[spec.carried.id]};")
+        return ["{"] + indent(lines) + ["}"]
 
     def lt(x: str, y: str) -> str:
         if d.is_float:  # nan after every number
@@ -1637,38 +1637,36 @@ def _render_merge(spec: SortSpec, name, params, target) -> RenderedKernel:
             "    let d = first - base;",
             "    var lo = max(0i, d - b_len);",
             "    var hi = min(d, a_len);",
-            "    var ia = 0i;",
-            "    var ib = 0i;",
-            f"    var ka: {key_t};",
-            f"    var kb: {key_t};",
+            f"    var ka: {value_type(d)};",
+            f"    var kb: {value_type(d)};",
+            f"    var va: {value_type(spec.carried.dtype)};",
+            f"    var vb: {value_type(spec.carried.dtype)};",
             "    while (lo < hi) {",
             "        let mid = (lo + hi) >> 1u;"]
-    body += indent(read("base + mid", "ia", "ka") + read(f"base + {run}i + d - 1i - mid", "ib",
-                                                          "kb"), 8)
+    body += indent(read("base + mid", "ka") + read(f"base + {run}i + d - 1i - mid", "kb"), 8)
     body += [f"        if ({b_first}) {{ hi = mid; }} else {{ lo = mid + 1i; }}", "    }",
              "    var i = lo;",
              "    var j = d - lo;",
              "    if (i < a_len) {"]
-    body += indent(read("base + i", "ia", "ka"), 8)
+    body += indent(read("base + i", "ka", "va"), 8)
     body += ["    }", "    if (j < b_len) {"]
-    body += indent(read(f"base + {run}i + j", "ib", "kb"), 8)
+    body += indent(read(f"base + {run}i + j", "kb", "vb"), 8)
     body += ["    }",
              f"    let dst = row * {n}i + first;",
              f"    for (var q = 0i; q < {per_item}i && d + q < a_len + b_len; q = q + 1i) {{",
-             f"        if (i >= a_len || (j < b_len && {b_first})) {{",
-             f"            {pos}[dst + q] = ib;",
-             "            j = j + 1i;",
+             f"        if (i >= a_len || (j < b_len && {b_first})) {{"]
+    body += indent([p.store(out.arg, "dst + q", "vb")], 12)
+    body += ["            j = j + 1i;",
              "            if (j < b_len) {"]
-    body += indent(read(f"base + {run}i + j", "ib", "kb"), 16)
-    body += ["            }", "        } else {",
-             f"            {pos}[dst + q] = ia;",
-             "            i = i + 1i;",
+    body += indent(read(f"base + {run}i + j", "kb", "vb"), 16)
+    body += ["            }", "        } else {"]
+    body += indent([p.store(out.arg, "dst + q", "va")], 12)
+    body += ["            i = i + 1i;",
              "            if (i < a_len) {"]
-    body += indent(read("base + i", "ia", "ka"), 16)
+    body += indent(read("base + i", "ka", "va"), 16)
     body += ["            }", "        }", "    }", "}"]
     search = max(1, run.bit_length() + 1)
     trips = search * (1 + 2 * read_trips[0]) + 2 * read_trips[0] + \
         (per_item + 1) * (1 + read_trips[0])
     return RenderedKernel(name, p.module([], body), dims, size, read_only(spec),
                           loop_trips=trips)
-

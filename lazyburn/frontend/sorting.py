@@ -16,6 +16,7 @@ from ..errors import DTypeError, ShapeError
 from ..ir import dtypes as dt
 from ..ir.node import Node
 from ..ir.shapes import normalize_axis
+from .autograd import requires_grad
 from .elementwise import binary
 from .movement import pad, permute_dims, range_node, reshape_node, take_along_axis
 from .record import Origin, cast, check_axis_int, const, node, tensor_node, wrap
@@ -24,18 +25,25 @@ from .record import Origin, cast, check_axis_int, const, node, tensor_node, wrap
 def argsort_node(n: Node, axis: int, descending: bool, origin: Origin) -> Node:
     """int32 positions that sort node ``n`` stably along ``axis`` (normalized). Raises
     DTypeError for a complex ``n`` (the standard orders real numbers only)."""
+    return _sorted(n, axis, descending, origin, positions=True)
+
+
+def _sorted(n: Node, axis: int, descending: bool, origin: Origin, positions: bool) -> Node:
+    """The int32 positions that sort ``n`` along ``axis`` (``positions``), or ``n`` sorted."""
     if n.dtype.is_complex:
         raise DTypeError(f"sort: complex numbers have no order, got {n.dtype.name}", origin)
     last = len(n.shape) - 1
     perm = tuple(a for a in range(last + 1) if a != axis) + (axis,)
     moved = n if axis == last else permute_dims(wrap(n), perm, origin).node
     if moved.shape[-1] <= 1 or moved.size == 0:  # nothing to order: every position is 0
-        r = const(0, moved.shape, dt.int32, n.device, origin, "argsort")
+        r = const(0, moved.shape, dt.int32, n.device, origin, "argsort") if positions else moved
     elif moved.shape[-1] > SORT_CHUNK:
-        r = _merge_sort(moved, bool(descending), origin)
+        r = _merge_sort(moved, bool(descending), origin, positions)
     else:
         r = node("argsort", (moved,), (bool(descending),), moved.shape, dt.int32, n.device,
                  origin)
+        if not positions:
+            r = take_along_axis(wrap(moved), wrap(r), axis=-1).node
     if axis == last:
         return r
     back = tuple(perm.index(a) for a in range(last + 1))
@@ -46,13 +54,16 @@ def argsort_node(n: Node, axis: int, descending: bool, origin: Origin) -> Node:
 SORT_CHUNK = 2048
 
 
-def _merge_sort(n: Node, descending: bool, origin: Origin) -> Node:
-    """int32 positions that sort each last-axis row of ``n`` (longer than SORT_CHUNK) stably: a
-    merge sort whose first pass is the sorting network on chunks of SORT_CHUNK elements (a
-    work-group each) and whose passes after it each merge pairs of sorted runs into runs
-    twice as long (``merge`` nodes: a kernel whose work-items find where their outputs start
-    in the two runs by a binary search, then merge a few outputs each: Odeh, Green, Mwassi,
-    Shmueli and Birk, "Merge Path - Parallel Merging Made Simple", IPDPS workshops 2012).
+def _merge_sort(n: Node, descending: bool, origin: Origin, positions: bool) -> Node:
+    """The int32 positions that sort each last-axis row of ``n`` (longer than SORT_CHUNK)
+    stably (``positions``), or the rows sorted: a merge sort whose first pass is the sorting
+    network on chunks of SORT_CHUNK elements (a work-group each) and whose passes after it
+    each merge pairs of sorted runs into runs twice as long (``merge`` nodes: a kernel whose
+    work-items find where their outputs start in the two runs by a binary search, then merge
+    a few outputs each: Odeh, Green, Mwassi, Shmueli and Birk, "Merge Path - Parallel Merging
+    Made Simple", IPDPS workshops 2012). The keys travel with the positions, sorted in runs,
+    so that each pass reads them in order: a pass is one merge of the keys and, for
+    positions, one of the positions by the same keys.
     A row that chunks do not divide is padded with a key that sorts after every element
     (nan or the largest integer ascending, -inf or the smallest descending: a tie with a
     real key goes to the real one, whose position is lower), so the padding ends last and
@@ -72,14 +83,23 @@ def _merge_sort(n: Node, descending: bool, origin: Origin) -> Node:
         n = pad(wrap(n), [(0, 0)] * len(lead) + [(0, b * c - m)], constant_values=fill).node
     chunks = reshape_node(n, lead + (b, c), origin)
     local = node("argsort", (chunks,), (descending,), chunks.shape, dt.int32, n.device, origin)
-    first = node("iota", (), (len(lead),), lead + (b, 1), dt.int32, n.device, origin)
-    pos = binary("add", wrap(local), binary("mul", wrap(first), c, origin), origin).node
-    pos = reshape_node(pos, n.shape, origin)
+    keys = reshape_node(take_along_axis(wrap(chunks), wrap(local), axis=-1).node, n.shape,
+                        origin)
+    pos = None
+    if positions:
+        first = node("iota", (), (len(lead),), lead + (b, 1), dt.int32, n.device, origin)
+        pos = binary("add", wrap(local), binary("mul", wrap(first), c, origin), origin).node
+        pos = reshape_node(pos, n.shape, origin)
     run = c
     while run < b * c:
-        pos = node("merge", (n, pos), (descending, run), n.shape, dt.int32, n.device, origin)
+        if positions:
+            pos = node("merge", (keys, pos), (descending, run), n.shape, dt.int32, n.device,
+                       origin)
+        keys = node("merge", (keys, keys), (descending, run), n.shape, n.dtype, n.device,
+                    origin)
         run *= 2
-    return pos if b * c == m else range_node(pos, len(lead), 0, m, origin)
+    r = pos if positions else keys
+    return r if b * c == m else range_node(r, len(lead), 0, m, origin)
 
 
 def _checked(op: str, x, axis, origin: Origin) -> tuple[Node, int]:
@@ -115,7 +135,10 @@ def argsort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = Tr
 
 def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True):
     """``x`` sorted along ``axis`` (same shape and dtype): ``argsort``'s order, the values
-    gathered through its positions. Raises ShapeError like ``argsort``."""
+    gathered through its positions (rows longer than 2048: the keys merged with them, no
+    gather). Raises ShapeError like ``argsort``."""
     origin = Origin()
     n, a = _checked("sort", x, axis, origin)
-    return take_along_axis(wrap(n), wrap(argsort_node(n, a, descending, origin)), axis=a)
+    if requires_grad(wrap(n)):  # the gradient flows back through the gather
+        return take_along_axis(wrap(n), wrap(argsort_node(n, a, descending, origin)), axis=a)
+    return wrap(_sorted(n, a, descending, origin, positions=False))

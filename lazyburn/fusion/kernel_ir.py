@@ -22,9 +22,9 @@ A spec says what one kernel computes, never how a language spells it:
   row, stored at ``row * sort_size + r`` (its ``value`` is the placeholder ``sorted_index``):
   stable, ascending or (``descending``) descending with equal keys in their order; nan after
   every number ascending, before them descending; -0.0 equal to 0.0. With ``run`` > 0 the
-  kernel merges instead: ``order`` (an expression over ``row`` and ``r``) is the int32
-  position at ``r`` of rows that hold sorted runs of ``run`` (their keys ``value`` at those
-  positions), and the output holds each pair of runs merged, ties from the first run first.
+  kernel merges instead: ``value`` holds sorted runs of ``run`` along each row, ``carried``
+  (an expression over ``row`` and ``r`` too) the values in the same order, and the output
+  holds the carried values as each pair of runs merges, ties from the first run first.
 * ``MatmulSpec`` -- ``batch`` x (M x K) @ (K x N). Variables ``b``, ``m``, ``n``, ``k``. The
   prologue is the expression of A over (b, m, k) and of B over (b, k, n); the epilogue outputs
   are expressions over (b, m, n) and ``acc`` (the product), stored at ``(b*M + m)*N + n``.
@@ -283,10 +283,10 @@ class SortSpec(KernelSpec):
     value: Expr | None = None
     descending: bool = False
     run: int = 0  # 0: sort each row; else merge its pairs of sorted runs of this length
-    order: Expr | None = None  # the positions merged (run > 0)
+    carried: Expr | None = None  # the values moved by the merge (run > 0)
 
     def roots(self) -> list[Expr]:
-        return [self.value] + ([self.order] if self.order is not None else []) + \
+        return [self.value] + ([self.carried] if self.carried is not None else []) + \
             super().roots()
 
     def problem_shape(self) -> tuple:
@@ -303,7 +303,7 @@ class SortSpec(KernelSpec):
                 f"stable {order}")
         key = [f"  key(row, r) = {format_expr(self.value)}"]
         if self.run:
-            key.append(f"  positions(row, r) = {format_expr(self.order)}")
+            key.append(f"  carried(row, r) = {format_expr(self.carried)}")
         return "\n".join([head] + self._args_text() + key + self._body_text())
 
 

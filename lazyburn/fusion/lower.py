@@ -405,21 +405,21 @@ def _lower_scan(lw: Lowering, group) -> ScanSpec:
 def _lower_sort(lw: Lowering, group) -> SortSpec:
     """An argsort or merge group: its first input over (row, r), r along the last axis, is the
     sort key (producers fused on read, evaluated at whichever position a comparison reads);
-    a merge's second input, its positions, is read the same way; the one output is the
-    anchor itself: int32 positions, which an argsort kernel sorts in place."""
+    a merge's second input, the values it moves, is read the same way; the one output is the
+    anchor itself (an argsort kernel sorts its int32 positions in place)."""
     b = lw.b
     so, full, rows, size, value = _row_op(lw, group)
     if group.outputs != [so]:
         raise FusionIllegal("an argsort kernel stores its positions only")
-    order, run = None, 0
-    if so.op == "merge":  # the positions merged, read as the key is: at any position
+    carried, run = None, 0
+    if so.op == "merge":  # the values the merge moves, read where the keys are
         run = so.attrs[1]
-        order = lw.value(so.inputs[1], full)
+        carried = lw.value(so.inputs[1], full)
     lw.computed.setdefault(id(so), so)
     outputs = [Output(lw.add_output(so), b.op("sorted_index", (), so.dtype))]
     return SortSpec("sort", lw.args, outputs, b.index_dtype, shape=tuple(group.space[0]),
                     rows=rows, sort_size=size, value=value, descending=bool(so.attrs[0]),
-                    run=run, order=order)
+                    run=run, carried=carried)
 
 
 def _lower_matmul(lw: Lowering, group) -> MatmulSpec:

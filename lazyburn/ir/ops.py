@@ -29,9 +29,9 @@ Kinds:
                  -0.0 equal to 0.0 (NumPy's ``argsort(kind="stable")`` and the array API's
                  ``descending``); the front end moves another axis last and gathers the
                  sorted values with ``take_along_axis``. ``merge`` (attrs ``(descending,
-                 run)``) takes keys and int32 positions whose rows hold sorted runs of ``run``
-                 (of keys read through them, each run's positions above the one before's)
-                 and merges each pair of runs into one sorted run of ``2 * run``, ties from
+                 run)``) takes keys whose rows hold sorted runs of ``run`` and values in the
+                 same order (the keys themselves, or their positions), and moves the values
+                 as each pair of runs merges into one sorted run of ``2 * run``, ties from
                  the first run first: a long row is sorted as chunks, then merged
     matmul       batched matrix product (..., M, K) @ (..., K, N)
     library      a matrix decomposition the device's library computes (LAPACK through

@@ -205,19 +205,19 @@ def stable_argsort(x: np.ndarray, descending: bool) -> np.ndarray:
     return (x.shape[-1] - 1 - flipped).astype(np.int32)
 
 
-def merge_runs(keys: np.ndarray, order: np.ndarray, descending: bool, run: int) -> np.ndarray:
-    """The ``merge`` node: int32 ``order``, whose last-axis rows hold sorted runs of ``run``
-    positions into ``keys``' rows, with each pair of runs merged (a stable sort of each pair's
-    keys in their order: the first run's ties first, as its positions are the lower)."""
+def merge_runs(keys: np.ndarray, values: np.ndarray, descending: bool, run: int) -> np.ndarray:
+    """The ``merge`` node: ``values``, in the order of ``keys`` whose last-axis rows hold
+    sorted runs of ``run``, moved as each pair of runs merges (a stable sort of each pair's
+    keys: the first run's ties first)."""
     n, lead = keys.shape[-1], keys.shape[:-1]
     whole = n - n % (2 * run)
-    out = np.empty_like(order)
+    out = np.empty_like(values)
     for start, stop, pairs in ((0, whole, whole // (2 * run)), (whole, n, 1)):
         if stop > start:
-            pair = order[..., start:stop].reshape(lead + (pairs, -1))
-            sorted_keys = np.take_along_axis(keys[..., None, :], pair, axis=-1)
-            within = stable_argsort(sorted_keys, descending)
-            out[..., start:stop] = np.take_along_axis(pair, within, axis=-1).reshape(
+            shape = lead + (pairs, -1)
+            within = stable_argsort(keys[..., start:stop].reshape(shape), descending)
+            out[..., start:stop] = np.take_along_axis(
+                values[..., start:stop].reshape(shape), within, axis=-1).reshape(
                 lead + (stop - start,))
     return out
 
