@@ -330,6 +330,25 @@ for _op, _numpy in (("asin", "arcsin"), ("acos", "arccos"), ("atan", "arctan"),
     _text = _INTERPRETED_BINARY if _op == "atan2" else _INTERPRETED_UNARY
     HELPERS[f"lb_{_op}_interpreted"] = ((), _text.format(op=_op, numpy=_numpy))
 
+# a block of 2**LOG distinct values in ascending order: Batcher's bitonic network, each
+# compare-exchange step a reshape that puts the elements J apart side by side (a split of a
+# middle axis of 2), their minimum and maximum, and the inverse reshape; the runs of a stage
+# of size 2**S alternate in direction, the last stage's is ascending (tl.sort's network, from
+# builtins only; shapes spelled inline: a constexpr local cannot be reassigned in a loop)
+HELPERS["lb_sort_block"] = ((), '''
+def lb_sort_block(x, LOG: tl.constexpr):
+    for S in tl.static_range(1, LOG + 1):
+        for T in tl.static_range(S):  # pairs J = 2**(S-1-T) apart, in 2**(LOG-S+T) groups
+            a, b = tl.split(tl.permute(tl.reshape(x, [1 << (LOG - S + T), 2, 1 << (S - 1 - T)]),
+                                       (0, 2, 1)))
+            down = ((tl.arange(0, 1 << (LOG - S + T)) << (S - T)) & (1 << S)) != 0
+            down = tl.reshape(down, [1 << (LOG - S + T), 1])
+            lo, hi = tl.minimum(a, b), tl.maximum(a, b)
+            pairs = tl.join(tl.where(down, hi, lo), tl.where(down, lo, hi))
+            x = tl.reshape(tl.permute(pairs, (0, 2, 1)), [1 << LOG])
+    return x
+''')
+
 # the random numbers of codegen.philox, the programs the NumPy reference backend runs
 HELPERS.update({program.name: ((), philox.source(program, "triton"))
                 for program in philox.PROGRAMS.values()})

@@ -17,18 +17,33 @@ from .triton_printer import VALUE, TritonPrinter, loop_vars, program_id
 def sort_params(spec: SortSpec, interpret: bool) -> dict:
     """The heuristic ``BLOCK`` (comparators per iteration: a step's ``n / 2`` up to 1024, or
     4096 under the interpreter, whose cost is per iteration) and ``num_warps``; for a merge,
-    ``BLOCK`` merging lanes per program (each writing ``PER_ITEM`` outputs)."""
+    ``BLOCK`` merging lanes per program (each writing ``PER_ITEM`` outputs); for packed keys,
+    ``num_warps`` alone."""
     if spec.run:
         return {"BLOCK": 4096 if interpret else 128, "PER_ITEM": MERGE_PER_ITEM,
                 "num_warps": 4}
+    if packs(spec):
+        return {"num_warps": 4 if spec.sort_size <= 1024 else 8}
     half = max(1, pow2_at_least(spec.sort_size) // 2)
     block = min(half, 4096 if interpret else 1024)
     return {"BLOCK": block, "num_warps": 4 if block <= 512 else 8}
 
 
+#: rows up to this long whose keys have 32 bits or fewer sort in registers (``render_packed``)
+PACKED_MAX = 2048
+
+
+def packs(spec: SortSpec) -> bool:
+    """Whether ``spec``'s rows sort as packed keys (``render_packed``)."""
+    return not spec.run and spec.value.dtype.itemsize <= 4 and \
+        pow2_at_least(spec.sort_size) <= PACKED_MAX
+
+
 def render_sort(p: TritonPrinter, spec: SortSpec, params):
     if spec.run:
         return render_merge(p, spec, params)
+    if packs(spec):
+        return render_packed(p, spec, params)
     n = spec.sort_size
     half = max(1, pow2_at_least(n) // 2)
     block = min(int(params["BLOCK"]), half)
@@ -175,3 +190,54 @@ def render_merge(p: TritonPrinter, spec: SortSpec, params):
     body += ["    ka = tl.where(m, nka, ka)",
              "    va = tl.where(m, nva, va)"]
     return body, (-(-total // block),), int(params["num_warps"]), 1
+
+
+def render_packed(p: TritonPrinter, spec: SortSpec, params):
+    """The stable argsort of rows of keys of 32 bits or fewer, one program per row, in
+    registers: each key becomes a uint32 whose unsigned order is the sort's (floats: -0.0 as
+    0.0, nan above +inf, negative numbers' bits inverted, the sign bit set on the others;
+    signed integers: the sign bit flipped; descending: all bits inverted), joined with its
+    position below it into a uint64; the packed values are distinct, so a bitonic network on
+    the block (``lb_sort_block``, not stable by itself) orders them stably, and the positions
+    are their low words. Positions past the row pack as the largest value and are not
+    stored."""
+    n = spec.sort_size
+    width = pow2_at_least(n)
+    p.var_masks = {"r": "live"}
+    v = loop_vars(spec)
+    d = spec.value.dtype
+    (out,) = spec.outputs
+    pos = spec.args[out.arg].name
+    names = {v["row"].id: "row"} if "row" in v else {}
+    if "r" in v:
+        names[v["r"].id] = "r"
+    lines, got = p.emit([spec.value], names)
+    key = got[spec.value.id]
+    if "r" not in p.deps(spec.value):  # one key for the whole row: a block of it
+        key = f"tl.where(live, {key}, {key})"
+
+    def u32(value: int) -> str:
+        return f"tl.full([{width}], {value}, tl.uint32)"
+
+    if d.is_float:  # computed in float32
+        order = [f"f = tl.where(key == 0.0, 0.0, key).to(tl.float32)",
+                 "u = f.to(tl.uint32, bitcast=True)",
+                 f"u = tl.where(f != f, {u32(0x7fc00000)}, u)",
+                 f"u = tl.where((u >> 31) != 0, ~u, u | {u32(0x80000000)})"]
+    elif d.is_bool:
+        order = ["u = key.to(tl.uint32)"]
+    elif d.kind == "i":  # computed in int32
+        order = [f"u = key.to(tl.int32).to(tl.uint32, bitcast=True) ^ {u32(0x80000000)}"]
+    else:  # unsigned: uint32 as itself, the narrower ones as their non-negative int32
+        order = ["u = key.to(tl.uint32)"]
+    if spec.descending:
+        order.append("u = ~u")
+    body = [f"row = {program_id(p)}",
+            f"r = tl.arange(0, {width})",
+            f"live = r < {n}"] + lines + [f"key = {key}"] + order + [
+            f"u = tl.where(live, u, {u32(0xFFFFFFFF)})",
+            "packed = (u.to(tl.uint64) << 32) | r.to(tl.uint64)",
+            f"packed = {p.helper('lb_sort_block', 'packed', width.bit_length() - 1)}",
+            f"tl.store({pos} + row * {n} + r, (packed & 0xFFFFFFFF).to(tl.int32), mask=live)"]
+    return body, (spec.rows,), int(params["num_warps"]), 1
+
