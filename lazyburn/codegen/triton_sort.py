@@ -20,7 +20,7 @@ def sort_params(spec: SortSpec, interpret: bool) -> dict:
     ``BLOCK`` merging lanes per program (each writing ``PER_ITEM`` outputs); for packed keys,
     ``num_warps`` alone."""
     if spec.run:
-        return {"BLOCK": 4096 if interpret else 128, "PER_ITEM": MERGE_PER_ITEM,
+        return {"BLOCK": 4096 if interpret else 256, "PER_ITEM": MERGE_PER_ITEM,
                 "num_warps": 4}
     if packs(spec):
         return {"num_warps": 4 if spec.sort_size <= 1024 else 8}
@@ -102,7 +102,9 @@ def render_sort(p: TritonPrinter, spec: SortSpec, params):
     return body, (spec.rows,), int(params["num_warps"]), 1
 
 
-MERGE_PER_ITEM = 8  # the outputs each lane of a merge kernel writes
+#: the outputs each lane of a merge kernel writes: on the H200, one row of 2^24 float32 sorted
+#: in 2.45 ms with 4 (256 lanes a program), 3.2 with 8, 3.6 with 2 or 16, 5.9 with 1
+MERGE_PER_ITEM = 4
 
 
 def render_merge(p: TritonPrinter, spec: SortSpec, params):
