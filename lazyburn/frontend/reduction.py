@@ -318,10 +318,11 @@ def _chunked_scan(op: str, n, axis: int, origin: Origin):
     """Scan ``op`` of node ``n`` along ``axis`` (of ``m`` elements) as three kernels that each
     have work for the whole device: the reduce-then-scan strategy for a scan across
     work-groups (as Merrill and Garland, "Single-pass Parallel Prefix Scan with Decoupled
-    Look-back", NVIDIA technical report NVR-2016-002, describe it among its predecessors): the axis is cut into ``B`` chunks of ``C`` elements (``C`` a power
-    of two near sqrt(m), B x C padded with the identity where C does not divide m), a reduction
-    gives each chunk's total, a scan of the ``B`` totals gives each chunk's carry (the totals
-    of the chunks before it), and the chunks are scanned with their carry combined on write.
+    Look-back", NVIDIA technical report NVR-2016-002, describe it among its predecessors).
+    The axis is cut into ``B`` chunks of ``C`` elements (``C`` a power of two near sqrt(m),
+    B x C padded with the identity where C does not divide m), a reduction gives each chunk's
+    total, a scan of the ``B`` totals gives each chunk's carry (the totals of the chunks
+    before it), and the chunks are scanned with their carry combined on write.
     Producers of ``n`` are fused on read into the reduction and the last scan. Half types
     compute in float32 and are rounded once. A float sum then rounds as a blocked sum does:
     each result within about C + B roundings of its prefix's magnitudes, where NumPy's order

@@ -3,8 +3,10 @@
 Both record one ``argsort`` node, which sorts along the last axis: another axis is moved last
 by a view first and back after. ``sort`` gathers the values through the positions
 (``take_along_axis``), so the gather fuses on read into whatever consumes the sorted values.
-The argsort runs as a sort kernel (``SortSpec``) whose producers are fused on read; a long
-row as sorted chunks merged pairwise by merge kernels.
+The argsort runs as a sort kernel (``SortSpec``) whose producers are fused on read. A row
+longer than SORT_CHUNK is a merge sort (``_merge_sort``): sorted chunks, then ``merge`` nodes
+that merge pairs of runs of keys, carrying the positions; ``sort`` of such a row takes the
+merged keys themselves (the gather through the positions only when a gradient must flow).
 """
 from __future__ import annotations
 
