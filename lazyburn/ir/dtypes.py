@@ -13,8 +13,8 @@ dtype when their kind fits (``int8_tensor + 1`` is int8, ``uint32_tensor + 1`` i
 ``float16_tensor * 2.0`` is float16, ``complex64_tensor * 2.0`` is complex64) and otherwise the
 default dtype of their kind, or the complex type of a float tensor's precision
 (``int_tensor * 0.5`` is float32, ``float64_tensor * 1j`` is complex128, ``int_tensor * 1j``
-complex64); an int outside the tensor's range (``int8_tensor + 300``, ``uint32_tensor - 1``)
-is a DTypeError at record time.
+complex64); an int outside the tensor's range (``int8_tensor + 300``, ``uint32_tensor + -1``;
+``uint32_tensor - 1`` wraps as NumPy's) is a DTypeError at record time.
 
 Unsigned integers (uint8, uint16, uint32, uint64) wrap modulo 2**bits, compare, divide and
 shift right as unsigned values, as NumPy's do, on every device.
