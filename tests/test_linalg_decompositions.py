@@ -142,9 +142,15 @@ def test_integer_matrices_are_decomposed_in_the_default_float_dtype(device, rng)
 
 
 def test_rank_and_pseudo_inverse_cut_off_at_rtol(device, rng):
-    """``rtol`` as a float or as a tensor of one tolerance per matrix (the batch shape)."""
-    low = (rng.standard_normal((3, 5, 2)) @ rng.standard_normal((3, 2, 4))).astype(np.float32)
-    low += 1e-3 * rng.standard_normal(low.shape).astype(np.float32)  # rank 4, two tiny values
+    """``rtol`` as a float or as a tensor of one tolerance per matrix (the batch shape).
+
+    The matrices are U diag(4, 1.5, 0.01, 0.005) V^T with random orthonormal U and V: rank 4
+    with two small singular values, far from every cut-off, and a condition number of 800, so
+    that float32 pseudo-inverses from two libraries agree within the tolerance (about eps x
+    800 relative; random near-singular matrices put no bound on it)."""
+    u = np.linalg.qr(rng.standard_normal((3, 5, 4)))[0]
+    v = np.linalg.qr(rng.standard_normal((3, 4, 4)))[0]
+    low = ((u * np.array([4.0, 1.5, 1e-2, 5e-3])) @ np.swapaxes(v, -1, -2)).astype(np.float32)
     x = lb.asarray(low, device=device)
     rtol = np.array([1e-6, 1e-1, 1e-6], np.float32)
     for r, t in ((None, None), (0.5, 0.5), (rtol, lb.asarray(rtol, device=device))):
@@ -154,6 +160,7 @@ def test_rank_and_pseudo_inverse_cut_off_at_rtol(device, rng):
               1e4 if r is None or r is rtol else 10)
     assert lb.linalg.matrix_rank(x, rtol=lb.asarray(rtol, device=device)).numpy().tolist() == \
         [4, 2, 4]
+    assert lb.linalg.matrix_rank(x, rtol=0.5).numpy().tolist() == [1, 1, 1]
 
 
 def test_one_triangle_is_read_as_the_libraries_read_it(device, rng):
