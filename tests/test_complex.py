@@ -415,11 +415,67 @@ def test_fused_devices_reduce_scan_and_multiply_complex_matrices(device, dtype, 
     assert len(plan.steps[0].plan.kernels) == 1
 
 
+def _same_specials(got, want):
+    """nan and infinities in the same parts; the rest as ``_relative_error``'s input."""
+    for part in (np.real, np.imag):
+        g, w = part(got), part(want)
+        assert (np.isnan(g) == np.isnan(w)).all(), (got[np.isnan(g) != np.isnan(w)],
+                                                    want[np.isnan(g) != np.isnan(w)])
+        assert (g[np.isinf(w)] == w[np.isinf(w)]).all()
+
+
+@pytest.mark.parametrize("device, dtype", FUSED)
+def test_fused_devices_compute_complex_powers_as_the_numpy_device(device, dtype, rng):
+    """``a ** b``, ``exp2`` and ``round`` of complex values on the fused devices against the NumPy
+    device: every pair of edge values as the base with scalar exponents (NumPy's scalar powers
+    2, 0.5 and -1, the integer exponents of ``npy_cpow``'s products, C99's ``cpow`` for the
+    rest) and random bases with random exponents; nan and infinities where the NumPy device has
+    them, else within 32 ulps of the parts' epsilon times |a ** b| (1 + |b| (|log|a|| + pi)),
+    the error ``exp(b log a)`` amplifies. Results past the parts' largest value are left out:
+    ``exp``'s real part overflows there where NumPy's scaled ``cexp`` keeps a finite
+    imaginary part."""
+    parts = np.finfo(np.float32 if dtype == "complex64" else np.float64)
+    eps, big = parts.eps, parts.max
+    edges = cdata(rng, (81,), dtype)
+    # parts whose squares overflow round as the NumPy build's multiply loop has it (with FMA,
+    # (3.5e30+3.5e30j)**2 is -inf+infj; without, nan+infj): left out
+    edges = edges[~((np.abs(edges.real) == 3.5e30) | (np.abs(edges.imag) == 3.5e30))]
+    a = cdata(rng, (200,), dtype, edges=False)
+    bexp = cdata(rng, (200,), dtype, edges=False) / 300
+    cases = [(edges, e) for e in (2, 3, 1, 0, -1, -2, 5, -7, 0.5, 1 + 1j, 2j, 99, -0.5, 2.25)]
+    cases += [(a, bexp), (a, bexp.real.copy().astype(dtype)), (a, np.round(bexp.real * 300))]
+    with np.errstate(all="ignore"):
+        for base, e in cases:
+            t, r = lb.asarray(base, device=device), lb.asarray(base, device="numpy")
+            if isinstance(e, np.ndarray):
+                got = (t ** lb.asarray(e.astype(dtype), device=device)).numpy()
+                want = (r ** lb.asarray(e.astype(dtype), device="numpy")).numpy()
+            else:
+                got, want = (t ** e).numpy(), (r ** e).numpy()
+            keep = (np.abs(want) < big) | ~np.isfinite(want)
+            _same_specials(got[keep], want[keep])
+            finite = keep & np.isfinite(want)
+            amplified = 1 + np.abs(e) * (np.abs(np.log(np.abs(base))) + np.pi)
+            bound = np.nan_to_num(32 * eps * np.abs(want) *  # (log 0 times 0: no bound)
+                                  np.broadcast_to(amplified, want.shape), nan=np.inf)
+            err = np.abs(got - want)
+            assert (err[finite] <= bound[finite] + np.finfo(got.real.dtype).tiny).all(), \
+                (e, err[finite].max())
+        x = cdata(rng, (6, 10), dtype) * 3.3
+        for fn, ulps in ((lb.exp2, 16), (lb.round, 0)):
+            got = fn(lb.asarray(x, device=device)).numpy()
+            want = fn(lb.asarray(x, device="numpy")).numpy()
+            _same_specials(got, want)
+            finite = np.isfinite(want) & (np.abs(want) < big)
+            assert (np.abs(got - want)[finite] <= ulps * eps * np.abs(want[finite])).all()
+    plan = lb.explain(lb.asarray(a, device=device) ** 2.25 + 1)  # one kernel, real parts
+    assert len(plan.steps[0].plan.kernels) == 1
+
+
 @pytest.mark.parametrize("device", FUSED_DEVICES)
 def test_fused_devices_refuse_the_complex_ops_they_do_not_compute(device):
     x = lb.asarray([1 + 2j, -1j], device=device)
-    for fn in (lambda t: t ** 2, lambda t: 2.0 ** t, lb.prod, lb.round, lb.exp2,
-               lambda t: lb.cumulative_prod(t)):
+    for fn in (lb.prod, lambda t: lb.cumulative_prod(t)):
         with pytest.raises(lb.DTypeError, match="NumPy device only") as err:
             fn(x)
         assert __file__ in str(err.value)

@@ -38,9 +38,15 @@ a few ulps of the C library's that NumPy calls, relative to the result's magnitu
                 library computes complex numbers itself; the node reads its complex inputs'
                 parts joined, as their complex buffers would hold them, and writes its complex
                 result so (``ir.ops.COMPLEX_PARTS``)
-The other ops on complex values (pow, exp2, round, prod, cumprod) are computed on the NumPy
-device only: recording one on a fused device raises DTypeError at the user's line
-(``frontend/record.py`` asks ``LOWERED``).
+    exp2        ``exp(z log 2)``; round: part by part
+    pow         NumPy's: an exponent recorded as 2, 0.5 or -1 is ``square``, ``sqrt`` and
+                ``reciprocal`` (NumPy's scalar power, as the NumPy device computes it); else
+                ``npy_cpow``: its special cases (a zero exponent or base, the integer
+                exponents below 100 by binary powering), else C99's ``cpow``,
+                ``exp(b log a)`` with C99's multiplication (infinities recovered)
+The other ops on complex values (prod, cumprod: a product's accumulator is a pair) are
+computed on the NumPy device only: recording one on a fused device raises DTypeError at the
+user's line (``frontend/record.py`` asks ``LOWERED``).
 """
 from __future__ import annotations
 
@@ -48,7 +54,7 @@ import math
 from typing import Callable, Sequence
 
 from ..ir import dtypes as dt
-from ..ir.graph import topo_order
+from ..ir.graph import recorded_exponent, topo_order
 from ..ir.node import ExactFloat, Node
 from ..ir.ops import COMPLEX_PARTS, LIBRARY
 
@@ -57,7 +63,8 @@ from ..ir.ops import COMPLEX_PARTS, LIBRARY
 LOWERED = frozenset(
     "buffer const cast add sub mul div neg conj square where reshape permute expand slice pad "
     "window take take_along_axis concat sum cumsum matmul copy exp expm1 log log1p log2 log10 "
-    "sqrt sinh cosh tanh sin cos tan asin acos atan asinh acosh atanh sign complex".split()) | \
+    "sqrt sinh cosh tanh sin cos tan asin acos atan asinh acosh atanh sign complex exp2 round "
+    "pow".split()) | \
     LIBRARY
 
 _VIEWS = ("reshape", "permute", "expand", "slice", "window", "take", "take_along_axis")
@@ -220,8 +227,7 @@ class ComplexLowering:
                 return b.neg(xr), b.neg(xi)
             if op == "conj":
                 return xr, b.neg(xi)
-            return (b.sub(b.mul(xr, xr), b.mul(xi, xi)),
-                    b.add(b.mul(xr, xi), b.mul(xi, xr)))
+            return self._lower_square(b, xr, xi)
         (ar, ai), (br, bi) = self._parts(n.inputs[0]), self._parts(n.inputs[1])
         if op in ("add", "sub"):
             return b.binary(op, ar, br), b.binary(op, ai, bi)
@@ -230,6 +236,16 @@ class ComplexLowering:
                     b.add(b.mul(ar, bi), b.mul(ai, br)))
         if op == "div":
             return self._div(b, ar, ai, br, bi)
+        if op == "pow":
+            exponent = recorded_exponent(n)
+            scalar = complex(exponent.attrs[0]) if exponent is not None else None
+            if scalar == 2:  # NumPy's scalar powers, as the NumPy device computes them
+                return self._lower_square(b, ar, ai)
+            if scalar == 0.5:
+                return _sqrt(b, ar, ai)
+            if scalar == -1:
+                return _reciprocal(b, ar, ai)
+            return self._pow(b, ar, ai, br, bi)
         if op == "matmul":
             def mm(x, y):
                 return b.node("matmul", (x, y), (), r)
@@ -301,6 +317,11 @@ class ComplexLowering:
                                   f"value (the front end refuses it on fused devices)")
 
     @staticmethod
+    def _lower_square(b: _Builder, xr, xi):
+        """``z * z`` as NumPy's ``square``: (xr*xr - xi*xi) + (xr*xi + xi*xr)i."""
+        return b.sub(b.mul(xr, xr), b.mul(xi, xi)), b.add(b.mul(xr, xi), b.mul(xi, xr))
+
+    @staticmethod
     def _div(b: _Builder, ar, ai, br, bi):
         """``a / b`` as NumPy's complex division computes it (Smith's algorithm)."""
         abs_r, abs_i = b.abs(br), b.abs(bi)
@@ -323,6 +344,41 @@ class ComplexLowering:
         re2 = b.mul(b.add(b.mul(ar, rat2), ai), scl2)
         im2 = b.mul(b.sub(b.mul(ai, rat2), ar), scl2)
         return b.where(real_first, re1, re2), b.where(real_first, im1, im2)
+
+
+    @classmethod
+    def _pow(cls, b: _Builder, ar, ai, br, bi):
+        """``a ** b`` as NumPy's ``npy_cpow`` computes it: 1 for b = 0; for a = 0, 0 where the
+        real part of b is positive, else nan; for b = 1, 2 and 3 the products ``a``, ``a a``
+        and ``a (a a)``; for other integers b with |b| < 100, binary powering (an accumulator
+        from 1 multiplied by the squares of a whose bit is set in |b|, then 1 / it for b < 0);
+        else ``exp(b log a)`` (C99's ``cpow``)."""
+        k = b.k
+        zero, one, nan = k(0.0), k(1.0), k(math.nan)
+
+        def mul(x, y):
+            return (b.sub(b.mul(x[0], y[0]), b.mul(x[1], y[1])),
+                    b.add(b.mul(x[0], y[1]), b.mul(x[1], y[0])))
+
+        def pick(c, x, y):
+            return b.where(c, x[0], y[0]), b.where(c, x[1], y[1])
+
+        r = _exp(b, *_c99_mul(b, (br, bi), _log(b, ar, ai)))
+        n = b.abs(br)
+        integer = b.logical_and(b.eq(bi, zero), b.eq(b.floor(br), br))
+        a, acc, square = (ar, ai), (one, zero), (ar, ai)
+        for bit in range(7):  # |b| < 100 < 2**7
+            digit = b.mod(b.floor(b.mul(n, k(2.0 ** -bit))), k(2.0))
+            acc = pick(b.eq(digit, one), mul(acc, square), acc)
+            square = mul(square, square)
+        acc = pick(b.lt(br, zero), cls._div(b, one, zero, *acc), acc)
+        r = pick(b.logical_and(integer, b.lt(n, k(100.0))), acc, r)
+        for power, value in ((3, lambda: mul(a, mul(a, a))), (2, lambda: mul(a, a)),
+                             (1, lambda: a)):
+            r = pick(b.logical_and(integer, b.eq(br, k(float(power)))), value(), r)
+        base_zero = b.logical_and(b.eq(ar, zero), b.eq(ai, zero))
+        r = pick(base_zero, pick(b.gt(br, zero), (zero, zero), (nan, nan)), r)
+        return pick(b.logical_and(b.eq(br, zero), b.eq(bi, zero)), (one, zero), r)
 
 
 # the elementary functions of z = x + iy, each with the array API's special cases (C99 Annex G's)
@@ -374,6 +430,70 @@ def _log1p(b: _Builder, x: Node, y: Node) -> tuple:
     big = b.log(b.hypot(one_x, y))
     limit = k(2.0 ** (x.dtype.bits // 4))
     return b.where(b.lt(b.hypot(x, y), limit), small, big), b.atan2(y, one_x)
+
+
+def _c99_mul(b: _Builder, x: tuple, y: tuple) -> tuple:
+    """``x * y`` as C99's complex multiplication (Annex G.5.1, the ``__muldc3`` of compilers'
+    runtimes): the four products, and where both parts come out nan though an operand has an
+    infinite part (or a product overflowed), the infinities recovered: each infinite operand
+    boxed to parts of 1 and 0 with their signs, the other's nans made signed zeros, and the
+    products recomputed times infinity (``cpow``'s ``exp(b log a)`` multiplies so)."""
+    k = b.k
+    (xr, xi), (yr, yi) = x, y
+    products = [b.mul(xr, yr), b.mul(xi, yi), b.mul(xr, yi), b.mul(xi, yr)]
+    re, im = b.sub(products[0], products[1]), b.add(products[2], products[3])
+
+    def infinite(pair):
+        return b.logical_or(b.isinf(pair[0]), b.isinf(pair[1]))
+
+    def boxed(v):  # +-1 where infinite, else +-0
+        return b.copysign(b.where(b.isinf(v), k(1.0), k(0.0)), v)
+
+    def zeroed(v, where):  # a nan made a zero of its sign
+        return b.where(b.logical_and(where, b.isnan(v)), b.copysign(k(0.0), v), v)
+
+    x_inf, y_inf = infinite(x), infinite(y)
+    xr, xi = (b.where(x_inf, boxed(v), v) for v in (xr, xi))
+    yr, yi = (zeroed(v, x_inf) for v in (yr, yi))
+    yr, yi = (b.where(y_inf, boxed(v), v) for v in (yr, yi))
+    xr, xi = (zeroed(v, y_inf) for v in (xr, xi))
+    recalc = b.logical_or(x_inf, y_inf)
+    overflow = b.logical_and(b.logical_not(recalc), b.logical_or(
+        b.logical_or(b.isinf(products[0]), b.isinf(products[1])),
+        b.logical_or(b.isinf(products[2]), b.isinf(products[3]))))
+    xr, xi, yr, yi = (zeroed(v, overflow) for v in (xr, xi, yr, yi))
+    inf = k(math.inf)
+    again_re = b.mul(inf, b.sub(b.mul(xr, yr), b.mul(xi, yi)))
+    again_im = b.mul(inf, b.add(b.mul(xr, yi), b.mul(xi, yr)))
+    use = b.logical_and(b.logical_and(b.isnan(re), b.isnan(im)),
+                        b.logical_or(recalc, overflow))
+    return b.where(use, again_re, re), b.where(use, again_im, im)
+
+
+def _reciprocal(b: _Builder, x: Node, y: Node) -> tuple:
+    """``1 / z`` as NumPy's complex ``reciprocal`` (``z ** -1``): with r the ratio of the
+    smaller part to the larger and d the larger part plus the smaller times r, ``1/d - (r/d)i``
+    where |y| <= |x|, else ``r/d - (1/d)i``."""
+    one = b.k(1.0)
+    real_first = b.le(b.abs(y), b.abs(x))
+    r1 = b.div(y, x)
+    d1 = b.add(x, b.mul(y, r1))
+    r2 = b.div(x, y)
+    d2 = b.add(b.mul(x, r2), y)
+    return (b.where(real_first, b.div(one, d1), b.div(r2, d2)),
+            b.where(real_first, b.neg(b.div(r1, d1)), b.neg(b.div(one, d2))))
+
+
+def _exp2(b: _Builder, x: Node, y: Node) -> tuple:
+    """``exp(z log 2)``, as NumPy's complex ``exp2`` (both parts scaled by log 2, then
+    ``exp``)."""
+    ln2 = b.k(math.log(2))
+    return _exp(b, b.mul(x, ln2), b.mul(y, ln2))
+
+
+def _round(b: _Builder, x: Node, y: Node) -> tuple:
+    """Each part rounded to the nearest integer, ties to even (NumPy's complex ``round``)."""
+    return b.round(x), b.round(y)
 
 
 def _sqrt(b: _Builder, x: Node, y: Node) -> tuple:
@@ -619,7 +739,7 @@ def _atan(b: _Builder, x: Node, y: Node) -> tuple:
 
 
 #: complex op -> its real definition ``(b, re, im) -> (re, im)``
-MATH = {"exp": _exp, "expm1": _expm1, "log": _log, "log1p": _log1p, "sqrt": _sqrt,
+MATH = {"exp": _exp, "exp2": _exp2, "round": _round, "expm1": _expm1, "log": _log, "log1p": _log1p, "sqrt": _sqrt,
         "sinh": _sinh, "cosh": _cosh, "tanh": _tanh, "sign": _sign, "sin": _sin, "cos": _cos,
         "tan": _tan, "log2": _scaled_log(1 / math.log(2)),
         "log10": _scaled_log(1 / math.log(10)), "asin": _asin, "acos": _acos, "atan": _atan,
