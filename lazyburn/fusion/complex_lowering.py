@@ -50,6 +50,7 @@ user's line (``frontend/record.py`` asks ``LOWERED``).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Sequence
 
@@ -227,20 +228,19 @@ class ComplexLowering:
                 return b.neg(xr), b.neg(xi)
             if op == "conj":
                 return xr, b.neg(xi)
-            return self._lower_square(b, xr, xi)
+            return _mul(b, (xr, xi), (xr, xi))
         (ar, ai), (br, bi) = self._parts(n.inputs[0]), self._parts(n.inputs[1])
         if op in ("add", "sub"):
             return b.binary(op, ar, br), b.binary(op, ai, bi)
         if op == "mul":
-            return (b.sub(b.mul(ar, br), b.mul(ai, bi)),
-                    b.add(b.mul(ar, bi), b.mul(ai, br)))
+            return _mul(b, (ar, ai), (br, bi))
         if op == "div":
             return self._div(b, ar, ai, br, bi)
         if op == "pow":
             exponent = recorded_exponent(n)
             scalar = complex(exponent.attrs[0]) if exponent is not None else None
             if scalar == 2:  # NumPy's scalar powers, as the NumPy device computes them
-                return self._lower_square(b, ar, ai)
+                return _mul(b, (ar, ai), (ar, ai))
             if scalar == 0.5:
                 return _sqrt(b, ar, ai)
             if scalar == -1:
@@ -317,11 +317,6 @@ class ComplexLowering:
                                   f"value (the front end refuses it on fused devices)")
 
     @staticmethod
-    def _lower_square(b: _Builder, xr, xi):
-        """``z * z`` as NumPy's ``square``: (xr*xr - xi*xi) + (xr*xi + xi*xr)i."""
-        return b.sub(b.mul(xr, xr), b.mul(xi, xi)), b.add(b.mul(xr, xi), b.mul(xi, xr))
-
-    @staticmethod
     def _div(b: _Builder, ar, ai, br, bi):
         """``a / b`` as NumPy's complex division computes it (Smith's algorithm)."""
         abs_r, abs_i = b.abs(br), b.abs(bi)
@@ -345,7 +340,6 @@ class ComplexLowering:
         im2 = b.mul(b.sub(b.mul(ai, rat2), ar), scl2)
         return b.where(real_first, re1, re2), b.where(real_first, im1, im2)
 
-
     @classmethod
     def _pow(cls, b: _Builder, ar, ai, br, bi):
         """``a ** b`` as NumPy's ``npy_cpow`` computes it: 1 for b = 0; for a = 0, 0 where the
@@ -355,10 +349,7 @@ class ComplexLowering:
         else ``exp(b log a)`` (C99's ``cpow``)."""
         k = b.k
         zero, one, nan = k(0.0), k(1.0), k(math.nan)
-
-        def mul(x, y):
-            return (b.sub(b.mul(x[0], y[0]), b.mul(x[1], y[1])),
-                    b.add(b.mul(x[0], y[1]), b.mul(x[1], y[0])))
+        mul = functools.partial(_mul, b)
 
         def pick(c, x, y):
             return b.where(c, x[0], y[0]), b.where(c, x[1], y[1])
@@ -379,6 +370,13 @@ class ComplexLowering:
         base_zero = b.logical_and(b.eq(ar, zero), b.eq(ai, zero))
         r = pick(base_zero, pick(b.gt(br, zero), (zero, zero), (nan, nan)), r)
         return pick(b.logical_and(b.eq(br, zero), b.eq(bi, zero)), (one, zero), r)
+
+
+def _mul(b: _Builder, x: tuple, y: tuple) -> tuple:
+    """``x * y`` of (real, imaginary) pairs as NumPy's complex multiply and ``square`` compute
+    it: (xr*yr - xi*yi) + (xr*yi + xi*yr)i."""
+    (xr, xi), (yr, yi) = x, y
+    return b.sub(b.mul(xr, yr), b.mul(xi, yi)), b.add(b.mul(xr, yi), b.mul(xi, yr))
 
 
 # the elementary functions of z = x + iy, each with the array API's special cases (C99 Annex G's)
