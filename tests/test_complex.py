@@ -437,8 +437,8 @@ def test_fused_devices_compute_complex_powers_as_the_numpy_device(device, dtype,
     parts = np.finfo(np.float32 if dtype == "complex64" else np.float64)
     eps, big = parts.eps, parts.max
     edges = cdata(rng, (81,), dtype)
-    # parts whose squares overflow round as the NumPy build's multiply loop has it (with FMA,
-    # (3.5e30+3.5e30j)**2 is -inf+infj; without, nan+infj): left out
+    # parts whose squares overflow: NumPy's multiply loop gives (3.5e30+3.5e30j)**2 = -inf+infj
+    # here (as a fused multiply-add would), the separate products nan+infj: left out
     edges = edges[~((np.abs(edges.real) == 3.5e30) | (np.abs(edges.imag) == 3.5e30))]
     a = cdata(rng, (200,), dtype, edges=False)
     bexp = cdata(rng, (200,), dtype, edges=False) / 300
