@@ -1540,6 +1540,14 @@ def _render_scan(spec: ScanSpec, name, params, fast) -> RenderedKernel:
 
 
 # sorts -----------------------------------------------------------------------------------------
+def _key_lt(spec: SortSpec, x: str, y: str) -> str:
+    """Whether sort key ``x`` orders strictly before ``y`` ascending (nan after every number,
+    -0.0 equal to 0.0)."""
+    if spec.value.dtype.is_float:
+        return f"({x} < {y} || (isnan({y}) && !isnan({x})))"
+    return f"({x} < {y})"
+
+
 def _render_sort(spec: SortSpec, name, params, fast) -> RenderedKernel:
     """The stable argsort of each row: one work-group of ``local`` work-items per row runs a
     bitonic sorting network (Batcher, 1968) on the row's positions in the output buffer, in
@@ -1572,9 +1580,7 @@ def _render_sort(spec: SortSpec, name, params, fast) -> RenderedKernel:
         return ["{"] + indent(lines + [f"{target} = {names[spec.value.id]};"]) + ["}"]
 
     def lt(x: str, y: str) -> str:
-        if spec.value.dtype.is_float:  # nan after every number
-            return f"({x} < {y} || (isnan({y}) && !isnan({x})))"
-        return f"({x} < {y})"
+        return _key_lt(spec, x, y)
 
     first, second = ("kb", "ka") if not spec.descending else ("ka", "kb")
     # b's element goes first: its key orders first, or the keys tie and b's position is lower
@@ -1636,13 +1642,8 @@ def _render_merge(spec: SortSpec, name, params, fast) -> RenderedKernel:
             lines.append(f"{val} = {names[spec.carried.id]};")
         return ["{"] + indent(lines) + ["}"]
 
-    def lt(x: str, y: str) -> str:
-        if spec.value.dtype.is_float:  # nan after every number
-            return f"({x} < {y} || (isnan({y}) && !isnan({x})))"
-        return f"({x} < {y})"
-
     # B's head orders strictly before A's
-    b_first = lt("kb", "ka") if not spec.descending else lt("ka", "kb")
+    b_first = _key_lt(spec, "kb", "ka") if not spec.descending else _key_lt(spec, "ka", "kb")
     body = [_signature(p, name) + " {",
             f"    const {it} gid = ({it})get_global_id(0);",
             f"    if (gid >= ({it}){spec.rows} * {items}) return;",

@@ -29,6 +29,14 @@ def sort_params(spec: SortSpec, interpret: bool) -> dict:
     return {"BLOCK": block, "num_warps": 4 if block <= 512 else 8}
 
 
+def key_lt(d, x: str, y: str) -> str:
+    """Whether sort key ``x`` (of dtype ``d``) orders strictly before ``y`` ascending (nan
+    after every number, -0.0 equal to 0.0)."""
+    if d.is_float:
+        return f"(({x} < {y}) | (({y} != {y}) & ({x} == {x})))"
+    return f"({x} < {y})"
+
+
 #: rows up to this long whose keys have 32 bits or fewer sort in registers (``render_packed``)
 PACKED_MAX = 2048
 
@@ -69,9 +77,7 @@ def render_sort(p: TritonPrinter, spec: SortSpec, params):
         return lines + [f"{target} = {text}"]
 
     def lt(x: str, y: str) -> str:
-        if d.is_float:  # nan after every number
-            return f"(({x} < {y}) | (({y} != {y}) & ({x} == {x})))"
-        return f"({x} < {y})"
+        return key_lt(d, x, y)
 
     first, second = ("kb", "ka") if not spec.descending else ("ka", "kb")
     swap = f"live & ({lt(first, second)} | (~{lt(second, first)} & (ib < ia)))"
@@ -144,15 +150,11 @@ def render_merge(p: TritonPrinter, spec: SortSpec, params):
         return lines
 
     def lt(x: str, y: str) -> str:
-        if d.is_float:  # nan after every number
-            return f"(({x} < {y}) | (({y} != {y}) & ({x} == {x})))"
-        return f"({x} < {y})"
+        return key_lt(d, x, y)
 
     b_first = lt("kb", "ka") if not spec.descending else lt("ka", "kb")
-    stored = p.store(out.arg, "dst + q", spec.carried, "tl.where(take_b, vb, va)", "act")
-    if spec.carried.dtype.is_bool:
-        stored = p.store(out.arg, "dst + q", spec.carried, "tl.where(take_b, vb, va) != 0",
-                         "act")
+    head = "tl.where(take_b, vb, va)" + (" != 0" if spec.carried.dtype.is_bool else "")
+    stored = p.store(out.arg, "dst + q", spec.carried, head, "act")
     body = [f"t = {program_id(p)} * {block} + tl.arange(0, {block})",
             f"live = t < {total}",
             f"row = t // {items}",

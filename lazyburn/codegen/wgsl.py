@@ -1511,6 +1511,14 @@ def _render_scan(spec: ScanSpec, name, params, target) -> RenderedKernel:
 
 
 # --- sorts ---------------------------------------------------------------------------------
+def _key_lt(p: "WGSLPrinter", d, x: str, y: str) -> str:
+    """Whether sort key ``x`` (of dtype ``d``) orders strictly before ``y`` ascending (nan
+    after every number, -0.0 equal to 0.0)."""
+    if d.is_float:
+        return f"({x} < {y} || ({p.call('lb_isnan', y)} && !{p.call('lb_isnan', x)}))"
+    return p.less(x, y, d)
+
+
 def render_sort(spec: SortSpec, name, params, target) -> RenderedKernel:
     """``_render_sort`` within the target's loop budget: larger workgroups while the rows'
     steps loop too often; LoopLimitError when none fits (on lavapipe a row of 2^18 sorts and
@@ -1549,9 +1557,7 @@ def _render_sort(spec: SortSpec, name, params, target) -> RenderedKernel:
         return ["{"] + indent(lines + [f"{target_var} = {names[spec.value.id]};"]) + ["}"]
 
     def lt(x: str, y: str) -> str:
-        if d.is_float:  # nan after every number
-            return f"({x} < {y} || ({p.call('lb_isnan', y)} && !{p.call('lb_isnan', x)}))"
-        return p.less(x, y, d)
+        return _key_lt(p, d, x, y)
 
     first, second = ("kb", "ka") if not spec.descending else ("ka", "kb")
     swap = f"{lt(first, second)} || (!{lt(second, first)} && ib < ia)"
@@ -1621,9 +1627,7 @@ def _render_merge(spec: SortSpec, name, params, target) -> RenderedKernel:
         return ["{"] + indent(lines) + ["}"]
 
     def lt(x: str, y: str) -> str:
-        if d.is_float:  # nan after every number
-            return f"({x} < {y} || ({p.call('lb_isnan', y)} && !{p.call('lb_isnan', x)}))"
-        return p.less(x, y, d)
+        return _key_lt(p, d, x, y)
 
     b_first = lt("kb", "ka") if not spec.descending else lt("ka", "kb")
     body = [entry_point(name, size),
