@@ -7,7 +7,7 @@
 #   benchmarks/gpu_run.sh graphs    MiniLM replayed through CUDA graphs, then WGSL vs Triton
 #   benchmarks/gpu_run.sh wgsl      WGSL tests on the GPU through Vulkan, then WGSL vs Triton
 #   benchmarks/gpu_run.sh sanitize N  the op sweep on cuda:0 under compute-sanitizer (memcheck),
-#                                   part N (1 to 4)
+#                                   part N (1 to 4), or all four at once, one a GPU (N = all)
 #   benchmarks/gpu_run.sh trust     the op sweep, the trust, scalar-argument and scan tests on
 #                                   cuda:0, then 2 000 random programs there
 #   benchmarks/gpu_run.sh trust-opencl  the same on NVIDIA's OpenCL (1 000 programs)
@@ -41,10 +41,12 @@ mkdir -p "$OUT"
 # the tuned figures come from complete searches, not the 2-second default budget per kernel
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 LAZYBURN_CACHE_DIR=/tmp/lazyburn-cache \
   LAZYBURN_AUTOTUNE_BUDGET=inf
-if ls .whl/*.whl >/dev/null 2>&1; then
+# installed once per machine, so that steps started side by side share one install
+if [ ! -f /tmp/site/.installed ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+    --target /tmp/site .whl/*.whl && touch /tmp/site/.installed
 fi
+[ -f /tmp/site/.installed ] && export PYTHONPATH=$PYTHONPATH:/tmp/site
 if ls .gl/*.deb >/dev/null 2>&1; then
   for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 fi
@@ -92,18 +94,31 @@ case "${1:-check}" in
     ;;
   sanitize)
     # the op sweep on cuda:0 under memcheck: no kernel reads or writes out of bounds; in four
-    # parts that each fit a job (sanitize 1 to 4)
+    # parts that each fit a job (sanitize 1 to 4), or all four side by side, one a GPU
+    # (sanitize all, on a machine of four GPUs)
     late="views or reduction or shapes or matmul_dtypes or sources"
-    case "${2:-1}" in
-      1) half="cuda and not ($late) and (alone or on_read or on_write)" ;;
-      2) half="cuda and ($late)" ;;
-      3) half="cuda and not ($late) and fused" ;;
-      *) half="cuda and not ($late) and (mm_prologue or mm_epilogue)" ;;
-    esac
-    timeout 560 compute-sanitizer --tool memcheck --error-exitcode 86 --print-limit 20 \
-      python3 -m pytest -q -p no:cacheprovider -rfE --tb=no tests/test_op_sweep.py -k "$half" \
-      > "$OUT/sanitize.txt" 2>&1 || failed compute-sanitizer
-    grep -E "Invalid|ERROR SUMMARY|passed|failed" "$OUT/sanitize.txt" | head -20
+    part() {
+      case "$1" in
+        1) half="cuda and not ($late) and (alone or on_read or on_write)" ;;
+        2) half="cuda and ($late)" ;;
+        3) half="cuda and not ($late) and fused" ;;
+        *) half="cuda and not ($late) and (mm_prologue or mm_epilogue)" ;;
+      esac
+      timeout 560 compute-sanitizer --tool memcheck --error-exitcode 86 --print-limit 20 \
+        python3 -m pytest -q -p no:cacheprovider -rfE --tb=no tests/test_op_sweep.py -k "$half" \
+        > "$OUT/sanitize-$1.txt" 2>&1 || failed "compute-sanitizer, part $1"
+      echo "part $1:"; grep -E "Invalid|ERROR SUMMARY|passed|failed" "$OUT/sanitize-$1.txt" | head -20
+    }
+    if [ "${2:-1}" = all ]; then
+      gpus=$(nvidia-smi -L | wc -l)
+      for n in 1 2 3 4; do
+        CUDA_VISIBLE_DEVICES=$(( (n - 1) % gpus )) part $n > "$OUT/part-$n.log" 2>&1 &
+      done
+      wait; cat "$OUT"/part-?.log
+      grep -q "step failed" "$OUT"/part-?.log && status=86
+    else
+      part "${2:-1}"
+    fi
     ;;
   trust)
     timeout 300 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line -n 8 \
