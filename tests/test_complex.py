@@ -18,12 +18,14 @@ EDGES = [0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, 1e-30, 3.5e30]
 
 def cdata(rng, shape, dtype, edges=True):
     """Random complex values of ``dtype`` (parts of mixed magnitude), with every pair of edge
-    values of ``EDGES`` as real and imaginary parts in the first elements when ``edges``."""
+    values of ``EDGES`` (or of the list ``edges``) as real and imaginary parts in the first
+    elements when ``edges``."""
     size = int(np.prod(shape))
     re = rng.standard_normal(size) * 10.0 ** rng.integers(-3, 4, size)
     im = rng.standard_normal(size) * 10.0 ** rng.integers(-3, 4, size)
     if edges:
-        pairs = [(a, b) for a in EDGES for b in EDGES][:size]
+        values = EDGES if edges is True else edges
+        pairs = [(a, b) for a in values for b in values][:size]
         re[:len(pairs)], im[:len(pairs)] = zip(*pairs)
         perm = rng.permutation(size)
         re, im = re[perm], im[perm]
@@ -319,9 +321,10 @@ EXPRESSIONS = {
     "asinh": (lambda a, b, f, i: lb.asinh(a), 16),
     "acosh": (lambda a, b, f, i: lb.acosh(a), 16),
     "atanh": (lambda a, b, f, i: lb.atanh(a), 16),
+    "rsqrt": (lambda a, b, f, i: lb.rsqrt(a), 16),  # 1 / sqrt(z), as the NumPy device
 }
 MATH = ("exp", "expm1", "log", "log1p", "sqrt", "sinh", "cosh", "tanh", "sign", "sin", "cos",
-        "tan", "log2", "log10", "asin", "acos", "atan", "asinh", "acosh", "atanh")
+        "tan", "log2", "log10", "asin", "acos", "atan", "asinh", "acosh", "atanh", "rsqrt")
 
 
 SCALES = {"square": lambda a, b: a * a, "div": lambda a, b: a / b,
@@ -472,17 +475,90 @@ def test_fused_devices_compute_complex_powers_as_the_numpy_device(device, dtype,
     assert len(plan.steps[0].plan.kernels) == 1
 
 
-@pytest.mark.parametrize("device", FUSED_DEVICES)
-def test_fused_devices_refuse_the_complex_ops_they_do_not_compute(device):
+@pytest.mark.parametrize("device, dtype", FUSED)
+def test_fused_devices_multiply_few_complex_factors_as_numpy(device, dtype, rng):
+    """``prod`` and ``cumulative_prod`` of up to 8 factors multiply left to right, as NumPy's
+    loops (a product from 1 + 0i, running products from the first factor): nan and infinities in the same parts as NumPy's (every pair of edge values among the
+    factors), finite parts within 4 ulps per factor of the product of the magnitudes (NumPy's
+    multiply may fuse a multiply-add). Edges whose products overflow are left out (a fused
+    multiply-add turns their inf - inf into an infinity, see the powers above)."""
+    edges = [e for e in EDGES if abs(e) != 3.5e30]
+    x = cdata(rng, (72, 8), dtype, edges=edges)
+    t = lb.asarray(x, device=device)
+    with np.errstate(all="ignore"):
+        for k in (1, 2, 5, 8):
+            _close(lb.prod(t[:, :k], axis=1).numpy(), x[:, :k].prod(axis=1), 4 * k,
+                   np.abs(x[:, :k]).prod(axis=1), dtype)
+        _close(lb.cumulative_prod(t, axis=1).numpy(), np.cumprod(x, axis=1), 32,
+               np.cumprod(np.abs(x), axis=1), dtype)
+        # along the first axis, and over two axes at once
+        _close(lb.prod(t[:6], axis=0).numpy(), x[:6].prod(axis=0), 24,
+               np.abs(x[:6]).prod(axis=0), dtype)
+        y = x[:4, :2]
+        _close(lb.prod(lb.asarray(y, device=device), axis=(0, 1)).numpy(), y.prod(), 32,
+               np.abs(y).prod(), dtype)
+
+
+@pytest.mark.parametrize("device, dtype", FUSED)
+def test_fused_devices_multiply_many_complex_factors_in_a_tree(device, dtype, rng):
+    """Over more than 8 factors the products of groups of 8 are multiplied (``GROUP``, a tree
+    of log_8 n levels): within 8 ulps per multiplication on a path of the tree of the product
+    of the magnitudes, against NumPy's product in complex128; rows of 1000, and one of 20 000
+    (running products along it are a reduction of chunks, a scan of their totals and a scan
+    of the chunks). A nan factor gives a nan part and a zero factor a zero, as in NumPy."""
+    from lazyburn.fusion.complex_lowering import GROUP
+    for shape in ((3, 1000), (1, 20000)):
+        m = shape[1]
+        x = cdata(rng, shape, dtype, edges=False)
+        # magnitudes about 1, so that the products stay in range
+        x = (x / np.abs(x) * np.exp(rng.uniform(-0.05, 0.05, shape))).astype(dtype)
+        t = lb.asarray(x, device=device)
+        exact = x.astype(np.complex128)
+        # multiplications on a path: (GROUP - 1) per level, and for running products as
+        # many again for the carries and the chunks of a long scan
+        muls = 3 * GROUP * math.ceil(math.log(m, GROUP))
+        eps = np.finfo(x.real.dtype).eps
+        for got, want, scale in (
+                (lb.prod(t, axis=1), exact.prod(axis=1), np.abs(exact).prod(axis=1)),
+                (lb.cumulative_prod(t, axis=1), np.cumprod(exact, axis=1),
+                 np.cumprod(np.abs(exact), axis=1))):
+            g = got.numpy()
+            assert g.dtype == x.dtype and g.shape == want.shape
+            err = np.abs(g.astype(np.complex128) - want)
+            assert (err <= 8 * muls * eps * scale).all(), (err / scale).max() / eps
+    x = cdata(rng, (4, 1000), dtype, edges=False)
+    x = (x / np.abs(x)).astype(dtype)  # no product overflows
+    x[0, 777] = complex(math.nan, 1.0)
+    x[1, 5] = 0
+    x[2, 999] = complex(2.0, math.nan)
+    with np.errstate(all="ignore"):
+        got, want = lb.prod(lb.asarray(x[:, :40], device=device), axis=1).numpy(), \
+            x[:, :40].prod(axis=1)
+        assert (got[1] == 0) and (want[1] == 0)
+        got = lb.prod(lb.asarray(x, device=device), axis=1).numpy()
+    assert np.isnan(got[0]) and np.isnan(got[2]) and got[1] == 0 and np.isfinite(got[3])
+
+
+def test_a_complex_op_a_fused_device_cannot_compute_is_refused_at_the_users_line(monkeypatch):
+    """The guard for ops added to the table before their complex lowering: a DTypeError where
+    the op is recorded, never a wrong kernel."""
+    import lazyburn.runtime as runtime
+    device = FUSED_DEVICES[0]
+    backend = runtime.backend(device)
+    monkeypatch.setattr(type(backend), "complex_ops", backend.complex_ops - {"prod"})
     x = lb.asarray([1 + 2j, -1j], device=device)
-    for fn in (lb.prod, lambda t: lb.cumulative_prod(t)):
-        with pytest.raises(lb.DTypeError, match="NumPy device only") as err:
-            fn(x)
-        assert __file__ in str(err.value)
+    with pytest.raises(lb.DTypeError, match="NumPy device only") as err:
+        lb.prod(x)
+    assert __file__ in str(err.value)
     same(lb.prod(x.to("numpy")), np.prod(np.array([1 + 2j, -1j], np.complex64)))
-    if "float64" in REFUSES.get(device.split(":")[0], ()):
-        with pytest.raises(lb.DTypeError, match="does not support complex128"):
-            lb.zeros(2, dtype="complex128", device=device)
+
+
+@pytest.mark.parametrize("device", FUSED_DEVICES)
+def test_complex128_is_refused_where_a_device_has_no_float64(device):
+    if "float64" not in REFUSES.get(device.split(":")[0], ()):
+        pytest.skip(f"{device} holds float64")
+    with pytest.raises(lb.DTypeError, match="does not support complex128"):
+        lb.zeros(2, dtype="complex128", device=device)
 
 
 def test_complex_values_refuse_gradients_rather_than_drop_them(rng):

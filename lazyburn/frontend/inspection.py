@@ -191,7 +191,7 @@ class Info:
 
     def default_dtypes(self, *, device=None) -> dict:
         """The default dtypes, the same on every device: float32 for 'real floating', complex64
-        for 'complex floating' (held by the NumPy device only), int64 for 'integral' and
+        for 'complex floating', int64 for 'integral' and
         'indexing'.
 
         Raises DeviceError for an unknown device."""

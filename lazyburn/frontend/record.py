@@ -90,10 +90,8 @@ def check_complex(op: str, dtype, device: str, origin) -> None:
     if ops is None:
         return
     if op not in ops:
-        raise DTypeError(f"{op} of {dtype.name} is computed on the NumPy device only (on "
-                         f"{device}: arithmetic and powers, the elementary functions, sums, "
-                         f"running sums, matmul, views and gathers; move the tensor with "
-                         f".to('numpy') first)", str(origin))
+        raise DTypeError(f"{op} of {dtype.name} is computed on the NumPy device only, not "
+                         f"on {device}: move the tensor with .to('numpy') first", str(origin))
     runtime.note_complex(device)
 
 

@@ -38,15 +38,21 @@ a few ulps of the C library's that NumPy calls, relative to the result's magnitu
                 library computes complex numbers itself; the node reads its complex inputs'
                 parts joined, as their complex buffers would hold them, and writes its complex
                 result so (``ir.ops.COMPLEX_PARTS``)
-    exp2        ``exp(z log 2)``; round: part by part
+    exp2        ``exp(z log 2)``; round: part by part; rsqrt: ``1 / sqrt(z)``
     pow         NumPy's: an exponent recorded as 2, 0.5 or -1 is ``square``, ``sqrt`` and
                 ``reciprocal`` (NumPy's scalar power, as the NumPy device computes it); else
                 ``npy_cpow``: its special cases (a zero exponent or base, the integer
                 exponents below 100 by binary powering), else C99's ``cpow``,
                 ``exp(b log a)`` with C99's multiplication (infinities recovered)
-The other ops on complex values (prod, cumprod: a product's accumulator is a pair) are
-computed on the NumPy device only: recording one on a fused device raises DTypeError at the
-user's line (``frontend/record.py`` asks ``LOWERED``).
+    prod, cumprod
+                products of many factors as element-wise kernels over slices: groups of
+                ``GROUP`` (8) factors multiplied left to right as NumPy's loop does, then the
+                groups' products the same way, a tree (``_prod``, ``_cumprod``); up to 8
+                factors NumPy's product to the bit. The kernels that read a level through its
+                slices are cut where a value would be computed at too many positions
+                (``fusion.partition.MAX_POSITIONS``), so each kernel holds a level or two.
+Every op on complex values is lowered; the front end still asks ``LOWERED`` before it records
+one on a fused device (``frontend/record.py``).
 """
 from __future__ import annotations
 
@@ -65,7 +71,7 @@ LOWERED = frozenset(
     "buffer const cast add sub mul div neg conj square where reshape permute expand slice pad "
     "window take take_along_axis concat sum cumsum matmul copy exp expm1 log log1p log2 log10 "
     "sqrt sinh cosh tanh sin cos tan asin acos atan asinh acosh atanh sign complex exp2 round "
-    "pow".split()) | \
+    "pow prod cumprod rsqrt".split()) | \
     LIBRARY
 
 _VIEWS = ("reshape", "permute", "expand", "slice", "window", "take", "take_along_axis")
@@ -79,9 +85,14 @@ def has_complex(order: Sequence[Node]) -> bool:
 class _Builder:
     """Makes the real nodes of one complex node, at that node's device and user line."""
 
-    def __init__(self, like: Node):
+    def __init__(self, like: Node, shape: tuple | None = None):
         self.like = like
         self.parts = dt.real_dtype(like.dtype)  # a complex node's parts' dtype
+        self.shape = like.shape if shape is None else shape  # the nodes' shape unless named
+
+    def shaped(self, shape: tuple) -> "_Builder":
+        """A builder of nodes of ``shape`` (the steps of a product of many factors)."""
+        return _Builder(self.like, shape)
 
     def k(self, value) -> Node:
         """A constant of the parts' dtype."""
@@ -89,7 +100,7 @@ class _Builder:
 
     def node(self, op, inputs, attrs, dtype, shape=None) -> Node:
         like = self.like
-        return Node(op, tuple(inputs), attrs, like.shape if shape is None else shape, dtype,
+        return Node(op, tuple(inputs), attrs, self.shape if shape is None else shape, dtype,
                     like.device, like.code, like.line)
 
     def const(self, value, dtype, shape=None) -> Node:
@@ -213,6 +224,10 @@ class ComplexLowering:
         if op in ("sum", "cumsum"):
             xr, xi = self._parts(n.inputs[0])
             return b.node(op, (xr,), n.attrs, r), b.node(op, (xi,), n.attrs, r)
+        if op == "prod":
+            return _prod(b, self._parts(n.inputs[0]), n.attrs[0], n.shape)
+        if op == "cumprod":
+            return _cumprod(b, self._parts(n.inputs[0]), n.attrs[0])
         if op == "where":
             c = inputs[0]
             (xr, xi), (yr, yi) = self._parts(n.inputs[1]), self._parts(n.inputs[2])
@@ -222,6 +237,8 @@ class ComplexLowering:
         if op in MATH:
             xr, xi = self._parts(n.inputs[0])
             return MATH[op](b, xr, xi)
+        if op == "rsqrt":  # 1 / sqrt(z), as the NumPy device divides
+            return self._div(b, b.k(1.0), b.k(0.0), *_sqrt(b, *self._parts(n.inputs[0])))
         if op in ("neg", "conj", "square"):
             xr, xi = self._parts(n.inputs[0])
             if op == "neg":
@@ -377,6 +394,122 @@ def _mul(b: _Builder, x: tuple, y: tuple) -> tuple:
     it: (xr*yr - xi*yi) + (xr*yi + xi*yr)i."""
     (xr, xi), (yr, yi) = x, y
     return b.sub(b.mul(xr, yr), b.mul(xi, yi)), b.add(b.mul(xr, yi), b.mul(xi, yr))
+
+
+# products of many factors: prod and cumprod ---------------------------------------------------
+#: the factors multiplied one after another, as NumPy's loop does, before a tree of the groups'
+#: products takes over (``_prod``, ``_cumprod``)
+GROUP = 8
+
+
+def _range(b: _Builder, z: tuple, start: int, stop: int, axis: int = -1) -> tuple:
+    """Elements ``start:stop`` along ``axis`` (negative, from the last) of the pair ``z``
+    (slice views)."""
+    rank = len(z[0].shape)
+    a = rank + axis
+    shape = tuple(stop - start if i == a else d for i, d in enumerate(z[0].shape))
+    starts = tuple(start if i == a else 0 for i in range(rank))
+    return tuple(b.node("slice", (p,), (starts, (1,) * rank), p.dtype, shape) for p in z)
+
+
+def _reshaped(b: _Builder, z: tuple, shape: tuple) -> tuple:
+    return tuple(b.node("reshape", (p,), (), p.dtype, shape) for p in z)
+
+
+def _joined_along(b: _Builder, pieces: list, axis: int) -> tuple:
+    """The pairs of ``pieces`` joined along ``axis`` (negative, from the last)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    first = pieces[0][0].shape
+    a = len(first) + axis
+    shape = first[:a] + (sum(p[0].shape[a] for p in pieces),) + first[a + 1:]
+    return tuple(b.node("concat", [p[k] for p in pieces], (a,), pieces[0][k].dtype, shape)
+                 for k in (0, 1))
+
+
+def _runs(b: _Builder, z: tuple, from_one: bool = False) -> list:
+    """The last axis of ``z`` (``m`` long) cut in order into ``c`` groups of ``g = min(GROUP,
+    m)`` (the last one padded where ``g`` does not divide ``m``), and each group's running
+    products, left to right: ``g`` pairs of shape ``(..., c, 1)``, pair ``j`` the product of a
+    group's first ``j + 1`` factors (padding multiplies nothing: the product is kept past the
+    end, since a product with 1 + 0i is not exact where a part is infinite). ``from_one``: the
+    products start from 1 + 0i, as NumPy's reduction does (``prod([nan + 0j])`` is nan + nanj;
+    its running products start from the first factor)."""
+    lead, m = z[0].shape[:-1], z[0].shape[-1]
+    g = min(GROUP, m)
+    c, rest = -(-m // g), m % g
+    if rest:
+        pads = ((0, 0),) * len(lead) + ((0, c * g - m),)
+        z = tuple(b.node("pad", (p,), (pads, ExactFloat(1.0)), p.dtype, lead + (c * g,))
+                  for p in z)
+    block = _reshaped(b, z, lead + (c, g))
+    at = b.shaped(lead + (c, 1))
+    full = at.lt(at.node("iota", (), (len(lead),), dt.int64),
+                 at.const(c - 1, dt.int64)) if rest else None  # the groups not padded
+    steps = [_range(b, block, 0, 1)]
+    if from_one:
+        steps[0] = _mul(at, (at.const(1.0, b.parts), at.const(0.0, b.parts)), steps[0])
+    for j in range(1, g):
+        step = _mul(at, steps[-1], _range(b, block, j, j + 1))
+        if rest and j >= rest:
+            step = tuple(at.where(full, s, before) for s, before in zip(step, steps[-1]))
+        steps.append(step)
+    return steps
+
+
+def _prod(b: _Builder, z: tuple, axes: tuple, kept: tuple) -> tuple:
+    """The product of the complex values ``z`` (a pair of parts) over ``axes``, of shape
+    ``kept`` (the reduced axes 1). Over at most ``GROUP`` factors it is NumPy's product, from
+    1 + 0i left to right, to the bit; over more, groups of ``GROUP`` factors are multiplied so
+    (each from 1 + 0i), then the
+    groups' products the same way, a tree of ``log_GROUP m`` levels: the rounding error grows
+    like ``GROUP log_GROUP m`` roundings rather than NumPy's ``m``, and where factors are
+    infinite or nan, which parts of the result come out nan or infinite can differ from NumPy's
+    loop (a complex product with an infinity depends on the order; PyTorch's GPU reductions
+    differ from NumPy's there too)."""
+    shape = z[0].shape
+    keep = [i for i in range(len(shape)) if i not in axes]
+    perm = tuple(keep) + tuple(axes)
+    lead = tuple(shape[i] for i in keep)
+    if perm != tuple(range(len(shape))):
+        moved = tuple(shape[i] for i in perm)
+        z = tuple(b.node("permute", (p,), (perm,), p.dtype, moved) for p in z)
+    z = _reshaped(b, z, lead + (math.prod(shape[i] for i in axes),))
+    first = True
+    while first or z[0].shape[-1] > 1:
+        total = _runs(b, z, from_one=first)[-1]
+        z = _reshaped(b, total, lead + (total[0].shape[-2],))
+        first = False
+    return _reshaped(b, z, kept)
+
+
+def _cumprod(b: _Builder, z: tuple, axis: int) -> tuple:
+    """The running product of the complex values ``z`` (a pair of parts) along ``axis``.
+    Along at most ``GROUP`` elements it is NumPy's, left to right, to the bit; along more, each
+    group of ``GROUP`` is run so, the groups' totals are run recursively, and each group's
+    running products are multiplied by the total of the groups before it (its carry): each
+    result a tree of ``log_GROUP m`` levels, with ``_prod``'s rounding and special values."""
+    shape = z[0].shape
+    rank = len(shape)
+    if axis != rank - 1:
+        perm = tuple(i for i in range(rank) if i != axis) + (axis,)
+        z = tuple(b.node("permute", (p,), (perm,), p.dtype, tuple(shape[i] for i in perm))
+                  for p in z)
+        run = _cumprod(b, z, rank - 1)
+        back = tuple(perm.index(i) for i in range(rank))
+        return tuple(b.node("permute", (p,), (back,), p.dtype, shape) for p in run)
+    lead, m = shape[:-1], shape[-1]
+    steps = _runs(b, z)
+    run = _joined_along(b, steps, -1)  # (..., c, g)
+    c, g = run[0].shape[-2:]
+    if c > 1:  # groups 1.. times the total of the groups before them
+        carry = _cumprod(b, _reshaped(b, steps[-1], lead + (c,)), rank - 1)
+        scale = _reshaped(b, _range(b, carry, 0, c - 1), lead + (c - 1, 1))
+        scale = tuple(b.node("expand", (p,), (), p.dtype, lead + (c - 1, g)) for p in scale)
+        later = _mul(b.shaped(lead + (c - 1, g)), _range(b, run, 1, c, -2), scale)
+        run = _joined_along(b, [_range(b, run, 0, 1, -2), later], -2)
+    run = _reshaped(b, run, lead + (c * g,))
+    return run if c * g == m else _range(b, run, 0, m)
 
 
 # the elementary functions of z = x + iy, each with the array API's special cases (C99 Annex G's)

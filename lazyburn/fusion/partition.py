@@ -30,6 +30,9 @@ Burn's future work included: several broadcasted reductions over the same rows i
    shape, and its result is stored for its readers.
 4. *Legality.* No merge may create a cycle between groups (networkx on the group graph); the
    backend's limit on kernel arguments splits a group by storing an intermediate.
+5. *Size.* A kernel inlines no chain deeper than ``MAX_DEPTH`` ops and computes no value at
+   more than ``MAX_POSITIONS`` positions per element (a value read through many views is
+   stored instead): both bound its code, and so its compile time.
 """
 from __future__ import annotations
 
@@ -49,6 +52,10 @@ CHEAP_OPS = frozenset(
     "bitwise_not const iota reshape permute expand slice pad window concat div floor ceil round "
     "isnan isinf isfinite".split())
 MAX_DEPTH = 96  # ops in the longest chain one kernel computes inline
+#: positions at which one kernel may compute a value for each element it computes
+MAX_POSITIONS = 16
+#: ops that read an input at other positions than their own (each such reader adds its own)
+_MOVING = VIEWS | {"take", "take_along_axis"}
 
 
 class _Cycle(Exception):
@@ -193,13 +200,14 @@ class Partitioner:
                 stack.extend(x.inputs)
         return out
 
-    def _split_long_chains(self) -> set:
+    def _split_long_chains(self, stored: set) -> set:
         """Values to store so that no kernel inlines a chain deeper than ``MAX_DEPTH`` ops
-        (the per-kernel op limit: it bounds compile time and lowering's recursion)."""
+        (the per-kernel op limit: it bounds compile time and lowering's recursion), besides
+        the values ``stored`` already (a chain starts again after each)."""
         depth: dict[int, int] = {}
         cut = set()
         for n in self.order:
-            if self.is_leaf(n) or self.is_anchor(n):
+            if self.is_leaf(n) or self.is_anchor(n) or id(n) in stored:
                 depth[id(n)] = 0
                 continue
             d = 1 + max((depth[id(i)] for i in n.inputs), default=0)
@@ -207,6 +215,37 @@ class Partitioner:
                 cut.add(id(n))
                 d = 0
             depth[id(n)] = d
+        return cut
+
+    def _split_wide_reads(self) -> set:
+        """Values to store so that no kernel computes a value at more than ``MAX_POSITIONS``
+        positions for each element it computes. A value read through several views (slices
+        at different offsets) is computed once per view where it is fused on read: a tree of
+        products read level by level through slices (the complex ``prod``) would otherwise
+        unroll into one kernel whole, its code as long as the tree. Counted from the outputs,
+        the anchors and the values already cut back towards the leaves: a value's positions
+        are the sum of its view and gather readers' (each reads it elsewhere) and the most of
+        its other readers' (they read it where they are computed). This bounds the count from
+        above (two view chains may reach the same positions); only an op that is not a view is
+        cut, so what is stored is a value, never a view chain."""
+        moved: dict[int, int] = {}  # id -> positions read by view and gather readers
+        kept: dict[int, int] = {}  # id -> the most positions of another reader
+        cut = set()
+        for n in reversed(self.order):
+            if self.is_leaf(n):
+                continue
+            i = id(n)
+            f = moved.get(i, 0) + kept.get(i, 0)
+            if i in self.out_ids or self.is_anchor(n) or i in self.force_stored:
+                f = 1  # stored: each reader loads it
+            elif f > MAX_POSITIONS and n.op not in VIEWS:
+                cut.add(i)
+                f = 1
+            for x in {id(x): x for x in n.inputs}.values():
+                if n.op in _MOVING:
+                    moved[id(x)] = moved.get(id(x), 0) + f
+                else:
+                    kept[id(x)] = max(kept.get(id(x), 0), f)
         return cut
 
     def _inline_cost(self, n: Node, stored, most: int | None = None,
@@ -282,10 +321,13 @@ class Partitioner:
 
     # 2. stored values and 3. homes ------------------------------------------------------------
     def run(self) -> Partition:
-        self.force_stored |= self._split_long_chains()
         # a library call reads its inputs from buffers of their own shape
         self.force_stored |= {id(x) for n in self.order if n.op in LIBRARY for x in n.inputs
                               if not self.is_leaf(x)}
+        # the values cut to bound a kernel's size (they stay kernel boundaries)
+        self.cuts = self._split_wide_reads() if self.fuse else set()
+        self.cuts |= self._split_long_chains(self.cuts)
+        self.force_stored |= self.cuts
         self._sets = self._anchor_sets()
         self._index_sets()
         while True:
@@ -460,12 +502,30 @@ class Partitioner:
                 continue
             g = self._fuse_on_write_home(n, groups, group_of, stored, home) if self.fuse \
                 else None
+            if g is None and id(n) in self.cuts:
+                # values cut side by side (the two parts of a complex value) share a kernel
+                # when neither reads the other: what they both inline is then computed once
+                g = next((h for h in ew_groups if h.outputs[0].size == n.size and all(
+                    id(o) in self.cuts for o in h.outputs) and not self._reads_any(
+                        n, {id(o) for o in h.outputs})), None)
             if g is None:
                 g = FusionGroup("elementwise")
                 ew_groups.append(g)
             g.outputs.append(n)
             home[id(n)] = g
         return ew_groups
+
+    def _reads_any(self, n: Node, ids: set) -> bool:
+        """Whether ``n`` depends on any of the nodes ``ids``, through any path."""
+        stack, seen = list(n.inputs), set()
+        while stack:
+            x = stack.pop()
+            if id(x) in ids:
+                return True
+            if id(x) not in seen and not self.is_leaf(x):
+                seen.add(id(x))
+                stack.extend(x.inputs)
+        return False
 
     def _readers(self, group_of, stored, home) -> dict:
         """For each pending node, the ids of the groups that read its value."""

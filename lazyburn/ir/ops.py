@@ -156,9 +156,6 @@ LIBRARY = frozenset(n for n, d in _TABLE.items() if d.kind == "library")
 #: a bool per input, true where it is a complex value given as its parts (a real buffer of
 #: shape S + (2,)), ``output`` true where the complex result is stored so
 COMPLEX_PARTS = "complex parts"
-#: ops recorded on complex inputs only, so computed on the NumPy device only (the fused devices
-#: hold no complex dtype)
-COMPLEX_ONLY = frozenset(n for n, d in _TABLE.items() if d.category == "complex")
 #: the reduction op each scan accumulates with
 SCAN_OP = {"cumsum": "sum", "cumprod": "prod"}
 
