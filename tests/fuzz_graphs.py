@@ -256,6 +256,23 @@ COMPLEX_UNARY = {
     "cplx_log": ("lb.real(lb.log({a} + 1j))", lambda b: max(1.0, 0.5 * math.log(b * b + 1)),
                  lambda b, e, u: 0.5 * e + 12 * u * max(1.0, math.log(b * b + 1))),
 }
+# products of unit complex numbers exp(i tanh(a)) along the last axis (n long): each factor
+# within E + 24 u, n of them, and the tree's roundings (groups of 8, log_8 n levels)
+COMPLEX_PRODUCTS = {
+    "cplx_prod": "lb.real(lb.prod(lb.exp(lb.tanh({a}) * 1j), axis=-1, keepdims=True))",
+    "cplx_cumprod": "lb.imag(lb.cumulative_prod(lb.exp(lb.tanh({a}) * 1j), axis=-1))",
+}
+
+
+def _complex_product(g: _Gen, name: str, a: Value) -> Value:
+    op = g.choice(sorted(COMPLEX_PRODUCTS))
+    n = a.shape[-1]
+    u = _u(a.dtype)
+    shape = a.shape[:-1] + (1,) if op == "cplx_prod" else a.shape
+    err = n * (a.err + 24 * u) + 96 * u * (1 + math.log(n + 1, 8))
+    return Value(COMPLEX_PRODUCTS[op].format(a=name), shape, a.dtype, 1.0, err, False)
+
+
 # discontinuous: exact inputs only
 UNARY_EXACT_ONLY = {
     "floor": "lb.floor({a})", "ceil": "lb.ceil({a})", "round": "lb.round({a})",
@@ -283,6 +300,8 @@ def _float_step(g: _Gen, kind, name, a: Value, vals) -> Value | None:
                 max(a.bound, 1)
             return Value(expr, a.shape, a.dtype, b, 0.0, op in ("select", "isfinite"))
         if a.dtype in ("float32", "float64") and a.bound < 1e3 and g.rng.random() < 0.15:
+            if a.shape and a.shape[-1] and g.rng.random() < 0.3:
+                return _complex_product(g, name, a)
             op = g.choice(sorted(COMPLEX_UNARY))
             tmpl, fb, fe = COMPLEX_UNARY[op]
             return Value(tmpl.format(a=name), a.shape, a.dtype, fb(a.bound),

@@ -310,6 +310,30 @@ def test_long_chains_split_into_kernels_of_bounded_depth(device, rng):
     np.testing.assert_allclose(y.numpy(), want, rtol=2e-4)
 
 
+def test_a_value_read_through_many_views_is_stored_not_recomputed_at_each(device, rng):
+    from lazyburn.fusion.partition import MAX_POSITIONS
+
+    a = rng.standard_normal(4096, dtype=np.float32)
+    x = lb.tensor(a, device=device)
+    y, w = lb.exp(x) * 0.5, np.exp(a) * np.float32(0.5)
+    for taps in (MAX_POSITIONS, MAX_POSITIONS + 1):
+        # a stencil of ``taps`` shifted slices of y: y is computed at each of its positions
+        # while they are few, and stored once they are more than MAX_POSITIONS
+        n = 4096 - taps
+        z = sum(y[k:k + n] * (k + 1) for k in range(taps))
+        want = sum(w[k:k + n] * np.float32(k + 1) for k in range(taps))
+        plan = lb.explain(z)
+        assert plan.kernel_count == (1 if taps <= MAX_POSITIONS else 2)
+        np.testing.assert_allclose(z.numpy(), want, rtol=1e-5)
+    # a tree of products read level by level through slices: the complex product of 4096
+    # factors (4 levels of 8) is the factors stored, then two levels per kernel (each result
+    # read at 8 x 8 positions), not one kernel unrolling the whole tree
+    c = lb.exp(x * 1j)
+    plan = lb.explain(lb.prod(c))
+    assert plan.kernel_count == 3
+    np.testing.assert_allclose(lb.prod(c).numpy(), np.exp(1j * a.sum()), atol=2e-4)
+
+
 # what a matmul prologue cannot recompute is stored at its smallest -----------------------------
 def conv_bn_relu(x, w1, w2, w3, mean, var, gamma, beta):
     """A block's shape: conv 3x3 -> eval batch norm -> ReLU, read by a 3x3 convolution and by
