@@ -441,10 +441,23 @@ def linear(x, weight, bias=None):
     return y + (_t("linear", bias) if is_tensor(bias) else bias)
 
 
-def embedding(indices, weight):
+def embedding(indices, weight, padding_idx: int | None = None):
     """Rows of ``weight`` (num_embeddings, dim) at integer ``indices`` (any shape): result
-    shape ``indices.shape + (dim,)``."""
-    return take(weight, indices, axis=0, origin=Origin())
+    shape ``indices.shape + (dim,)``. ``padding_idx`` (as ``torch.nn.functional.embedding``):
+    the row whose lookups pass no gradient back to ``weight`` (its value is read as any other;
+    a negative index counts from the end). Raises ShapeError for a ``padding_idx`` outside
+    the table."""
+    origin = Origin()
+    if padding_idx is not None:
+        w = _t("embedding", weight)
+        rows = w.shape[0]
+        if not -rows <= padding_idx < rows:
+            raise ShapeError(f"embedding: padding_idx {padding_idx} is outside a table of "
+                             f"{rows} rows", origin)
+        if w.requires_grad:  # the same values, that row's lookups cut from the graph
+            pad = (arange(rows, device=w.device) == padding_idx % rows).reshape(rows, 1)
+            weight = where(pad, w.detach(), w)
+    return take(weight, indices, axis=0, origin=origin)
 
 
 def dropout(x, p: float = 0.5, training: bool = False, generator=None):

@@ -1,5 +1,6 @@
 """The BERT encoder (Devlin et al., "BERT: Pre-training of Deep Bidirectional Transformers for
-Language Understanding", 2019), post-layer-norm, for inference.
+Language Understanding", 2019), post-layer-norm: the encoder and the masked-language-model
+head.
 
 Parameter names are ours (``layers.0.attention.query.weight``); ``checkpoint_name`` maps the
 names of Hugging Face BERT checkpoints onto them. The forward pass is written for the fuser:
@@ -16,6 +17,7 @@ from dataclasses import dataclass, fields
 
 from ..frontend import functional as F
 from ..errors import ShapeError
+from ..frontend.creation import zeros
 from ..nn import (GELU, Dropout, Embedding, LayerNorm, Linear, Module, ModuleList,
                   MultiHeadSelfAttention)
 
@@ -85,7 +87,8 @@ class BertEmbeddings(Module):
 
     def __init__(self, config: BertConfig, dtype="float32", device=None):
         h = config.hidden_size
-        self.word = Embedding(config.vocab_size, h, dtype, device)
+        self.word = Embedding(config.vocab_size, h, dtype, device,
+                              padding_idx=config.pad_token_id)
         self.position = Embedding(config.max_position_embeddings, h, dtype, device)
         self.token_type = Embedding(config.type_vocab_size, h, dtype, device)
         self.norm = LayerNorm(h, config.layer_norm_eps, dtype=dtype, device=device)
@@ -146,6 +149,35 @@ class BertModel(Module):
         return x
 
 
+class BertForMaskedLM(BertModel):
+    """BERT with its masked-language-model head (Devlin et al. 2019, section 3.1): the encoder,
+    then ``dense -> activation -> LayerNorm`` and the decoder, which shares its weight with the
+    word embeddings (tied, as Hugging Face's ``BertForMaskedLM``) and has a bias of its own.
+
+    ``forward(input_ids, mask=None, token_type_ids=None, labels=None)``: ``input_ids`` (B, S)
+    integers -> logits (B, S, vocab); with ``labels`` (B, S) integers, -100 where a token is
+    not predicted, the mean cross-entropy over the predicted tokens instead (a 0-d tensor), as
+    Hugging Face's ``loss``. Parameters as ``BertModel``'s, and ``transform``,
+    ``transform_norm``, ``decoder_bias``."""
+
+    def __init__(self, config: BertConfig, dtype="float32", device=None):
+        super().__init__(config, dtype, device)
+        h = config.hidden_size
+        self.transform = Linear(h, h, dtype=dtype, device=device)
+        self.transform_activation = ACTIVATIONS[config.hidden_act]()
+        self.transform_norm = LayerNorm(h, config.layer_norm_eps, dtype=dtype, device=device)
+        self.decoder_bias = zeros(config.vocab_size, dtype=dtype, device=device)
+
+    def forward(self, input_ids, mask=None, token_type_ids=None, labels=None):
+        x = super().forward(input_ids, mask, token_type_ids)
+        x = self.transform_norm(self.transform_activation(self.transform(x)))
+        logits = x @ self.embeddings.word.weight.mT + self.decoder_bias
+        if labels is None:
+            return logits
+        v = self.config.vocab_size
+        return F.cross_entropy(logits.reshape(-1, v), labels.reshape(-1), ignore_index=-100)
+
+
 # Hugging Face BERT checkpoint names -> ours, applied in order
 _RENAMES = [
     (r"^bert\.", ""),
@@ -161,12 +193,17 @@ _RENAMES = [
     (r"^encoder\.layer\.(\d+)\.intermediate\.dense\.", r"layers.\1.intermediate."),
     (r"^encoder\.layer\.(\d+)\.output\.dense\.", r"layers.\1.output."),
     (r"^encoder\.layer\.(\d+)\.output\.LayerNorm\.", r"layers.\1.output_norm."),
+    (r"^cls\.predictions\.transform\.dense\.", "transform."),
+    (r"^cls\.predictions\.transform\.LayerNorm\.", "transform_norm."),
+    (r"^cls\.predictions\.bias$", "decoder_bias"),
 ]
 _RENAMES = [(re.compile(p), r) for p, r in _RENAMES]
 
-# tensors of a checkpoint the encoder does not use: the pooler (sentence embeddings mean-pool
-# the last hidden state instead) and the position-id buffer (always 0..S-1 here)
-_UNUSED = re.compile(r"^(bert\.)?(pooler\.|embeddings\.position_ids$)")
+# tensors of a checkpoint the models do not use: the pooler (sentence embeddings mean-pool
+# the last hidden state instead), the position-id buffer (always 0..S-1 here) and the MLM
+# decoder's weight and bias (the word embeddings and ``cls.predictions.bias``, tied)
+_UNUSED = re.compile(r"^(bert\.)?(pooler\.|embeddings\.position_ids$)|"
+                     r"^cls\.predictions\.decoder\.")
 
 
 def checkpoint_name(name: str) -> str | None:

@@ -73,22 +73,27 @@ class Embedding(Module):
     """A lookup table: ``weight[indices]``.
 
     Parameter: ``weight`` (num_embeddings, embedding_dim), drawn from N(0, 1) as in
-    ``torch.nn.Embedding``. Integer ``indices`` of any shape -> ``indices.shape +
-    (embedding_dim,)``. Host indices (NumPy arrays, lists) are bounds-checked (ShapeError);
-    tensor indices are clamped into range on the device.
+    ``torch.nn.Embedding``; with ``padding_idx``, that row starts at zeros and its lookups
+    pass no gradient back (PyTorch's rule). Integer ``indices`` of any shape ->
+    ``indices.shape + (embedding_dim,)``. Host indices (NumPy arrays, lists) are
+    bounds-checked (ShapeError); tensor indices are clamped into range on the device.
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, dtype="float32", device=None,
-                 generator=None):
+                 generator=None, padding_idx: int | None = None):
         g = generator or default_generator()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx = padding_idx
         self.weight = g.normal((num_embeddings, embedding_dim), dtype=dtype, device=device)
+        if padding_idx is not None:
+            self.weight[padding_idx] = 0.0
 
     def forward(self, indices):
-        return F.embedding(indices, self.weight)
+        return F.embedding(indices, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
 
 
 class GELU(Module):

@@ -1,0 +1,71 @@
+"""Training BERT's masked-language model: ``lazyburn.models.bert.BertForMaskedLM`` loads a Hugging
+Face ``BertForMaskedLM`` (PyTorch CPU) and takes the same AdamW steps: the losses, gradients and
+updated parameters match PyTorch's on every device (forward, backward through attention, layer
+norm, GELU, the tied decoder and the embedding lookups, and the optimizer, one lazy graph a
+step). The GPU benchmark (``benchmarks/train_gpu.py``) times this step at MiniLM's size."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lazyburn as lb
+from lazyburn.models.bert import BertConfig, BertForMaskedLM, checkpoint_name
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SIZE = dict(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0)
+
+
+def pair(device, seed):
+    """A Hugging Face MLM with random weights (``seed``) and ours holding the same values."""
+    torch.manual_seed(seed)
+    ref = transformers.BertForMaskedLM(
+        transformers.BertConfig(**SIZE, attn_implementation="eager"))
+    model = BertForMaskedLM(BertConfig(**SIZE), device=device)
+    named = {checkpoint_name(k): v.detach().numpy() for k, v in ref.state_dict().items()}
+    model.load_state_dict({k: v for k, v in named.items() if k is not None})
+    return ref, model
+
+
+def test_checkpoint_names_cover_the_masked_lm_head():
+    ref, model = pair("numpy", 0)
+    ours = dict(model.named_parameters())
+    names = {checkpoint_name(k) for k in ref.state_dict()} - {None}
+    assert names == set(ours)
+    assert "decoder_bias" in ours and "transform_norm.weight" in ours
+
+
+def test_adamw_steps_match_pytorch(device, rng):
+    ref, model = pair(device, int(rng.integers(2**31)))
+    opt = lb.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    ropt = torch.optim.AdamW(ref.parameters(), lr=3e-3, weight_decay=0.01)
+    for step in range(3):
+        ids = rng.integers(0, SIZE["vocab_size"], (2, 9))
+        labels = np.where(rng.random(ids.shape) < 0.3, ids, -100)
+        labels[0, 0] = ids[0, 0]  # at least one predicted token
+        mask = np.ones(ids.shape, bool)
+        mask[1, -3:] = False  # padding in the second sequence
+        loss = model(ids, mask=lb.nn.additive_attention_mask(mask, device=device),
+                     labels=labels)
+        opt.zero_grad()
+        loss.backward()
+        want = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+                   labels=torch.tensor(labels)).loss
+        ropt.zero_grad()
+        want.backward()
+        np.testing.assert_allclose(loss.item(), want.item(), rtol=2e-5)
+        grads = {checkpoint_name(k): p.grad.numpy() for k, p in ref.named_parameters()}
+        # relative to the largest gradient: the key bias's is zero but for rounding (softmax
+        # does not change when every score of a row moves by the same q . b)
+        scale = max(np.abs(g).max() for g in grads.values())
+        for name, p in model.named_parameters():
+            np.testing.assert_allclose(p.grad.numpy(), grads[name], rtol=2e-3,
+                                       atol=2e-5 * scale, err_msg=name)
+        opt.step()
+        ropt.step()
+    new = {checkpoint_name(k): v.detach().numpy() for k, v in ref.state_dict().items()}
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(p.numpy(), new[name], rtol=1e-4, atol=1e-5, err_msg=name)
