@@ -8,8 +8,8 @@
 #   benchmarks/gpu_run.sh wgsl      WGSL tests on the GPU through Vulkan, then WGSL vs Triton
 #   benchmarks/gpu_run.sh sanitize N  the op sweep on cuda:0 under compute-sanitizer (memcheck),
 #                                   part N (1 to 4), or all four at once, one a GPU (N = all)
-#   benchmarks/gpu_run.sh trust     the op sweep, the trust, scalar-argument and scan tests on
-#                                   cuda:0, then 2 000 random programs there
+#   benchmarks/gpu_run.sh trust     the op sweep, the trust, scalar-argument, scan, complex and
+#                                   BERT training tests on cuda:0, then 2 000 random programs
 #   benchmarks/gpu_run.sh trust-opencl  the same on NVIDIA's OpenCL (1 000 programs)
 #   benchmarks/gpu_run.sh linalg    the decompositions and Fourier transforms (library calls):
 #                                   the linalg and fft tests on cuda:0 (torch.linalg, torch.fft)
@@ -123,7 +123,8 @@ case "${1:-check}" in
   trust)
     timeout 300 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line -n 8 \
       tests/test_op_sweep.py tests/test_triton_trust.py tests/test_scalar_args.py \
-      tests/test_scan.py tests/test_complex.py -k cuda > "$OUT/sweep_cuda.txt" 2>&1 || failed tests/test_op_sweep.py
+      tests/test_scan.py tests/test_complex.py tests/test_bert_training.py -k cuda \
+      > "$OUT/sweep_cuda.txt" 2>&1 || failed tests/test_op_sweep.py
     grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/sweep_cuda.txt" | cut -c1-300 | tail -30
     # 2 000 programs as 16 processes of 125 seeds each (Triton compiles on the host's cores)
     base=${2:-0}
@@ -137,7 +138,8 @@ case "${1:-check}" in
     echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
     python3 -m lazyburn.cli devices
     timeout 300 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line -n 8 \
-      tests/test_op_sweep.py tests/test_opencl_trust.py tests/test_complex.py -k opencl \
+      tests/test_op_sweep.py tests/test_opencl_trust.py tests/test_complex.py \
+      tests/test_bert_training.py -k opencl \
       > "$OUT/sweep_opencl.txt" \
       2>&1 || failed tests/test_op_sweep.py
     grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/sweep_opencl.txt" | cut -c1-300 | tail -30

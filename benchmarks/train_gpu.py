@@ -1,0 +1,168 @@
+"""One training step of a BERT masked-language model the size of MiniLM-L6 on a CUDA GPU:
+lazyburn (Triton) against PyTorch eager and torch.compile, in one run.
+
+    python benchmarks/train_gpu.py [--steps 20] [--timed 10] [--no-compile]
+    python benchmarks/train_gpu.py --floors [--fp32-tflops F] [--bandwidth TB/s]
+
+The step: the encoder (6 layers, hidden 384, 12 heads, FFN 1536, vocab 30 522), the MLM head
+(its decoder tied to the word embeddings), the cross-entropy over the tokens that have labels
+(15 %), backward, AdamW (lr 1e-4, weight decay 0.01); batch 32, sequence 128, float32, dropout
+0 so that both sides compute the same function. Both start from the same Hugging Face
+``BertForMaskedLM`` weights (seed 0) and take ``--steps`` steps on the same batches; the
+largest relative difference of their losses is printed first. Then each side trains on
+``--timed`` more steps, each timed end to end (lazyburn: recording forward, backward and
+update, and the sync; PyTorch: the same calls, then ``torch.cuda.synchronize()``), median in
+ms; kernels per step (lazyburn's launch counter, PyTorch's from its profiler) and the peak of
+device memory a step allocates beyond what is held between steps
+(``torch.cuda.max_memory_allocated``: lazyburn's buffers come from PyTorch's allocator).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SIZE = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+            intermediate_size=1536, max_position_embeddings=512, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0)
+BATCH, SEQ, MASKED = 32, 128, 0.15
+
+
+def floors(size=SIZE, batch=BATCH, seq=SEQ) -> tuple[float, float]:
+    """(FLOPs, bytes) of one step: the forward's matrix products (Q, K, V, output, the FFN's
+    two, the head's transform and the decoder over every token, the attention's two batched
+    products; a multiply-add counted as 2) three times (forward, and the two products of each
+    in backward); bytes: the logits written and read four times (the decoder, the softmax, its
+    backward, the decoder's two backward products) and AdamW reading parameter, gradient and
+    two moments and writing three (every other intermediate kept on chip)."""
+    h, f, v, layers = (size[k] for k in ("hidden_size", "intermediate_size", "vocab_size",
+                                         "num_hidden_layers"))
+    tokens = batch * seq
+    forward = 2 * tokens * (layers * (4 * h * h + 2 * h * f) + h * h + h * v) + \
+        layers * 2 * 2 * batch * seq * seq * h
+    params = layers * (4 * h * h + 2 * h * f) + h * h + v * h
+    return 3 * forward, 4 * tokens * v * 4 + 7 * params * 4
+
+
+def batches(n: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        ids = rng.integers(1, SIZE["vocab_size"], (BATCH, SEQ))  # no padding id (0)
+        labels = np.where(rng.random(ids.shape) < MASKED, ids, -100)
+        out.append((ids, labels))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=20, help="steps whose losses are compared")
+    ap.add_argument("--timed", type=int, default=10, help="steps timed on each side")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--floors", action="store_true", help="no GPU: the step's roofline floor")
+    ap.add_argument("--fp32-tflops", type=float, default=67,
+                    help="with --floors: float32 TFLOP/s without TF32 (an H100's datasheet)")
+    ap.add_argument("--bandwidth", type=float, default=3.35, help="with --floors: TB/s")
+    args = ap.parse_args(argv)
+    flops, moved = floors()
+    comp, mem = flops / (args.fp32_tflops * 1e12), moved / (args.bandwidth * 1e12)
+    print(f"step: {flops / 1e9:.0f} GFLOP, {moved / 1e9:.2f} GB; floor {comp * 1e3:.2f} ms "
+          f"compute at {args.fp32_tflops:g} TFLOP/s, {mem * 1e3:.2f} ms memory at "
+          f"{args.bandwidth:g} TB/s")
+    if args.floors:
+        return 0
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import torch
+    import transformers
+
+    import lazyburn as lb
+    from lazyburn.models.bert import BertConfig, BertForMaskedLM, checkpoint_name
+
+    torch.manual_seed(0)
+    ref = transformers.BertForMaskedLM(
+        transformers.BertConfig(**SIZE, attn_implementation="eager")).cuda()
+    model = BertForMaskedLM(BertConfig(**SIZE), device="cuda:0")
+    named = {checkpoint_name(k): v.detach().cpu().numpy() for k, v in ref.state_dict().items()}
+    model.load_state_dict({k: v for k, v in named.items() if k is not None})
+    opt = lb.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    ropt = torch.optim.AdamW(ref.parameters(), lr=1e-4, weight_decay=0.01)
+    data = batches(args.steps + args.timed)
+    lazy_data = [(lb.tensor(i, device="cuda:0"), lb.tensor(t, device="cuda:0"))
+                 for i, t in data]
+    torch_data = [(torch.tensor(i).cuda(), torch.tensor(t).cuda()) for i, t in data]
+
+    def lazy_step(k):
+        ids, labels = lazy_data[k]
+        loss = model(ids, labels=labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()  # realizes the step: the loss, the gradients and the update
+        return loss
+
+    def torch_step(k, m):
+        ids, labels = torch_data[k]
+        loss = m(input_ids=ids, labels=labels).loss
+        ropt.zero_grad()
+        loss.backward()
+        ropt.step()
+        return loss
+
+    t0 = time.perf_counter()
+    lazy_losses = [lazy_step(k).item() for k in range(args.steps)]
+    first = time.perf_counter() - t0
+    torch_losses = [torch_step(k, ref).item() for k in range(args.steps)]
+    rel = max(abs(a - b) / abs(b) for a, b in zip(lazy_losses, torch_losses))
+    print(f"{args.steps} steps from the same weights: losses {lazy_losses[0]:.5f} -> "
+          f"{lazy_losses[-1]:.5f} (lazyburn), {torch_losses[0]:.5f} -> {torch_losses[-1]:.5f} "
+          f"(PyTorch); largest relative difference {rel:.2e}; lazyburn's first "
+          f"{args.steps} steps took {first:.1f} s (planning and compiling included)")
+
+    def timed(step) -> tuple[float, float]:
+        """Median ms per step and the peak MB a step allocates beyond what is held."""
+        torch.cuda.synchronize()
+        held = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        times = []
+        for k in range(args.steps, args.steps + args.timed):
+            t = time.perf_counter()
+            step(k)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(times), (torch.cuda.max_memory_allocated() - held) / 2**20
+
+    def profiled_kernels(step) -> int:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            step(args.steps)
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                   and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
+
+    backend = lb.runtime.backend("cuda:0")
+    launched = backend.kernels_launched
+    lazy_step(args.steps)
+    torch.cuda.synchronize()
+    rows = [("lazyburn", *timed(lazy_step), backend.kernels_launched - launched)]
+    eager = lambda k: torch_step(k, ref)  # noqa: E731
+    rows.append(("PyTorch eager", *timed(eager), profiled_kernels(eager)))
+    if not args.no_compile:
+        compiled_model = torch.compile(ref)
+        compiled = lambda k: torch_step(k, compiled_model)  # noqa: E731
+        compiled(args.steps)  # compiles
+        rows.append(("torch.compile", *timed(compiled), profiled_kernels(compiled)))
+    print(f"{'':16s} {'ms/step':>9s} {'step MB':>9s} {'kernels':>8s}  vs lazyburn")
+    for name, ms, mb, kernels in rows:
+        print(f"{name:16s} {ms:9.3f} {mb:9.1f} {kernels:8d}  {ms / rows[0][1]:.2f}x")
+    print(f"floor {max(comp, mem) * 1e3:.2f} ms; lazyburn at {flops / rows[0][1] / 1e9:.1f} "
+          f"TFLOP/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
