@@ -767,7 +767,9 @@ class Partitioner:
         return ok
 
     def _merge_elementwise(self, groups, home, stored) -> list:
-        """Merge element-wise groups of the same element count when no cycle results."""
+        """Merge element-wise groups of the same element count when no cycle results (the
+        group graph is built once, and contracted as groups merge)."""
+        gg = self._group_graph(groups, home, stored)
         out = []
         for g in groups:
             # values stored to split an over-long or over-wide kernel stay kernel boundaries
@@ -778,10 +780,11 @@ class Partitioner:
             for h in out:
                 if h.kind == "elementwise" and h.outputs[0].size == size and \
                         not any(id(n) in self.force_stored for n in h.outputs) and \
-                        self._acyclic_merge(h, g, out + [g], home, stored):
+                        not _joined_by_a_path(gg, id(h), id(g)):
                     for n in g.outputs:
                         home[id(n)] = h
                     h.outputs.extend(g.outputs)
+                    nx.contracted_nodes(gg, id(h), id(g), self_loops=False, copy=False)
                     break
             else:
                 out.append(g)
@@ -812,11 +815,6 @@ class Partitioner:
                 continue
             stack.extend(x.inputs)
         return loads
-
-    def _acyclic_merge(self, h, g, groups, home, stored) -> bool:
-        gg = nx.contracted_nodes(self._group_graph(groups, home, stored), id(h), id(g),
-                                 self_loops=False)
-        return nx.is_directed_acyclic_graph(gg)
 
     def _launch_order(self, groups, home, stored) -> list:
         gg = self._group_graph(groups, home, stored)
@@ -1025,6 +1023,23 @@ def _external_for(part: Partition, g: FusionGroup):
         owner = part.home.get(id(x))
         return owner is not None and owner is not g
     return external
+
+
+def _joined_by_a_path(gg: nx.DiGraph, a, b) -> bool:
+    """Whether a path of two edges or more leads from group ``a`` to ``b`` or back in the
+    group graph ``gg``: merging the two would close a cycle through the groups on it (a
+    direct edge only becomes the merged kernel's own value)."""
+    for x, y in ((a, b), (b, a)):
+        stack = [s for s in gg.successors(x) if s != y]
+        seen = set(stack)
+        while stack:
+            for t in gg.successors(stack.pop()):
+                if t == y:
+                    return True
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+    return False
 
 
 def partition(order, outputs, fuse=True, max_args=None) -> Partition:
