@@ -100,6 +100,13 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
+        fresh = [t for group in self.param_groups for p in group["params"]
+                 if p.grad is not None and id(p) not in self.state
+                 for t in self._initial_state(p, self.state.setdefault(id(p), {}), group)]
+        if fresh:
+            # realized before the first update, so that its graph is every later step's (the
+            # state read from buffers) and the step's plan is compiled once, not twice
+            sync(*fresh)
         updated = []
         for group in self.param_groups:
             for p in group["params"]:
@@ -123,6 +130,11 @@ class Optimizer:
 
     def _update(self, p, g, state: dict, group: dict):
         raise NotImplementedError
+
+    def _initial_state(self, p, state: dict, group: dict) -> list:
+        """Fill ``state`` for parameter ``p`` before its first update; returns the tensors
+        made (none by default: the state is made by the first update)."""
+        return []
 
     # state dict ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -248,6 +260,13 @@ class Adam(Optimizer):
             if not 0.0 <= b < 1.0:
                 raise ValueError(f"invalid beta parameter at index {i}: {b}")
 
+    def _initial_state(self, p, state, group) -> list:
+        # the moments start as zeros in buffers (PyTorch's torch.zeros_like)
+        names = ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if group.get("amsgrad") else [])
+        for name in names:
+            state[name] = zeros_like(p)
+        return [state[name] for name in names]
+
     def _update(self, p, g, state, group):
         lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
         beta1, beta2 = group["betas"]
@@ -258,16 +277,12 @@ class Adam(Optimizer):
                 p = p * (1.0 - lr * wd)
             else:
                 g = g + wd * p
-        m = state.get("exp_avg")
-        v = state.get("exp_avg_sq")
-        if m is None:
-            m, v = zeros_like(p), zeros_like(p)
+        m, v = state["exp_avg"], state["exp_avg_sq"]
         m = m + (1.0 - beta1) * (g - m)
         v = v * beta2 + (1.0 - beta2) * g * g
         state["exp_avg"], state["exp_avg_sq"] = m, v
         if group.get("amsgrad"):
-            seen = state.get("max_exp_avg_sq")
-            v = binary("maximum", zeros_like(p) if seen is None else seen, v)
+            v = binary("maximum", state["max_exp_avg_sq"], v)
             state["max_exp_avg_sq"] = v
         # as PyTorch: the bias corrections in float64 on the host, applied in the parameter's
         # dtype
