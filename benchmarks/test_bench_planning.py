@@ -14,6 +14,11 @@ means linear). Families:
 * ``elementwise_chain``: one dependency chain of multiplies and adds;
 * ``reshapes``: a chain of reshapes ending in one add.
 
+``test_plan_training_step`` plans a training step of a BERT encoder of 1, 2 and 4 layers
+(hidden 384, 12 heads, FFN 1536, batch 2 x 16) with a squared-sum loss: forward, backward and
+AdamW's update of every parameter (its moments read from buffers), one plan (thousands of
+nodes, a few hundred fusion groups, many of them element-wise updates of the same size).
+
 Graphs are recorded on the ``numpy`` device (nothing is uploaded) and planned as ``opencl:0``
 plans them (no limit on kernel arguments, the fused renderer's own defaults).
 """
@@ -81,3 +86,30 @@ def test_plan_deep_graph(benchmark, family, ops):
     benchmark.extra_info["kernels"] = kernels
     benchmark.extra_info["us_per_op"] = round(benchmark.stats.stats.mean / recorded * 1e6, 1)
     assert y.is_pending
+
+
+@pytest.mark.parametrize("layers", [1, 2, 4])
+def test_plan_training_step(benchmark, layers):
+    from lazyburn.models.bert import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=3000, hidden_size=384, num_hidden_layers=layers,
+                        num_attention_heads=12, intermediate_size=1536,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertModel(config, device="numpy")
+    params = model.parameters()  # leaves that require grad
+    ids = np.random.default_rng(0).integers(1, 3000, (2, 16))
+    loss = model(ids).square().sum()
+    grads = lb.autograd.grad(loss, params)
+    outputs = [loss.node]
+    for p, g in zip(params, grads):  # AdamW's update, its moments read from buffers
+        m, v = lb.zeros_like(p, device="numpy") + 0.0, lb.zeros_like(p, device="numpy") + 0.0
+        lb.graph.sync(m, v)
+        m = m + 0.1 * (g - m)
+        v = v * 0.999 + 0.001 * g * g
+        new = p * (1 - 1e-6) - 1e-3 * m / (v.sqrt() / 0.03 + 1e-8)
+        outputs += [new.node, m.node, v.node]
+    kernels = benchmark.pedantic(plan_and_render, args=(outputs,), rounds=3, iterations=1)
+    from lazyburn.ir.graph import topo_order
+
+    benchmark.extra_info["ops"] = sum(1 for n in topo_order(outputs) if n.buffer is None)
+    benchmark.extra_info["kernels"] = kernels
