@@ -48,7 +48,7 @@ a few ulps of the C library's that NumPy calls, relative to the result's magnitu
                 products of many factors as element-wise kernels over slices: groups of
                 ``GROUP`` (8) factors multiplied left to right as NumPy's loop does, then the
                 groups' products the same way, a tree (``_prod``, ``_cumprod``); up to 8
-                factors NumPy's product to the bit. The kernels that read a level through its
+                factors NumPy's order and special values. The kernels that read a level through its
                 slices are cut where a value would be computed at too many positions
                 (``fusion.partition.MAX_POSITIONS``), so each kernel holds a level or two.
 Every op on complex values is lowered; the front end still asks ``LOWERED`` before it records
@@ -460,7 +460,8 @@ def _runs(b: _Builder, z: tuple, from_one: bool = False) -> list:
 def _prod(b: _Builder, z: tuple, axes: tuple, kept: tuple) -> tuple:
     """The product of the complex values ``z`` (a pair of parts) over ``axes``, of shape
     ``kept`` (the reduced axes 1). Over at most ``GROUP`` factors it is NumPy's product, from
-    1 + 0i left to right, to the bit; over more, groups of ``GROUP`` factors are multiplied so
+    1 + 0i left to right (its special values; each product rounded as NumPy's formula, which
+    a compiler may fuse into multiply-adds there); over more, groups of ``GROUP`` factors are multiplied so
     (each from 1 + 0i), then the
     groups' products the same way, a tree of ``log_GROUP m`` levels: the rounding error grows
     like ``GROUP log_GROUP m`` roundings rather than NumPy's ``m``, and where factors are
@@ -485,7 +486,7 @@ def _prod(b: _Builder, z: tuple, axes: tuple, kept: tuple) -> tuple:
 
 def _cumprod(b: _Builder, z: tuple, axis: int) -> tuple:
     """The running product of the complex values ``z`` (a pair of parts) along ``axis``.
-    Along at most ``GROUP`` elements it is NumPy's, left to right, to the bit; along more, each
+    Along at most ``GROUP`` elements it is NumPy's, left to right (as ``_prod``); along more, each
     group of ``GROUP`` is run so, the groups' totals are run recursively, and each group's
     running products are multiplied by the total of the groups before it (its carry): each
     result a tree of ``log_GROUP m`` levels, with ``_prod``'s rounding and special values."""
