@@ -40,6 +40,19 @@ def test_checkpoint_names_cover_the_masked_lm_head():
     assert "decoder_bias" in ours and "transform_norm.weight" in ours
 
 
+def test_a_fresh_model_starts_from_berts_initialization(rng):
+    """Weights from N(0, 0.02**2) (``initializer_range``), linear biases zero, the padding
+    row zero: the first loss is about log(vocab), as for a uniform guess."""
+    lb.manual_seed(int(rng.integers(2**31)))
+    model = BertForMaskedLM(BertConfig(**{**SIZE, "vocab_size": 3000}), device="numpy")
+    w = model.layers[0].intermediate.weight.numpy()
+    assert abs(w.std() - 0.02) < 0.002 and abs(w.mean()) < 0.002
+    assert not model.layers[1].attention.query.bias.numpy().any()
+    assert not model.embeddings.word.weight.numpy()[0].any()
+    ids = rng.integers(1, 3000, (4, 16))
+    assert abs(model(ids, labels=ids).item() - np.log(3000)) < 0.3
+
+
 def test_adamw_steps_match_pytorch(device, rng):
     if device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("Triton's interpreter takes minutes for these matmuls: the GPU runs this "

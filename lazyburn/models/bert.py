@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from ..frontend import functional as F
 from ..errors import ShapeError
 from ..frontend.creation import zeros
+from ..frontend.random import default_generator
 from ..nn import (GELU, Dropout, Embedding, LayerNorm, Linear, Module, ModuleList,
                   MultiHeadSelfAttention)
 
@@ -39,6 +40,7 @@ class BertConfig:
     hidden_dropout_prob: float = 0.1
     attention_probs_dropout_prob: float = 0.1
     position_embedding_type: str = "absolute"
+    initializer_range: float = 0.02
 
     @classmethod
     def from_json(cls, path) -> "BertConfig":
@@ -141,12 +143,29 @@ class BertModel(Module):
         self.embeddings = BertEmbeddings(config, dtype, device)
         self.layers = ModuleList(BertLayer(config, dtype, device)
                                  for _ in range(config.num_hidden_layers))
+        _initialize(self, config.initializer_range)
 
     def forward(self, input_ids, mask=None, token_type_ids=None):
         x = self.embeddings(input_ids, token_type_ids)
         for layer in self.layers:
             x = layer(x, mask)
         return x
+
+
+def _initialize(module: Module, std: float) -> None:
+    """BERT's initialization (Devlin et al.; Hugging Face's ``_init_weights``) of ``module`` and
+    the modules in it: linear and embedding weights from N(0, std**2), linear biases zero, an
+    embedding's padding row zero (layer norms start as the identity already). Weights loaded
+    later replace these."""
+    for _, m in module.named_modules():
+        if isinstance(m, (Linear, Embedding)):
+            w = m.weight
+            m.weight = default_generator().normal(w.shape, std=std, dtype=w.dtype,
+                                                  device=w.device)
+            if isinstance(m, Embedding) and m.padding_idx is not None:
+                m.weight[m.padding_idx] = 0.0
+        if isinstance(m, Linear) and m.bias is not None:
+            m.bias = zeros(m.bias.shape, dtype=m.bias.dtype, device=m.bias.device)
 
 
 class BertForMaskedLM(BertModel):
@@ -167,6 +186,8 @@ class BertForMaskedLM(BertModel):
         self.transform_activation = ACTIVATIONS[config.hidden_act]()
         self.transform_norm = LayerNorm(h, config.layer_norm_eps, dtype=dtype, device=device)
         self.decoder_bias = zeros(config.vocab_size, dtype=dtype, device=device)
+        for head in (self.transform, self.transform_norm):
+            _initialize(head, config.initializer_range)
 
     def forward(self, input_ids, mask=None, token_type_ids=None, labels=None):
         x = super().forward(input_ids, mask, token_type_ids)
