@@ -210,7 +210,12 @@ def test_checkpoint_names_map_onto_parameters():
         "layers.5.attention_norm.weight"
     assert checkpoint_name("pooler.dense.weight") is None
     assert checkpoint_name("embeddings.position_ids") is None
-    assert checkpoint_name("cls.predictions.bias") == "cls.predictions.bias"
+    # the masked-LM head's names (BertForMaskedLM); its decoder is the word embeddings
+    assert checkpoint_name("cls.predictions.bias") == "decoder_bias"
+    assert checkpoint_name("cls.predictions.transform.dense.weight") == "transform.weight"
+    assert checkpoint_name("cls.predictions.decoder.weight") is None
+    # a name of no model here comes back unchanged, so strict loading reports it
+    assert checkpoint_name("cls.seq_relationship.weight") == "cls.seq_relationship.weight"
 
 
 def test_warning_points_at_the_caller(model):
