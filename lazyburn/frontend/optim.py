@@ -14,8 +14,10 @@ Scalars in the kernels: every hyper-parameter (the learning rate, the step-depen
 corrections, momentum, dampening, the betas, eps, weight decay) is recorded as a Python
 scalar, which the kernels take as an argument, so what a schedule changes between steps
 (``lazyburn.optim.lr_scheduler``: the rate, and the momentum a one-cycle policy cycles) and
-Adam's step count reuse the compiled plan. Turning weight decay or momentum on or off changes
-the graph, and so the plan.
+Adam's step count reuse the compiled plan. Adam's moments start as zeros in buffers, realized
+before its first update, so the first step's graph is already every later step's. Turning
+weight decay or momentum on or off changes the graph, and so the plan (SGD's momentum buffer
+is the first gradient itself, as PyTorch's: its second step plans once more).
 """
 from __future__ import annotations
 
@@ -100,9 +102,11 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        fresh = [t for group in self.param_groups for p in group["params"]
-                 if p.grad is not None and id(p) not in self.state
-                 for t in self._initial_state(p, self.state.setdefault(id(p), {}), group)]
+        fresh = []
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and id(p) not in self.state:
+                    fresh += self._initial_state(p, self.state.setdefault(id(p), {}), group)
         if fresh:
             # realized before the first update, so that its graph is every later step's (the
             # state read from buffers) and the step's plan is compiled once, not twice
