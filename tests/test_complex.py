@@ -478,10 +478,11 @@ def test_fused_devices_compute_complex_powers_as_the_numpy_device(device, dtype,
 @pytest.mark.parametrize("device, dtype", FUSED)
 def test_fused_devices_multiply_few_complex_factors_as_numpy(device, dtype, rng):
     """``prod`` and ``cumulative_prod`` of up to 8 factors multiply left to right, as NumPy's
-    loops (a product from 1 + 0i, running products from the first factor): nan and infinities in the same parts as NumPy's (every pair of edge values among the
-    factors), finite parts within 4 ulps per factor of the product of the magnitudes (NumPy's
-    multiply may fuse a multiply-add). Edges whose products overflow are left out (a fused
-    multiply-add turns their inf - inf into an infinity, see the powers above)."""
+    loops (a product from 1 + 0i, running products from the first factor): nan and infinities
+    in the same parts as NumPy's (every pair of edge values among the factors), finite parts
+    within 4 ulps per factor of the product of the magnitudes (NumPy's multiply may fuse a
+    multiply-add). Edges whose products overflow are left out (a fused multiply-add turns
+    their inf - inf into an infinity, see the powers above)."""
     edges = [e for e in EDGES if abs(e) != 3.5e30]
     x = cdata(rng, (72, 8), dtype, edges=edges)
     t = lb.asarray(x, device=device)

@@ -48,9 +48,9 @@ a few ulps of the C library's that NumPy calls, relative to the result's magnitu
                 products of many factors as element-wise kernels over slices: groups of
                 ``GROUP`` (8) factors multiplied left to right as NumPy's loop does, then the
                 groups' products the same way, a tree (``_prod``, ``_cumprod``); up to 8
-                factors NumPy's order and special values. The kernels that read a level through its
-                slices are cut where a value would be computed at too many positions
-                (``fusion.partition.MAX_POSITIONS``), so each kernel holds a level or two.
+                factors NumPy's order and special values. The kernels that read a level
+                through its slices are cut where a value would be computed at too many
+                positions (``fusion.partition.MAX_POSITIONS``): a level or two a kernel.
 Every op on complex values is lowered; the front end still asks ``LOWERED`` before it records
 one on a fused device (``frontend/record.py``).
 """
@@ -461,9 +461,9 @@ def _prod(b: _Builder, z: tuple, axes: tuple, kept: tuple) -> tuple:
     """The product of the complex values ``z`` (a pair of parts) over ``axes``, of shape
     ``kept`` (the reduced axes 1). Over at most ``GROUP`` factors it is NumPy's product, from
     1 + 0i left to right (its special values; each product rounded as NumPy's formula, which
-    a compiler may fuse into multiply-adds there); over more, groups of ``GROUP`` factors are multiplied so
-    (each from 1 + 0i), then the
-    groups' products the same way, a tree of ``log_GROUP m`` levels: the rounding error grows
+    a compiler may fuse into multiply-adds there); over more, groups of ``GROUP`` factors are
+    multiplied so (each from 1 + 0i), then the groups' products the same way, a tree of
+    ``log_GROUP m`` levels: the rounding error grows
     like ``GROUP log_GROUP m`` roundings rather than NumPy's ``m``, and where factors are
     infinite or nan, which parts of the result come out nan or infinite can differ from NumPy's
     loop (a complex product with an infinity depends on the order; PyTorch's GPU reductions
@@ -476,18 +476,16 @@ def _prod(b: _Builder, z: tuple, axes: tuple, kept: tuple) -> tuple:
         moved = tuple(shape[i] for i in perm)
         z = tuple(b.node("permute", (p,), (perm,), p.dtype, moved) for p in z)
     z = _reshaped(b, z, lead + (math.prod(shape[i] for i in axes),))
-    first = True
-    while first or z[0].shape[-1] > 1:
-        total = _runs(b, z, from_one=first)[-1]
-        z = _reshaped(b, total, lead + (total[0].shape[-2],))
-        first = False
-    return _reshaped(b, z, kept)
+    total = _runs(b, z, from_one=True)[-1]  # (..., groups, 1)
+    while total[0].shape[-2] > 1:
+        total = _runs(b, _reshaped(b, total, lead + (total[0].shape[-2],)))[-1]
+    return _reshaped(b, total, kept)
 
 
 def _cumprod(b: _Builder, z: tuple, axis: int) -> tuple:
     """The running product of the complex values ``z`` (a pair of parts) along ``axis``.
-    Along at most ``GROUP`` elements it is NumPy's, left to right (as ``_prod``); along more, each
-    group of ``GROUP`` is run so, the groups' totals are run recursively, and each group's
+    Along at most ``GROUP`` elements it is NumPy's, left to right (as ``_prod``); along more,
+    each group of ``GROUP`` is run so, the groups' totals are run recursively, and each group's
     running products are multiplied by the total of the groups before it (its carry): each
     result a tree of ``log_GROUP m`` levels, with ``_prod``'s rounding and special values."""
     shape = z[0].shape

@@ -186,8 +186,7 @@ class BertForMaskedLM(BertModel):
         self.transform_activation = ACTIVATIONS[config.hidden_act]()
         self.transform_norm = LayerNorm(h, config.layer_norm_eps, dtype=dtype, device=device)
         self.decoder_bias = zeros(config.vocab_size, dtype=dtype, device=device)
-        for head in (self.transform, self.transform_norm):
-            _initialize(head, config.initializer_range)
+        _initialize(self.transform, config.initializer_range)
 
     def forward(self, input_ids, mask=None, token_type_ids=None, labels=None):
         x = super().forward(input_ids, mask, token_type_ids)
