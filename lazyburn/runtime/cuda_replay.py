@@ -19,7 +19,7 @@ import os
 
 from ..errors import DeviceError, LazyburnError, OutOfMemoryError, kernel_fault, sync_each
 from . import dump
-from .fused import kernel_origin
+from .fused import kernel_name, kernel_origin
 
 CAPTURE_AFTER_RUNS = 2  # runs of a plan before it is captured (the first ones compile)
 
@@ -42,7 +42,8 @@ class Program:
             self.origins.append(kernel_origin(k))
             self.stored.append(k.arg_pos[-1] if k.kind in ("copy", "library") else
                                k.arg_pos[k.n_inputs] if len(k.arg_pos) > k.n_inputs else None)
-            self.labels.append(f"k{i}_{k.kind} ({k.label})")  # as the kernel is named
+            # named as its source and its file in the dump name it
+            self.labels.append(f"{kernel_name(k) if k.spec is not None else k.kind} ({k.label})")
             if k.kind == "copy":
                 self.steps.append(_copy_step(backend, *k.arg_pos))
                 self.capturable = False

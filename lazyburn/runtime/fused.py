@@ -51,6 +51,13 @@ class Execution:
 TRANSFER = Execution("transfer", generated=0)
 
 
+def kernel_name(k) -> str:
+    """Planned kernel ``k``'s name in its generated source: what it computes (its kind and its
+    spec's structural hash, as its file in the dump is named), not its place in the plan, so
+    that the same kernel in every layer of a model is one source, compiled once."""
+    return f"{k.kind}_{k.spec.structural_hash()}"
+
+
 class FusedBackend:
     """Runs plans. ``fuse=False`` gives the one-kernel-per-op execution benchmarks compare
     against; ``max_args`` is the most buffers one kernel may bind (None: no limit)."""
@@ -88,9 +95,9 @@ class FusedBackend:
     def compile(self, plan, order) -> None:
         """Compile every kernel of ``plan`` not compiled yet (a cached plan keeps its
         kernels, so a plan-cache hit compiles nothing)."""
-        for i, k in enumerate(plan.kernels):
+        for k in plan.kernels:
             if k.compiled is None and k.spec is not None:  # (not a copy or a library call)
-                k.compiled = self.compile_kernel(k, f"k{i}_{k.kind}", kernel_origin(k))
+                k.compiled = self.compile_kernel(k, kernel_name(k), kernel_origin(k))
 
     def execution(self, k) -> Execution:
         """What executes planned kernel ``k`` here: the compiled kernel's own account once it
