@@ -39,8 +39,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 # the tuned figures come from complete searches, not the 2-second default budget per kernel
+# and the 5-second one per process
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 LAZYBURN_CACHE_DIR=/tmp/lazyburn-cache \
-  LAZYBURN_AUTOTUNE_BUDGET=inf
+  LAZYBURN_AUTOTUNE_BUDGET=inf LAZYBURN_AUTOTUNE_PROCESS_BUDGET=inf
 # installed once per machine, so that steps started side by side share one install
 if [ ! -f /tmp/site/.installed ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

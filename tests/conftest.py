@@ -11,6 +11,9 @@ import tempfile
 # heuristic defaults, and no test writes to the user's cache. The session's cache goes when the
 # session ends.
 os.environ.setdefault("LAZYBURN_AUTOTUNE", "0")
+# tests that tune need every search they start to run, whatever ran before in the worker process;
+# the process budget has its own tests (test_autotune.py, test_opencl_autotune.py)
+os.environ.setdefault("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "inf")
 # Nor are program binaries kept on disk (tested in test_program_cache.py): the session's cache
 # dies with it, and PoCL compiles a generic work-group function for every kernel to hand its
 # binary back, which more than doubled the suite's OpenCL compile time on a cold machine.

@@ -337,6 +337,74 @@ def test_budget_setting(monkeypatch):
             assert at.budget() == 2.0
 
 
+def test_process_budget_bounds_every_search_together(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(tuner, "_clock", clock)
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "1")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "1.5")
+    kernels = []
+    for name in ("k0", "k1", "k2"):
+        k = FakeKernel(TIMES)
+        run = k.run
+
+        def slow_run(c, run=run):
+            clock.now += 0.25
+            return run(c)
+        k.run = slow_run
+        kernels.append((name, k))
+    # a run takes 0.25 s. k0 spends its whole 1 s after the reference (four more runs); k1
+    # gets the 0.5 s left, not its own 1 s (two more runs)
+    winners = [k.tune(key(name), CANDS, level=2) for name, k in kernels]
+    assert at.stats.seconds == pytest.approx(1.5) and at.process_budget_left() == 0
+    assert at.stats.tunes == 2 and at.stats.deferred == 1
+    assert kernels[0][1].ran == ["default", "p0b", "p1a", "p1b", "p2a"]
+    assert kernels[1][1].ran == ["default", "p0b", "p1a"]
+    # k2 runs nothing here (its caller launches the default) and is left for a later process
+    assert kernels[2][1].ran == [] and winners[2].name == "default"
+    assert {e.key.kernel_hash for e in at.default_cache().entries()} == {"k0", "k1"}
+    at.stats.reset()  # a later process: its own budget, the cache answering k0 and k1
+    k = FakeKernel(TIMES)
+    assert k.tune(key("k0"), CANDS, level=2).name == winners[0].name and k.ran == []
+    assert k.tune(key("k2"), CANDS, level=2).name != "default" and at.stats.tunes == 1
+
+
+def test_a_deferred_kernel_runs_its_default_unless_the_cache_knows_better():
+    k = FakeKernel(TIMES)
+    assert k.tune(key(), CANDS[:2], level=1, defer=True).name == "default"
+    assert k.ran == [] and at.stats.deferred == 1 and at.default_cache().entries() == []
+    assert k.tune(key(), CANDS[:2], level=1, budget_s=float("inf")).name == "p0b"
+    assert k.tune(key(), CANDS[:2], level=1, defer=True).name == "p0b"  # a cache hit
+
+
+def test_allot_pays_for_the_kernels_of_most_work_first(monkeypatch):
+    work = {"small": 1.0, "large": 50.0, "medium": 7.0, "tiny": 0.5}
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "2")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "3")
+    # 3 s pays for two 2-second searches (the second gets what is left): the two largest tune
+    assert at.allot(list(work), work.get) == ["small", "tiny"]
+    at.stats.seconds = 2.5  # 0.5 s left: one more search, the largest
+    assert at.allot(list(work), work.get) == ["medium", "small", "tiny"]
+    at.stats.seconds = 3.0
+    assert at.allot(list(work), work.get) == ["large", "medium", "small", "tiny"]
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "inf")
+    assert at.allot(list(work), work.get) == []
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "3")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "0")  # searches cost nothing: all of them
+    at.stats.seconds = 0.0
+    assert at.allot(list(work), work.get) == []
+
+
+def test_process_budget_setting(monkeypatch):
+    monkeypatch.delenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", raising=False)
+    assert at.process_budget() == at.DEFAULT_PROCESS_BUDGET_S == 5.0
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "0")
+    assert at.process_budget() == 0 and at.process_budget_left() == 0
+    for bad in ("later", "-2"):
+        monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", bad)
+        with pytest.warns(RuntimeWarning, match="LAZYBURN_AUTOTUNE_PROCESS_BUDGET"):
+            assert at.process_budget() == 5.0
+
+
 def test_repetitions_continue_until_the_median_is_stable():
     # default: the same time every run; p0b: +-30 % noise, so 5 timings do not pin its median
     noisy = [1.0, 1.3, 0.7, 1.25, 0.75, 1.2, 0.8, 1.0, 1.0, 1.0]

@@ -70,6 +70,31 @@ def test_first_launch_tunes_and_the_cache_answers_later(dev):
     assert entry.winner in entry.timings and entry.errors == {}
 
 
+def test_the_process_budget_tunes_the_largest_kernels_first(dev, monkeypatch, rng):
+    """Three kernels of one plan miss the cache; the process budget pays for one search: the
+    kernel with the most work tunes, the other two run their defaults. A later process (its
+    own budget) finds the first in the cache and tunes the next largest, and so on."""
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "1")  # 1 s: one 60-second search
+    backend = runtime.backend(dev)
+    arrays = [rng.standard_normal(shape, dtype=np.float32)
+              for shape in ((100, 700), (300, 1000), (360, 500))]  # three shape buckets
+
+    def graph():
+        return [(lb.tensor(a, device=dev) * 1.25).tanh() - 0.5 for a in arrays]
+    want = [np.tanh(a * 1.25) - 0.5 for a in arrays]
+    for process in range(3):
+        autotune.stats.reset()  # as a new process starts
+        backend.plans.clear()
+        outs = graph()
+        lb.sync(*outs)  # one plan
+        for got, w in zip(outs, want):
+            np.testing.assert_allclose(got.numpy(), w, rtol=1e-5, atol=1e-6)
+        assert autotune.stats.tunes == 1 and autotune.stats.deferred == 2 - process
+        tuned = sorted(e.key.shape for e in _entries(dev))
+        assert tuned == sorted(autotune.shape_bucket((a.size,)) for a in
+                               sorted(arrays, key=np.size, reverse=True)[:process + 1])
+
+
 def _count_allocations(dev, monkeypatch) -> list:
     """The byte sizes of the buffers allocated while a first launch tunes."""
     backend = runtime.backend(dev)

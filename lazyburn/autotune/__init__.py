@@ -16,7 +16,10 @@ fastest candidate whose output matches the default's, and stores it in the
 
 Environment: ``LAZYBURN_AUTOTUNE`` = 0 (off, heuristic default only), 1 (default: the small
 set, priorities 0 and 1), 2 (exhaustive: every candidate); ``LAZYBURN_AUTOTUNE_BUDGET``:
-seconds one kernel's tuning may take (default 2; ``inf`` for no bound); ``LAZYBURN_CACHE_DIR``
+seconds one kernel's tuning may take (default 2; ``inf`` for no bound);
+``LAZYBURN_AUTOTUNE_PROCESS_BUDGET``: seconds all of a process's tuning may take (default 5;
+past it, kernels not in the cache run their defaults and a later process tunes them, those of
+most work first: :func:`allot`); ``LAZYBURN_CACHE_DIR``
 (default ``~/.cache/lazyburn``). Debug logs go to the ``lazyburn.autotune`` logger; a candidate
 that fails is reported as an :class:`AutotuneWarning` and stored with its error; cache trouble
 is reported as a :class:`CacheWarning`. ``lazyburn cache path|list|clear`` inspects the cache.
@@ -30,13 +33,15 @@ from .cache import (FILE_NAME, AutotuneCache, CacheEntry, CacheWarning, cache_di
 from .candidates import (EXHAUSTIVE, OFF, SMALL, Candidate, admitted, candidates_checksum,
                          priority_groups)
 from .key import TuneKey, device_fingerprint, shape_bucket
-from .tuner import (DEFAULT_BUDGET_S, REPEATS, AutotuneWarning, OutputMismatch, TuneStats,
-                    budget, level, note_untuned, stats, tune)
+from .tuner import (DEFAULT_BUDGET_S, DEFAULT_PROCESS_BUDGET_S, REPEATS, AutotuneWarning,
+                    OutputMismatch, TuneStats, allot, budget, level, note_untuned,
+                    process_budget, process_budget_left, stats, tune)
 
 __all__ = [
     "AutotuneCache", "AutotuneWarning", "CacheEntry", "CacheWarning", "Candidate",
-    "DEFAULT_BUDGET_S", "EXHAUSTIVE", "FILE_NAME", "OFF", "OutputMismatch", "REPEATS", "SMALL",
-    "TuneKey", "TuneStats", "admitted", "budget", "cache_dir", "candidates_checksum",
-    "default_cache", "device_fingerprint", "level", "note_untuned", "priority_groups",
+    "DEFAULT_BUDGET_S", "DEFAULT_PROCESS_BUDGET_S", "EXHAUSTIVE", "FILE_NAME", "OFF",
+    "OutputMismatch", "REPEATS", "SMALL", "TuneKey", "TuneStats", "admitted", "allot",
+    "budget", "cache_dir", "candidates_checksum", "default_cache", "device_fingerprint",
+    "level", "note_untuned", "priority_groups", "process_budget", "process_budget_left",
     "shape_bucket", "stats", "tune",
 ]

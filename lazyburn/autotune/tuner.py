@@ -3,8 +3,11 @@
 The search follows the priority-based plan of Burn's CubeCL autotuner (``cubecl-runtime``,
 ``tune/tune_plan.rs``): candidates come in priority groups, the most promising group is
 benchmarked first, and less promising groups are fallbacks. On top of that, the
-``LAZYBURN_AUTOTUNE`` level decides which groups exist at all, and a time budget per kernel
-(``LAZYBURN_AUTOTUNE_BUDGET``) bounds the whole search. See :func:`tune` for the exact rules.
+``LAZYBURN_AUTOTUNE`` level decides which groups exist at all, a time budget per kernel
+(``LAZYBURN_AUTOTUNE_BUDGET``) bounds each search, and a budget for the whole process
+(``LAZYBURN_AUTOTUNE_PROCESS_BUDGET``) bounds them all: past it, a kernel not in the cache runs
+its default and a later process tunes it (:func:`allot` gives the budget to the kernels with
+the most work first). See :func:`tune` for the exact rules.
 """
 from __future__ import annotations
 
@@ -36,6 +39,9 @@ MAX_REPEATS = 100
 STABLE_MEDIAN = 0.02
 #: Seconds of tuning per kernel when ``LAZYBURN_AUTOTUNE_BUDGET`` is not set.
 DEFAULT_BUDGET_S = 2.0
+#: Seconds of tuning per process when ``LAZYBURN_AUTOTUNE_PROCESS_BUDGET`` is not set: a cold
+#: start costs the untuned run plus a few seconds, and later processes carry on from the cache.
+DEFAULT_PROCESS_BUDGET_S = 5.0
 #: Seconds of tuning before the progress bar appears on stderr.
 PROGRESS_DELAY_S = 1.0
 #: Characters of a failed candidate's error kept in the cache and in the warning.
@@ -67,8 +73,11 @@ class TuneStats:
     adds nothing. ``timings``: calls to the backend's timer. ``hits`` / ``misses``: cache
     lookups. ``failures``: candidates dropped with an error. ``skipped``: candidates left
     untried because the time budget was spent. ``untuned``: kernels a backend ran with the
-    default without tuning (see its note in the log). Levels 0 and single-candidate lists
-    touch no counter.
+    default without tuning (see its note in the log). ``deferred``: cache misses that ran
+    their default untuned, left to a later process, because the process's budget was spent or
+    went to kernels with more work. ``seconds``: seconds this process has spent tuning after
+    the reference runs, which the process budget is charged with (``reset`` gives it back).
+    Levels 0 and single-candidate lists touch no counter.
     """
 
     tunes: int = 0
@@ -79,6 +88,8 @@ class TuneStats:
     failures: int = 0
     skipped: int = 0
     untuned: int = 0
+    deferred: int = 0
+    seconds: float = 0.0
 
     def reset(self) -> None:
         """Set every counter to 0."""
@@ -91,7 +102,7 @@ stats = TuneStats()
 _stats_lock = threading.Lock()
 
 
-def _count(name: str, n: int = 1) -> None:
+def _count(name: str, n: float = 1) -> None:
     with _stats_lock:
         setattr(stats, name, getattr(stats, name) + n)
 
@@ -130,18 +141,49 @@ def budget() -> float:
     covers compiling, running, checking and timing the candidates after the default's first
     run, which always happens (it is the reference, and an untuned launch costs as much). An
     unreadable or negative value warns and means the default."""
-    text = os.environ.get("LAZYBURN_AUTOTUNE_BUDGET", "").strip()
+    return _seconds("LAZYBURN_AUTOTUNE_BUDGET", DEFAULT_BUDGET_S)
+
+
+def process_budget() -> float:
+    """Seconds of tuning the whole process may spend, from
+    ``LAZYBURN_AUTOTUNE_PROCESS_BUDGET`` (default ``DEFAULT_PROCESS_BUDGET_S``, 5 s; ``inf``
+    for no bound; 0 tunes nothing, every kernel not in the cache running its default). Counted
+    as ``budget`` is, after each search's reference run. An unreadable or negative value warns
+    and means the default."""
+    return _seconds("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", DEFAULT_PROCESS_BUDGET_S)
+
+
+def process_budget_left() -> float:
+    """Seconds of ``process_budget`` not spent yet (``stats.seconds`` spent)."""
+    return max(0.0, process_budget() - stats.seconds)
+
+
+def _seconds(name: str, default: float) -> float:
+    text = os.environ.get(name, "").strip()
     if not text:
-        return DEFAULT_BUDGET_S
+        return default
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not value >= 0:  # also nan
-        warnings.warn(f"LAZYBURN_AUTOTUNE_BUDGET={text!r} is not a number of seconds >= 0; "
-                      f"using {DEFAULT_BUDGET_S:g}", RuntimeWarning, stacklevel=2)
-        return DEFAULT_BUDGET_S
+        warnings.warn(f"{name}={text!r} is not a number of seconds >= 0; using {default:g}",
+                      RuntimeWarning, stacklevel=3)
+        return default
     return value
+
+
+def allot(kernels: Sequence, work: Callable[[Any], float]) -> list:
+    """The kernels of ``kernels`` (each about to be tuned at its first launch: a cache miss)
+    that the process budget left does not pay for, to run their defaults untuned: the budget
+    goes to the kernels of most ``work`` first (an estimate of their time: a kernel that takes
+    longer gains more from tuning), one per-kernel ``budget`` each, at least one kernel while
+    any budget is left. Nothing is left out when either budget is unbounded."""
+    left, each = process_budget_left(), budget()
+    if math.isinf(left):
+        return []
+    paid = 0 if left <= 0 else len(kernels) if each <= 0 else max(1, math.ceil(left / each))
+    return sorted(kernels, key=work, reverse=True)[paid:]
 
 
 class _NoProgress:
@@ -203,7 +245,7 @@ class _Outcome:
 def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate], Any],
          time: Callable[[Candidate], float], check: Callable[[Any, Any], bool], *,
          level: int | None = None, repeats: int = REPEATS, budget_s: float | None = None,
-         cache: AutotuneCache | None = None) -> Candidate:
+         cache: AutotuneCache | None = None, defer: bool = False) -> Candidate:
     """Pick the fastest valid candidate for ``key``, from the cache when it has been tuned.
 
     Arguments:
@@ -223,6 +265,8 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
       ``budget_s``: seconds the search may take; None reads ``LAZYBURN_AUTOTUNE_BUDGET``
       (:func:`budget`, 2 s by default).
       ``cache``: where results live; None uses :func:`default_cache`.
+      ``defer``: on a cache miss, return the default without running anything (``allot``
+      left this kernel to a later process).
 
     The rules, in order:
       1. Level 0 returns the default at once: nothing runs, nothing is timed or cached.
@@ -231,26 +275,30 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
          running.
       3. The cache is looked up under ``key`` plus the checksum of the admitted list; a hit is
          returned without running anything (``stats.hits``).
-      4. The default runs first; its output is the reference every other candidate's output
+      4. On a miss, when ``defer`` is set or the process budget is spent
+         (:func:`process_budget_left`), the default is returned without running and nothing
+         is cached (``stats.deferred``): a later process tunes the kernel. Otherwise the
+         per-kernel budget is at most what is left of the process's.
+      5. The default runs first; its output is the reference every other candidate's output
          is checked against. If the default raises, that exception propagates: with no
          reference nothing could be trusted.
-      5. Groups are visited in increasing priority number (CubeCL's highest priority first),
+      6. Groups are visited in increasing priority number (CubeCL's highest priority first),
          the default first of its group. Each other candidate is run and checked, then every
          candidate is timed (``_median_time``). A candidate that raises, fails the check, or
          makes the timer raise is dropped, never wins, is recorded in the cache with its
          error, and the search warns once (:class:`AutotuneWarning`) listing every dropped
          candidate with its error.
-      6. After a group, if some candidate of it other than the default passed (the default is
+      7. After a group, if some candidate of it other than the default passed (the default is
          the reference, so it always passes and does not count), the remaining groups are
          skipped, as in CubeCL: a later group is a fallback for when every candidate of the
          earlier groups failed. At level 2 (exhaustive) nothing is skipped: every admitted
          candidate is benchmarked.
-      7. The search stops when ``budget_s`` is spent, counted from the end of the reference
+      8. The search stops when ``budget_s`` is spent, counted from the end of the reference
          run (what an untuned first launch costs too) and including the other candidates'
          compiling, running and checking; each candidate gets an equal share of what is left
          when its turn comes (at least one run and one timing), and those not reached are
          recorded as skipped (``stats.skipped``).
-      8. The winner is the valid candidate with the smallest median time (the earlier one in
+      9. The winner is the valid candidate with the smallest median time (the earlier one in
          the list on a tie); the default when nothing could be timed, in which case nothing is
          cached. Otherwise the winner is stored; if another process stored this key first, its
          winner is returned instead, so all processes agree.
@@ -279,9 +327,17 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
         log.debug("autotune %s: cached winner %r is not in the list; tuning again",
                   key.digest(), name)
     _count("misses")
+    left = process_budget_left()
+    if defer or left <= 0:
+        _count("deferred")
+        log.info("autotune %s %s shape=%s: running the default untuned, a later process tunes "
+                 "it: %s", key.backend, key.kernel_hash, key.shape,
+                 "the process's tuning budget went to kernels with more work" if defer else
+                 f"the process's tuning budget ({process_budget():g} s) is spent")
+        return default
     _count("tunes")
 
-    seconds = budget() if budget_s is None else float(budget_s)
+    seconds = min(budget() if budget_s is None else float(budget_s), left)
     outcome = _search(key, pool, default, run, time, check, exhaustive=lvl >= EXHAUSTIVE,
                       repeats=max(1, int(repeats)), budget_s=seconds)
     medians = outcome.medians
@@ -333,11 +389,13 @@ def _search(key: TuneKey, pool: list[Candidate], default: Candidate, run, time, 
         # The default was run above as the reference; it is timed before the rest.
         group.sort(key=lambda c: c.name != default.name)
     bar = _progress(len(pool), f"autotune {key.backend} {key.kernel_hash[:12]}")
+    started = None
     try:
         reference = run(default)
         # The reference costs what an untuned first launch costs (compiling and running the
-        # default); the budget is for what tuning adds.
-        budget_end = _clock() + budget_s
+        # default); the budgets are for what tuning adds.
+        started = _clock()
+        budget_end = started + budget_s
         for gi, (priority, group) in enumerate(groups):
             group_valid = False
             for ci, c in enumerate(group):
@@ -366,6 +424,8 @@ def _search(key: TuneKey, pool: list[Candidate], default: Candidate, run, time, 
                 break
     finally:
         bar.close()
+        if started is not None:
+            _count("seconds", _clock() - started)
     return out
 
 

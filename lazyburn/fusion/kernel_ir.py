@@ -169,6 +169,15 @@ class KernelSpec:
         """The sizes autotuning buckets by."""
         return ()
 
+    #: multiply-adds a device does in the time it moves a byte, roughly (a CPU core's or a
+    #: GPU's arithmetic throughput over its memory bandwidth): ``work`` weighs a matmul's by it
+    MACS_PER_BYTE = 8
+
+    def work(self) -> float:
+        """A rough measure of the kernel's time, to rank kernels by (which to tune first): the
+        bytes of its buffers, plus a matmul's multiply-adds over ``MACS_PER_BYTE``."""
+        return float(sum(a.size * a.dtype.itemsize for a in self.args))
+
     @property
     def inputs(self) -> list[KernelArg]:
         return [a for a in self.args if not a.is_output]
@@ -322,6 +331,9 @@ class MatmulSpec(KernelSpec):
 
     def problem_shape(self) -> tuple:
         return (self.batch, self.m, self.n, self.k)
+
+    def work(self) -> float:
+        return super().work() + self.batch * self.m * self.n * self.k / self.MACS_PER_BYTE
 
     def text(self) -> str:
         head = (f"matmul kernel: {self.batch} x ({self.m} x {self.k}) @ ({self.k} x {self.n}) "

@@ -150,6 +150,7 @@ class TunedKernel:
     heuristic default when tuning is off). ``source`` is what runs (None until chosen)."""
 
     suffix, comment = ".py", "#"
+    deferred = False  # a cache miss left to a later process (``autotune.allot``)
 
     def __init__(self, backend, k, name: str, origin):
         self.backend = backend
@@ -193,8 +194,6 @@ class TunedKernel:
 
     def _tune(self, args):
         """``(winner's kernel, whether args' outputs already hold its result)``."""
-        import torch
-        import triton
         from triton.testing import do_bench
 
         b = self.backend
@@ -203,15 +202,15 @@ class TunedKernel:
         inputs = list(args[:n_in])
         n_buffers = len(real.args)
         scalars = list(args[n_buffers:])  # every candidate takes the same scalar arguments
-        spec = representative(real, MAX_TUNED_WORK[real.kind])
-        if spec is None:
+        space = self._search_space()
+        if space is None:
             at.note_untuned("cuda", real.signature(),
                             f"{real.kind} kernel {self.name} of shape {_shape(real)} has more "
                             f"work than {MAX_TUNED_WORK[real.kind]} and no smaller "
                             f"representative")
             return self._build(self.candidates[0]), False
+        spec, cands, key = space
         proxy = spec is not real
-        cands = candidates(spec, b.interpret, *self._gpu()) if proxy else self.candidates
         default = cands[0]
         out_args = spec.args[n_in:]
         built: dict[str, object] = {}
@@ -249,17 +248,13 @@ class TunedKernel:
 
         def check(expected, actual):
             for a, e, x in zip(out_args, expected, actual):
-                differs = compare_outputs(torch, e, x, a)
+                differs = compare_outputs(b.torch, e, x, a)
                 if differs is not None:
                     raise at.OutputMismatch(f"{a.name}: {differs}")
             return True
 
-        name = torch.cuda.get_device_name(b.index)
-        driver = torch.version.cuda or getattr(torch.version, "hip", "") or ""
-        key = at.TuneKey("cuda", at.device_fingerprint(name, driver, triton.__version__),
-                         spec.structural_hash(), shape=_shape(spec))
         with b.on_device():
-            best = at.tune(key, cands, run=run, time=time, check=check)
+            best = at.tune(key, cands, run=run, time=time, check=check, defer=self.deferred)
         del scratch[:]
         entry = at.default_cache().entry(key.for_candidates(at.admitted(cands, at.level())))
         if entry is not None:
@@ -274,6 +269,33 @@ class TunedKernel:
                             f"at {_shape(real)}")
             chosen = self.candidates[0]
         return self._build(chosen), False
+
+    def _search_space(self):
+        """``(spec, candidates, TuneKey)`` of the search: the kernel's own spec, or a smaller
+        representative of it when it has more work than ``MAX_TUNED_WORK``; None when it has
+        none (the default runs untuned)."""
+        import torch
+        import triton
+
+        real = self.spec
+        spec = representative(real, MAX_TUNED_WORK[real.kind])
+        if spec is None:
+            return None
+        cands = self.candidates if spec is real else \
+            candidates(spec, self.backend.interpret, *self._gpu())
+        name = torch.cuda.get_device_name(self.backend.index)
+        driver = torch.version.cuda or getattr(torch.version, "hip", "") or ""
+        key = at.TuneKey("cuda", at.device_fingerprint(name, driver, triton.__version__),
+                         spec.structural_hash(), shape=_shape(spec))
+        return spec, cands, key
+
+    def will_tune(self) -> bool:
+        """Whether the first launch will search (tuning on, and a miss in the cache)."""
+        space = self.kernel is None and self._search_space()
+        if not space:
+            return False
+        pool = at.admitted(space[1], at.level())
+        return len(pool) > 1 and at.default_cache().get(space[2].for_candidates(pool)) is None
 
     def _gpu(self) -> tuple:
         return gpu_features(self.backend)

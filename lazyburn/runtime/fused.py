@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -58,6 +59,19 @@ def kernel_name(k) -> str:
     return f"{k.kind}_{k.spec.structural_hash()}"
 
 
+def allot_tuning(kernels: list) -> None:
+    """Of planned ``kernels`` just compiled, mark ``deferred`` those whose first launch would
+    tune (a cache miss) but which the process's tuning budget does not reach
+    (``autotune.allot``: the kernels of most work first)."""
+    if not kernels or autotune.level() <= autotune.OFF or \
+            math.isinf(autotune.process_budget_left()):
+        return
+    tuning = [k for k in kernels if getattr(k.compiled, "will_tune", None) is not None
+              and k.compiled.will_tune()]
+    for k in autotune.allot(tuning, lambda k: k.spec.work()):
+        k.compiled.deferred = True
+
+
 class FusedBackend:
     """Runs plans. ``fuse=False`` gives the one-kernel-per-op execution benchmarks compare
     against; ``max_args`` is the most buffers one kernel may bind (None: no limit)."""
@@ -95,9 +109,12 @@ class FusedBackend:
     def compile(self, plan, order) -> None:
         """Compile every kernel of ``plan`` not compiled yet (a cached plan keeps its
         kernels, so a plan-cache hit compiles nothing)."""
+        new = []
         for k in plan.kernels:
             if k.compiled is None and k.spec is not None:  # (not a copy or a library call)
                 k.compiled = self.compile_kernel(k, kernel_name(k), kernel_origin(k))
+                new.append(k)
+        allot_tuning(new)
 
     def execution(self, k) -> Execution:
         """What executes planned kernel ``k`` here: the compiled kernel's own account once it
@@ -462,9 +479,14 @@ class FirstLaunchTuner:
 
     backend_kind = "?"
     source = None  # nothing to dump until the winner is known
+    deferred = False  # a cache miss left to a later process (``autotune.allot``)
 
     def __init__(self, backend, k, name, origin):
         self.backend, self.k, self.name, self.origin = backend, k, name, origin
+
+    def will_tune(self) -> bool:
+        """Whether the first launch will search (tuning on, and a miss in the cache)."""
+        return self.cached_choice() is None
 
     @property
     def execution(self) -> Execution:
@@ -614,7 +636,7 @@ class FirstLaunchTuner:
         key = autotune.TuneKey(self.backend_kind, backend.fingerprint, spec.signature(),
                                spec.problem_shape())
         try:
-            winner = autotune.tune(key, cands, run, timed, check)
+            winner = autotune.tune(key, cands, run, timed, check, defer=self.deferred)
         finally:
             for buf in scratch + (reference if proxy else []):
                 backend.release(buf)
