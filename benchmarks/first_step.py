@@ -16,8 +16,10 @@ The model is BERT-tiny's size by default (2 layers, hidden 128, 2 heads, FFN 512
 - ``second process``: the same again on the caches the row above left (compiled programs and
   tuning results), which tunes the next kernels.
 
-Columns: seconds to the first loss, the second step's milliseconds (a plan-cache hit, for
-comparison), searches run, kernels left untuned for a later process, and programs compiled.
+PoCL's own kernel cache is off in every row (``POCL_KERNEL_CACHE=0``), so that only
+lazyburn's caches carry over. Columns: seconds to the first loss, the second step's
+milliseconds (a plan-cache hit; one step, so only a rough scale), searches run, first launches
+left untuned for a later process, and programs compiled.
 """
 from __future__ import annotations
 
@@ -90,8 +92,8 @@ def main(argv=None) -> int:
             if fresh:
                 cache = os.path.join(scratch, str(i))
             env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYBURN_AUTOTUNE")}
-            env.update(settings, LAZYBURN_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(
-                cache, "triton"))
+            env.update(settings, LAZYBURN_CACHE_DIR=cache, POCL_KERNEL_CACHE="0",
+                       TRITON_CACHE_DIR=os.path.join(cache, "triton"))
             cmd = [sys.executable, os.path.abspath(__file__), "--one", "--device", args.device,
                    "--layers", str(args.layers), "--hidden", str(args.hidden), "--batch",
                    str(args.batch), "--seq", str(args.seq)]

@@ -394,6 +394,29 @@ def test_allot_pays_for_the_kernels_of_most_work_first(monkeypatch):
     assert at.allot(list(work), work.get) == []
 
 
+def test_copies_of_one_kernel_share_one_search_of_the_budget(monkeypatch):
+    """The same kernel in every layer of a model is one search: the first copy to launch
+    tunes, the others find its winner in the cache; so copies take one place in the budget."""
+    from types import SimpleNamespace
+
+    from lazyburn.runtime.fused import allot_tuning
+
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "2")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "4")  # two searches
+
+    def planned(digest, work, tunes=True):
+        spec = SimpleNamespace(structural_hash=lambda: digest, work=lambda: work)
+        compiled = SimpleNamespace(will_tune=lambda: tunes, deferred=False)
+        return SimpleNamespace(kind="matmul", spec=spec, compiled=compiled)
+    ffn = [planned("ffn", 100.0) for _ in range(4)]  # one per layer
+    head, norm, small = planned("head", 50.0), planned("norm", 10.0), planned("small", 1.0)
+    hit = planned("hit", 1000.0, tunes=False)  # in the cache: no share of the budget
+    allot_tuning(ffn + [small, hit, head, norm])
+    assert [k.compiled.deferred for k in ffn + [head, hit]] == [False] * 6
+    assert norm.compiled.deferred and small.compiled.deferred
+
+
 def test_process_budget_setting(monkeypatch):
     monkeypatch.delenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", raising=False)
     assert at.process_budget() == at.DEFAULT_PROCESS_BUDGET_S == 5.0

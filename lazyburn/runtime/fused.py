@@ -62,14 +62,18 @@ def kernel_name(k) -> str:
 def allot_tuning(kernels: list) -> None:
     """Of planned ``kernels`` just compiled, mark ``deferred`` those whose first launch would
     tune (a cache miss) but which the process's tuning budget does not reach
-    (``autotune.allot``: the kernels of most work first)."""
+    (``autotune.allot``: the kernels of most work first). Copies of one kernel (one in each
+    layer) count once: the first to launch tunes, the others find its winner in the cache."""
     if not kernels or autotune.level() <= autotune.OFF or \
             math.isinf(autotune.process_budget_left()):
         return
-    tuning = [k for k in kernels if getattr(k.compiled, "will_tune", None) is not None
-              and k.compiled.will_tune()]
-    for k in autotune.allot(tuning, lambda k: k.spec.work()):
-        k.compiled.deferred = True
+    copies: dict[str, list] = {}
+    for k in kernels:
+        if getattr(k.compiled, "will_tune", None) is not None and k.compiled.will_tune():
+            copies.setdefault(kernel_name(k), []).append(k)
+    for name in autotune.allot(list(copies), lambda name: copies[name][0].spec.work()):
+        for k in copies[name]:
+            k.compiled.deferred = True
 
 
 class FusedBackend:
@@ -108,7 +112,8 @@ class FusedBackend:
 
     def compile(self, plan, order) -> None:
         """Compile every kernel of ``plan`` not compiled yet (a cached plan keeps its
-        kernels, so a plan-cache hit compiles nothing)."""
+        kernels, so a plan-cache hit compiles nothing); the process's tuning budget goes to
+        the new ones of most work (``allot_tuning``)."""
         new = []
         for k in plan.kernels:
             if k.compiled is None and k.spec is not None:  # (not a copy or a library call)
