@@ -133,6 +133,9 @@ CASES = {
     "take_flat": (lambda x: lb.take(x, lb.tensor(TAKE_IDX)), [U(2, 3)]),
     "take_along_axis": (lambda x: lb.take_along_axis(x, lb.tensor(ALONG_IDX), axis=1),
                         [U(3, 4)]),
+    # one index per row (a target's log-probability): its gradient sums nothing
+    "take_along_axis_one": (lambda x: lb.take_along_axis(x, lb.tensor(ALONG_IDX[:, :1]),
+                                                         axis=1), [U(3, 4)]),
     "getitem_array": (lambda x: x[:, [0, 2, 2]], [U(2, 3)]),
     "embedding": (lambda w: lb.embedding(lb.tensor(EMB_IDX), w), [U(5, 3)]),
     # matmul: batched, broadcast, vectors
@@ -297,7 +300,7 @@ def test_library_calls_without_a_vjp_refuse_a_tensor_that_requires_grad(fn, rng)
 # fused devices against the NumPy device ---------------------------------------------------
 FUSED_CASES = ["mul", "pow", "maximum", "where", "sum_axes", "prod", "max_axes", "var",
                "logsumexp", "softmax", "layer_norm", "gelu", "slice_steps", "pad", "concat",
-               "take", "take_along_axis", "embedding", "matmul_batched", "matmul_vectors",
+               "take", "take_along_axis", "take_along_axis_one", "embedding", "matmul_batched", "matmul_vectors",
                "cumsum", "cumprod"]
 
 

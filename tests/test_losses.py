@@ -66,6 +66,23 @@ def test_cross_entropy_with_ignored_targets_matches_pytorch(device, case, rng):
           lambda a, b: TF.cross_entropy(a, b, **kw), [x, t])
 
 
+@pytest.mark.parametrize("device", FUSED_DEVICES)
+def test_cross_entropy_forward_and_backward_take_two_kernels_each(device, rng):
+    """Forward: the rows' max and sum of exponentials in one reduction, the loss in another.
+    Backward: the count of targets not ignored (the mean's divisor), then the gradient in one
+    kernel, softmax and the target's one-hot read where it is written (the one-hot of one
+    index per row is no reduction)."""
+    x = lb.tensor(randn(rng, 64, 300) * 2, device=device, requires_grad=True)
+    t = class_targets(rng, 64, 300, ignored=5)
+    loss = lb.cross_entropy(x, lb.tensor(t, device=device))
+    (g,) = lb.autograd.grad(loss, [x])
+    assert lb.explain(loss).kernel_count == 2
+    assert lb.explain(g).kernel_count == 2
+    xt = torch.tensor(x.numpy(), requires_grad=True)
+    TF.cross_entropy(xt, torch.tensor(t)).backward()
+    np.testing.assert_allclose(g.numpy(), xt.grad.numpy(), rtol=2e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_cross_entropy_with_class_weights_and_smoothing_over_spatial_dims(device, rng):
     x, t = randn(rng, 3, 4, 2, 5), class_targets(rng, 3, 4, ignored=3, shape=(3, 2, 5))

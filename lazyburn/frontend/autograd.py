@@ -672,7 +672,10 @@ def _take_along_axis(g, y, xs, attrs):
     gl = permute_dims(g, last)
     il = permute_dims(_gathered(idx, size), last)
     hit = il.reshape(il.shape + (1,)) == arange(size, device=x.device)
-    dx = where(hit, gl.reshape(gl.shape + (1,)), 0.0).sum(-2)
+    dx = where(hit, gl.reshape(gl.shape + (1,)), 0.0)
+    # one index per row (a cross-entropy's target): nothing to sum, and no reduction for the
+    # planner to anchor a kernel of its own on
+    dx = dx.reshape(dx.shape[:-2] + (size,)) if il.shape[-1] == 1 else dx.sum(-2)
     back = [0] * nd
     for i, p in enumerate(last):
         back[p] = i
