@@ -1,7 +1,7 @@
 """The CPU launch paths of the OpenCL device: the library matmul (BLAS on mapped buffers, with
 prologue kernels that may store their operand transposed and an epilogue that may be skipped),
-max/min row loops over integer keys (NaN still wins), element-wise kernels in rows, and the
-buffer pool. Values against NumPy; each test checks that its path was taken."""
+max/min row loops over integer keys (NaN still wins), element-wise kernels in rows, short
+reductions in blocks of rows (pooling windows), and the buffer pool. Values against NumPy; each test checks that its path was taken."""
 from __future__ import annotations
 
 import numpy as np
@@ -152,3 +152,27 @@ def test_elementwise_rows_only_where_they_simplify_indexing(backend, rng):
     got, compiled = run(lambda t: t.mT * 2.0, x)  # transposing: the row loop would gather
     assert "for (int j" not in compiled[0].source
     np.testing.assert_array_equal(got, x.T * 2)
+
+
+@pytest.mark.parametrize("pool", ["max k2 s2", "max k3 s1 p1", "avg k2 s2", "avg k3 s2 p1"])
+def test_pooling_windows_reduce_in_blocks_of_rows(backend, rng, pool):
+    """A pooling window is a short reduction over strided loads: each work-item reduces a
+    block of consecutive output rows, the window's loop unrolled and the loop over the block
+    vectorized. NaN, infinities and signed zeros come out as PyTorch's."""
+    torch = pytest.importorskip("torch")
+    kind, *geometry = pool.split()
+    k, s, p = (int(g[1:]) for g in geometry + ["p0"][:3 - len(geometry)])
+    x = rng.standard_normal((2, 4, 64, 64), dtype=np.float32)
+    x[0, 0, 3, 5], x[1, 2, 10, 11], x[0, 3, 40, 41] = np.nan, np.inf, -np.inf
+    x[1, 1, :4, :4] = -0.0
+    ours = getattr(lb, f"{kind}_pool2d")
+    got, compiled = run(lambda t: ours(t, k, s, p), x)
+    assert f"for (int j = 0; j < {64 // s};" in compiled[0].source  # an output row a block
+    want = getattr(torch.nn.functional, f"{kind}_pool2d")(torch.tensor(x), k, s, p).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    if kind == "max":
+        np.testing.assert_array_equal(got[ok], want[ok])
+        assert (np.signbit(got[ok]) == np.signbit(want[ok])).all()
+    else:
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=1e-7)

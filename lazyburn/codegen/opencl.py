@@ -12,7 +12,10 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
   results combined in local memory) or ``sequential`` (one work-item per row: short rows, or
   many rows on a CPU), with ``vector_width`` asking the compiler for that many lanes in the row
   loop (its cost model otherwise sizes the vectors by the widest type in the loop, such as an
-  int64 mask). Float sums and products accumulate in that many explicit partial results per
+  int64 mask); a sequential reduction may also take ``rows`` (each work-item loops over
+  ``rows`` consecutive rows, the short row loop unrolled and the loop over rows vectorized:
+  on a CPU a pooling window's strided loads become vector loads, and the index arithmetic
+  runs once per block of rows). Float sums and products accumulate in that many explicit partial results per
   work-item, blocked and combined pairwise (see ``_pairwise_accumulate`` for the error bound),
   so that the loop vectorizes without letting the compiler reorder float arithmetic;
 * scan: ``strategy`` -- ``sequential`` (one work-item per row walks it in order: short rows,
@@ -309,7 +312,10 @@ class OpenCLPrinter(ExprPrinter):
         super().__init__(spec)
         self.index_type = VALUE[spec.index_dtype.name]
         self.fast_math = fast_math
-        self.rows = None  # element-wise in rows: i = o * rows + j (see _render_elementwise_rows)
+        # in rows: index ``row_var`` = o * rows + j (see _render_elementwise_rows and the rows
+        # form of _render_reduction)
+        self.rows = None
+        self.row_var = "i"
         self.math_used: set[str] = set()
         self.helpers_used: set[tuple] = set()
         self.named: dict[int, str] = {}  # expression id -> the name a statement bound it to
@@ -401,11 +407,12 @@ class OpenCLPrinter(ExprPrinter):
         return text
 
     def row_split(self, e: Expr) -> str | None:
-        """``i / d`` or ``i % d`` (``e``) through the row ``o`` and the position ``j`` in it,
-        where ``i = o * rows + j`` and ``0 <= j < rows``: exact when ``d`` divides ``rows`` or
-        ``rows`` divides ``d``; None otherwise (and outside row mode)."""
+        """``i / d`` or ``i % d`` (``e``; ``i`` the variable ``row_var``) through the row ``o``
+        and the position ``j`` in it, where ``i = o * rows + j`` and ``0 <= j < rows``: exact
+        when ``d`` divides ``rows`` or ``rows`` divides ``d``; None otherwise (and outside row
+        mode)."""
         x, d = e.args
-        if self.rows is None or x.op != "var" or x.args[0] != "i" or d.op != "const":
+        if self.rows is None or x.op != "var" or x.args[0] != self.row_var or d.op != "const":
             return None
         c, d = self.rows, d.value
         div = e.op == "idx_div"
@@ -812,47 +819,48 @@ def _render_elementwise_rows(spec: ElementwiseSpec, name, rows, width, fast) -> 
     return RenderedKernel(name, _finish(p, body), (spec.numel // rows,), None)
 
 
-def rows_simplify(spec: ElementwiseSpec, rows: int) -> bool:
-    """Whether the row launch with ``rows`` elements per row takes index arithmetic out of the
-    loop over a row -- some ``i / d`` or ``i % d`` with ``d`` dividing ``rows`` or ``rows``
-    dividing ``d`` (a broadcast or a strided view) -- and leaves every load contiguous (or
-    constant) along the row. Plain contiguous kernels gain nothing from rows, and a transposing
-    load gathers in the row loop as it would across work-items."""
+def rows_simplify(spec: KernelSpec, rows: int, var: str = "i", steps=(0, 1)) -> bool:
+    """Whether the row launch with ``rows`` elements (values of the index variable ``var``)
+    per row takes index arithmetic out of the loop over a row -- some ``var / d`` or
+    ``var % d`` with ``d`` dividing ``rows`` or ``rows`` dividing ``d`` (a broadcast or a
+    strided view) -- and leaves every load moving by one of ``steps`` along the row (contiguous
+    or constant by default). Plain contiguous kernels gain nothing from rows, and a
+    transposing load gathers in the row loop as it would across work-items."""
     simplified = False
     for e in spec.exprs():
         if e.op in ("idx_div", "idx_mod") and e.args[0].op == "var" and \
-                e.args[1].op == "const":
+                e.args[0].args[0] == var and e.args[1].op == "const":
             d = e.args[1].value
             simplified |= rows % d == 0 or d % rows == 0
-        if e.op == "load" and _row_step(e.args[1], rows) not in (0, 1):
+        if e.op == "load" and _row_step(e.args[1], rows, var) not in steps:
             return False
     return simplified
 
 
-def _row_step(e: Expr, rows: int) -> int | None:
-    """How far index ``e`` moves from one element of a row to the next (i = o * rows + j, j
-    growing), within the runs where it moves evenly (``(i % 384) // 32`` is constant in runs
-    of 32); None when unknown."""
+def _row_step(e: Expr, rows: int, var: str = "i") -> int | None:
+    """How far index ``e`` moves from one element of a row to the next (``var`` = o * rows +
+    j, j growing; other variables held), within the runs where it moves evenly
+    (``(i % 384) // 32`` is constant in runs of 32); None when unknown."""
     if e.op == "var":
-        return 1
+        return 1 if e.args[0] == var else 0
     if e.op == "const":
         return 0
     x = e.args[0]
     if e.op in ("idx_div", "idx_mod") and e.args[1].op == "const":
         d = e.args[1].value
-        step = _row_step(x, rows)
-        if x.op == "var" and rows % d and d % rows:
+        step = _row_step(x, rows, var)
+        if x.op == "var" and x.args[0] == var and rows % d and d % rows:
             return None  # i / d or i % d stays per element
         if step == 0 or (step == 1 and e.op == "idx_div" and d > 1):
             return 0
         return step if step == 1 else None
     if e.op == "idx_add":
-        a, b = _row_step(e.args[0], rows), _row_step(e.args[1], rows)
+        a, b = _row_step(e.args[0], rows, var), _row_step(e.args[1], rows, var)
         return None if a is None or b is None else a + b
     if e.op == "idx_mul" and e.args[1].op == "const":
-        a = _row_step(x, rows)
+        a = _row_step(x, rows, var)
         return None if a is None else a * e.args[1].value
-    if all(_row_step(a, rows) == 0 for a in e.args if isinstance(a, Expr)):
+    if all(_row_step(a, rows, var) == 0 for a in e.args if isinstance(a, Expr)):
         return 0
     return None
 
@@ -905,24 +913,33 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
     row, r = find_var(spec, "row"), find_var(spec, "r")
     bound = {row.id: "row"}
     tree = strategy == "tree" and local > 1
-    body = [_signature(p, name) + " {"]
+    rows = int(params.get("rows") or 0)
+    rows = rows if not tree and rows > 1 and spec.rows % rows == 0 else 0
+    width = params.get("vector_width")
+    body = []
     if tree:
         body += [f"    const {it} row = ({it})get_group_id(0);",
                  "    const int lid = get_local_id(0);"]
+    elif rows:  # the row loop of each row unrolled, the loop over the rows vectorized
+        p.rows, p.row_var = rows, "row"
+        body += [f"    const {it} row = o * {rows} + j;", "    const int lid = 0;"]
     else:  # exactly one work-item per row: no bounds check to stop vectorization
         body += [f"    const {it} row = ({it})get_global_id(0);", "    const int lid = 0;"]
     start, step = ("lid", local) if tree else ("0", 1)
-    width = params.get("vector_width")
-    row_loop = (f"    #pragma clang loop vectorize_width({int(width)})\n" if width else "") + \
-        f"    for ({it} r = {start}; r < {spec.reduce_size}; r += {step}) {{"
+    pragma = "    #pragma unroll\n" if rows else \
+        f"    #pragma clang loop vectorize_width({int(width)})\n" if width else ""
+    row_loop = pragma + f"    for ({it} r = {start}; r < {spec.reduce_size}; r += {step}) {{"
     lanes = max(1, int(width or DEFAULT_LANES))
+    if rows:  # a short row: a lane per element is already every partial sum it can use
+        lanes = min(lanes, pow2_at_least(spec.reduce_size))
     for k, stage in enumerate(spec.stages):
         acc_t = VALUE[stage.acc_dtype.name]
         arg = stage.op in ("argmax", "argmin")
         keyed = stage.op in ("max", "min") and acc_t in FLOAT_KEYS
         if stage.op in ("sum", "prod") and stage.acc_dtype.is_float:
             body += indent(_pairwise_accumulate(p, stage, k, {**bound}, r.id, spec.reduce_size,
-                                                 local if tree else 1, lanes, bool(width)), 4)
+                                                 local if tree else 1, lanes,
+                                                 bool(width) and not rows, bool(rows)), 4)
         elif keyed:
             p.helpers_used.update({(stage.op, acc_t), ("unkey", acc_t)})
             key_t, key = FLOAT_KEYS[acc_t][0], f"lb_key_{stage.op}_{acc_t}"
@@ -970,11 +987,19 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
         body += indent(lines + [p.store(o.arg, names[o.index.id], names[o.value.id])
                                  for o in full_outs], 8)
         body.append("    }")
-    body.append("}")
+    head = [_signature(p, name) + " {"]
+    if rows:
+        head += [f"    const {it} o = ({it})get_global_id(0);",
+                 *([f"    #pragma clang loop vectorize_width({int(width)})"] if width else []),
+                 f"    for ({it} j = 0; j < {rows}; ++j) {{"]
+        body = head + indent("\n".join(body).split("\n"), 4) + ["    }", "}"]
+    else:
+        body = head + body + ["}"]
     if tree:
         rendered = RenderedKernel(name, _finish(p, body), (spec.rows * local,), (local,))
     else:
-        rendered = RenderedKernel(name, _finish(p, body), (max(spec.rows, 1),), None)
+        rendered = RenderedKernel(name, _finish(p, body), (max(spec.rows // max(rows, 1), 1),),
+                                  None)
     return rendered
 
 
@@ -983,9 +1008,12 @@ BLOCK_CHUNKS = 16  # terms each partial sum of a block adds before the block is 
 
 
 def _pairwise_accumulate(p: OpenCLPrinter, stage: Stage, k: int, bound: dict, r_id: int,
-                         n: int, local: int, lanes: int, pragma: bool) -> list[str]:
+                         n: int, local: int, lanes: int, pragma: bool,
+                         unroll: bool = False) -> list[str]:
     """Statements leaving in ``acc<k>`` a work-item's float sum (or product) of ``stage``'s
     value over its share of a row of ``n`` elements, as pairwise summation bounds its error.
+    ``pragma`` asks for the lane loops vectorized, ``unroll`` for them unrolled (a short row
+    inside a loop over rows, which is the loop to vectorize).
 
     The row is cut into chunks of ``lanes`` consecutive elements; work-item ``lid`` of a
     group of ``local`` takes chunks ``lid``, ``lid + local``, ... (one work-item per row:
@@ -1037,15 +1065,18 @@ def _pairwise_accumulate(p: OpenCLPrinter, stage: Stage, k: int, bound: dict, r_
             update = [f"{target} = {target} {op} {v};"]
         return [f"const {it} r = {r_text};"] + lines + update
 
+    unrolled = ["#pragma unroll"] if unroll else []
+
     def chunk_loop(first: str, count: str) -> list[str]:
         # one term per lane for each chunk g in [first, first + count)
         return [f"for ({it} g = {first}; g < {first} + {count}; ++g) {{",
                 *([f"    #pragma clang loop vectorize_width({lanes})"] if pragma else []),
+                *indent(unrolled),
                 f"    for (int l = 0; l < {lanes}; ++l) {{"] + \
             indent(add_term(f"(g * {local} + {lid}) * {lanes} + l", f"{lane}[l]"), 8) + \
             ["    }", "}"]
 
-    clear = [f"for (int l = 0; l < {lanes}; ++l) {lane}[l] = {ident};"]
+    clear = unrolled + [f"for (int l = 0; l < {lanes}; ++l) {lane}[l] = {ident};"]
     fold = f"{acc_t} s = {_fold(lane, lanes, op)};"
     out = [f"{acc_t} acc{k} = {ident};", "{", f"    {acc_t} {lane}[{lanes}];"]
     if stage.op == "prod":
@@ -1083,7 +1114,7 @@ def _pairwise_accumulate(p: OpenCLPrinter, stage: Stage, k: int, bound: dict, r_
             out += [f"    if ({lid} < {extra_items}) {{"]
             out += indent(chunk_loop(str(per_item), "1"), 8) + ["    }"]
         if tail:
-            out += [f"    for (int l = {lid}; l < {tail}; l += {local}) {{"]
+            out += indent(unrolled) + [f"    for (int l = {lid}; l < {tail}; l += {local}) {{"]
             out += indent(add_term(f"{chunks * lanes} + l", f"{lane}[l]"), 8) + ["    }"]
         out += ["    {"] + indent(fold.split("\n"), 8)
         out += [f"        acc{k} = acc{k} {op} s;", "    }"]

@@ -29,7 +29,9 @@ def default_params(backend, k) -> dict:
     if k.kind == "reduction":
         many_rows = spec.rows >= 4 * backend.compute_units
         if spec.reduce_size <= 32 or (cpu and many_rows):
-            return {"strategy": "sequential", "local": None, **_row_vectors(backend)}
+            rows = reduction_rows(backend, spec)
+            return {"strategy": "sequential", "local": None, **_row_vectors(backend),
+                    **({"rows": rows} if rows else {})}
         local = min(256, backend.max_local, pow2_at_least(spec.reduce_size))
         return {"strategy": "tree", "local": local}
     if k.kind == "scan":
@@ -113,6 +115,25 @@ def elementwise_params(backend, spec) -> dict:
 
 
 MAX_ROW = 4096
+#: Longest reduced row whose loop a CPU reduction unrolls in the rows launch, and the largest
+#: step its loads may move by from one row to the next (a pooling window's stride: the compiler
+#: loads such interleaved elements as vectors and shuffles them)
+SHORT_ROW, MAX_ROW_STEP = 16, 8
+
+
+def reduction_rows(backend, spec) -> int | None:
+    """Rows per work-item for the rows launch of a CPU reduction (``rows`` of the OpenCL
+    reduction): rows of at most ``SHORT_ROW`` elements (a pooling window), enough blocks of
+    rows for every core, and index arithmetic that the blocks take out of the loop over rows
+    with loads moving evenly along it (measured on PoCL: a 2x2 max pool 3.5x faster). None
+    when the launch does not apply."""
+    if not backend.is_cpu or spec.reduce_size > SHORT_ROW:
+        return None
+    rows = row_length(tuple(d for i, d in enumerate(spec.shape) if i not in spec.axes))
+    if not rows or spec.rows // rows < 4 * backend.compute_units or \
+            not cl_codegen.rows_simplify(spec, rows, "row", range(MAX_ROW_STEP + 1)):
+        return None
+    return rows
 
 
 def row_length(shape) -> int | None:
@@ -165,6 +186,11 @@ def candidates(backend, k) -> list[Candidate]:
                                      {"strategy": "tree", "local": local}, 1))
         out.append(Candidate("sequential", {"strategy": "sequential", "local": None,
                                             **_row_vectors(backend)}, 1))
+        rows = reduction_rows(backend, spec)
+        if rows and default.get("rows") != rows:
+            out.append(Candidate(f"sequential,rows={rows}",
+                                 {"strategy": "sequential", "local": None, "rows": rows,
+                                  **_row_vectors(backend)}, 1))
     elif k.kind == "matmul":
         blocks = cpu_blocks(backend, spec)
         for name, params, priority in blocks:
