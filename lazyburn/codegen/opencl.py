@@ -15,9 +15,10 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
   int64 mask); a sequential reduction may also take ``rows`` (each work-item loops over
   ``rows`` consecutive rows, the short row loop unrolled and the loop over rows vectorized:
   on a CPU a pooling window's strided loads become vector loads, and the index arithmetic
-  runs once per block of rows). Float sums and products accumulate in that many explicit partial results per
-  work-item, blocked and combined pairwise (see ``_pairwise_accumulate`` for the error bound),
-  so that the loop vectorizes without letting the compiler reorder float arithmetic;
+  runs once per block of rows). Float sums and products accumulate in that many explicit
+  partial results per work-item, blocked and combined pairwise (see ``_pairwise_accumulate``
+  for the error bound), so that the loop vectorizes without letting the compiler reorder
+  float arithmetic;
 * scan: ``strategy`` -- ``sequential`` (one work-item per row walks it in order: short rows,
   or many rows on a CPU) or ``tree`` (one work-group of ``local`` work-items per row, each
   scanning ``per_item`` consecutive elements of a tile; see ``_render_scan``);
