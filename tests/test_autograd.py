@@ -17,6 +17,7 @@ from fused_devices import FUSED_DEVICES
 
 import lazyburn as lb
 from lazyburn import nn
+from lazyburn.frontend import autograd as autograd_rules
 from lazyburn.frontend.autograd import NO_VJP_YET, NON_DIFFERENTIABLE, VJP
 from lazyburn.ir.ops import OPS
 
@@ -608,3 +609,72 @@ def test_requires_grad_on_an_integer_tensor_is_a_dtype_error():
     assert e.value.origin.endswith(f"test_autograd.py:{e.tb.tb_lineno}")
     with pytest.raises(lb.DTypeError, match="int64"):
         lb.arange(3).requires_grad_()
+
+
+# large gathers: the sorted segmented sum -------------------------------------------------------
+@pytest.mark.parametrize("device", ["numpy"] + FUSED_DEVICES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_take_gradient_as_a_sorted_segmented_sum(device, dtype, rng, monkeypatch):
+    """Above ``ONE_HOT_MAX_MACS`` the VJP of ``take`` sorts the indices and sums runs of equal
+    ones: repeated and negative indices add up, rows no index names get zero, in the table's
+    dtype, and no matmul is planned."""
+    monkeypatch.setattr(autograd_rules, "ONE_HOT_MAX_MACS", 0)
+    table = rng.standard_normal((3, 37, 4)).astype(dtype)
+    idx = rng.integers(-37, 37, (5, 9))
+    idx[0, :6] = 11  # a long run
+    idx[1, 0] = -26  # 11 again, negative
+    up = rng.standard_normal((3, 5, 9, 4)).astype(dtype)
+    x = lb.tensor(table, device=device, requires_grad=True)
+    lb.take(x, lb.tensor(idx, device=device), axis=1).backward(lb.tensor(up, device=device))
+    if device != "numpy":
+        plan = lb.explain(x.grad)
+        assert "matmul" not in {k.kind for k in plan.kernels}
+        assert any(k.kind == "sort" for k in plan.kernels), str(plan)
+    expected = np.zeros(table.shape)
+    np.add.at(expected, (slice(None), idx % 37), up.astype(np.float64))
+    got = x.grad.numpy()
+    assert got.dtype == dtype
+    assert (got[:, np.setdiff1d(np.arange(37), idx % 37)] == 0).all()
+    tol = 2e-3 if dtype is np.float16 else 1e-5
+    np.testing.assert_allclose(got.astype(np.float64), expected, rtol=tol, atol=tol)
+
+
+def test_take_gradient_chooses_the_sorted_sum_for_a_large_table(rng):
+    """A word embedding's gradient (a 30 522-row table) is no one-hot product; a small table's
+    is."""
+    ids = lb.tensor(rng.integers(0, 30522, (8, 128)), device=FUSED_DEVICES[0]) \
+        if FUSED_DEVICES else None
+    if ids is None:
+        pytest.skip("no fused device on this machine")
+    for rows, matmuls in ((30522, 0), (16, 1)):
+        w = lb.tensor(rng.standard_normal((rows, 64)).astype(np.float32),
+                      device=FUSED_DEVICES[0], requires_grad=True)
+        lb.take(w, ids % rows, axis=0).sum().backward()
+        kinds = [k.kind for k in lb.explain(w.grad).kernels]
+        assert kinds.count("matmul") == matmuls, kinds
+
+
+# normalizations: the stabilizing maximum carries no gradient ------------------------------------
+@pytest.mark.parametrize("device", ["numpy"] + FUSED_DEVICES)
+def test_softmax_family_gradients_at_tied_maxima_match_pytorch(device, rng):
+    """Rows with tied maxima and -inf entries: the gradients are PyTorch's, and no comparison
+    with the row maximum is recorded for the backward (the shift's terms cancel exactly)."""
+    a = rng.standard_normal((6, 7)).astype(np.float32)
+    a[0, [1, 4]] = 3.0
+    a[1, :] = 0.5
+    a[2, 3] = -np.inf
+    up = rng.standard_normal((6, 7)).astype(np.float32)
+    fns = {"softmax": (lambda t: lb.softmax(t, -1), lambda t: torch.softmax(t, -1)),
+           "log_softmax": (lambda t: lb.log_softmax(t, -1), lambda t: torch.log_softmax(t, -1)),
+           "logsumexp": (lambda t: lb.logsumexp(t, 1, keepdims=True) * t,
+                         lambda t: torch.logsumexp(t, 1, keepdim=True) * t)}
+    for name, (ours, theirs) in fns.items():
+        x = lb.tensor(a, device=device, requires_grad=True)
+        ours(x).backward(lb.tensor(up, device=device))
+        if device != "numpy":
+            ops = [o.op for k in lb.explain(x.grad).kernels for o in k.ops]
+            assert "eq" not in ops, (name, ops)
+        t = torch.tensor(a, requires_grad=True)
+        theirs(t).backward(torch.tensor(up))
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=name)

@@ -407,3 +407,37 @@ def test_half_chains_round_after_every_op_alone_and_around_a_matmul(device, rng)
     for g, w in zip(got, want):
         assert g.dtype == np.float16
         np.testing.assert_array_equal(g, w)
+
+
+def test_a_batch_times_one_matrix_is_one_product_and_so_is_its_gradient(device, rng):
+    """(B, M, K) @ (K, N) folds the batch into M: one (B*M, K) @ (K, N) product; the matrix's
+    gradient is then one product over B*M, with no reduction over the batch."""
+    a = rng.standard_normal((3, 5, 4)).astype(np.float32)
+    w = rng.standard_normal((4, 6)).astype(np.float32)
+    up = rng.standard_normal((3, 5, 6)).astype(np.float32)
+    plan = check(lambda x, y: x @ y, device, a, w, rtol=1e-5, atol=1e-5, kernels=1)
+    assert [o.shape for o in plan.kernels[0].ops if o.op == "matmul"] == [(15, 6)]
+    x = lb.tensor(a, device=device, requires_grad=True)
+    y = lb.tensor(w, device=device, requires_grad=True)
+    (x @ y).backward(lb.tensor(up, device=device))
+    assert lb.explain(y.grad).kinds() == ["matmul"], str(lb.explain(y.grad))
+    np.testing.assert_allclose(y.grad.numpy(), np.einsum("bmk,bmn->kn", a, up), rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), up @ w.T, rtol=1e-4, atol=1e-5)
+
+
+def test_a_chain_read_at_several_places_is_stored_before_a_widening_gather(device, rng):
+    """A cheap chain whose every step reads the last one at two places (a log-step scan) may
+    be recomputed inside one kernel over its own elements, but not for each element of a
+    gather 32 times its size: it is stored, and the gather's kernel only loads it."""
+    a = rng.standard_normal((64, 8)).astype(np.float32)
+    idx = rng.integers(0, 64, 2048)
+
+    def scan_then_gather(x, ids):
+        for step in (1, 2, 4):
+            x = x + lb.pad(x[:-step], ((step, 0), (0, 0)))
+        return lb.take(x, ids, axis=0)
+
+    plan = check(scan_then_gather, device, a, idx, rtol=1e-5, atol=1e-5)
+    gather = [k for k in plan.kernels if any(o.op == "take" for o in k.ops)]
+    assert len(gather) == 1 and not any(o.op == "add" for o in gather[0].ops), str(plan)

@@ -23,8 +23,9 @@ without a derivative (sources, comparisons, integer, bitwise and logical ops, ar
 argsort, any/all) are listed in ``NON_DIFFERENTIABLE``. Ops whose derivative is zero almost
 everywhere (floor, ceil, round, sign, floordiv) give zeros, as in PyTorch. Broadcasting is
 explicit in the graph (``expand`` nodes), so its summation is the VJP of ``expand``. There is no
-scatter op: the VJP of ``take`` is a one-hot matrix product and that of ``take_along_axis`` a
-sum over a one-hot comparison, both recorded like any op.
+scatter op: the VJP of ``take`` is a one-hot matrix product (a sorted segmented sum for large
+tables, ``_segment_sum``) and that of ``take_along_axis`` a sum over a one-hot comparison, all
+recorded like any op.
 
 Grad mode is per thread, as in PyTorch; ``backward`` records its VJPs with grad mode off unless
 ``create_graph=True`` (then they are taped too, for higher derivatives).
@@ -46,8 +47,10 @@ from . import record as rec
 from .creation import arange, ones, tril, zeros_like
 from .elementwise import where
 from .linalg import matmul
-from .movement import flip, pad, permute_dims, spread
+from .movement import flip, pad, permute_dims, spread, take
 from .reduction import cumprod, cumsum
+from .searching import searchsorted
+from .sorting import argsort
 from .record import Origin, wrap
 
 
@@ -644,19 +647,54 @@ def _gathered(idx, size: int):
     return where(idx < 0, idx + size, idx).clip(0, size - 1)
 
 
+#: above this many multiply-adds, the one-hot product of ``take``'s VJP gives way to the sorted
+#: segmented sum (a word embedding's gradient: 30 522 rows x 1 024 tokens x 128 = 4e9 of them)
+ONE_HOT_MAX_MACS = 2 ** 24
+
+
 @_rule("take")
 def _take(g, y, xs, attrs):
-    # the scatter-add of g into x's rows as a product with the one-hot matrix of the indices:
-    # (rows of x, indices) @ (before, indices, after) -> (before, rows of x, after)
+    # the scatter-add of g into x's rows: (before, indices, after) -> (before, rows of x, after)
     x, idx = xs
     (axis,) = attrs
     size = x.shape[axis]
     before = math.prod(x.shape[:axis])
     after = math.prod(x.shape[axis + 1:])
     flat = _gathered(idx, size).reshape((idx.size,))
-    rows = arange(size, device=x.device).reshape((size, 1))
-    one_hot = (rows == flat.reshape((1, idx.size))).astype(g.dtype)
-    return matmul(one_hot, g.reshape((before, idx.size, after))).reshape(x.shape), None
+    g3 = g.reshape((before, idx.size, after))
+    if before * size * idx.size * after <= ONE_HOT_MAX_MACS or idx.size < 2:
+        # small: a product with the one-hot matrix of the indices, (rows of x, indices) @ g3
+        rows = arange(size, device=x.device).reshape((size, 1))
+        one_hot = (rows == flat.reshape((1, idx.size))).astype(g.dtype)
+        return matmul(one_hot, g3).reshape(x.shape), None
+    return _segment_sum(g3, flat, size).reshape(x.shape), None
+
+
+def _segment_sum(g3, flat, size: int):
+    """``out[:, r, :]`` = the sum of ``g3[:, i, :]`` over the ``i`` where ``flat[i] == r``, for
+    ``g3`` (before, n, after) and int64 ``flat`` (n,) in [0, size), n >= 2: deterministic, with
+    no scatter. The indices are sorted (stably), ``g3``'s slices follow them, and an inclusive
+    segmented scan along the sorted axis (Hillis and Steele, "Data parallel algorithms", CACM
+    29(12), 1986: ceil(log2 n) steps, each adding the partial sum d places back where the index
+    there is the same) leaves each run's total at its last place; row ``r`` reads the place
+    before the first index greater than ``r`` (``searchsorted``), zero where that index is not
+    ``r``. Work ~ n log n x before x after, against the one-hot product's size x n x before x
+    after. Half-precision slices sum in float32, like the product's accumulator."""
+    n = flat.shape[0]
+    order = argsort(flat)
+    keys = take(flat, order)
+    acc = "float32" if g3.dtype.itemsize < 4 else g3.dtype
+    part = take(g3, order, axis=1).astype(acc)
+    step = 1
+    while step < n:
+        back_keys = pad(keys[:n - step], ((step, 0),), constant_values=-1)  # keys are >= 0
+        back = pad(part[:, :n - step], ((0, 0), (step, 0), (0, 0)))
+        part = part + where((back_keys == keys).reshape((1, n, 1)), back, 0.0)
+        step *= 2
+    rows = arange(size, device=flat.device)
+    last = (searchsorted(keys, rows, side="right") - 1).clip(0, n - 1)
+    hit = (take(keys, last) == rows).reshape((1, size, 1))
+    return where(hit, take(part, last, axis=1), 0.0).astype(g3.dtype)
 
 
 @_rule("take_along_axis")

@@ -79,6 +79,13 @@ def _back(y, x):
     return y.astype(x.dtype) if x.dtype.is_float else y
 
 
+def _shift(m):
+    """A maximum subtracted for stability, cut from the gradient: the result does not depend on
+    the shift (its derivative with respect to it is exactly zero), and its own VJP would spread
+    the gradient over the elements equal to the maximum only for the terms to cancel."""
+    return m.detach() if m.requires_grad else m
+
+
 def softmax(x, axis=-1):
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``: one broadcasted multi-reduction.
     Integer inputs give float32; half inputs are computed in float32."""
@@ -88,7 +95,7 @@ def softmax(x, axis=-1):
     xc = _upcast(x)
     if x.size == 0:  # no row to normalize (and no maximum to subtract)
         return _back(xc, x)
-    e = (xc - xc.max(axis, keepdims=True)).exp()
+    e = (xc - _shift(xc.max(axis, keepdims=True))).exp()
     return _back(e / e.sum(axis, keepdims=True), x)
 
 
@@ -100,7 +107,7 @@ def log_softmax(x, axis=-1):
     xc = _upcast(x)
     if x.size == 0:
         return _back(xc, x)
-    shifted = xc - xc.max(axis, keepdims=True)
+    shifted = xc - _shift(xc.max(axis, keepdims=True))
     return _back(shifted - shifted.exp().sum(axis, keepdims=True).log(), x)
 
 

@@ -69,11 +69,17 @@ def matmul(x1, x2):
         raise ShapeError(f"matmul: inner dimensions differ: {given[0]} @ {given[1]} "
                          f"({k} != {k2})", origin)
     batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2], origin=origin)
-    a = broadcast_to(cast(a, d, origin), batch + (m, k), origin)
-    b = broadcast_to(cast(b, d, origin), batch + (k, n), origin)
     if k == 0:  # a sum of no products
         out = const(0, batch + (m, n), d, device, origin)
+    elif len(b.shape) == 2 and batch:
+        # one matrix for every batch: the batch folds into M, (batch * M, K) @ (K, N), one
+        # product instead of a batch of them over a broadcast operand (and in the VJP, x2's
+        # gradient is one product over batch * M instead of a batch of them summed)
+        a = reshape_node(cast(a, d, origin), (math.prod(batch) * m, k), origin)
+        out = node("matmul", (a, cast(b, d, origin)), (), (a.shape[0], n), d, device, origin)
     else:
+        a = broadcast_to(cast(a, d, origin), batch + (m, k), origin)
+        b = broadcast_to(cast(b, d, origin), batch + (k, n), origin)
         out = node("matmul", (a, b), (), batch + (m, n), d, device, origin)
     shape = batch + ((m,) if not a_vec else ()) + ((n,) if not b_vec else ())
     return wrap(reshape_node(out, shape, origin))

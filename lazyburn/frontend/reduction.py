@@ -215,6 +215,8 @@ def logsumexp(x, axis=None, keepdims=False):
     xa = x.astype(_accumulator(x))
     m = max(xa, axes, keepdims=True)
     m = where(m.isfinite(), m, 0.0)
+    if m.requires_grad:  # the result does not depend on the shift: no gradient flows into it
+        m = m.detach()
     out = (xa - m).exp().sum(axes, keepdims=True).log() + m
     if not keepdims:
         out = out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))

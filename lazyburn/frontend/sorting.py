@@ -18,7 +18,6 @@ from ..errors import DTypeError, ShapeError
 from ..ir import dtypes as dt
 from ..ir.node import Node
 from ..ir.shapes import normalize_axis
-from .autograd import requires_grad
 from .elementwise import binary
 from .movement import pad, permute_dims, range_node, reshape_node, take_along_axis
 from .record import Origin, cast, check_axis_int, const, node, tensor_node, wrap
@@ -141,6 +140,6 @@ def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True)
     gather). Raises ShapeError like ``argsort``."""
     origin = Origin()
     n, a = _checked("sort", x, axis, origin)
-    if requires_grad(wrap(n)):  # the gradient flows back through the gather
+    if wrap(n).requires_grad:  # the gradient flows back through the gather
         return take_along_axis(wrap(n), wrap(argsort_node(n, a, descending, origin)), axis=a)
     return wrap(_sorted(n, a, descending, origin, positions=False))

@@ -142,7 +142,8 @@ class Lowering:
                 stack.pop()
                 e = done.value
                 memo[key] = e
-                if e.op != "load":
+                if e.op != "load" or node.op in ("take", "take_along_axis"):
+                    # (a gather is computed even where it ends in a load: its indices are)
                     self.computed.setdefault(id(node), node)
                 continue
             x, x_index, x_mask = need

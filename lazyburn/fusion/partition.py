@@ -55,7 +55,8 @@ MAX_DEPTH = 96  # ops in the longest chain one kernel computes inline
 #: positions at which one kernel may compute a value for each element it computes
 MAX_POSITIONS = 16
 #: ops that read an input at other positions than their own (each such reader adds its own)
-_MOVING = VIEWS | {"take", "take_along_axis"}
+_GATHERS = frozenset({"take", "take_along_axis"})
+_MOVING = VIEWS | _GATHERS
 
 
 class _Cycle(Exception):
@@ -224,8 +225,9 @@ class Partitioner:
         products read level by level through slices (the complex ``prod``) would otherwise
         unroll into one kernel whole, its code as long as the tree. Counted from the outputs,
         the anchors and the values already cut back towards the leaves: a value's positions
-        are the sum of its view and gather readers' (each reads it elsewhere) and the most of
-        its other readers' (they read it where they are computed). This bounds the count from
+        are the sum of its view and gather readers' (each reads it elsewhere; a gather from it into
+        more elements than it has, times that ratio) and the most of its other readers'
+        (they read it where they are computed). This bounds the count from
         above (two view chains may reach the same positions); only an op that is not a view is
         cut, so what is stored is a value, never a view chain."""
         moved: dict[int, int] = {}  # id -> positions read by view and gather readers
@@ -242,7 +244,14 @@ class Partitioner:
                 cut.add(i)
                 f = 1
             for x in {id(x): x for x in n.inputs}.values():
-                if n.op in _MOVING:
+                if n.op in _GATHERS and x is n.inputs[0] and n.size > x.size > 0:
+                    # a gather into more elements than its table has computes the table's value
+                    # that many times over: counted in the value's own elements, so that a
+                    # chain read at several positions is not recomputed for each row of a
+                    # larger result (a segmented sum read back into an embedding's gradient;
+                    # the indices, like a broadcast operand, count once)
+                    moved[id(x)] = moved.get(id(x), 0) + f * n.size / x.size
+                elif n.op in _MOVING:
                     moved[id(x)] = moved.get(id(x), 0) + f
                 else:
                     kept[id(x)] = max(kept.get(id(x), 0), f)
