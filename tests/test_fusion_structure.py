@@ -411,7 +411,8 @@ def test_half_chains_round_after_every_op_alone_and_around_a_matmul(device, rng)
 
 def test_a_batch_times_one_matrix_is_one_product_and_so_is_its_gradient(device, rng):
     """(B, M, K) @ (K, N) folds the batch into M: one (B*M, K) @ (K, N) product; the matrix's
-    gradient is then one product over B*M, with no reduction over the batch."""
+    gradient is then one product over B*M, with no reduction over the batch. Not where x1 is
+    a permuted view."""
     a = rng.standard_normal((3, 5, 4)).astype(np.float32)
     w = rng.standard_normal((4, 6)).astype(np.float32)
     up = rng.standard_normal((3, 5, 6)).astype(np.float32)
@@ -424,6 +425,10 @@ def test_a_batch_times_one_matrix_is_one_product_and_so_is_its_gradient(device, 
     np.testing.assert_allclose(y.grad.numpy(), np.einsum("bmk,bmn->kn", a, up), rtol=1e-4,
                                atol=1e-5)
     np.testing.assert_allclose(x.grad.numpy(), up @ w.T, rtol=1e-4, atol=1e-5)
+    # a permuted x1's batch and rows share no stride: it stays a batch of products
+    plan = check(lambda x, y: x.mT @ y, device, a.transpose(0, 2, 1).copy(), w, rtol=1e-5,
+                 atol=1e-5, kernels=1)
+    assert [o.shape for o in plan.kernels[0].ops if o.op == "matmul"] == [(3, 5, 6)]
 
 
 def test_a_chain_read_at_several_places_is_stored_before_a_widening_gather(device, rng):

@@ -83,6 +83,26 @@ def test_cross_entropy_forward_and_backward_take_two_kernels_each(device, rng):
     np.testing.assert_allclose(g.numpy(), xt.grad.numpy(), rtol=2e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("device", FUSED_DEVICES)
+def test_cross_entropy_loss_and_gradient_planned_together_take_four_kernels(device, rng):
+    """A training step reads the loss and the gradient from one plan: the rows' max and sum of
+    exponentials stay one reduction, the gradient is written by the reduction that sums the
+    target's one-hot, and the loss's sum and the count of its targets are two small kernels
+    (together they would close a cycle through the gradient's mean divisor)."""
+    x = lb.tensor(randn(rng, 64, 300) * 2, device=device, requires_grad=True)
+    t = class_targets(rng, 64, 300, ignored=5)
+    loss = lb.cross_entropy(x, lb.tensor(t, device=device))
+    (g,) = lb.autograd.grad(loss, [x])
+    plan = lb.explain(loss, g)
+    assert plan.kernel_count == 4, str(plan)
+    assert "reduction(max,sum)" in [k.label for k in plan.kernels], str(plan)
+    xt = torch.tensor(x.numpy(), requires_grad=True)
+    want = TF.cross_entropy(xt, torch.tensor(t))
+    want.backward()
+    np.testing.assert_allclose(loss.numpy(), want.detach().numpy(), rtol=2e-5)
+    np.testing.assert_allclose(g.numpy(), xt.grad.numpy(), rtol=2e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_cross_entropy_with_class_weights_and_smoothing_over_spatial_dims(device, rng):
     x, t = randn(rng, 3, 4, 2, 5), class_targets(rng, 3, 4, ignored=3, shape=(3, 2, 5))

@@ -1,7 +1,8 @@
 """The CPU launch paths of the OpenCL device: the library matmul (BLAS on mapped buffers, with
 prologue kernels that may store their operand transposed and an epilogue that may be skipped),
 max/min row loops over integer keys (NaN still wins), element-wise kernels in rows, short
-reductions in blocks of rows (pooling windows), and the buffer pool. Values against NumPy; each test checks that its path was taken."""
+reductions in blocks of rows (pooling windows), column sums in blocks of adjacent columns, and
+the buffer pool. Values against NumPy; each test checks that its path was taken."""
 from __future__ import annotations
 
 import numpy as np
@@ -176,3 +177,30 @@ def test_pooling_windows_reduce_in_blocks_of_rows(backend, rng, pool):
         assert (np.signbit(got[ok]) == np.signbit(want[ok])).all()
     else:
         np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape, axes", [((1000, 300), 0), ((4, 50, 67), (0, 1)),
+                                         ((33, 2000), 0), ((4096, 96), 0)])
+def test_column_sums_reduce_blocks_of_adjacent_rows(backend, rng, shape, axes):
+    """A sum down the columns of a row-major matrix (a bias's gradient): each work-item sums a
+    block of adjacent columns, the loop over the block innermost (one vector loop), the last
+    block short where the columns do not divide; each column a cascade of blocks of 16 terms.
+    Values, infinities, nan and zero columns against NumPy's float64 sum, within the cascade's
+    error bound."""
+    x = rng.standard_normal(shape, dtype=np.float32) * rng.uniform(0.1, 100, shape[-1]) \
+        .astype(np.float32)
+    flat = x.reshape(-1, shape[-1])
+    flat[3, 1], flat[5, 2], flat[7, 2], flat[9, 4] = np.inf, np.inf, -np.inf, np.nan
+    flat[:, 6] = -0.0
+    b = rng.standard_normal(shape[-1], dtype=np.float32)
+    got, compiled = run(lambda t, c: (t * 0.5).sum(axes) + c, x, b)
+    assert "const int count = min(" in compiled[0].source, compiled[0].source
+    want = (x.astype(np.float64) * 0.5).sum(axes) + b
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[np.isinf(want)], want[np.isinf(want)])
+    finite = np.isfinite(want)
+    n = flat.shape[0]
+    bound = (16 + 2 * np.log2(n / 16) + 4) * 2.0 ** -24 * \
+        (np.abs(flat.astype(np.float64)) * 0.5).sum(0) + np.abs(want) * 2.0 ** -24
+    assert (np.abs(got[finite] - want[finite]) <= bound[finite]).all()
+    assert got[6] == b[6]

@@ -15,10 +15,12 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
   int64 mask); a sequential reduction may also take ``rows`` (each work-item loops over
   ``rows`` consecutive rows, the short row loop unrolled and the loop over rows vectorized:
   on a CPU a pooling window's strided loads become vector loads, and the index arithmetic
-  runs once per block of rows). Float sums and products accumulate in that many explicit
-  partial results per work-item, blocked and combined pairwise (see ``_pairwise_accumulate``
-  for the error bound), so that the loop vectorizes without letting the compiler reorder
-  float arithmetic;
+  runs once per block of rows); or ``columns`` with ``rows`` (sums down the columns of a
+  row-major matrix, CPU: each work-item sums ``rows`` adjacent columns at once, the loop over
+  them innermost, see ``_render_columns``). Float sums and products accumulate in that many
+  explicit partial results per work-item, blocked and combined pairwise (see
+  ``_pairwise_accumulate`` for the error bound), so that the loop vectorizes without letting
+  the compiler reorder float arithmetic;
 * scan: ``strategy`` -- ``sequential`` (one work-item per row walks it in order: short rows,
   or many rows on a CPU) or ``tree`` (one work-group of ``local`` work-items per row, each
   scanning ``per_item`` consecutive elements of a tile; see ``_render_scan``);
@@ -905,6 +907,9 @@ def _arg_combine(stage: Stage, acc: str, idx: str, v: str, vi: str, tie_break: b
 
 
 def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel:
+    if params.get("strategy") == "columns":
+        return _render_columns(spec, name, int(params["rows"]), params.get("vector_width"),
+                               fast)
     p = OpenCLPrinter(spec, fast)
     it = p.index_type
     strategy = params.get("strategy") or ("sequential" if spec.reduce_size <= 32 else "tree")
@@ -1002,6 +1007,108 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
         rendered = RenderedKernel(name, _finish(p, body), (max(spec.rows // max(rows, 1), 1),),
                                   None)
     return rendered
+
+
+def columns_apply(spec: ReductionSpec) -> bool:
+    """Whether ``spec`` can take the ``columns`` launch (see ``_render_columns``): float sums
+    that do not read each other's results, no per-element outputs, and every load either the
+    same for all rows or moving one element from a row to the next, with at least one that
+    moves (a column of a row-major matrix summed down its rows)."""
+    if any(o.index is not None for o in spec.outputs) or not all(
+            st.op == "sum" and st.acc_dtype.is_float for st in spec.stages):
+        return False
+    moving = False
+    for e in topo_exprs([st.value for st in spec.stages]):
+        if e.op == "reduced":
+            return False
+        if e.op == "load":
+            step = _step_along(e.args[1], "row")
+            if step not in (0, 1):
+                return False
+            moving |= step == 1 and _step_along(e.args[1], "r") != 1
+    return moving
+
+
+def _render_columns(spec: ReductionSpec, name, rows: int, width, fast) -> RenderedKernel:
+    """The CPU launch of a reduction down columns (``columns_apply``): work-item ``o`` sums
+    ``rows`` adjacent rows at once, the loop over them innermost, where its loads are
+    consecutive and the compiler makes it one vector loop (the row-at-a-time launch instead
+    reads a column element by element, a cache line per element). Each row's sum is a cascade
+    as ``_pairwise_accumulate``'s with one lane: blocks of ``BLOCK_CHUNKS`` terms added in
+    order, the blocks combined pairwise through a binary counter (``lvl<k>[j][.]`` holds the
+    sum of 2^j blocks), the terms after the last whole block one more block; the error bound
+    is that of one lane, (BLOCK_CHUNKS + 2 log2(n / BLOCK_CHUNKS) + 2) u sum|x_i| to first
+    order. The last work-item's block of rows may be short."""
+    p = OpenCLPrinter(spec, fast)
+    it = p.index_type
+    p.rows, p.row_var = rows, "row"
+    row, r = find_var(spec, "row"), find_var(spec, "r")
+    n = spec.reduce_size
+    blocks, rest = divmod(n, BLOCK_CHUNKS)
+    levels = max(blocks.bit_length(), 1)
+    vec = [f"    #pragma clang loop vectorize_width({int(width)})"] if width else []
+    body = [_signature(p, name) + " {",
+            f"    const {it} o = ({it})get_global_id(0);",
+            f"    const {it} count = min(({it}){rows}, ({it})({spec.rows} - o * {rows}));"]
+    stages = list(enumerate(spec.stages))
+    for k, stage in stages:
+        acc_t = VALUE[stage.acc_dtype.name]
+        body += [f"    {acc_t} acc{k}[{rows}], blk{k}[{rows}], lvl{k}[{levels}][{rows}];",
+                 f"    for (int j = 0; j < {rows}; ++j) acc{k}[j] = 0;"]
+    lines, names = p.emit([st.value for _, st in stages], {row.id: "row", r.id: "r"})
+
+    def block(first: str, count: int) -> list[str]:
+        # blk<k>[j] = the sum, in order, of the terms first .. first + count - 1 of row j
+        out = [f"for (int j = 0; j < {rows}; ++j) blk{k}[j] = 0;" for k, _ in stages]
+        out += [f"for ({it} g = 0; g < {count}; ++g) {{",
+                f"    const {it} r = {first} + g;", *vec,
+                f"    for ({it} j = 0; j < count; ++j) {{",
+                f"        const {it} row = o * {rows} + j;"]
+        out += indent(lines, 8)
+        for k, stage in stages:
+            v = names[stage.value.id]
+            if stage.acc_dtype is not stage.value.dtype:
+                v = f"(({VALUE[stage.acc_dtype.name]}){v})"
+            out.append(f"        blk{k}[j] = blk{k}[j] + {v};")
+        return out + ["    }", "}"]
+
+    if blocks:
+        body += [f"    for ({it} b = 0; b < {blocks}; ++b) {{"]
+        body += indent(block(f"b * {BLOCK_CHUNKS}", BLOCK_CHUNKS), 8)
+        body += ["        int d = 0;",  # the levels this block completes
+                 f"        for ({it} c = b; c & 1; c >>= 1) ++d;"]
+        for k, _ in stages:
+            body += ["        for (int j = 0; j < count; ++j) {",
+                     f"            {VALUE[spec.stages[k].acc_dtype.name]} s = blk{k}[j];",
+                     f"            for (int e = 0; e < d; ++e) s = lvl{k}[e][j] + s;",
+                     f"            lvl{k}[d][j] = s;",
+                     "        }"]
+        body += ["    }"]
+        for k, _ in stages:
+            body += [f"    for (int e = {levels - 1}; e >= 0; --e)",
+                     f"        if (({blocks} >> e) & 1)",
+                     f"            for (int j = 0; j < count; ++j) acc{k}[j] = acc{k}[j] + "
+                     f"lvl{k}[e][j];"]
+    if rest:
+        body += indent(block(str(blocks * BLOCK_CHUNKS), rest), 4)
+        for k, _ in stages:
+            body.append(f"    for (int j = 0; j < count; ++j) acc{k}[j] = acc{k}[j] + "
+                        f"blk{k}[j];")
+    bound = {row.id: "row"}
+    epilogue = [f"    for ({it} j = 0; j < count; ++j) {{",
+                f"        const {it} row = o * {rows} + j;"]
+    for k, stage in stages:
+        out_t = VALUE[stage.dtype.name]
+        result = f"(({out_t})acc{k}[j])"
+        if stage.dtype.name in HALF_ROUND:
+            result = f"{HALF_ROUND[stage.dtype.name]}({result})"
+        epilogue.append(f"        const {out_t} stage{k} = {result};")
+        bound[reduced_expr_id(spec, k)] = f"stage{k}"
+    out_lines, out_names = p.emit([o.value for o in spec.outputs], bound)
+    epilogue += indent(out_lines + [p.store(o.arg, "row", out_names[o.value.id])
+                                     for o in spec.outputs], 8)
+    body += epilogue + ["    }", "}"]
+    return RenderedKernel(name, _finish(p, body), (-(-spec.rows // rows),), None)
 
 
 DEFAULT_LANES = 8  # partial sums per work-item when the launch names no vector width

@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import DTypeError, ShapeError
 from ..ir import dtypes as dt
 from ..ir.node import Node
+from ..ir.ops import VIEWS
 from ..ir.shapes import broadcast_shapes, normalize_axes, normalize_axis, prod
 from ..runtime import linalg_library
 from . import elementwise as ew
@@ -45,7 +46,8 @@ def matmul(x1, x2):
 
     A 1-D ``x1`` is treated as (1, K) and a 1-D ``x2`` as (K, 1), the added dimension removed
     from the result (array API). float16/bfloat16 accumulate in float32. With K = 0 the result
-    is zeros; with M or N = 0 it is empty.
+    is zeros; with M or N = 0 it is empty. A batch times one matrix is planned as one product,
+    the batch folded into M (as ``lb.explain`` shows).
 
     Raises ShapeError for rank-0 operands or mismatched inner dimensions, DTypeError for bool.
     """
@@ -71,10 +73,11 @@ def matmul(x1, x2):
     batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2], origin=origin)
     if k == 0:  # a sum of no products
         out = const(0, batch + (m, n), d, device, origin)
-    elif len(b.shape) == 2 and batch:
+    elif len(b.shape) == 2 and batch and _row_major(a):
         # one matrix for every batch: the batch folds into M, (batch * M, K) @ (K, N), one
         # product instead of a batch of them over a broadcast operand (and in the VJP, x2's
-        # gradient is one product over batch * M instead of a batch of them summed)
+        # gradient is one product over batch * M instead of a batch of them summed); not for
+        # a permuted or sliced x1, whose batch and rows would not merge into one stride
         a = reshape_node(cast(a, d, origin), (math.prod(batch) * m, k), origin)
         out = node("matmul", (a, cast(b, d, origin)), (), (a.shape[0], n), d, device, origin)
     else:
@@ -83,6 +86,14 @@ def matmul(x1, x2):
         out = node("matmul", (a, b), (), batch + (m, n), d, device, origin)
     shape = batch + ((m,) if not a_vec else ()) + ((n,) if not b_vec else ())
     return wrap(reshape_node(out, shape, origin))
+
+
+def _row_major(n: Node) -> bool:
+    """Whether ``n`` is laid out row-major wherever it is stored: a computed value or a buffer,
+    or a reshape of one."""
+    while n.op == "reshape":
+        n = n.inputs[0]
+    return n.op not in VIEWS
 
 
 def vecdot(x1, x2, axis=-1):

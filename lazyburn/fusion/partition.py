@@ -28,8 +28,11 @@ Burn's future work included: several broadcasted reductions over the same rows i
    A library call (a matrix decomposition, ``ir.ops`` kind ``library``) is a group of its own
    that nothing fuses into: the library reads its inputs stored, contiguous in their own
    shape, and its result is stored for its readers.
-4. *Legality.* No merge may create a cycle between groups (networkx on the group graph); the
-   backend's limit on kernel arguments splits a group by storing an intermediate.
+4. *Legality.* No merge may create a cycle between groups (networkx on the group graph): a
+   cycle is broken by writing a value an anchor group stored on write from a kernel of its
+   own, or, where that reads fewer elements, by moving the last stage of a multi-stage
+   reduction to a kernel of its own. The backend's limit on kernel arguments splits a group
+   by storing an intermediate.
 5. *Size.* A kernel inlines no chain deeper than ``MAX_DEPTH`` ops and computes no value at
    more than ``MAX_POSITIONS`` positions per element (a value read through many views is
    stored instead): both bound its code, and so its compile time.
@@ -344,9 +347,17 @@ class Partitioner:
                 part = self._partition()
             except _Cycle as cycle:
                 # a value written by an anchor group closed a cycle: store it from a kernel of
-                # its own, those merely read along first (a fuse-on-write saves more)
+                # its own, those merely read along first (a fuse-on-write saves more)...
                 fresh = cycle.read_along - self.no_write_fusion or \
                     cycle.written - self.no_write_fusion
+                # ...unless a reduction of several stages reads fewer elements than those
+                # values have: its last stage then re-reads its input from a kernel of its own
+                # (a loss's sum beside the count of its targets, under a vocabulary's logits)
+                cheap = [s for s in cycle.staged if s[-1].inputs[0].size <
+                         sum(self._node_by_id(i).size for i in fresh)]
+                if cheap:
+                    self._split_last_stages([min(cheap, key=lambda s: s[-1].inputs[0].size)])
+                    continue
                 if fresh:
                     self.no_write_fusion |= fresh
                     continue

@@ -27,6 +27,9 @@ def default_params(backend, k) -> dict:
     if k.kind == "elementwise":
         return elementwise_params(backend, spec)
     if k.kind == "reduction":
+        columns = reduction_columns(backend, spec)
+        if columns:
+            return {"strategy": "columns", "rows": columns[0], **_row_vectors(backend)}
         many_rows = spec.rows >= 4 * backend.compute_units
         if spec.reduce_size <= 32 or (cpu and many_rows):
             rows = reduction_rows(backend, spec)
@@ -136,6 +139,19 @@ def reduction_rows(backend, spec) -> int | None:
     return rows
 
 
+def reduction_columns(backend, spec) -> list:
+    """Rows per work-item for the ``columns`` launch of a CPU reduction down the columns of a
+    row-major matrix (``codegen.opencl.columns_apply``: a bias's gradient, a batch's mean),
+    the default first: 64, 32 or 16 adjacent rows while that leaves four blocks of rows per
+    core, else 16 while every core gets one. Empty when the launch does not apply: short rows
+    (``reduction_rows``' case), a GPU."""
+    if not backend.is_cpu or spec.reduce_size <= SHORT_ROW or not cl_codegen.columns_apply(spec):
+        return []
+    cores = backend.compute_units
+    return [rows for rows in (64, 32, 16) if spec.rows >= 4 * rows * cores] or \
+        [16] * (spec.rows >= 16 * cores)
+
+
 def row_length(shape) -> int | None:
     """Elements per row for the row launch of an element-wise kernel over ``shape``: the last
     dimension (a strided view's contiguous run), merged with the ones before it while shorter
@@ -186,6 +202,11 @@ def candidates(backend, k) -> list[Candidate]:
                                      {"strategy": "tree", "local": local}, 1))
         out.append(Candidate("sequential", {"strategy": "sequential", "local": None,
                                             **_row_vectors(backend)}, 1))
+        for rows in reduction_columns(backend, spec):
+            if default.get("rows") != rows:
+                out.append(Candidate(f"columns,rows={rows}",
+                                     {"strategy": "columns", "rows": rows,
+                                      **_row_vectors(backend)}, 1))
         rows = reduction_rows(backend, spec)
         if rows and default.get("rows") != rows:
             out.append(Candidate(f"sequential,rows={rows}",
