@@ -16,8 +16,8 @@ plan's key, so a kernel never needs to be general). Launch parameters come from 
   ``rows`` consecutive rows, the short row loop unrolled and the loop over rows vectorized:
   on a CPU a pooling window's strided loads become vector loads, and the index arithmetic
   runs once per block of rows); or ``columns`` with ``rows`` (sums down the columns of a
-  row-major matrix, CPU: each work-item sums ``rows`` adjacent columns at once, the loop over
-  them innermost, see ``_render_columns``). Float sums and products accumulate in that many
+  row-major matrix, CPU: each work-item sums ``rows`` adjacent columns at once, one vector
+  loop over them, see ``_render_columns``). Float sums and products accumulate in that many
   explicit partial results per work-item, blocked and combined pairwise (see
   ``_pairwise_accumulate`` for the error bound), so that the loop vectorizes without letting
   the compiler reorder float arithmetic;
@@ -1031,14 +1031,17 @@ def columns_apply(spec: ReductionSpec) -> bool:
 
 def _render_columns(spec: ReductionSpec, name, rows: int, width, fast) -> RenderedKernel:
     """The CPU launch of a reduction down columns (``columns_apply``): work-item ``o`` sums
-    ``rows`` adjacent rows at once, the loop over them innermost, where its loads are
-    consecutive and the compiler makes it one vector loop (the row-at-a-time launch instead
-    reads a column element by element, a cache line per element). Each row's sum is a cascade
-    as ``_pairwise_accumulate``'s with one lane: blocks of ``BLOCK_CHUNKS`` terms added in
-    order, the blocks combined pairwise through a binary counter (``lvl<k>[j][.]`` holds the
-    sum of 2^j blocks), the terms after the last whole block one more block; the error bound
-    is that of one lane, (BLOCK_CHUNKS + 2 log2(n / BLOCK_CHUNKS) + 2) u sum|x_i| to first
-    order. The last work-item's block of rows may be short."""
+    ``rows`` adjacent rows (columns of the matrix) at once. For each block of
+    ``BLOCK_CHUNKS`` terms, one vector loop runs over the rows, where the loads are
+    consecutive, with the block's terms unrolled inside it, each row's partial sum in a
+    register lane: the block reads ``BLOCK_CHUNKS`` rows of the matrix as as many streams
+    (the row-at-a-time launch instead reads a column element by element, a cache line per
+    element). Each row's sum is a cascade as ``_pairwise_accumulate``'s with one lane: blocks
+    of ``BLOCK_CHUNKS`` terms added in order, the blocks combined pairwise through a binary
+    counter (``lvl<k>[e][j]`` holds the sum of 2^e blocks of row j), the terms after the last
+    whole block one more block; the error bound is that of one lane, (BLOCK_CHUNKS + 2
+    log2(n / BLOCK_CHUNKS) + 2) u sum|x_i| to first order. The last work-item's block of rows
+    may be short."""
     p = OpenCLPrinter(spec, fast)
     it = p.index_type
     p.rows, p.row_var = rows, "row"
@@ -1046,7 +1049,7 @@ def _render_columns(spec: ReductionSpec, name, rows: int, width, fast) -> Render
     n = spec.reduce_size
     blocks, rest = divmod(n, BLOCK_CHUNKS)
     levels = max(blocks.bit_length(), 1)
-    vec = [f"    #pragma clang loop vectorize_width({int(width)})"] if width else []
+    vec = [f"#pragma clang loop vectorize_width({int(width)})"] if width else []
     body = [_signature(p, name) + " {",
             f"    const {it} o = ({it})get_global_id(0);",
             f"    const {it} count = min(({it}){rows}, ({it})({spec.rows} - o * {rows}));"]
@@ -1058,19 +1061,21 @@ def _render_columns(spec: ReductionSpec, name, rows: int, width, fast) -> Render
     lines, names = p.emit([st.value for _, st in stages], {row.id: "row", r.id: "r"})
 
     def block(first: str, count: int) -> list[str]:
-        # blk<k>[j] = the sum, in order, of the terms first .. first + count - 1 of row j
-        out = [f"for (int j = 0; j < {rows}; ++j) blk{k}[j] = 0;" for k, _ in stages]
-        out += [f"for ({it} g = 0; g < {count}; ++g) {{",
-                f"    const {it} r = {first} + g;", *vec,
-                f"    for ({it} j = 0; j < count; ++j) {{",
-                f"        const {it} row = o * {rows} + j;"]
+        # blk<k>[j] = the sum, in order, of the terms first .. first + count - 1 of row j: the
+        # loop over them unrolled inside the vector loop over the rows, a partial sum a lane
+        out = [*vec, f"for ({it} j = 0; j < count; ++j) {{",
+               f"    const {it} row = o * {rows} + j;"]
+        out += [f"    {VALUE[st.acc_dtype.name]} s{k} = 0;" for k, st in stages]
+        out += ["    #pragma unroll", f"    for ({it} g = 0; g < {count}; ++g) {{",
+                f"        const {it} r = {first} + g;"]
         out += indent(lines, 8)
         for k, stage in stages:
             v = names[stage.value.id]
             if stage.acc_dtype is not stage.value.dtype:
                 v = f"(({VALUE[stage.acc_dtype.name]}){v})"
-            out.append(f"        blk{k}[j] = blk{k}[j] + {v};")
-        return out + ["    }", "}"]
+            out.append(f"        s{k} = s{k} + {v};")
+        out += ["    }"] + [f"    blk{k}[j] = s{k};" for k, _ in stages]
+        return out + ["}"]
 
     if blocks:
         body += [f"    for ({it} b = 0; b < {blocks}; ++b) {{"]
