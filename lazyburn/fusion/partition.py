@@ -228,13 +228,13 @@ class Partitioner:
         products read level by level through slices (the complex ``prod``) would otherwise
         unroll into one kernel whole, its code as long as the tree. Counted from the outputs,
         the anchors and the values already cut back towards the leaves: a value's positions
-        are the sum of its view and gather readers' (each reads it elsewhere; a gather from it into
-        more elements than it has, times that ratio) and the most of its other readers'
-        (they read it where they are computed). This bounds the count from
-        above (two view chains may reach the same positions); only an op that is not a view is
-        cut, so what is stored is a value, never a view chain."""
-        moved: dict[int, int] = {}  # id -> positions read by view and gather readers
-        kept: dict[int, int] = {}  # id -> the most positions of another reader
+        are the sum of its view and gather readers' (each reads it elsewhere; a gather from it
+        into more elements than it has, times that ratio) and the most of its other readers'
+        (they read it where they are computed). This bounds the count from above (two view
+        chains may reach the same positions); only an op that is not a view is cut, so what is
+        stored is a value, never a view chain."""
+        moved: dict[int, float] = {}  # id -> positions read by view and gather readers
+        kept: dict[int, float] = {}  # id -> the most positions of another reader
         cut = set()
         for n in reversed(self.order):
             if self.is_leaf(n):
