@@ -642,10 +642,9 @@ def test_take_gradient_as_a_sorted_segmented_sum(device, dtype, rng, monkeypatch
 def test_take_gradient_chooses_the_sorted_sum_for_a_large_table(rng):
     """A word embedding's gradient (a 30 522-row table) is no one-hot product; a small table's
     is."""
-    ids = lb.tensor(rng.integers(0, 30522, (8, 128)), device=FUSED_DEVICES[0]) \
-        if FUSED_DEVICES else None
-    if ids is None:
+    if not FUSED_DEVICES:
         pytest.skip("no fused device on this machine")
+    ids = lb.tensor(rng.integers(0, 30522, (8, 128)), device=FUSED_DEVICES[0])
     for rows, matmuls in ((30522, 0), (16, 1)):
         w = lb.tensor(rng.standard_normal((rows, 64)).astype(np.float32),
                       device=FUSED_DEVICES[0], requires_grad=True)
