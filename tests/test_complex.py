@@ -456,6 +456,11 @@ def test_fused_devices_compute_complex_powers_as_the_numpy_device(device, dtype,
             else:
                 got, want = (t ** e).numpy(), (r ** e).numpy()
             keep = (np.abs(want) < big) | ~np.isfinite(want)
+            if isinstance(e, np.ndarray):
+                # random pairs overflow only: the signs of an infinite result's parts are those
+                # of cos and sin of b arg(a), an angle known to ~|b| ulps ((3e-6+173.79j) **
+                # 273 is -inf+infj or inf+infj by an error of 1e-5 rad in it): left out
+                keep &= np.isfinite(want)
             _same_specials(got[keep], want[keep])
             finite = keep & np.isfinite(want)
             amplified = 1 + np.abs(e) * (np.abs(np.log(np.abs(base))) + np.pi)
