@@ -1,7 +1,7 @@
 """Sums down the columns of a row-major matrix (a bias's gradient) on ``opencl:0`` (a CPU
-device): the ``columns`` launch (each work-item a block of adjacent columns, the loop over them
-innermost) against the one-work-item-per-column launch it replaced, and NumPy, side by side in
-one run.
+device): the ``columns`` launch (each work-item a block of adjacent columns, one vector loop
+over them with 16 rows' terms unrolled inside it) against the one-work-item-per-column launch
+it replaced, and NumPy, side by side in one run.
 
     python -m pytest benchmarks/test_bench_column_sum.py --benchmark-only -p no:cacheprovider \\
         --benchmark-group-by=group --benchmark-columns=median,iqr,rounds

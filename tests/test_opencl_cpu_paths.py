@@ -183,7 +183,7 @@ def test_pooling_windows_reduce_in_blocks_of_rows(backend, rng, pool):
                                          ((33, 2000), 0), ((4096, 96), 0)])
 def test_column_sums_reduce_blocks_of_adjacent_rows(backend, rng, shape, axes):
     """A sum down the columns of a row-major matrix (a bias's gradient): each work-item sums a
-    block of adjacent columns, the loop over the block innermost (one vector loop), the last
+    block of adjacent columns in one vector loop, 16 rows' terms unrolled inside it, the last
     block short where the columns do not divide; each column a cascade of blocks of 16 terms.
     Values, infinities, nan and zero columns against NumPy's float64 sum, within the cascade's
     error bound."""

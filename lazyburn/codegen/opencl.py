@@ -1082,9 +1082,9 @@ def _render_columns(spec: ReductionSpec, name, rows: int, width, fast) -> Render
         body += indent(block(f"b * {BLOCK_CHUNKS}", BLOCK_CHUNKS), 8)
         body += ["        int d = 0;",  # the levels this block completes
                  f"        for ({it} c = b; c & 1; c >>= 1) ++d;"]
-        for k, _ in stages:
+        for k, stage in stages:
             body += ["        for (int j = 0; j < count; ++j) {",
-                     f"            {VALUE[spec.stages[k].acc_dtype.name]} s = blk{k}[j];",
+                     f"            {VALUE[stage.acc_dtype.name]} s = blk{k}[j];",
                      f"            for (int e = 0; e < d; ++e) s = lvl{k}[e][j] + s;",
                      f"            lvl{k}[d][j] = s;",
                      "        }"]
