@@ -1,7 +1,7 @@
 """One training step of a BERT masked-language model the size of MiniLM-L6 on a CUDA GPU:
 lazyburn (Triton) against PyTorch eager and torch.compile, in one run.
 
-    python benchmarks/train_gpu.py [--steps 20] [--timed 10] [--no-compile]
+    python benchmarks/train_gpu.py [--steps 20] [--timed 10] [--no-compile] [--autocast bf16]
     python benchmarks/train_gpu.py --floors [--fp32-tflops F] [--bandwidth TB/s]
 
 The step: the encoder (6 layers, hidden 384, 12 heads, FFN 1536, vocab 30 522), the MLM head
@@ -15,6 +15,10 @@ update, and the sync; PyTorch: the same calls, then ``torch.cuda.synchronize()``
 ms; kernels per step (lazyburn's launch counter, PyTorch's from its profiler) and the peak of
 device memory a step allocates beyond what is held between steps
 (``torch.cuda.max_memory_allocated``: lazyburn's buffers come from PyTorch's allocator).
+With ``--autocast bf16`` each side records its forward inside its own autocast
+region (``lb.autocast``, ``torch.autocast``): matrix products in the half dtype with float32
+accumulation, float32 master weights; bfloat16's 8-bit mantissa makes the losses agree to some
+1e-2, not 1e-3.
 """
 from __future__ import annotations
 
@@ -65,16 +69,24 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="steps whose losses are compared")
     ap.add_argument("--timed", type=int, default=10, help="steps timed on each side")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--autocast", choices=("bf16",), default=None,
+                    help="forward inside autocast regions of this dtype on both sides")
     ap.add_argument("--floors", action="store_true", help="no GPU: the step's roofline floor")
+    ap.add_argument("--profile", action="store_true",
+                    help="also: lazyburn's step split into host phases and its kernels' device "
+                         "time, the largest first (torch.profiler)")
     ap.add_argument("--fp32-tflops", type=float, default=67,
-                    help="with --floors: float32 TFLOP/s without TF32 (an H100's datasheet)")
-    ap.add_argument("--bandwidth", type=float, default=3.35, help="with --floors: TB/s")
+                    help="float32 TFLOP/s without TF32, for the floor (the datasheet's)")
+    ap.add_argument("--half-tflops", type=float, default=683,
+                    help="bfloat16 TFLOP/s, for the floor with --autocast (torch.mm's on an H200)")
+    ap.add_argument("--bandwidth", type=float, default=4.25,
+                    help="device memory TB/s, for the floor (copies measured on an H200)")
     args = ap.parse_args(argv)
     flops, moved = floors()
-    comp, mem = flops / (args.fp32_tflops * 1e12), moved / (args.bandwidth * 1e12)
+    rate = args.half_tflops if args.autocast else args.fp32_tflops
+    comp, mem = flops / (rate * 1e12), moved / (args.bandwidth * 1e12)
     print(f"step: {flops / 1e9:.0f} GFLOP, {moved / 1e9:.2f} GB; floor {comp * 1e3:.2f} ms "
-          f"compute at {args.fp32_tflops:g} TFLOP/s, {mem * 1e3:.2f} ms memory at "
-          f"{args.bandwidth:g} TB/s")
+          f"compute at {rate:g} TFLOP/s, {mem * 1e3:.2f} ms memory at {args.bandwidth:g} TB/s")
     if args.floors:
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -98,9 +110,12 @@ def main(argv=None) -> int:
                  for i, t in data]
     torch_data = [(torch.tensor(i).cuda(), torch.tensor(t).cuda()) for i, t in data]
 
+    autocast = args.autocast is not None
+
     def lazy_step(k):
         ids, labels = lazy_data[k]
-        loss = model(ids, labels=labels)
+        with lb.autocast(dtype=lb.bfloat16, enabled=autocast):
+            loss = model(ids, labels=labels)
         opt.zero_grad()
         loss.backward()
         opt.step()  # realizes the step: the loss, the gradients and the update
@@ -108,7 +123,8 @@ def main(argv=None) -> int:
 
     def torch_step(k, m):
         ids, labels = torch_data[k]
-        loss = m(input_ids=ids, labels=labels).loss
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = m(input_ids=ids, labels=labels).loss
         ropt.zero_grad()
         loss.backward()
         ropt.step()
@@ -145,6 +161,36 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
         return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
                    and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
+
+    if args.profile:
+        phases = []
+        for k in range(args.steps, args.steps + 3):
+            ids, labels = lazy_data[k]
+            torch.cuda.synchronize()
+            t = [time.perf_counter()]
+            with lb.autocast(dtype=lb.bfloat16, enabled=autocast):
+                loss = model(ids, labels=labels)
+            t.append(time.perf_counter())
+            opt.zero_grad()
+            loss.backward()
+            t.append(time.perf_counter())
+            opt.step()
+            t.append(time.perf_counter())
+            torch.cuda.synchronize()
+            t.append(time.perf_counter())
+            phases.append(np.diff(t) * 1e3)
+        print("lazyburn's step, host ms: recording the forward {:.1f}, the backward {:.1f}, "
+              "step() (the update recorded, planned and launched) {:.1f}, then waiting for the "
+              "device {:.1f}".format(*np.median(phases, axis=0)))
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            lazy_step(args.steps)
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+        kernels.sort(key=lambda e: -e.self_device_time_total)
+        total = sum(e.self_device_time_total for e in kernels) / 1e3
+        print(f"lazyburn's kernels: {total:.2f} ms of device time in one step; the largest:")
+        for e in kernels[:25]:
+            print(f"  {e.self_device_time_total / 1e3:8.3f} ms {e.count:4d}x  {e.key[:90]}")
 
     backend = lb.runtime.backend("cuda:0")
     launched = backend.kernels_launched

@@ -329,6 +329,43 @@ def test_time_budget_stops_the_search(monkeypatch):
     assert set(entry.timings) == {"default", "p0b", "p1a"}
 
 
+def test_a_search_the_budget_cut_short_is_continued_by_a_later_process(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(tuner, "_clock", clock)
+    k = FakeKernel(TIMES)
+    run = k.run
+
+    def slow_run(c):
+        clock.now += 0.5
+        return run(c)
+    k.run = slow_run
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "1")
+    # after the reference, the 1 s budget pays for two more runs: p1b and p2a are left untried
+    assert k.tune(key(), CANDS, level=2).name == "p1a"
+    (entry,) = at.default_cache().entries()
+    assert entry.skipped == ("p1b", "p2a")
+    pool = at.admitted(CANDS, 2)
+    assert at.needs_search(key(), pool)
+    # a later process whose budget is spent, or that defers the kernel, takes the stored winner
+    at.stats.reset()
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "0")
+    later = FakeKernel(TIMES)
+    assert later.tune(key(), CANDS, level=2).name == "p1a" and later.ran == []
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "inf")
+    assert later.tune(key(), CANDS, level=2, defer=True).name == "p1a" and later.ran == []
+    # one with budget continues: the reference, the stored winner and the untried candidates
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "inf")
+    assert later.tune(key(), CANDS, level=2).name == "p2a"
+    assert later.ran == ["default", "p1a", "p1b", "p2a"] and at.stats.tunes == 1
+    (entry,) = at.default_cache().entries()
+    assert entry.winner == "p2a" and entry.skipped == ()
+    assert entry.timings == TIMES  # p0b's time from the first search, the rest from this one
+    assert not at.needs_search(key(), pool)
+    # the completed search is a plain hit, in this process and the next
+    assert later.tune(key(), CANDS, level=2).name == "p2a" and len(later.ran) == 4
+    assert at.AutotuneCache(at.default_cache().path).get(key().for_candidates(pool))[0] == "p2a"
+
+
 def test_budget_zero_runs_only_the_reference(monkeypatch):
     monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "0")
     k = FakeKernel(TIMES)

@@ -468,7 +468,7 @@ def test_candidates_are_valid():
     from lazyburn import autotune as at
     from lazyburn.runtime.cuda_tuning import candidates
 
-    persistent = 0
+    persistent = float32 = half = 0
     for spec in _specs():
         cands = candidates(spec, sm_count=1, tma=True)
         assert at.admitted(cands, 2)[0].name == "default"
@@ -478,9 +478,13 @@ def test_candidates_are_valid():
                 tr.render(spec, "k", dict(c.params))
         if spec.kind == "matmul" and spec.acc_dtype.is_float:
             assert any(c.params.get("library") and c.priority <= 1 for c in cands)
+            # float32 products (CUDA-core IEEE products in Triton) try the library first
+            assert (cands[1].name == "library") == (spec.a.dtype.name == "float32"), spec
+            float32 += spec.a.dtype.name == "float32"
+            half += spec.a.dtype.name in ("float16", "bfloat16")
             persistent += sum(bool(c.params.get("PROGRAMS")) for c in cands)
         assert candidates(spec, interpret=True)[0].params == tr.default_params(spec, True)
-    assert persistent
+    assert persistent and float32 and half
 
 
 # (kind, graph, shape of x, tolerance): graphs of every group kind whose tuning candidates run

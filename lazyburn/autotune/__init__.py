@@ -34,14 +34,14 @@ from .candidates import (EXHAUSTIVE, OFF, SMALL, Candidate, admitted, candidates
                          priority_groups)
 from .key import TuneKey, device_fingerprint, shape_bucket
 from .tuner import (DEFAULT_BUDGET_S, DEFAULT_PROCESS_BUDGET_S, REPEATS, AutotuneWarning,
-                    OutputMismatch, TuneStats, allot, budget, level, note_untuned,
-                    process_budget, process_budget_left, stats, tune)
+                    OutputMismatch, TuneStats, allot, budget, level, needs_search,
+                    note_untuned, process_budget, process_budget_left, stats, tune)
 
 __all__ = [
     "AutotuneCache", "AutotuneWarning", "CacheEntry", "CacheWarning", "Candidate",
     "DEFAULT_BUDGET_S", "DEFAULT_PROCESS_BUDGET_S", "EXHAUSTIVE", "FILE_NAME", "OFF",
     "OutputMismatch", "REPEATS", "SMALL", "TuneKey", "TuneStats", "admitted", "allot",
     "budget", "cache_dir", "candidates_checksum", "default_cache", "device_fingerprint",
-    "level", "note_untuned", "priority_groups", "process_budget", "process_budget_left",
+    "level", "needs_search", "note_untuned", "priority_groups", "process_budget", "process_budget_left",
     "shape_bucket", "stats", "tune",
 ]

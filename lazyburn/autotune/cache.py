@@ -355,12 +355,14 @@ class AutotuneCache:
             return entry
 
     def put(self, key: TuneKey, winner: Candidate, timings: Mapping[str, float | None],
-            errors: Mapping[str, str] | None = None, skipped=()) -> tuple[str, dict]:
+            errors: Mapping[str, str] | None = None, skipped=(),
+            replace: bool = False) -> tuple[str, dict]:
         """Store ``winner`` for ``key`` with every benchmarked candidate's median time
         (seconds; None for a candidate that failed), each failed candidate's error and the
         names the time budget left untried. Returns the ``(name, params)`` the cache now
         holds: when another process stored this key first, that earlier winner stays and is
-        returned."""
+        returned, unless ``replace`` (a continued search's result replaces the entry it
+        continued; of two processes continuing one search, the last to store wins)."""
         median = timings.get(winner.name)
         entry = CacheEntry(key, winner.name, dict(winner.params), median, dict(timings),
                            time.time(), dict(errors or {}), tuple(skipped))
@@ -368,13 +370,14 @@ class AutotuneCache:
             db = self._connection()
             if db is not None and not self._read_only:
                 try:
-                    entry = self._insert(db, entry)
+                    entry = self._insert(db, entry, replace)
                 except sqlite3.DatabaseError as e:
                     self._db_failed(e, "storing a result")
             self._memory[key] = entry
         return entry.winner, dict(entry.params)
 
-    def _insert(self, db: sqlite3.Connection, entry: CacheEntry) -> CacheEntry:
+    def _insert(self, db: sqlite3.Connection, entry: CacheEntry,
+                replace: bool = False) -> CacheEntry:
         values = _key_values(entry.key) + (
             entry.winner, json.dumps(dict(entry.params), sort_keys=True), entry.median_s,
             json.dumps(dict(entry.timings), sort_keys=True), entry.created,
@@ -382,8 +385,9 @@ class AutotuneCache:
         places = ", ".join("?" * len(values))
         db.execute("BEGIN IMMEDIATE")
         try:
-            # First writer wins; the re-read returns whichever row is there now.
-            db.execute(f"INSERT OR IGNORE INTO autotune VALUES ({places})", values)
+            # First writer wins (unless replacing); the re-read returns whichever row is there
+            db.execute(f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO autotune VALUES "
+                       f"({places})", values)
             row = db.execute("SELECT * FROM autotune WHERE "
                              + " AND ".join(f"{c} = ?" for c in _KEY_COLUMNS),
                              _key_values(entry.key)).fetchone()

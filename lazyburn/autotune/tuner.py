@@ -274,7 +274,12 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
          level 2, each launch once. If only the default is admitted it is returned without
          running.
       3. The cache is looked up under ``key`` plus the checksum of the admitted list; a hit is
-         returned without running anything (``stats.hits``).
+         returned without running anything (``stats.hits``). A stored search that the time
+         budget cut short (candidates recorded as skipped, rule 8) is a hit only while
+         ``defer`` is set or the process budget is spent; otherwise it is continued: the
+         default, the stored winner and the untried candidates are searched (rules 5 to 9),
+         the earlier timings and errors are kept beside the new ones, and the entry is
+         replaced, so that the search completes over later processes.
       4. On a miss, when ``defer`` is set or the process budget is spent
          (:func:`process_budget_left`), the default is returned without running and nothing
          is cached (``stats.deferred``): a later process tunes the kernel. Otherwise the
@@ -316,19 +321,26 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
     key = key.for_candidates(pool)
     cache = default_cache() if cache is None else cache
 
-    found = cache.get(key)
-    if found is not None:
-        name, params = found
-        for c in pool:
-            if c.name == name and dict(c.params) == params:
-                _count("hits")
-                log.debug("autotune %s %s: cache hit -> %s", key.backend, key.kernel_hash, name)
-                return c
-        log.debug("autotune %s: cached winner %r is not in the list; tuning again",
-                  key.digest(), name)
-    _count("misses")
+    entry = cache.entry(key)
+    stored, untried = _stored(entry, pool)
     left = process_budget_left()
-    if defer or left <= 0:
+    if stored is not None and (not untried or defer or left <= 0):
+        _count("hits")
+        log.debug("autotune %s %s: cache hit -> %s", key.backend, key.kernel_hash, stored.name)
+        return stored
+    if entry is not None and stored is None:
+        log.debug("autotune %s: cached winner %r is not in the list; tuning again",
+                  key.digest(), entry.winner)
+    _count("misses")
+    if stored is not None:
+        # a search the time budget cut short, continued: the default (the reference) and the
+        # stored winner run again beside the candidates it left untried, so that the winner is
+        # chosen among times taken in this process
+        log.info("autotune %s %s shape=%s: continuing a search the budget cut short (%d "
+                 "candidates untried)", key.backend, key.kernel_hash, key.shape, len(untried))
+        keep = {default.name, stored.name} | {c.name for c in untried}
+        pool = [c for c in pool if c.name in keep]
+    elif defer or left <= 0:
         _count("deferred")
         log.info("autotune %s %s shape=%s: running the default untuned, a later process tunes "
                  "it: %s", key.backend, key.kernel_hash, key.shape,
@@ -357,13 +369,39 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
     log.debug("autotune %s %s shape=%s: winner %s (%.3g s median) of %d",
               key.backend, key.kernel_hash, key.shape, winner.name, medians[winner.name],
               len(timed))
-    name, params = cache.put(key, winner, {c.name: medians[c.name] for c in pool
-                                           if c.name in medians},
-                             errors=outcome.errors, skipped=outcome.skipped)
+    timings = {c.name: medians[c.name] for c in pool if c.name in medians}
+    errors = outcome.errors
+    if stored is not None:  # the earlier search's timings and errors stay on record
+        timings = {**entry.timings, **timings}
+        errors = {**entry.errors, **errors}
+    name, params = cache.put(key, winner, timings, errors=errors, skipped=outcome.skipped,
+                             replace=stored is not None)
     for c in pool:
         if c.name == name and dict(c.params) == params:
             return c
     return winner
+
+
+def _stored(entry, pool: list[Candidate]) -> tuple[Candidate | None, list[Candidate]]:
+    """``(winner, untried)`` of a stored search (a cache ``entry``, or None): its winner as a
+    candidate of ``pool`` (None when there is no entry or the winner is not in the list) and
+    the candidates of ``pool`` the time budget left untried."""
+    if entry is None:
+        return None, []
+    winner = next((c for c in pool if c.name == entry.winner and
+                   dict(c.params) == dict(entry.params)), None)
+    return winner, [c for c in pool if c.name in entry.skipped]
+
+
+def needs_search(key: TuneKey, pool: Sequence[Candidate],
+                 cache: AutotuneCache | None = None) -> bool:
+    """Whether :func:`tune` of admitted candidates ``pool`` would search for ``key`` when the
+    process's budget allows: nothing usable is stored, or the stored search was cut short by
+    the time budget with candidates of ``pool`` untried (rule 3 of :func:`tune`)."""
+    key = key.for_candidates(pool)
+    stored, untried = _stored((default_cache() if cache is None else cache).entry(key),
+                              list(pool))
+    return stored is None or bool(untried)
 
 
 def _warn_failures(key: TuneKey, errors: dict, total: int) -> None:

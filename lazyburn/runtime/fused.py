@@ -490,8 +490,9 @@ class FirstLaunchTuner:
         self.backend, self.k, self.name, self.origin = backend, k, name, origin
 
     def will_tune(self) -> bool:
-        """Whether the first launch will search (tuning on, and a miss in the cache)."""
-        return self.cached_choice() is None
+        """Whether the first launch will search (tuning on, and a miss in the cache or a
+        stored search cut short: ``autotune.needs_search``)."""
+        return self._lookup()[1]
 
     @property
     def execution(self) -> Execution:
@@ -512,29 +513,35 @@ class FirstLaunchTuner:
     def cached_choice(self):
         """The candidate the first launch will run when that is known without running it
         (tuning off, one admitted candidate, no representative, or a winner in the autotune
-        cache, as ``autotune.tune`` looks it up), else None."""
+        cache, as ``autotune.tune`` looks it up), else None. (A stored search cut short is
+        continued when the process's budget allows: its winner may then change.)"""
+        return self._lookup()[0]
+
+    def _lookup(self):
+        """``(cached_choice, whether the first launch will search)``."""
         k = self.k
         real = self.candidates(k)
         lvl = autotune.level()
         spec = representative(k.spec, self.max_work(k.kind))
         if lvl <= autotune.OFF or spec is None:
-            return real[0]
+            return real[0], False
         proxy = spec is not k.spec
         cands = self.candidates(dataclasses.replace(k, spec=spec, compiled=None)) if proxy \
             else real
         pool = autotune.admitted(cands, lvl)
         if len(pool) == 1:
-            return real[0]
+            return real[0], False
         key = autotune.TuneKey(self.backend_kind, self.backend.fingerprint, spec.signature(),
-                               spec.problem_shape()).for_candidates(pool)
-        found = autotune.default_cache().get(key)
+                               spec.problem_shape())
+        search = autotune.needs_search(key, pool)
+        found = autotune.default_cache().get(key.for_candidates(pool))
         if found is None:
-            return None
+            return None, search
         winner = next((c for c in pool if c.name == found[0] and dict(c.params) == found[1]),
                       None)
         if winner is None or not proxy:
-            return winner
-        return _same_candidate(winner, real) or real[0]
+            return winner, search
+        return _same_candidate(winner, real) or real[0], search
 
     def candidates(self, k) -> list:
         """The candidates of planned kernel ``k`` (the kernel or its representative)."""
