@@ -438,8 +438,11 @@ def test_allot_pays_for_the_kernels_of_most_work_first(monkeypatch):
     monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "inf")
     assert at.allot(list(work), work.get) == []
     monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "3")
-    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "0")  # searches cost nothing: all of them
     at.stats.seconds = 0.0
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "0")  # searches cost nothing: all of them
+    assert at.allot(list(work), work.get) == []
+    # searches of no bound each: nothing is left out beforehand, the process budget bounds them
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_BUDGET", "inf")
     assert at.allot(list(work), work.get) == []
 
 

@@ -178,11 +178,14 @@ def allot(kernels: Sequence, work: Callable[[Any], float]) -> list:
     that the process budget left does not pay for, to run their defaults untuned: the budget
     goes to the kernels of most ``work`` first (an estimate of their time: a kernel that takes
     longer gains more from tuning), one per-kernel ``budget`` each, at least one kernel while
-    any budget is left. Nothing is left out when either budget is unbounded."""
+    any budget is left. Nothing is left out when either budget is unbounded (with only the
+    per-kernel one unbounded, the searches run in launch order, each taking what it needs of
+    what the process has left, until that is spent)."""
     left, each = process_budget_left(), budget()
     if math.isinf(left):
         return []
-    paid = 0 if left <= 0 else len(kernels) if each <= 0 else max(1, math.ceil(left / each))
+    paid = 0 if left <= 0 else len(kernels) if each <= 0 or math.isinf(each) else \
+        max(1, math.ceil(left / each))
     return sorted(kernels, key=work, reverse=True)[paid:]
 
 
