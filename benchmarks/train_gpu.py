@@ -185,7 +185,8 @@ def main(argv=None) -> int:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             lazy_step(args.steps)
             torch.cuda.synchronize()
-        kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+        cuda = torch.autograd.DeviceType.CUDA
+        kernels = [e for e in prof.key_averages() if e.device_type == cuda]
         kernels.sort(key=lambda e: -e.self_device_time_total)
         total = sum(e.self_device_time_total for e in kernels) / 1e3
         print(f"lazyburn's kernels: {total:.2f} ms of device time in one step; the largest:")

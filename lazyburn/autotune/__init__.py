@@ -42,6 +42,6 @@ __all__ = [
     "DEFAULT_BUDGET_S", "DEFAULT_PROCESS_BUDGET_S", "EXHAUSTIVE", "FILE_NAME", "OFF",
     "OutputMismatch", "REPEATS", "SMALL", "TuneKey", "TuneStats", "admitted", "allot",
     "budget", "cache_dir", "candidates_checksum", "default_cache", "device_fingerprint",
-    "level", "needs_search", "note_untuned", "priority_groups", "process_budget", "process_budget_left",
-    "shape_bucket", "stats", "tune",
+    "level", "needs_search", "note_untuned", "priority_groups", "process_budget",
+    "process_budget_left", "shape_bucket", "stats", "tune",
 ]
