@@ -19,7 +19,7 @@ import sys
 import threading
 import time as _time
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Sequence
 
 from .cache import AutotuneCache, default_cache
@@ -77,7 +77,10 @@ class TuneStats:
     their default untuned, left to a later process, because the process's budget was spent or
     went to kernels with more work. ``seconds``: seconds this process has spent tuning after
     the reference runs, which the process budget is charged with (``reset`` gives it back).
-    Levels 0 and single-candidate lists touch no counter.
+    ``searched``: the keys this process has searched; a search the budget cut short is
+    continued by a later process, not by this one (the copies of a kernel in a model's layers
+    find the entry their first copy stored). Levels 0 and single-candidate lists touch no
+    counter. ``reset`` makes a fresh process's state.
     """
 
     tunes: int = 0
@@ -90,11 +93,13 @@ class TuneStats:
     untuned: int = 0
     deferred: int = 0
     seconds: float = 0.0
+    searched: set = field(default_factory=set)
 
     def reset(self) -> None:
-        """Set every counter to 0."""
+        """Set every counter to 0 and forget the keys searched."""
         for f in fields(self):
             setattr(self, f.name, 0)
+        self.searched = set()
 
 
 #: Module-level counters: ``lazyburn.autotune.stats.benchmarks`` etc.
@@ -277,12 +282,13 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
          level 2, each launch once. If only the default is admitted it is returned without
          running.
       3. The cache is looked up under ``key`` plus the checksum of the admitted list; a hit is
-         returned without running anything (``stats.hits``). A stored search that the time
-         budget cut short (candidates recorded as skipped, rule 8) is a hit only while
-         ``defer`` is set or the process budget is spent; otherwise it is continued: the
-         default, the stored winner and the untried candidates are searched (rules 5 to 9),
-         the earlier timings and errors are kept beside the new ones, and the entry is
-         replaced, so that the search completes over later processes.
+         returned without running anything (``stats.hits``). A search that the time budget
+         cut short in an earlier process (candidates recorded as skipped, rule 8) is a hit
+         only while ``defer`` is set or the process budget is spent; otherwise it is
+         continued, once per process (``stats.searched``): the default, the stored winner and
+         the untried candidates are searched (rules 5 to 9), the earlier timings and errors
+         are kept beside the new ones, and the entry is replaced, so that the search
+         completes over later processes.
       4. On a miss, when ``defer`` is set or the process budget is spent
          (:func:`process_budget_left`), the default is returned without running and nothing
          is cached (``stats.deferred``): a later process tunes the kernel. Otherwise the
@@ -327,7 +333,7 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
     entry = cache.entry(key)
     stored, untried = _stored(entry, pool)
     left = process_budget_left()
-    if stored is not None and (not untried or defer or left <= 0):
+    if stored is not None and (not untried or defer or left <= 0 or key in stats.searched):
         _count("hits")
         log.debug("autotune %s %s: cache hit -> %s", key.backend, key.kernel_hash, stored.name)
         return stored
@@ -352,6 +358,8 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
         return default
     _count("tunes")
 
+    with _stats_lock:
+        stats.searched.add(key)
     seconds = min(budget() if budget_s is None else float(budget_s), left)
     outcome = _search(key, pool, default, run, time, check, exhaustive=lvl >= EXHAUSTIVE,
                       repeats=max(1, int(repeats)), budget_s=seconds)
@@ -399,12 +407,12 @@ def _stored(entry, pool: list[Candidate]) -> tuple[Candidate | None, list[Candid
 def needs_search(key: TuneKey, pool: Sequence[Candidate],
                  cache: AutotuneCache | None = None) -> bool:
     """Whether :func:`tune` of admitted candidates ``pool`` would search for ``key`` when the
-    process's budget allows: nothing usable is stored, or the stored search was cut short by
-    the time budget with candidates of ``pool`` untried (rule 3 of :func:`tune`)."""
+    process's budget allows: nothing usable is stored, or an earlier process's search was cut
+    short by the time budget with candidates of ``pool`` untried (rule 3 of :func:`tune`)."""
     key = key.for_candidates(pool)
     stored, untried = _stored((default_cache() if cache is None else cache).entry(key),
                               list(pool))
-    return stored is None or bool(untried)
+    return stored is None or (bool(untried) and key not in stats.searched)
 
 
 def _warn_failures(key: TuneKey, errors: dict, total: int) -> None:
