@@ -2,6 +2,7 @@
 lazyburn (Triton) against PyTorch eager and torch.compile, in one run.
 
     python benchmarks/train_gpu.py [--steps 20] [--timed 10] [--no-compile] [--autocast bf16]
+                                   [--profile]
     python benchmarks/train_gpu.py --floors [--fp32-tflops F] [--bandwidth TB/s]
 
 The step: the encoder (6 layers, hidden 384, 12 heads, FFN 1536, vocab 30 522), the MLM head
@@ -15,10 +16,12 @@ update, and the sync; PyTorch: the same calls, then ``torch.cuda.synchronize()``
 ms; kernels per step (lazyburn's launch counter, PyTorch's from its profiler) and the peak of
 device memory a step allocates beyond what is held between steps
 (``torch.cuda.max_memory_allocated``: lazyburn's buffers come from PyTorch's allocator).
-With ``--autocast bf16`` each side records its forward inside its own autocast
-region (``lb.autocast``, ``torch.autocast``): matrix products in the half dtype with float32
-accumulation, float32 master weights; bfloat16's 8-bit mantissa makes the losses agree to some
-1e-2, not 1e-3.
+With ``--autocast bf16`` each side records its forward inside its own autocast region
+(``lb.autocast``, ``torch.autocast``): matrix products in bfloat16 with float32 accumulation,
+float32 master weights. With ``--profile`` lazyburn's step is also split into host phases
+(recording the forward, the backward, ``step()``, then waiting for the device; medians of 3
+steps) and its kernels' device time in one step is listed, the largest first
+(``torch.profiler``).
 """
 from __future__ import annotations
 
@@ -112,13 +115,19 @@ def main(argv=None) -> int:
 
     autocast = args.autocast is not None
 
-    def lazy_step(k):
+    def lazy_step(k, marks=None):
+        """Step ``k``; ``marks``, when given, gets the host time after the forward, the
+        backward and ``step()``."""
+        stamp = (lambda: None) if marks is None else (lambda: marks.append(time.perf_counter()))
         ids, labels = lazy_data[k]
         with lb.autocast(dtype=lb.bfloat16, enabled=autocast):
             loss = model(ids, labels=labels)
+        stamp()
         opt.zero_grad()
         loss.backward()
+        stamp()
         opt.step()  # realizes the step: the loss, the gradients and the update
+        stamp()
         return loss
 
     def torch_step(k, m):
@@ -165,20 +174,12 @@ def main(argv=None) -> int:
     if args.profile:
         phases = []
         for k in range(args.steps, args.steps + 3):
-            ids, labels = lazy_data[k]
             torch.cuda.synchronize()
-            t = [time.perf_counter()]
-            with lb.autocast(dtype=lb.bfloat16, enabled=autocast):
-                loss = model(ids, labels=labels)
-            t.append(time.perf_counter())
-            opt.zero_grad()
-            loss.backward()
-            t.append(time.perf_counter())
-            opt.step()
-            t.append(time.perf_counter())
+            marks = [time.perf_counter()]
+            lazy_step(k, marks)
             torch.cuda.synchronize()
-            t.append(time.perf_counter())
-            phases.append(np.diff(t) * 1e3)
+            marks.append(time.perf_counter())
+            phases.append(np.diff(marks) * 1e3)
         print("lazyburn's step, host ms: recording the forward {:.1f}, the backward {:.1f}, "
               "step() (the update recorded, planned and launched) {:.1f}, then waiting for the "
               "device {:.1f}".format(*np.median(phases, axis=0)))
