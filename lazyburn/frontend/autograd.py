@@ -12,9 +12,9 @@ What the gradient flows through. A *leaf* is a tensor the user marked (``require
 ``tensor(..., requires_grad=True)``): always a fresh ``buffer`` node, so no other tensor nor any
 graph recorded before shares it. From then on, every recorded node is classified once, when its
 tensor is made (``record.grad_hook``): it requires grad when its op has a VJP rule, its dtype is
-floating and one of its inputs requires grad. Such a node keeps a tape entry, a copy of its op,
-attributes and input nodes: realizing a node turns it into a buffer and drops its inputs
-(``Node.realize_to``), while its backward still needs them. The entries hold the forward graph
+floating and one of its inputs requires grad. Such a node keeps a tape entry (in
+``Node.tape``), a copy of its op, attributes and input nodes: realizing a node turns it into a
+buffer and drops its inputs (``Node.realize_to``), while its backward still needs them. The entries hold the forward graph
 alive for as long as a tensor computed from it is alive.
 
 VJP rules: ``VJP`` holds one rule per differentiable op of ``lazyburn.ir.ops``, written with the
@@ -35,7 +35,6 @@ from __future__ import annotations
 import functools
 import math
 import threading
-import weakref
 from typing import Callable
 
 from .. import runtime
@@ -123,33 +122,32 @@ class _Entry:
         self.op, self.attrs, self.inputs = n.op, n.attrs, n.inputs
 
 
-# node -> _Leaf (a leaf requiring grad), _Entry (computed from one), or None (classified as not
-# requiring grad). Nodes without inputs are never entered unless they are leaves.
-_STATE: "weakref.WeakKeyDictionary[Node, _Leaf | _Entry | None]" = weakref.WeakKeyDictionary()
-_UNSEEN = object()
+# A node's ``tape``: a _Leaf (a leaf requiring grad), an _Entry (computed from one), NO_GRAD
+# (classified as not requiring grad) or None (not classified yet). Nodes without inputs are
+# never classified unless they are leaves.
+NO_GRAD = False
 
 
 def _on_record(n: Node) -> None:
     """``record.grad_hook``: classify the node of each Tensor as it is made."""
-    state = _STATE
-    if not n.inputs or n in state:
+    if not n.inputs or n.tape is not None:
         return
     if not _MODE.enabled:
-        state[n] = None
+        n.tape = NO_GRAD
         return
     # the usual case, every input already classified (or a source), without _classify's walk
     flows = False
     for i in n.inputs:
-        s = state.get(i, _UNSEEN)
-        if s is _UNSEEN:
+        s = i.tape
+        if s is None:
             if i.inputs:
                 _classify(n)
                 return
-        elif s is not None:
+        elif s:
             flows = True
     if flows and (n.dtype.is_complex or _lacks_vjp(n)):
         _refuse(n)
-    state[n] = _Entry(n) if flows and n.op in VJP and n.dtype.is_float else None
+    n.tape = _Entry(n) if flows and n.op in VJP and n.dtype.is_float else NO_GRAD
 
 
 def _refuse(n: Node) -> None:
@@ -169,33 +167,32 @@ def _classify(root: Node) -> bool:
     """Whether the gradient flows through ``root``; classifies it and the internal nodes under
     it (implicit casts and broadcasts) that are not classified yet. Iterative: a graph recorded
     before the first leaf existed may be deep."""
-    state = _STATE
-    s = state.get(root, _UNSEEN)
-    if s is not _UNSEEN:
-        return s is not None
+    s = root.tape
+    if s is not None:
+        return bool(s)
     if not root.inputs:
         return False
     stack = [root]
     while stack:
         n = stack[-1]
-        if n in state:
+        if n.tape is not None:
             stack.pop()
             continue
-        todo = [i for i in n.inputs if i.inputs and i not in state]
+        todo = [i for i in n.inputs if i.inputs and i.tape is None]
         if todo:
             stack.extend(todo)
             continue
         stack.pop()
-        upstream = any(state.get(i) is not None for i in n.inputs)
+        upstream = any(i.tape for i in n.inputs)
         if upstream and (n.dtype.is_complex or _lacks_vjp(n)):
             _refuse(n)
         flows = n.op in VJP and n.dtype.is_float and upstream
-        state[n] = _Entry(n) if flows else None
-    return state[root] is not None
+        n.tape = _Entry(n) if flows else NO_GRAD
+    return bool(root.tape)
 
 
 def _requires(n: Node) -> bool:
-    return _STATE.get(n) is not None
+    return bool(n.tape)
 
 
 # the Tensor side: flags, leaves, .grad --------------------------------------------------------
@@ -206,7 +203,7 @@ def requires_grad(t) -> bool:
 
 def is_leaf(t) -> bool:
     """True unless ``t`` was computed from a tensor that requires grad (PyTorch's rule)."""
-    return not isinstance(_STATE.get(t.node), _Entry)
+    return not isinstance(t.node.tape, _Entry)
 
 
 def set_requires_grad(t, flag: bool, origin: Origin) -> None:
@@ -216,15 +213,15 @@ def set_requires_grad(t, flag: bool, origin: Origin) -> None:
     Raises DTypeError for a non-floating tensor, AutogradError when asked to stop the gradient
     of a non-leaf (use ``detach()``)."""
     n = t.node
-    st = _STATE.get(n)
+    st = n.tape
     if not flag:
         if isinstance(st, _Entry):
             raise AutogradError("requires_grad_(False): only a leaf can stop requiring grad; "
                                 "use detach() for a non-leaf", origin)
-        if st is not None:
-            _STATE[n] = None
+        if st:
+            n.tape = NO_GRAD
         return
-    if st is not None:
+    if st:
         return
     if not n.dtype.is_float:
         raise DTypeError(f"requires_grad: only floating-point tensors can require gradients, "
@@ -233,21 +230,21 @@ def set_requires_grad(t, flag: bool, origin: Origin) -> None:
         runtime.realize([n])
     leaf = Node("buffer", (), (), n.shape, n.dtype, n.device, origin.code, origin.line,
                 n.buffer)
-    _STATE[leaf] = _Leaf()
+    leaf.tape = _Leaf()
     rec.grad_hook = _on_record
     t.node = leaf
 
 
 def get_grad(t):
     """The gradient accumulated into leaf ``t`` (a Tensor of its shape and dtype), or None."""
-    st = _STATE.get(t.node)
+    st = t.node.tape
     return st.grad if isinstance(st, _Leaf) else None
 
 
 def set_grad(t, value, origin: Origin) -> None:
     """``t.grad = value`` (None clears it). Raises AutogradError unless ``t`` is a leaf that
     requires grad, ShapeError when ``value``'s shape differs from ``t``'s."""
-    st = _STATE.get(t.node)
+    st = t.node.tape
     if not isinstance(st, _Leaf):
         if value is None:
             return
@@ -272,7 +269,7 @@ def detach(t):
         origin = Origin()
         m = Node("reshape", (n,), (), n.shape, n.dtype, n.device, origin.code, origin.line)
     if rec.grad_hook is not None:
-        _STATE[m] = None
+        m.tape = NO_GRAD
     return wrap(m)
 
 
@@ -289,7 +286,7 @@ def backward(tensors, grad_tensors=None, create_graph: bool = False) -> None:
     roots = _roots("backward", tensors, grad_tensors, origin)
     grads = _backprop(roots, create_graph)
     for n, g in grads.values():
-        st = _STATE.get(n)
+        st = n.tape
         if isinstance(st, _Leaf):
             if not create_graph:
                 g = detach(g) if _requires(g.node) else g
@@ -369,17 +366,28 @@ def _backprop(roots, create_graph: bool) -> dict:
         for n, g in roots:
             _accumulate(grads, n, g)
         for n in reversed(_topo_order([n for n, _ in roots])):
-            st = _STATE.get(n)
+            st = n.tape
             got = grads.get(id(n))
             if not isinstance(st, _Entry) or got is None:
                 continue
-            xs = [wrap(i) for i in st.inputs]
-            for i, x, gi in zip(st.inputs, xs, VJP[st.op](got[1], wrap(n), xs, st.attrs)):
+            xs = [_view(i) for i in st.inputs]
+            for i, x, gi in zip(st.inputs, xs, VJP[st.op](got[1], _view(n), xs, st.attrs)):
                 if gi is not None and _requires(i):
                     _accumulate(grads, i, gi if gi.dtype is x.dtype else gi.astype(x.dtype))
         return grads
     finally:
         _MODE.enabled = before
+
+
+def _view(n: Node):
+    """A Tensor of node ``n``, recorded before, for a VJP rule to read: no graph tracks it
+    again (the rule's results are tracked as they are recorded) and it is classified already."""
+    t = _new_tensor(rec.Tensor)
+    t.node = n
+    return t
+
+
+_new_tensor = object.__new__
 
 
 def _accumulate(grads: dict, n: Node, g) -> None:
@@ -400,7 +408,7 @@ def _topo_order(roots) -> list:
             continue
         seen.add(id(n))
         stack.append((n, True))
-        st = _STATE.get(n)
+        st = n.tape
         if isinstance(st, _Entry):
             stack.extend((i, False) for i in st.inputs if id(i) not in seen and _requires(i))
     return order

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..ir.graph import structural_key
 from ..ir.ops import VIEWS
@@ -54,7 +55,7 @@ class PlannedKernel:
         return [scalar_value(s.source, order[p])
                 for s, p in zip(self.spec.scalars, self.scalar_pos)]
 
-    @property
+    @cached_property  # read at every launch (a representative spec has the same inputs)
     def n_inputs(self) -> int:
         return sum(1 for a in self.spec.args if not a.is_output) if self.spec else \
             len(self.arg_pos) - 1

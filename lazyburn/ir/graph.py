@@ -73,7 +73,12 @@ def structural_key(outputs: Sequence[Node]):
                 if n not in pos:  # (a node reached twice is on the stack twice)
                     pos[n] = len(order)
                     order.append(n)
-                    entries.append(_entry(n, tuple([pos[i] for i in ins])))
+                    # _entry inlined for the usual node (pending, its attrs structure)
+                    entries.append(
+                        (n.op, n.attrs, n.shape, n.dtype.name, n.device,
+                         tuple([pos[i] for i in ins]))
+                        if n.op not in _SPECIAL_ENTRY else
+                        _entry(n, tuple([pos[i] for i in ins])))
     outs = tuple([pos[o] for o in outputs])
     return (tuple(entries), outs), order
 
@@ -84,6 +89,11 @@ def structural_key(outputs: Sequence[Node]):
 #: two values; kernels test it as a literal), and so does a pow's recorded exponent
 #: (``recorded_exponent``).
 RUNTIME_ATTRS = frozenset(("random_uniform", "random_normal", "const"))
+
+
+# ops whose entry is not (op, attrs, shape, dtype, device, inputs) (a realized node's op is
+# "buffer")
+_SPECIAL_ENTRY = RUNTIME_ATTRS | {"pow", "buffer"}
 
 
 def is_runtime_value(n: Node) -> bool:

@@ -16,6 +16,9 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 _USER_LEVEL_DIRS = tuple(_PACKAGE_DIR + d for d in ("nn" + os.sep, "models" + os.sep, "demo.py"))
 
 
+_copysign, _isnan = math.copysign, math.isnan
+
+
 class ExactFloat(float):
     """A float attribute (a constant's value, a pad's fill) that equals another only when their
     IEEE 754 values are the same: 0.0 and -0.0 differ, and one nan equals another (whatever its
@@ -32,13 +35,15 @@ class ExactFloat(float):
         return "nan" if math.isnan(self) else float.hex(self)
 
     def __eq__(self, other):
-        if isinstance(other, ExactFloat):
-            return self._bits() == other._bits()
+        if isinstance(other, ExactFloat):  # (hashed lookups compare constants at every launch)
+            if float.__eq__(self, other):
+                return float.__ne__(self, 0.0) or _copysign(1.0, self) == _copysign(1.0, other)
+            return _isnan(self) and _isnan(other)
         return float.__eq__(self, other)
 
     def __ne__(self, other):
         if isinstance(other, ExactFloat):
-            return self._bits() != other._bits()
+            return not self.__eq__(other)
         return float.__ne__(self, other)
 
     def __hash__(self):
@@ -75,10 +80,13 @@ class ExactComplex(complex):
 class Node:
     """One recorded op. ``inputs`` are Nodes; ``attrs`` is a tuple laid out as the op table's
     attribute names; ``shape`` a tuple of ints; ``dtype`` a DType; ``device`` a canonical device
-    string; ``buffer`` the realized backend memory (None while pending)."""
+    string; ``buffer`` the realized backend memory (None while pending). ``tape`` belongs to
+    the front end's autograd (``frontend/autograd.py``): None until it has classified the node,
+    then whether and how the gradient flows through it (an attribute rather than a side table,
+    because it is read and written for every op recorded while some tensor requires grad)."""
 
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "device", "code", "line",
-                 "buffer", "__weakref__")
+                 "buffer", "tape", "__weakref__")
 
     def __init__(self, op, inputs, attrs, shape, dtype, device, code=None, line=0, buffer=None):
         self.op = op
@@ -90,6 +98,7 @@ class Node:
         self.code = code
         self.line = line
         self.buffer = buffer
+        self.tape = None
 
     @property
     def origin(self) -> str | None:
