@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 import weakref
 
 import numpy as np
@@ -593,6 +594,20 @@ def test_backward_of_a_non_scalar_without_gradient_is_a_shape_error():
     assert e.value.origin.endswith(f"test_autograd.py:{e.tb.tb_lineno}")
     with pytest.raises(lb.ShapeError, match=r"gradient of shape \(3,\)"):
         (x * 2).backward(lb.ones(3))
+
+
+def test_the_ops_backward_records_are_blamed_on_its_line(rng):
+    """The VJPs recorded by backward() and autograd.grad() carry the line of that call (not
+    of lazyburn's rules), on the calling thread only."""
+    x = lb.tensor(rng.standard_normal(4).astype(np.float32), requires_grad=True)
+    y = (x * x).sin().sum()
+    y.backward(); line = sys._getframe().f_lineno  # noqa: E702
+    assert x.grad.node.origin.endswith(f"test_autograd.py:{line}")
+    (g,) = lb.autograd.grad(y, x); line = sys._getframe().f_lineno  # noqa: E702
+    assert g.node.origin.endswith(f"test_autograd.py:{line}")
+    z = x * 3; line = sys._getframe().f_lineno  # noqa: E702 - after backward: walked again
+    assert z.node.origin.endswith(f"test_autograd.py:{line}")
+    np.testing.assert_allclose(g.numpy(), 2 * x.numpy() * np.cos(x.numpy() ** 2), rtol=1e-5)
 
 
 def test_backward_of_a_tensor_that_needs_no_grad_is_an_autograd_error():

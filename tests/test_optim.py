@@ -4,6 +4,8 @@ modules' parameters, modes and Sequential; an MLP trained on scikit-learn's digi
 gradient clipping against torch.nn.utils, planned with the step that follows it."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -167,6 +169,18 @@ def test_step_skips_parameters_without_gradients_and_keeps_grad(rng):
     np.testing.assert_array_equal(a.grad.numpy(), np.zeros(3))
     opt.zero_grad()
     assert a.grad is None
+
+
+def test_the_update_is_blamed_on_the_step_line(rng):
+    a = lb.tensor(rng.standard_normal(3).astype(np.float32), requires_grad=True)
+    opt = optim.SGD([a], lr=0.5, momentum=0.9)
+    for _ in range(2):  # (the first step's buffer is the gradient itself)
+        (a * a).sum().backward()
+        opt.step(); line = sys._getframe().f_lineno  # noqa: E702
+    buf = opt.state[id(a)]["momentum_buffer"]
+    assert buf.node.origin.endswith(f"test_optim.py:{line}")
+    b = a * 2; line = sys._getframe().f_lineno  # noqa: E702
+    assert b.node.origin.endswith(f"test_optim.py:{line}")
 
 
 def test_optimizer_errors():

@@ -284,13 +284,14 @@ def backward(tensors, grad_tensors=None, create_graph: bool = False) -> None:
     mis-shaped gradient."""
     origin = Origin()
     roots = _roots("backward", tensors, grad_tensors, origin)
-    grads = _backprop(roots, create_graph)
-    for n, g in grads.values():
-        st = n.tape
-        if isinstance(st, _Leaf):
-            if not create_graph:
-                g = detach(g) if _requires(g.node) else g
-            st.grad = g if st.grad is None else st.grad + g
+    with rec.pinned(origin):  # every VJP is blamed on this line (it calls no user code)
+        grads = _backprop(roots, create_graph)
+        for n, g in grads.values():
+            st = n.tape
+            if isinstance(st, _Leaf):
+                if not create_graph:
+                    g = detach(g) if _requires(g.node) else g
+                st.grad = g if st.grad is None else st.grad + g
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
@@ -309,7 +310,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     for i, t in enumerate(inputs):
         if not _requires(t.node):
             raise AutogradError(f"grad: input {i} does not require grad", origin)
-    grads = _backprop(roots, create_graph)
+    with rec.pinned(origin):
+        grads = _backprop(roots, create_graph)
     out = []
     for i, t in enumerate(inputs):
         got = grads.get(id(t.node))

@@ -29,7 +29,7 @@ from .autograd import enable_grad, no_grad
 from .capture import sync
 from .creation import tensor, zeros_like
 from .elementwise import binary
-from .record import is_tensor
+from .record import Origin, is_tensor, pinned
 
 
 class Optimizer:
@@ -112,14 +112,15 @@ class Optimizer:
             # state read from buffers) and the step's plan is compiled once, not twice
             sync(*fresh)
         updated = []
-        for group in self.param_groups:
-            for p in group["params"]:
-                g = p.grad
-                if g is None:
-                    continue
-                state = self.state.setdefault(id(p), {})
-                new = self._update(p, g, state, group)
-                updated.append((p, new, g))
+        with pinned(Origin()):  # the update's ops are blamed on the user's step() line
+            for group in self.param_groups:
+                for p in group["params"]:
+                    g = p.grad
+                    if g is None:
+                        continue
+                    state = self.state.setdefault(id(p), {})
+                    new = self._update(p, g, state, group)
+                    updated.append((p, new, g))
         if not updated:
             return loss
         # every pending tensor still referenced, not only the update's: the loss and anything

@@ -9,8 +9,10 @@ line: the origin is taken once per public call and passed down.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
+import threading
 from sys import _getframe
 
 import numpy as np
@@ -51,14 +53,27 @@ def is_tensor(x) -> bool:
     return isinstance(x, Tensor)
 
 
+class _Pinned(threading.local):
+    frame = None  # (code, line) every Origin made on this thread takes, while set
+
+
+_PINNED = _Pinned()
+
+
 class Origin:
     """The user's frame for one public call: ``(code, line)``, formatted only on error.
 
-    The walk of ``ir.node.user_frame`` is repeated inline: it runs once per recorded op."""
+    The walk of ``ir.node.user_frame`` is repeated inline: it runs once per recorded op. Inside
+    ``pinned(origin)`` (a backward pass, an optimizer's update: many ops recorded below one
+    user call, calling no user code) no walk is made: every op is blamed on that call."""
 
     __slots__ = ("code", "line")
 
     def __init__(self):
+        pin = _PINNED.frame
+        if pin is not None:
+            self.code, self.line = pin
+            return
         f = _getframe(1)
         while f is not None:
             code = f.f_code
@@ -73,6 +88,19 @@ class Origin:
 
     def __str__(self) -> str:
         return f"{self.code.co_filename}:{self.line}" if self.code is not None else "<unknown>"
+
+
+@contextlib.contextmanager
+def pinned(origin: Origin):
+    """Blame every op recorded inside (on this thread) on ``origin``, without walking the
+    stack for each: for lazyburn's own code that records many ops below one user call and
+    calls no user code meanwhile."""
+    before = _PINNED.frame
+    _PINNED.frame = (origin.code, origin.line)
+    try:
+        yield
+    finally:
+        _PINNED.frame = before
 
 
 def _unsupported(device: str) -> frozenset:
@@ -341,16 +369,20 @@ def same_device(op, nodes, origin) -> str:
 def binary_operands(op: str, a, b, origin):
     """``operands(op, (a, b), origin)`` for two arguments, returning ``(na, nb, dtype)``.
 
-    The common cases take a short path that builds nothing but the ``const`` of a scalar: two
-    tensors of one shape, dtype and device, or a tensor and a Python scalar of its kind (which,
-    being weak, takes the tensor's dtype). Every recorded binary op comes through here.
+    The common cases take a short path that builds nothing but the ``const`` of a scalar or
+    the views of a broadcast: two tensors of one dtype and device, or a tensor and a Python
+    scalar of its kind (which, being weak, takes the tensor's dtype). Every recorded binary op
+    comes through here.
     """
     if type(a) is Tensor:
         na = a.node
         if type(b) is Tensor:
             nb = b.node
-            if na.dtype is nb.dtype and na.shape == nb.shape and na.device == nb.device:
-                return na, nb, na.dtype
+            if na.dtype is nb.dtype and na.device == nb.device:
+                if na.shape == nb.shape:
+                    return na, nb, na.dtype
+                shape = broadcast_shapes(op, na.shape, nb.shape, origin=origin)
+                return broadcast_to(na, shape, origin), broadcast_to(nb, shape, origin), na.dtype
         elif _scalar_fits(b, na.dtype):
             return na, const(b, na.shape, na.dtype, na.device, origin, op), na.dtype
     elif type(b) is Tensor and _scalar_fits(a, b.node.dtype):

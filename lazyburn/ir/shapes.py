@@ -37,7 +37,8 @@ def normalize_axis(op: str, axis: int, shape: tuple, origin=None, extra: int = 0
 
     Raises ShapeError naming ``op`` and ``shape`` for a non-int or out-of-range axis."""
     ndim = len(shape) + extra
-    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+    if type(axis) is not int and (not isinstance(axis, numbers.Integral) or
+                                  isinstance(axis, bool)):
         raise ShapeError(f"{op}: axis must be an int, got {axis!r}", origin)
     if not -ndim <= axis < ndim:
         rank = f" (the result has rank {ndim})" if extra else ""
@@ -51,7 +52,7 @@ def normalize_axes(op: str, axis, shape: tuple, origin=None) -> tuple:
     tensor of ``shape``. Raises ShapeError for an axis out of range or repeated."""
     if axis is None:
         return tuple(range(len(shape)))
-    if isinstance(axis, numbers.Integral) and not isinstance(axis, bool):
+    if type(axis) is int or isinstance(axis, numbers.Integral) and not isinstance(axis, bool):
         axis = (axis,)
     try:
         axis = tuple(axis)
@@ -68,10 +69,14 @@ def normalize_axes(op: str, axis, shape: tuple, origin=None) -> tuple:
 def infer_reshape(op: str, old: tuple, new, origin=None) -> tuple:
     """Resolve a requested shape (ints, at most one -1) against ``old``'s element count."""
     new = tuple(new)
+    if any(type(d) is not int for d in new):
+        for d in new:
+            if not isinstance(d, numbers.Integral) or isinstance(d, bool):
+                raise ShapeError(f"{op}: invalid dimension {d!r} in shape {new}", origin)
+        new = tuple(int(d) for d in new)  # NumPy integers too
     for d in new:
-        if not isinstance(d, numbers.Integral) or isinstance(d, bool) or d < -1:
+        if d < -1:
             raise ShapeError(f"{op}: invalid dimension {d!r} in shape {new}", origin)
-    new = tuple(int(d) for d in new)  # NumPy integers too
     size = 1
     for d in old:
         size *= d
