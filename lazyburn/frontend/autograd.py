@@ -12,10 +12,10 @@ What the gradient flows through. A *leaf* is a tensor the user marked (``require
 ``tensor(..., requires_grad=True)``): always a fresh ``buffer`` node, so no other tensor nor any
 graph recorded before shares it. From then on, every recorded node is classified once, when its
 tensor is made (``record.grad_hook``): it requires grad when its op has a VJP rule, its dtype is
-floating and one of its inputs requires grad. Such a node keeps a tape entry (in
-``Node.tape``), a copy of its op, attributes and input nodes: realizing a node turns it into a
-buffer and drops its inputs (``Node.realize_to``), while its backward still needs them. The entries hold the forward graph
-alive for as long as a tensor computed from it is alive.
+floating and one of its inputs requires grad. Such a node is marked in ``Node.tape``;
+realizing it turns it into a buffer (``Node.realize_to``), which then keeps the op, attributes
+and input nodes there, since its backward still needs them: a realized tensor holds the
+forward graph it was computed by alive for as long as it is alive.
 
 VJP rules: ``VJP`` holds one rule per differentiable op of ``lazyburn.ir.ops``, written with the
 front end's own ops (so broadcasting, dtypes and fusion need nothing special here); the ops
@@ -113,19 +113,24 @@ class _Leaf:
         self.grad = None
 
 
-class _Entry:
-    """A node the gradient flows through: its op, attributes and inputs as recorded."""
-
-    __slots__ = ("op", "attrs", "inputs")
-
-    def __init__(self, n: Node):
-        self.op, self.attrs, self.inputs = n.op, n.attrs, n.inputs
-
-
-# A node's ``tape``: a _Leaf (a leaf requiring grad), an _Entry (computed from one), NO_GRAD
-# (classified as not requiring grad) or None (not classified yet). Nodes without inputs are
-# never classified unless they are leaves.
+# A node's ``tape``: a _Leaf (a leaf requiring grad); FLOWS (computed from one, pending: its
+# own op, attrs and inputs are what computed it) or, once realized, the tuple (op, attrs,
+# inputs) it was computed by (``Node.realize_to`` keeps them); NO_GRAD (classified as not
+# requiring grad) or None (not classified yet). Nodes without inputs are never classified
+# unless they are leaves.
 NO_GRAD = False
+FLOWS = True
+
+
+def _computed(st) -> bool:
+    """Whether tape ``st`` is that of a node computed from a leaf (not a leaf itself)."""
+    return st is FLOWS or type(st) is tuple
+
+
+def _recorded(n: Node) -> tuple:
+    """``(op, attrs, inputs)`` that computed node ``n`` (its tape is FLOWS or a tuple)."""
+    st = n.tape
+    return (n.op, n.attrs, n.inputs) if st is FLOWS else st
 
 
 def _on_record(n: Node) -> None:
@@ -147,7 +152,7 @@ def _on_record(n: Node) -> None:
             flows = True
     if flows and (n.dtype.is_complex or _lacks_vjp(n)):
         _refuse(n)
-    n.tape = _Entry(n) if flows and n.op in VJP and n.dtype.is_float else NO_GRAD
+    n.tape = FLOWS if flows and n.op in VJP and n.dtype.is_float else NO_GRAD
 
 
 def _refuse(n: Node) -> None:
@@ -187,7 +192,7 @@ def _classify(root: Node) -> bool:
         if upstream and (n.dtype.is_complex or _lacks_vjp(n)):
             _refuse(n)
         flows = n.op in VJP and n.dtype.is_float and upstream
-        n.tape = _Entry(n) if flows else NO_GRAD
+        n.tape = FLOWS if flows else NO_GRAD
     return bool(root.tape)
 
 
@@ -203,7 +208,7 @@ def requires_grad(t) -> bool:
 
 def is_leaf(t) -> bool:
     """True unless ``t`` was computed from a tensor that requires grad (PyTorch's rule)."""
-    return not isinstance(t.node.tape, _Entry)
+    return not _computed(t.node.tape)
 
 
 def set_requires_grad(t, flag: bool, origin: Origin) -> None:
@@ -215,7 +220,7 @@ def set_requires_grad(t, flag: bool, origin: Origin) -> None:
     n = t.node
     st = n.tape
     if not flag:
-        if isinstance(st, _Entry):
+        if _computed(st):
             raise AutogradError("requires_grad_(False): only a leaf can stop requiring grad; "
                                 "use detach() for a non-leaf", origin)
         if st:
@@ -368,12 +373,12 @@ def _backprop(roots, create_graph: bool) -> dict:
         for n, g in roots:
             _accumulate(grads, n, g)
         for n in reversed(_topo_order([n for n, _ in roots])):
-            st = n.tape
             got = grads.get(id(n))
-            if not isinstance(st, _Entry) or got is None:
+            if got is None or not _computed(n.tape):
                 continue
-            xs = [_view(i) for i in st.inputs]
-            for i, x, gi in zip(st.inputs, xs, VJP[st.op](got[1], _view(n), xs, st.attrs)):
+            op, attrs, inputs = _recorded(n)
+            xs = [_view(i) for i in inputs]
+            for i, x, gi in zip(inputs, xs, VJP[op](got[1], _view(n), xs, attrs)):
                 if gi is not None and _requires(i):
                     _accumulate(grads, i, gi if gi.dtype is x.dtype else gi.astype(x.dtype))
         return grads
@@ -410,9 +415,9 @@ def _topo_order(roots) -> list:
             continue
         seen.add(id(n))
         stack.append((n, True))
-        st = n.tape
-        if isinstance(st, _Entry):
-            stack.extend((i, False) for i in st.inputs if id(i) not in seen and _requires(i))
+        if _computed(n.tape):
+            stack.extend((i, False) for i in _recorded(n)[2]
+                         if id(i) not in seen and _requires(i))
     return order
 
 

@@ -83,7 +83,9 @@ class Node:
     string; ``buffer`` the realized backend memory (None while pending). ``tape`` belongs to
     the front end's autograd (``frontend/autograd.py``): None until it has classified the node,
     then whether and how the gradient flows through it (an attribute rather than a side table,
-    because it is read and written for every op recorded while some tensor requires grad)."""
+    because it is read and written for every op recorded while some tensor requires grad).
+    ``True`` marks a node the gradient flows through whose backward needs what computed it:
+    realizing it keeps ``(op, attrs, inputs)`` there."""
 
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "device", "code", "line",
                  "buffer", "tape", "__weakref__")
@@ -129,7 +131,10 @@ class Node:
         return self.size * self.dtype.itemsize
 
     def realize_to(self, buffer) -> None:
-        """Turn this node into a leaf holding ``buffer``; its inputs are released."""
+        """Turn this node into a leaf holding ``buffer``; its inputs are released (unless its
+        ``tape`` is True: then they are kept there, with its op and attrs)."""
+        if self.tape is True:
+            self.tape = (self.op, self.attrs, self.inputs)
         self.buffer = buffer
         self.op = "buffer"
         self.inputs = ()
