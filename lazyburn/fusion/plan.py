@@ -161,6 +161,23 @@ def _unfused_bytes(order) -> int:
     return total
 
 
+class _HashedKey:
+    """A structural key hashed once: a dict lookup and the LRU update that follows it would
+    each hash the whole tuple (thousands of entries for a training step) again."""
+
+    __slots__ = ("key", "hash")
+
+    def __init__(self, key: tuple):
+        self.key = key
+        self.hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other) -> bool:
+        return self.hash == other.hash and self.key == other.key
+
+
 class PlanCache:
     """Plans by structural key, the ``capacity`` most recently used kept (a plan holds its
     compiled kernels, and every new shape of a graph is a new key; a new Python scalar is not:
@@ -179,7 +196,7 @@ class PlanCache:
         ``key`` and ``order`` may be passed when the caller has computed them."""
         if key is None:
             key, order = structural_key(outputs)
-        key = (key, fuse, max_args)
+        key = _HashedKey((key, fuse, max_args))
         plan = self._plans.get(key)
         if plan is None:
             self.misses += 1
