@@ -39,10 +39,14 @@ def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
         x = min(pow2_at_least(rows), max(1, 4096 // r))
         return {"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4}
     if outer_reduction(spec):
-        # the reduced axis is strided and the rows are contiguous: wide row tiles coalesce
+        # the reduced axis is strided and the rows are contiguous: wide row tiles coalesce;
+        # narrower ones (down to 8 rows, a 32-byte sector of float32) where wide ones would
+        # leave most of the device idle (a bias gradient's 384 column sums made 6 programs)
         r = min(pow2_at_least(size), 32)
-        return {"XBLOCK": min(64, pow2_at_least(rows)), "RBLOCK": r, "looped": size > r,
-                "num_warps": 4}
+        x = min(64, pow2_at_least(rows))
+        while x > 8 and cdiv(rows, x) < 128:
+            x //= 2
+        return {"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4}
     if size <= PERSISTENT_MAX:
         r = pow2_at_least(size)
         x = min(pow2_at_least(rows), max(1, 1024 // r))

@@ -94,7 +94,8 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
     elif isinstance(spec, ReductionSpec):
         size, rows = max(spec.reduce_size, 1), pow2_at_least(spec.rows)
         if tr.outer_reduction(spec):  # row tiles over the contiguous axis
-            for x, r in ((32, 32), (64, 16), (128, 8), (64, 64), (128, 32), (32, 8)):
+            for x, r in ((32, 32), (64, 16), (128, 8), (64, 64), (128, 32), (32, 8), (16, 32),
+                         (8, 64)):
                 if x <= rows:
                     add({"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4},
                         1 if r >= 16 else 2)
