@@ -180,7 +180,7 @@ case "${1:-check}" in
   train|train-bf16)
     [ "$1" = train-bf16 ] && half="--autocast bf16" || half=
     LAZYBURN_AUTOTUNE=1 LAZYBURN_AUTOTUNE_PROCESS_BUDGET=${2:-120} timeout 560 \
-      python3 benchmarks/train_gpu.py --profile $half 2>&1 | tee "$OUT/$1.txt" \
+      python3 benchmarks/train_gpu.py --profile --timed 30 $half 2>&1 | tee "$OUT/$1.txt" \
       || failed benchmarks/train_gpu.py
     ;;
   pocl)
