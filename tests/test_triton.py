@@ -478,13 +478,37 @@ def test_candidates_are_valid():
                 tr.render(spec, "k", dict(c.params))
         if spec.kind == "matmul" and spec.acc_dtype.is_float:
             assert any(c.params.get("library") and c.priority <= 1 for c in cands)
-            # float32 products (CUDA-core IEEE products in Triton) try the library first
+            # float32 products (CUDA-core IEEE products in Triton) try the library first (these
+            # are too small for it to be the default)
             assert (cands[1].name == "library") == (spec.a.dtype.name == "float32"), spec
+            assert not cands[0].params.get("library")
             float32 += spec.a.dtype.name == "float32"
             half += spec.a.dtype.name in ("float16", "bfloat16")
             persistent += sum(bool(c.params.get("PROGRAMS")) for c in cands)
         assert candidates(spec, interpret=True)[0].params == tr.default_params(spec, True)
     assert persistent and float32 and half
+
+
+def test_a_large_float32_matmul_runs_on_the_library_by_default():
+    """From LIBRARY_DEFAULT_WORK multiply-adds a float32 matmul's default (what runs untuned)
+    is the library; the generated default tile is still a candidate; float16 keeps its tile."""
+    from lazyburn import autotune as at
+    from lazyburn.runtime.cuda_tuning import LIBRARY_DEFAULT_WORK, candidates
+
+    n = 256
+    assert n ** 3 >= LIBRARY_DEFAULT_WORK > 64 ** 3
+    for dtype, library in (("float32", True), ("float16", False)):
+        x = lb.zeros((n, n), dtype=dtype, device="numpy")
+        (k,) = lb.explain(lb.gelu(x @ x + 1.0)).kernels
+        cands = candidates(k.spec, sm_count=1, tma=True)
+        assert len({c.name for c in cands}) == len(cands)
+        assert len({repr(sorted(c.params.items())) for c in cands}) == len(cands)
+        default = at.admitted(cands, 0)
+        assert [c.name for c in default] == ["default"]
+        assert bool(default[0].params.get("library")) == library
+        generated = tr.default_params(k.spec)
+        assert any(c.params == generated for c in cands)
+        assert sum(bool(c.params.get("library")) for c in cands) == 1
 
 
 # (kind, graph, shape of x, tolerance): graphs of every group kind whose tuning candidates run

@@ -8,8 +8,9 @@ Candidates (``lazyburn.autotune.Candidate``), the heuristic default first:
   matmul: the tile configurations of Triton's matmul tutorials for H100 (``BLOCK_M/N/K``,
   ``num_warps``, ``num_stages``; the epilogue sliced to fit registers), the library candidate
   (``torch.matmul``: cuBLAS, hipBLAS, with the prologue and the epilogue as element-wise
-  kernels) at the same priority, and, at level 2, persistent kernels of one or two programs
-  per SM.
+  kernels) at the same priority (first for float32 products without TF32, and the default
+  from ``LIBRARY_DEFAULT_WORK`` multiply-adds on: Triton multiplies those on the CUDA cores),
+  and, at level 2, persistent kernels of one or two programs per SM.
 
 At autotune level 0, and always under the interpreter, the default is used and nothing is
 timed. Otherwise the first launch of a kernel runs :func:`lazyburn.autotune.tune` on the
@@ -61,6 +62,8 @@ PERSISTENT_TILES = [(0, 1), (1, 1)]
 # gelu(A @ B + bias) in float16 (4096 x 1024 x 4096), 128x128 tiles two per SM (112 KB,
 # about 110 registers) ran in 0.075 ms against 0.081 for the best pointer-loading tile.
 TMA_TILES = [(128, 128, 64, 3, 8, 2), (128, 256, 64, 3, 8, 1)]
+#: Multiply-adds from which a float32 matmul (IEEE products) runs on the library by default
+LIBRARY_DEFAULT_WORK = 1 << 24
 # do_bench's warm-up and measuring time per timing, in ms: a matmul candidate is slow to
 # time and a few of them decide a lot, so they get more repetitions (each timing is a median)
 BENCH_MS = {"matmul": (5, 25)}
@@ -119,12 +122,20 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
 
         library = at.Candidate("library", {**default, "library": True}, 1)
         # float32 operands without TF32 are multiplied on the CUDA cores (tl.dot at "ieee"
-        # precision), a fraction of the library's SGEMM rate (on an H200, a 384 x 4096 x 384
-        # weight gradient took 0.78 ms in the default tile): the library goes first, so that a
-        # search the budget cuts short has timed it
+        # precision), a fraction of the library's SGEMM rate (on an H200, a 512 x 4096 x 512
+        # weight gradient took 0.78 ms in the default tile, cuBLAS 0.15 ms): the library goes
+        # first, so that a search the budget cuts short has timed it, and from
+        # LIBRARY_DEFAULT_WORK multiply-adds on it is the default, which runs untuned (the
+        # generated default tile then is a candidate like the others)
         if spec.a is not None and spec.a.dtype.name == "float32" and \
                 not default.get("allow_tf32"):
-            out.append(library)
+            if spec.batch * spec.m * spec.n * spec.k >= LIBRARY_DEFAULT_WORK:
+                out[0] = library = at.Candidate("default", library.params, 0)
+                seen.remove(_name(default))
+                seen.add(_name(library.params))
+                add(default, 1)
+            else:
+                out.append(library)
         tiles = []
         for bm, bn, bk, stages, warps, priority in MATMUL_TILES:
             bm, bn = fit(bm, spec.m), fit(bn, spec.n)
