@@ -17,9 +17,10 @@
 #   benchmarks/gpu_run.sh sort      the sort, scan, unsigned, assignment, optimizer and device
 #                                   fault tests on cuda:0 and NVIDIA's OpenCL, then sort,
 #                                   argsort and cumsum of 16M in the GPU suite
-#   benchmarks/gpu_run.sh train [B]  a BERT MLM training step of MiniLM's size, float32, against
-#                                   PyTorch eager and torch.compile; B: the process's tuning
-#                                   budget in seconds (default 120)
+#   benchmarks/gpu_run.sh train [B [ARGS]]  a BERT MLM training step of MiniLM's size, float32,
+#                                   against PyTorch eager and torch.compile; B: the process's
+#                                   tuning budget in seconds (default 120); ARGS go to
+#                                   benchmarks/train_gpu.py (--gc-freeze)
 #   benchmarks/gpu_run.sh train-bf16 [B]  the same step under bfloat16 autocast on both sides
 #   benchmarks/gpu_run.sh pocl      random programs on PoCL's OpenCL (the CI device), 2 000 as 16
 #                                   processes on the GPU host's cores
@@ -180,7 +181,8 @@ case "${1:-check}" in
   train|train-bf16)
     [ "$1" = train-bf16 ] && half="--autocast bf16" || half=
     LAZYBURN_AUTOTUNE=1 LAZYBURN_AUTOTUNE_PROCESS_BUDGET=${2:-120} timeout 560 \
-      python3 benchmarks/train_gpu.py --profile --timed 30 $half 2>&1 | tee "$OUT/$1.txt" \
+      python3 benchmarks/train_gpu.py --profile --timed 30 $half "${@:3}" 2>&1 \
+      | tee "$OUT/$1.txt" \
       || failed benchmarks/train_gpu.py
     ;;
   pocl)

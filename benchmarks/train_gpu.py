@@ -2,7 +2,7 @@
 lazyburn (Triton) against PyTorch eager and torch.compile, in one run.
 
     python benchmarks/train_gpu.py [--steps 20] [--timed 10] [--no-compile] [--autocast bf16]
-                                   [--profile]
+                                   [--profile] [--gc-freeze]
     python benchmarks/train_gpu.py --floors [--fp32-tflops F] [--bandwidth TB/s]
 
 The step: the encoder (6 layers, hidden 384, 12 heads, FFN 1536, vocab 30 522), the MLM head
@@ -20,6 +20,12 @@ lazyburn's syncs then return once their kernels are queued,
 launch counter, PyTorch's from its profiler) and the peak of
 device memory a step allocates beyond what is held between steps
 (``torch.cuda.max_memory_allocated``: lazyburn's buffers come from PyTorch's allocator).
+Both sides run in one process, with PyTorch and transformers imported: Python's cyclic
+collector then makes a full collection (about 150 ms on an H200's host) every few lazyburn
+steps, whose recorded graphs (some 15 000 objects a step) count towards its threshold; the
+median of the waited-for steps leaves those out, the pipelined mean does not. With
+``--gc-freeze`` the objects made by the set-up are frozen (``gc.freeze()``) before timing,
+as a training script can do, so that a full collection walks only the young ones.
 With ``--autocast bf16`` each side records its forward inside its own autocast region
 (``lb.autocast``, ``torch.autocast``): matrix products in bfloat16 with float32 accumulation,
 float32 master weights. With ``--profile`` lazyburn's step is also split into host phases
@@ -30,6 +36,7 @@ steps) and its kernels' device time in one step is listed, the largest first
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -82,6 +89,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="also: lazyburn's step split into host phases and its kernels' device "
                          "time, the largest first (torch.profiler)")
+    ap.add_argument("--gc-freeze", action="store_true",
+                    help="before timing, move every object made so far out of the cyclic "
+                         "collector's reach (gc.freeze()), for both sides")
     ap.add_argument("--fp32-tflops", type=float, default=67,
                     help="float32 TFLOP/s without TF32, for the floor (the datasheet's)")
     ap.add_argument("--half-tflops", type=float, default=683,
@@ -211,6 +221,9 @@ def main(argv=None) -> int:
         for e in kernels[:25]:
             print(f"  {e.self_device_time_total / 1e3:8.3f} ms {e.count:4d}x  {e.key[:90]}")
 
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
     backend = lb.runtime.backend("cuda:0")
     launched = backend.kernels_launched
     lazy_step(args.steps)  # one step, its launches counted
