@@ -21,8 +21,8 @@ launch counter, PyTorch's from its profiler) and the peak of
 device memory a step allocates beyond what is held between steps
 (``torch.cuda.max_memory_allocated``: lazyburn's buffers come from PyTorch's allocator).
 Both sides run in one process, with PyTorch and transformers imported: Python's cyclic
-collector then makes a full collection (about 150 ms on an H200's host) every few lazyburn
-steps, whose recorded graphs (some 15 000 objects a step) count towards its threshold; the
+collector then makes a full collection (about 140 ms on an H200's host) every few lazyburn
+steps, whose recorded graphs (some 9 000 objects a step) count towards its threshold; the
 median of the waited-for steps leaves those out, the pipelined mean does not. With
 ``--gc-freeze`` the objects made by the set-up are frozen (``gc.freeze()``) before timing,
 as a training script can do, so that a full collection walks only the young ones.
