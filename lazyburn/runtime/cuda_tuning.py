@@ -122,11 +122,12 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
 
         library = at.Candidate("library", {**default, "library": True}, 1)
         # float32 operands without TF32 are multiplied on the CUDA cores (tl.dot at "ieee"
-        # precision), a fraction of the library's SGEMM rate (on an H200, a 512 x 4096 x 512
-        # weight gradient took 0.78 ms in the default tile, cuBLAS 0.15 ms): the library goes
-        # first, so that a search the budget cuts short has timed it, and from
-        # LIBRARY_DEFAULT_WORK multiply-adds on it is the default, which runs untuned (the
-        # generated default tile then is a candidate like the others)
+        # precision), a fraction of the library's SGEMM rate (on an H200, a 384 x 4096 x 384
+        # weight gradient took 0.78 ms in the default tile; a 4096 x 2048 product over K = 512
+        # 0.25 ms in it and 0.15 ms in cuBLAS): the library goes first, so that a search the
+        # budget cuts short has timed it, and from LIBRARY_DEFAULT_WORK multiply-adds on it
+        # is the default, which runs untuned (the generated default tile then is a candidate
+        # like the others)
         if spec.a is not None and spec.a.dtype.name == "float32" and \
                 not default.get("allow_tf32"):
             if spec.batch * spec.m * spec.n * spec.k >= LIBRARY_DEFAULT_WORK:
