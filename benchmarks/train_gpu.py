@@ -17,9 +17,9 @@ ms; then the same ``--timed`` steps run back to back and waited for once (*pipel
 training loop runs: the host records the next step while the device computes this one;
 lazyburn's syncs then return once their kernels are queued,
 ``lazyburn.runtime.cuda.synchronous = False``), ms per step; kernels per step (lazyburn's
-launch counter, PyTorch's from its profiler) and the peak of
-device memory a step allocates beyond what is held between steps
-(``torch.cuda.max_memory_allocated``: lazyburn's buffers come from PyTorch's allocator).
+launch counter, PyTorch's from its profiler) and the peak of device memory a step allocates
+beyond what is held between steps (``torch.cuda.max_memory_allocated``: lazyburn's buffers
+come from PyTorch's allocator).
 Both sides run in one process, with PyTorch and transformers imported: Python's cyclic
 collector then makes a full collection (about 140 ms on an H200's host) every few lazyburn
 steps, whose recorded graphs (some 9 000 objects a step) count towards its threshold; the
