@@ -291,7 +291,7 @@ def backward(tensors, grad_tensors=None, create_graph: bool = False) -> None:
     roots = _roots("backward", tensors, grad_tensors, origin)
     with rec.pinned(origin):  # every VJP is blamed on this line (it calls no user code)
         grads = _backprop(roots, create_graph)
-        for n, g in grads.values():
+        for n, g in grads.items():
             st = n.tape
             if isinstance(st, _Leaf):
                 if not create_graph:
@@ -319,14 +319,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
         grads = _backprop(roots, create_graph)
     out = []
     for i, t in enumerate(inputs):
-        got = grads.get(id(t.node))
-        if got is None:
-            if not allow_unused:
-                raise AutogradError(f"grad: input {i} was not used to compute the outputs "
-                                    f"(pass allow_unused=True to get None for it)", origin)
-            out.append(None)
-        else:
-            out.append(got[1])
+        got = grads.get(t.node)
+        if got is None and not allow_unused:
+            raise AutogradError(f"grad: input {i} was not used to compute the outputs "
+                                f"(pass allow_unused=True to get None for it)", origin)
+        out.append(got)
     return tuple(out)
 
 
@@ -364,22 +361,22 @@ def _roots(op, tensors, grads, origin) -> list:
 
 
 def _backprop(roots, create_graph: bool) -> dict:
-    """Record the VJPs from ``roots`` back to the leaves; ``{id(node): (node, gradient)}`` for
-    every node the gradient reached."""
+    """Record the VJPs from ``roots`` back to the leaves; ``{node: gradient}`` for every node
+    the gradient reached (nodes are hashed by identity)."""
     before = _MODE.enabled
     _MODE.enabled = create_graph
     try:
-        grads: dict[int, tuple] = {}
+        grads: dict = {}
         for n, g in roots:
             _accumulate(grads, n, g)
         for n in reversed(_topo_order([n for n, _ in roots])):
-            got = grads.get(id(n))
+            got = grads.get(n)
             if got is None or not _computed(n.tape):
                 continue
             op, attrs, inputs = _recorded(n)
             xs = [_view(i) for i in inputs]
-            for i, x, gi in zip(inputs, xs, VJP[op](got[1], _view(n), xs, attrs)):
-                if gi is not None and _requires(i):
+            for i, x, gi in zip(inputs, xs, VJP[op](got, _view(n), xs, attrs)):
+                if gi is not None and i.tape:
                     _accumulate(grads, i, gi if gi.dtype is x.dtype else gi.astype(x.dtype))
         return grads
     finally:
@@ -398,8 +395,8 @@ _new_tensor = object.__new__
 
 
 def _accumulate(grads: dict, n: Node, g) -> None:
-    got = grads.get(id(n))
-    grads[id(n)] = (n, g if got is None else got[1] + g)
+    got = grads.get(n)
+    grads[n] = g if got is None else got + g
 
 
 def _topo_order(roots) -> list:
@@ -411,13 +408,12 @@ def _topo_order(roots) -> list:
         if done:
             order.append(n)
             continue
-        if id(n) in seen:
+        if n in seen:  # (nodes hash by identity)
             continue
-        seen.add(id(n))
+        seen.add(n)
         stack.append((n, True))
         if _computed(n.tape):
-            stack.extend((i, False) for i in _recorded(n)[2]
-                         if id(i) not in seen and _requires(i))
+            stack.extend([(i, False) for i in _recorded(n)[2] if i.tape and i not in seen])
     return order
 
 
