@@ -599,6 +599,55 @@ def test_compiles_for_sm90():
         compile_for_sm90(spec, f"k{j}", params)
 
 
+def test_the_gpu_compiler_runs_llvm_at_the_chosen_level(monkeypatch, tmp_path):
+    """A kernel compiled for the GPU goes through LLVM's optimizer at ``LLVM_OPT_LEVEL`` (at
+    Triton's own level 3, LLVM miscompiled a convolution's padding mask on an H200), says so
+    in its source (which keys Triton's cache), and the compiler is Triton's own again after."""
+    from triton._C.libtriton import llvm
+
+    from lazyburn.runtime.cuda import llvm_opt_level
+
+    seen = []
+    real = llvm.optimize_module
+
+    def recording(module, level, *args, **kwargs):
+        seen.append(level)
+        return real(module, level, *args, **kwargs)
+
+    monkeypatch.setattr(llvm, "optimize_module", recording)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # compiled here, not found
+    spec = _specs()[0]
+    assert f"# compiled with LLVM -O{tr.LLVM_OPT_LEVEL}" in tr.render(spec, "k", {}).source
+    assert "compiled with LLVM" not in tr.render(spec, "k", {}, "interpret").source
+    with llvm_opt_level(tr.LLVM_OPT_LEVEL):
+        compile_for_sm90(spec, "k_level", {})
+    assert seen and all(level is getattr(llvm, f"OPTIMIZE_O{tr.LLVM_OPT_LEVEL}")
+                        for level in seen)
+    assert llvm.optimize_module is recording
+    compile_for_sm90(spec, "k_default", {})
+    assert seen[-1] is llvm.OPTIMIZE_O3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="LLVM's miscompile needs the GPU "
+                    "compiler (the interpreter runs the kernels in NumPy)")
+def test_a_padded_strided_convolution_of_a_batch_matches_torch(dev):
+    """ResNet's 7x7, stride-2, padding-3 stem on 8 images: its window operand written out for
+    the library matmul (an im2col gather whose mask LLVM's level-3 optimizer broke on an
+    H200: 1.4 % of the padding read as pixels) matches PyTorch's convolution."""
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((8, 3, 224, 224), np.float32)
+    w = (rng.standard_normal((64, 3, 7, 7)) / 12).astype(np.float32)
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        want = torch.nn.functional.conv2d(torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda(),
+                                          stride=2, padding=3).cpu().numpy()
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+    got = lb.conv2d(lb.asarray(x, device=dev), lb.asarray(w, device=dev), stride=2, padding=3)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
 def test_the_graphs_compiled_for_sm90_compute_the_reference(dev):
     """What test_compiles_for_sm90 compiles, run here (on the interpreter without a GPU, so
     on fewer rows) and compared with the NumPy reference, the looped softmax included."""

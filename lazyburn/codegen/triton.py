@@ -52,9 +52,12 @@ the shared expression printer (:mod:`.triton_printer`); this module holds the en
 (:func:`render`, :func:`default_params`) and the element-wise kernel.
 
 Targets: ``"cuda"`` (also ROCm: Triton picks the vendor's libdevice) spells the transcendental
-functions that ``tl`` lacks through ``libdevice``; ``"interpret"`` (Triton's interpreter,
-``TRITON_INTERPRET=1``, which cannot call libdevice) spells them as small portable helpers built
-from ``tl`` builtins (Kahan's expm1/log1p forms), so CPU tests run the same kernels.
+functions that ``tl`` lacks through ``libdevice``, and its kernels are compiled with LLVM's
+optimizer at ``LLVM_OPT_LEVEL`` (see there; a comment in the kernel says so, which also keeps
+its binaries apart from those compiled otherwise in Triton's cache); ``"interpret"`` (Triton's
+interpreter, ``TRITON_INTERPRET=1``, which cannot call libdevice) spells them as small
+portable helpers built from ``tl`` builtins (Kahan's expm1/log1p forms), so CPU tests run the
+same kernels.
 """
 from __future__ import annotations
 
@@ -68,8 +71,18 @@ from .triton_reduction import PERSISTENT_MAX, outer_reduction, reduction_params,
 from .triton_scan import render_scan, scan_params
 from .triton_sort import render_sort, sort_params
 
-__all__ = ["PERSISTENT_MAX", "TL_MATH", "RenderedKernel", "TritonPrinter", "cdiv",
-           "default_params", "outer_reduction", "render", "tma_operands", "uses_dot"]
+#: The level of LLVM's optimizer for a ``"cuda"`` kernel (the backend applies it while Triton
+#: compiles; Triton's own is 3). At 2 and 3 the LLVM inside Triton 3.6 miscompiled an im2col
+#: gather on an H200 (sm_90): ``t = (i % 12544 % 112) * 2 + kw - 3`` masked by
+#: ``(t >= 0) & (t < 224)`` (its index arithmetic narrowed to packed 16-bit operations) let
+#: 1.4 % of the lanes through the mask: the padding of a 7x7, stride-2 convolution's input
+#: read as its neighbouring pixels (batches of 8 and 32 images of 224x224). The same kernel
+#: was exact at level 1, in 23 % less time than at 3 (with 64-bit index arithmetic, in 30 %
+#: more).
+LLVM_OPT_LEVEL = 1
+
+__all__ = ["LLVM_OPT_LEVEL", "PERSISTENT_MAX", "TL_MATH", "RenderedKernel", "TritonPrinter",
+           "cdiv", "default_params", "outer_reduction", "render", "tma_operands", "uses_dot"]
 
 
 def render(spec: KernelSpec, name: str, params: dict | None = None,
@@ -103,6 +116,8 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
         f"@triton.jit(do_not_specialize={[sc.name for sc in spec.scalars]!r})"
     head = [jit, f"def {name}({', '.join(params_list)}):",
             f"    # launch: grid={grid}, num_warps={warps}, num_stages={stages}; {params_text}"]
+    if target == "cuda":
+        head.append(f"    # compiled with LLVM -O{LLVM_OPT_LEVEL}")
     source = p.module(head + indent(body))
     return RenderedKernel(name, source, grid, warps, stages, full)
 

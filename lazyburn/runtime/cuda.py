@@ -563,7 +563,8 @@ class TritonKernel:
             self.fast(*args, stream=backend.stream_handle)
             return
         try:
-            compiled = self.fn[self.grid](*args, **self.options)
+            with _NO_CONTEXT if backend.interpret else llvm_opt_level(tr.LLVM_OPT_LEVEL):
+                compiled = self.fn[self.grid](*args, **self.options)
         except Exception as e:
             if _is_compile_error(e):
                 raise KernelCompileError(f"Triton kernel {self.rendered.name} failed to compile: "
@@ -579,6 +580,42 @@ class TritonKernel:
 
 
 _NO_CONTEXT = contextlib.nullcontext()
+_llvm_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def llvm_opt_level(level: int):
+    """Inside the block, Triton compiles with LLVM's optimizer at ``level`` (0 to 3) instead of
+    its own 3 (see ``codegen.triton.LLVM_OPT_LEVEL`` for why). Triton names the level in one
+    call, ``llvm.optimize_module(module, llvm.OPTIMIZE_O3, ...)`` of its compiled extension;
+    that function is replaced while the block runs, under a lock that lazyburn's other
+    compilations take too (a compilation outside lazyburn running meanwhile in another thread
+    gets the level as well; its results stay exact). A Triton without that call or level
+    compiles as it would."""
+    try:
+        from triton._C.libtriton import llvm
+        chosen = getattr(llvm, f"OPTIMIZE_O{level}")
+    except (ImportError, AttributeError):
+        yield
+        return
+    with _llvm_lock:
+        original = getattr(llvm, "optimize_module", None)
+        if original is None:
+            yield
+            return
+
+        def optimize_module(module, *args, **kwargs):
+            if "opt" in kwargs:
+                kwargs["opt"] = chosen
+            else:
+                args = (chosen,) + args[1:]
+            return original(module, *args, **kwargs)
+
+        llvm.optimize_module = optimize_module
+        try:
+            yield
+        finally:
+            llvm.optimize_module = original
 
 
 def _is_compile_error(e: Exception) -> bool:
