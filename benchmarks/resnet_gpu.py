@@ -1,7 +1,7 @@
 """ResNet-50 inference on a CUDA GPU: lazyburn (Triton) vs PyTorch eager vs torch.compile, in one run.
 
     python benchmarks/resnet_gpu.py [--batch 1 32] [--dtype float32 float16] [--rounds N]
-                                    [--no-compile] [--lb-half cast|autocast] [--tf32]
+                                    [--no-compile] [--lb-half cast|autocast] [--tf32] [--top N]
     TRITON_INTERPRET=1 python benchmarks/resnet_gpu.py --smoke   # no GPU: the CPU, tiny
 
 One set of random weights and batch-norm running statistics (torchvision's parameter names)
@@ -85,6 +85,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=None,
                     help="timed batches per contender (median; 30)")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--top", type=int, default=0,
+                    help="print the N kernels that take most of lazyburn's device time")
     ap.add_argument("--lb-half", choices=["cast", "autocast"], default="cast",
                     help="lazyburn's float16: parameters cast to float16, or lb.autocast")
     ap.add_argument("--tf32", action="store_true",
@@ -147,7 +149,7 @@ def main(argv=None) -> int:
 
     def device_ms(fn, n: int) -> float:
         """Milliseconds per call that the GPU spends in kernels and copies (the profiler's
-        device events), nan without a GPU."""
+        device events), nan without a GPU; with ``--top``, the kernels that take most of it."""
         if not on_gpu:
             return float("nan")
         from torch.autograd import DeviceType
@@ -158,9 +160,16 @@ def main(argv=None) -> int:
             for _ in range(n):
                 fn()
             sync_device()
-        us = sum(e.time_range.elapsed_us() for e in prof.events()
-                 if e.device_type == DeviceType.CUDA)
-        return us / 1e3 / n
+        by_name: dict[str, list] = {}
+        for e in prof.events():
+            if e.device_type == DeviceType.CUDA:
+                entry = by_name.setdefault(e.name, [0.0, 0])
+                entry[0] += e.time_range.elapsed_us()
+                entry[1] += 1
+        total = sum(us for us, _ in by_name.values())
+        for name, (us, count) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:args.top]:
+            print(f"  {us / 1e3 / n:8.3f} ms  {count // n:4d} per call  {name[:100]}")
+        return total / 1e3 / n
 
     def rel_diff(got, want) -> float:
         got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
