@@ -327,6 +327,27 @@ def test_train_and_eval_reach_every_module():
     assert not any(m.training for _, m in block.eval().named_modules())
 
 
+def test_an_eval_call_computes_the_initialization_once(device, rng):
+    """A module's pending parameters (here a random initialization) are computed by its first
+    call in eval mode, so the next call's plan reads them instead of drawing them again; a
+    state dict loaded before the first call is what the call uses."""
+    layer = nn.Linear(8, 6, device=device)
+    loaded = nn.Linear(8, 6, device=device)
+    w2, b2 = randn(rng, 6, 8), randn(rng, 6)
+    loaded.load_state_dict({"weight": w2, "bias": b2})
+    assert layer.weight.is_pending and layer.bias.is_pending
+    x = randn(rng, 3, 8)
+    y = layer(lb.tensor(x, device=device))
+    assert not layer.weight.is_pending and not layer.bias.is_pending
+    y2 = layer(lb.tensor(x, device=device))
+    y3 = loaded(lb.tensor(x, device=device))
+    assert len(lb.explain(y2).kernels) == len(lb.explain(y3).kernels)  # no drawing again
+    w, b = layer.weight.numpy(), layer.bias.numpy()
+    close(y.numpy(), x @ w.T + b)
+    close(y2.numpy(), x @ w.T + b)
+    close(y3.numpy(), x @ w2.T + b2)
+
+
 def test_forward_is_lazy(device, rng):
     block = Block(device).load_state_dict(block_arrays(rng))
     y = block(lb.tensor(randn(rng, 2, 4), device=device))

@@ -11,8 +11,10 @@ floating-point Tensors assigned to public attributes become leaves that require 
 parameters are listed (``parameters()`` can go straight to an optimizer) or the module is
 called in training mode; inference in eval mode with parameters never listed records no tape.
 Autograd's leaves are buffers (``frontend/autograd.py``), so pending values are
-computed then, all in one sync; doing it then rather than at assignment leaves a random
-initialization that a checkpoint replaces uncomputed. ``requires_grad_(False)`` freezes them;
+computed then, all in one sync; in eval mode the first call computes the pending parameters
+and buffers likewise, so that later calls read them instead of computing a random
+initialization again. Doing it then rather than at assignment leaves a random initialization
+that a checkpoint replaces uncomputed. ``requires_grad_(False)`` freezes them;
 ``zero_grad()`` clears their gradients. Inference that needs no gradients can run under
 ``lazyburn.no_grad()``, which records no tape.
 
@@ -59,8 +61,8 @@ class Module:
     training: bool = False
 
     def __setattr__(self, name: str, value) -> None:
-        if not name.startswith("_") and isinstance(value, Tensor) and value.dtype.is_float:
-            _ASSIGNED[0] += 1  # a tensor that may still need to become a leaf
+        if not name.startswith("_") and isinstance(value, Tensor):
+            _ASSIGNED[0] += 1  # a tensor that may still need to be computed or become a leaf
         object.__setattr__(self, name, value)
 
     def register_buffer(self, name: str, value) -> None:
@@ -114,9 +116,26 @@ class Module:
                 object.__setattr__(m, name, t)
         object.__setattr__(self, "_leaves_at", _ASSIGNED[0])
 
+    def _compute_state(self) -> None:
+        """Compute every pending parameter and buffer of the tree (a random initialization, an
+        upload, a conversion) in one sync, so that later calls read them rather than compute
+        them again. Runs only after a tensor was assigned somewhere since this module last
+        ran it."""
+        pending = []
+        for _, m in self.named_modules():
+            pending += [value for name, value in vars(m).items()
+                        if not name.startswith("_") and isinstance(value, Tensor)
+                        and value.node.buffer is None]
+            object.__setattr__(m, "_computed_at", _ASSIGNED[0])
+        if pending:
+            sync(*pending)
+
     def __call__(self, *args, **kwargs):
-        if self.training and self.__dict__.get("_leaves_at") != _ASSIGNED[0]:
-            self._make_leaves()
+        if self.training:
+            if self.__dict__.get("_leaves_at") != _ASSIGNED[0]:
+                self._make_leaves()
+        elif self.__dict__.get("_computed_at") != _ASSIGNED[0]:
+            self._compute_state()
         return self.forward(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
