@@ -182,6 +182,21 @@ def test_gathers_and_concat_and_pad_fuse(device, rng):
     check(f, device, x, kernels=1)
 
 
+def test_a_reshape_maps_merged_dimensions_without_division(device, rng):
+    """A padded pooling window read through a reshape that merges two dimensions (a matmul's
+    (C, H*W) result seen as (C, H, W)): the load's index is the merged coordinate itself,
+    with no remainder by H*W (its padding coordinate -1 would otherwise wrap into the
+    previous channel, through a division of the whole flat index)."""
+    x = rng.standard_normal((2, 3, 7 * 9), dtype=np.float32)
+
+    def f(t):
+        return lb.max_pool2d(lb.relu(t.reshape((2, 3, 7, 9))), 3, 2, 1)
+
+    plan = check(f, device, x, kernels=1)
+    text = plan.kernels[0].spec.text()
+    assert "% 63)" not in text and "// 63)" not in text, text
+
+
 def test_second_sync_of_identical_graph_hits_the_plan_cache(device, rng):
     backend = lb.runtime.backend(device)
 

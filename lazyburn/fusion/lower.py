@@ -98,6 +98,42 @@ class Lowering:
                 flat = b.add(flat, b.mul(e, b.index(s)))
         return flat
 
+    def reshape_index(self, index, shape, x_shape) -> tuple:
+        """The index into ``x_shape`` of the element at ``index`` of its reshape to ``shape``.
+        The dimensions split into the smallest groups whose sizes match on both sides (size-1
+        dimensions aside, as NumPy's reshape of a view does), and each group maps on its own:
+        merging (``(c, h, w) -> (c, h * W + w)``) needs no division or remainder, and a
+        coordinate that only its mask keeps in range (a padded window's ``h - 1``) never
+        crosses into another group's through a division of the whole flat index (where it is
+        out of range, the mask keeps the load from reading)."""
+        b = self.b
+        mine = [k for k, d in enumerate(shape) if d != 1]
+        theirs = [k for k, d in enumerate(x_shape) if d != 1]
+        if 0 in shape or not mine or not theirs:
+            return self.unflatten(self.flat_index(index, shape), x_shape)
+        src = [b.index(0)] * len(x_shape)
+        i = j = 0
+        while i < len(mine):
+            group, x_group = [mine[i]], [theirs[j]]
+            size, x_size = shape[mine[i]], x_shape[theirs[j]]
+            i, j = i + 1, j + 1
+            while size != x_size:
+                if size < x_size:
+                    group.append(mine[i])
+                    size *= shape[mine[i]]
+                    i += 1
+                else:
+                    x_group.append(theirs[j])
+                    x_size *= x_shape[theirs[j]]
+                    j += 1
+            flat = self.flat_index(tuple(index[k] for k in group), [shape[k] for k in group])
+            if len(x_group) == 1:  # the group's flat index is the coordinate itself
+                src[x_group[0]] = flat
+                continue
+            for k, e in zip(x_group, self.unflatten(flat, [x_shape[k] for k in x_group])):
+                src[k] = e
+        return tuple(src)
+
     def arg(self, n: Node) -> int:
         i = self.arg_of.get(id(n))
         if i is None:
@@ -214,7 +250,7 @@ class Lowering:
         (x,) = n.inputs
         op = n.op
         if op == "reshape":
-            return (yield x, self.unflatten(self.flat_index(index, n.shape), x.shape), mask)
+            return (yield x, self.reshape_index(index, n.shape, x.shape), mask)
         if op == "permute":
             perm = n.attrs[0]
             src = [None] * len(perm)
