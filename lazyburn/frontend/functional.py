@@ -224,28 +224,13 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
     if stats[0] is None or stats[1] is None:
         raise ValueError(f"{op}: running_mean and running_var are needed outside training "
                          f"(at {origin})")
-    return scale_shift(x, *batch_norm_fold(stats[0], stats[1], w, b, eps))
-
-
-def batch_norm_fold(running_mean, running_var, weight, bias, eps: float) -> tuple:
-    """Eval-mode batch norm's per-channel ``(scale, shift)``, each (C,) float32 (or float64):
-    ``scale = weight / sqrt(running_var + eps)``, ``shift = bias - running_mean * scale``
-    (``weight``, ``bias``: (C,) Tensors or None). Not checked: ``batch_norm`` checks."""
-    scale = (_upcast(running_var) + eps).rsqrt()
-    if weight is not None:
-        scale = scale * weight
-    shift = -_upcast(running_mean) * scale
-    if bias is not None:
-        shift = shift + bias
-    return scale, shift
-
-
-def scale_shift(x, scale, shift):
-    """``x * scale + shift`` per channel of ``x`` (N, C, *), ``scale`` and ``shift`` (C,), in
-    float32 for a half ``x`` (the result in ``x``'s dtype): eval-mode batch norm with
-    ``batch_norm_fold``'s pair."""
-    per_channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    y = _upcast(x) * scale.reshape(per_channel) + shift.reshape(per_channel)
+    scale = (_upcast(stats[1]) + eps).rsqrt()
+    if w is not None:
+        scale = scale * w
+    shift = -_upcast(stats[0]) * scale
+    if b is not None:
+        shift = shift + b
+    y = xc * scale.reshape(per_channel) + shift.reshape(per_channel)
     return _back(y, x)
 
 

@@ -118,18 +118,14 @@ class Module:
 
     def _compute_state(self) -> None:
         """Compute every pending parameter and buffer of the tree (a random initialization, an
-        upload, a conversion), and what modules derive from them for eval-mode calls (a batch
-        norm's folded scale and shift: ``_derived_state()``), in one sync, so that later calls
-        read them rather than compute them again. Runs only after a tensor was assigned somewhere since this module last
+        upload, a conversion) in one sync, so that later calls read them rather than compute
+        them again. Runs only after a tensor was assigned somewhere since this module last
         ran it."""
         pending = []
         for _, m in self.named_modules():
             pending += [value for name, value in vars(m).items()
                         if not name.startswith("_") and isinstance(value, Tensor)
                         and value.node.buffer is None]
-            derived = getattr(m, "_derived_state", None)
-            if derived is not None:  # computed from the state, reused by every call
-                pending += [t for t in derived() if t.node.buffer is None]
             object.__setattr__(m, "_computed_at", _ASSIGNED[0])
         if pending:
             sync(*pending)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ..frontend import functional as F
-from ..frontend.autograd import is_grad_enabled, no_grad
-from ..frontend.capture import sync
 from ..frontend.creation import ones, tensor, zeros
 from ..frontend.inspection import __array_namespace_info__
 from ..frontend.movement import flatten
@@ -61,11 +59,6 @@ class _BatchNorm(Module):
             want = " or ".join(f"{r}-D" for r in self.ranks)
             raise ShapeError(f"{type(self).__name__}: expected a {want} input, got shape "
                              f"{x.shape}", Origin())
-        if self._foldable() and x.dtype.is_float and x.shape[1] == self.num_features:
-            scale, shift = self._fold()
-            if scale.is_pending:  # state changed since the module computed it
-                sync(scale, shift)
-            return F.scale_shift(x, scale, shift)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             count = self.num_batches_tracked + 1
@@ -76,35 +69,6 @@ class _BatchNorm(Module):
         return F.batch_norm(x, self.running_mean if tracked else None,
                             self.running_var if tracked else None, self.weight, self.bias,
                             self.training or self.running_mean is None, factor, self.eps)
-
-    def _foldable(self) -> bool:
-        """Eval mode with running statistics, and no gradient to record for the affine
-        parameters: the per-channel (scale, shift) can be computed once and reused."""
-        if self.training or self.running_mean is None or self.running_var is None:
-            return False
-        return not (is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (self.weight, self.bias)))
-
-    def _fold(self) -> tuple:
-        """Eval mode's per-channel ``(scale, shift)`` (``F.batch_norm_fold``), recorded again
-        only when the statistics, the affine parameters or ``eps`` changed since the last
-        call (a changed value is a new node), else the pair of the last call."""
-        nodes = tuple(None if t is None else t.node
-                      for t in (self.running_mean, self.running_var, self.weight, self.bias))
-        cached = self.__dict__.get("_folded")
-        if cached is None or cached[1] != self.eps or \
-                any(a is not b for a, b in zip(cached[0], nodes)):
-            with no_grad():
-                pair = F.batch_norm_fold(self.running_mean, self.running_var, self.weight,
-                                         self.bias, self.eps)
-            cached = (nodes, self.eps, pair)
-            object.__setattr__(self, "_folded", cached)
-        return cached[2]
-
-    def _derived_state(self) -> list:
-        """Tensors derived from the state that eval-mode calls reuse (``Module`` computes
-        them with the parameters): the folded (scale, shift)."""
-        return list(self._fold()) if self._foldable() else []
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
