@@ -121,14 +121,14 @@ class Module:
         upload, a conversion) in one sync, so that later calls read them rather than compute
         them again. Runs only after a tensor was assigned somewhere since this module last
         ran it."""
-        pending = []
-        for _, m in self.named_modules():
-            pending += [value for name, value in vars(m).items()
-                        if not name.startswith("_") and isinstance(value, Tensor)
-                        and value.node.buffer is None]
-            object.__setattr__(m, "_computed_at", _ASSIGNED[0])
+        modules = [m for _, m in self.named_modules()]
+        pending = [value for m in modules for name, value in vars(m).items()
+                   if not name.startswith("_") and isinstance(value, Tensor)
+                   and value.node.buffer is None]
         if pending:
             sync(*pending)
+        for m in modules:
+            object.__setattr__(m, "_computed_at", _ASSIGNED[0])
 
     def __call__(self, *args, **kwargs):
         if self.training:
