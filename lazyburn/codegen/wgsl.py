@@ -340,6 +340,12 @@ class WGSLPrinter(ExprPrinter):
     def load(self, e: Expr, index: str, mask):
         arg = self.spec.args[e.args[0]]
         t = e.dtype.name
+        position = e.args[1]
+        if mask is not None and position.op == "const" and position.value < 0:
+            # a masked read before the buffer's start (a pad's or a concat piece's position
+            # seen through a reshape): it reads nothing, but WGSL rejects a constant negative
+            # index at validation
+            index = "0i"
         if is_packed(e.dtype, self.target):
             if PACKED_BITS[t] == 8:
                 raw = self.call("lb_byte", f"{arg.name}[({index}) >> 2u]", index)
