@@ -501,3 +501,34 @@ def test_same_launch_under_two_names_is_benchmarked_once():
     assert k.tune(key(), cands, level=1).name == "BLOCK=512"
     assert k.ran == ["default", "BLOCK=512"] and "BLOCK=256" not in k.timed
     assert [c.name for c in at.admitted(cands, 1)] == ["default", "BLOCK=512"]
+
+
+def test_outputs_match_within_the_rounding_of_their_terms_where_sums_cancel():
+    """Two correct summation orders of a product of K = 1152 terms differ, where an output
+    cancels to near zero, by more than the componentwise tolerance; within ``rtol`` of the
+    outputs' mean magnitude they match, and a term lost or doubled in one output does not."""
+    import numpy as np
+
+    from lazyburn.ir import dtypes as dt
+    from lazyburn.runtime import fused
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((128, 1152), dtype=np.float32)
+    b = rng.standard_normal((1152, 128), dtype=np.float32)
+    terms = a[:, :, None] * b[None]
+    one_order = np.cumsum(terms, axis=1, dtype=np.float32)[:, -1]  # left to right
+    other = (a.astype(np.float64) @ b).astype(np.float32)  # exact, then rounded
+    f32 = dt.BY_NAME["float32"]
+    assert fused.host_mismatches(other, one_order, f32).sum() > 0  # componentwise: too tight
+    scale = fused.output_scale(*fused.finite_abs_sum(other))
+    assert 20 < scale < 35  # the mean magnitude of sums of 1152 products of unit normals
+    assert fused.host_mismatches(other, one_order, f32, scale).sum() == 0
+    lost, doubled = one_order.copy(), one_order.copy()
+    lost[3, 4] -= terms[3, 100, 4]  # a term of 1.35
+    doubled[50, 60] += terms[50, 7, 60]  # 0.051, 20 times the tolerance
+    for wrong, where in ((lost, (3, 4)), (doubled, (50, 60))):
+        bad = fused.host_mismatches(other, wrong, f32, scale)
+        assert [tuple(int(i) for i in ix) for ix in zip(*np.nonzero(bad))] == [where]
+    # no finite output: componentwise
+    assert fused.output_scale(*fused.finite_abs_sum(np.array([np.inf, np.nan]))) == 0.0
+    assert fused.output_scale(1e308 * 10, 1) == 0.0

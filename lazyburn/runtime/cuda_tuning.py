@@ -30,8 +30,8 @@ from ..codegen import triton as tr
 from ..codegen.triton_matmul import epilogue_subtiles
 from ..fusion.kernel_ir import ElementwiseSpec, MatmulSpec, ReductionSpec
 from ..ir.shapes import pow2_at_least
-from .fused import (MAX_TUNED_WORK, Execution, describe_mismatch, representative,
-                    tolerance)
+from .fused import (MAX_TUNED_WORK, Execution, describe_mismatch, output_scale,
+                    representative, tolerance)
 
 # Matmul tiles: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps, priority), the
 # configurations of Triton's matmul tutorial for H100 first. A program's shared memory is
@@ -350,18 +350,29 @@ COMPARE_CHUNK = 1 << 24  # elements compared at a time: the temporaries stay sma
 
 def compare_outputs(torch, expected, actual, karg) -> str | None:
     """None when flat device tensors ``actual`` and ``expected`` match (integers and bools bit
-    for bit, floats within ``tolerance`` with equal NaNs and equal infinities), else how they
-    differ. Compared on the device a chunk at a time."""
+    for bit, floats within ``tolerance`` of the default's ``output_scale``, with equal NaNs
+    and equal infinities), else how they differ. Compared on the device a chunk at a time."""
     rtol, atol = tolerance(karg.dtype)
+    chunks = range(0, karg.size, COMPARE_CHUNK)
+    wide = torch.float64 if karg.dtype.itemsize == 8 else torch.float32
+    scale = 0.0
+    if karg.dtype.is_float:
+        total, count = 0.0, 0
+        for start in chunks:
+            e = expected[start:start + COMPARE_CHUNK].to(torch.float64).abs()
+            finite = torch.isfinite(e)
+            total += float(torch.where(finite, e, 0).sum())
+            count += int(finite.sum())
+        scale = output_scale(total, count)
     bad, first = 0, None
-    for start in range(0, karg.size, COMPARE_CHUNK):
+    for start in chunks:
         e = expected[start:start + COMPARE_CHUNK]
         a = actual[start:start + COMPARE_CHUNK]
         if karg.dtype.is_float:
-            wide = torch.float64 if karg.dtype.itemsize == 8 else torch.float32
             e, a = e.to(wide), a.to(wide)
             close = (e == a) | (torch.isnan(e) & torch.isnan(a)) | \
-                (torch.isfinite(e) & torch.isfinite(a) & ((a - e).abs() <= atol + rtol * e.abs()))
+                (torch.isfinite(e) & torch.isfinite(a) &
+                 ((a - e).abs() <= atol + rtol * (e.abs() + scale)))
             wrong = ~close
         else:
             wrong = e != a

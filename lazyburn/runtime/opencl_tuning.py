@@ -9,7 +9,7 @@ import numpy as np
 from ..autotune import Candidate
 from ..codegen import opencl as cl_codegen
 from ..ir.shapes import pow2_at_least
-from .fused import FirstLaunchTuner, describe_mismatch, tolerance
+from .fused import FirstLaunchTuner, describe_mismatch, output_scale, tolerance
 
 LIBRARY_MATMUL_MIN_FLOPS = 2 * 64 ** 3  # below this a generated kernel wins on any device
 
@@ -310,7 +310,8 @@ _COMPARE_SOURCE = r"""
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 __kernel void lb_count_mismatches(__global const STORE *x, __global const STORE *y,
-                                  const ulong n, __global uint *count, __global uint *first) {
+                                  const ulong n, const SCALE scale, __global uint *count,
+                                  __global uint *first) {
     uint bad = 0;
     ulong where = 0xffffffffUL;
     for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) {
@@ -318,7 +319,7 @@ __kernel void lb_count_mismatches(__global const STORE *x, __global const STORE 
         VALUE a = LOAD(y);
 #if IS_FLOAT
         int same = e == a || (isnan(e) && isnan(a)) ||
-                   (isfinite(e) && isfinite(a) && fabs(a - e) <= ATOL + RTOL * fabs(e));
+                   (isfinite(e) && isfinite(a) && fabs(a - e) <= ATOL + RTOL * (fabs(e) + scale));
 #else
         int same = e == a;
 #endif
@@ -332,6 +333,24 @@ __kernel void lb_count_mismatches(__global const STORE *x, __global const STORE 
         atomic_min(first, (uint)min(where, (ulong)0xfffffffeUL));
     }
 }
+
+#if IS_FLOAT
+/* each work-item's sum of the finite |x| and their count: the host adds them (output_scale) */
+__kernel void lb_abs_sums(__global const STORE *x, const ulong n, __global SCALE *sums,
+                          __global uint *counts) {
+    SCALE total = 0;
+    uint finite = 0;
+    for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) {
+        VALUE e = LOAD(x);
+        if (isfinite(e)) {
+            total += fabs(e);
+            finite++;
+        }
+    }
+    sums[get_global_id(0)] = total;
+    counts[get_global_id(0)] = finite;
+}
+#endif
 """
 _COMPARE_ITEMS = 1 << 16  # work-items at most: 0xffff each keeps the uint count from wrapping
 
@@ -339,29 +358,46 @@ _COMPARE_ITEMS = 1 << 16  # work-items at most: 0xffff each keeps the uint count
 def count_mismatches(backend, expected, actual, karg) -> tuple[int, int]:
     """``(count, first)``: how many of the ``karg.size`` elements of buffer ``actual`` differ
     from ``expected`` (``fused.host_mismatches``'s rule, computed on the device: integers and
-    bools bit for bit, floats within ``fused.tolerance`` with equal NaNs) and the index of the
-    first found (the lowest index any work-item saw, capped at 2**32 - 2). ``count`` is a
-    lower bound once some work-item finds 65535 (at least that many differ); 0 is exact."""
+    bools bit for bit, floats within ``fused.tolerance`` of ``expected``'s ``output_scale``,
+    with equal NaNs) and the index of the first found (the lowest index any work-item saw,
+    capped at 2**32 - 2). ``count`` is a lower bound once some work-item finds 65535 (at least
+    that many differ); 0 is exact."""
     cl = backend.cl
     name = karg.dtype.name
-    kernel = _compare_kernels.get((backend, name))
-    if kernel is None:
+    kernels = _compare_kernels.get((backend, name))
+    if kernels is None:
         store, load = _COMPARED[name]
         value = {"float16": "float", "bfloat16": "float"}.get(name, store)
         rtol, atol = tolerance(karg.dtype)
         defines = {"STORE": store, "VALUE": value, "LOAD(p)": load,
+                   "SCALE": "double" if name == "float64" else "float",
                    "IS_FLOAT": int(karg.dtype.is_float), "IS_DOUBLE": int(name == "float64"),
                    "RTOL": repr(rtol), "ATOL": repr(atol)}
         source = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + _COMPARE_SOURCE
-        kernel = cl.Program(backend.context, source).build().lb_count_mismatches
-        _compare_kernels[(backend, name)] = kernel
+        program = cl.Program(backend.context, source).build()
+        kernels = _compare_kernels[(backend, name)] = (
+            program.lb_count_mismatches, program.lb_abs_sums if karg.dtype.is_float else None)
+    count_kernel, sums_kernel = kernels
+    items = min(_COMPARE_ITEMS, max(1, karg.size))
+    scale_type = np.float64 if name == "float64" else np.float32
+    scale = 0.0
+    if karg.dtype.is_float:
+        sums, counts = np.zeros(items, scale_type), np.zeros(items, np.uint32)
+        sums_buf = cl.Buffer(backend.context, cl.mem_flags.WRITE_ONLY, sums.nbytes)
+        counts_buf = cl.Buffer(backend.context, cl.mem_flags.WRITE_ONLY, counts.nbytes)
+        sums_kernel(backend.queue, (items,), None, expected, np.uint64(karg.size),
+                    sums_buf, counts_buf)
+        cl.enqueue_copy(backend.queue, sums, sums_buf)
+        cl.enqueue_copy(backend.queue, counts, counts_buf)
+        with np.errstate(over="ignore"):
+            scale = output_scale(float(sums.astype(np.float64).sum()),
+                                 int(counts.astype(np.int64).sum()))
     counters = np.array([0, 0xffffffff], dtype=np.uint32)
     flags = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
     count_buf = cl.Buffer(backend.context, flags, hostbuf=counters[:1].copy())
     first_buf = cl.Buffer(backend.context, flags, hostbuf=counters[1:].copy())
-    items = min(_COMPARE_ITEMS, max(1, karg.size))
-    kernel(backend.queue, (items,), None, expected, actual, np.uint64(karg.size), count_buf,
-           first_buf)
+    count_kernel(backend.queue, (items,), None, expected, actual, np.uint64(karg.size),
+                 scale_type(scale), count_buf, first_buf)
     cl.enqueue_copy(backend.queue, counters[:1], count_buf)
     cl.enqueue_copy(backend.queue, counters[1:], first_buf)
     backend.queue.finish()
