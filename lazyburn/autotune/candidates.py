@@ -58,12 +58,21 @@ class Candidate:
         return [self.name, dict(self.params), self.priority]
 
 
+#: Which rule decided that a candidate's outputs match the default's; part of every checksum,
+#: so that entries tuned under an earlier rule are tuned again. 2: floats within rtol of the
+#: outputs' mean magnitude as well as of each output (rule 1 dropped correct register-blocked
+#: GEMMs for rounding where outputs cancel).
+MATCH_RULE = 2
+
+
 def candidates_checksum(candidates: Sequence[Candidate]) -> str:
-    """A 16-hex-digit checksum of a candidate list: names, params, priorities and their order.
+    """A 16-hex-digit checksum of a candidate list (names, params, priorities and their order)
+    and of ``MATCH_RULE``.
 
     Part of the cache key: editing a backend's list re-tunes exactly the kernels tuned over it.
     """
-    text = json.dumps([c.to_json() for c in candidates], sort_keys=True, separators=(",", ":"))
+    listed = [c.to_json() for c in candidates]
+    text = json.dumps([MATCH_RULE, listed], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
