@@ -60,27 +60,43 @@ def test_every_group_and_dump_entry_names_the_generated_language(device, rng, tm
 
 
 @needs_opencl
-@pytest.mark.parametrize("case", ["plain", "prologue and epilogue", "small"])
+@pytest.mark.parametrize("case", ["plain", "prologue and epilogue", "small", "outer form",
+                                  "window operand"])
 def test_opencl_matmul_above_the_threshold_runs_blas_and_explain_says_so(case, rng, tmp_path,
                                                                         monkeypatch):
     from lazyburn.runtime import opencl
 
     # the heuristic default (tuning off, as in the whole suite) decides by the product's size
+    # and form: B along K (a Linear layer's weight) runs as BLAS, B along N in the register-
+    # blocked GEMM, a convolution's window operand written out for it
     m, k, n = (8, 16, 8) if case == "small" else (64, 512, 48)
     a = rng.standard_normal((m, k), dtype=np.float32)
-    w = rng.standard_normal((k, n), dtype=np.float32)
+    w = rng.standard_normal((n, k), dtype=np.float32)
     x, wt = lb.tensor(a, device="opencl:0"), lb.tensor(w, device="opencl:0")
     if case == "prologue and epilogue":
-        y, want = lb.relu((x * 0.1) @ wt - 1.0), np.maximum((a * 0.1) @ w - 1.0, 0)
+        y, want = lb.relu((x * 0.1) @ wt.mT - 1.0), np.maximum((a * 0.1) @ w.T - 1.0, 0)
+    elif case == "outer form":
+        y, want = x @ lb.tensor(w.T.copy(), device="opencl:0"), a @ w.T
+    elif case == "window operand":  # 48 output channels over 8 x 8 positions, K = 32 x 3 x 3
+        img = rng.standard_normal((1, 32, 8, 8), dtype=np.float32)
+        ker = rng.standard_normal((48, 32, 3, 3), dtype=np.float32)
+        y = lb.conv2d(lb.tensor(img, device="opencl:0"), lb.tensor(ker, device="opencl:0"),
+                      padding=1)
+        windows = np.lib.stride_tricks.sliding_window_view(
+            np.pad(img, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+        want = np.einsum("nchwij,ocij->nohw", windows, ker)
     else:
-        y, want = x @ wt, a @ w
+        y, want = x @ wt.mT, a @ w.T
     plan = lb.explain(y)
     assert plan.kinds() == ["matmul"]
     (e,) = plan.executions
     text = str(plan)
-    if case == "small":
+    if case in ("small", "outer form"):
         assert e.engine == GENERATED["opencl"]
         assert "1 group: 1 generated kernel, 0 library calls" in text
+    elif case == "window operand":
+        assert e.engine == opencl.WRITTEN_B.engine and e.generated == 2
+        assert "1 group: 2 generated kernels, 0 library calls" in text
     elif case == "plain":  # BLAS reads the inputs and writes the output itself
         assert (e.engine, e.generated, e.library_calls, e.parts) == (BLAS, 0, 1, ())
         assert "1 group: 0 generated kernels, 1 library call" in text
@@ -127,11 +143,12 @@ def test_explain_reports_the_autotuners_choice_before_and_after_it_is_made(winne
         return 1e-3 if is_library == (winner == "library") else 1.0
     monkeypatch.setattr(opencl_tuning.TunedKernel, "launch_time", launch_time)
     a = rng.standard_normal((256, 64), dtype=np.float32)
-    w = rng.standard_normal((64, 256), dtype=np.float32)
+    w = rng.standard_normal((256, 64), dtype=np.float32)  # (out, in): BLAS by default
 
     def graph():
-        return lb.relu(lb.tensor(a, device="opencl:0") @ lb.tensor(w, device="opencl:0") - 0.5)
-    want = np.maximum(a @ w - 0.5, 0)
+        x, wt = lb.tensor(a, device="opencl:0"), lb.tensor(w, device="opencl:0")
+        return lb.relu(x @ wt.mT - 0.5)
+    want = np.maximum(a @ w.T - 0.5, 0)
     expected = BLAS if winner == "library" else GENERATED["opencl"]
     try:
         y = graph()

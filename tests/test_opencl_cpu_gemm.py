@@ -114,10 +114,17 @@ def test_odd_sizes_with_a_fused_bias_gelu_epilogue(backend, rng, monkeypatch, mk
 
 
 @pytest.mark.parametrize("form, index", BLOCKS)
-def test_every_register_block_on_ragged_edges(backend, rng, monkeypatch, form, index):
-    m, k, n = 37, 45, 101  # no block divides them; K % 16 leaves a tail for the inner form
+@pytest.mark.parametrize("shape", ["ragged", "narrow", "thin", "short"])
+def test_every_register_block_on_ragged_edges(backend, rng, monkeypatch, form, index, shape):
+    """No block divides M, N or K (K % 16 leaves a tail for the inner form). Where C is a block
+    or more on each side ("ragged"), one kernel whose last blocks overlap their neighbours;
+    else the full blocks, then the edge kernel over the last column and row of blocks: N
+    under a block but at least 16 lanes ("narrow": B's vector ending at N, lanes moved), N
+    under 16 ("thin": B a lane at a time), M under a block ("short")."""
     (rows, cols), _ = opencl_tuning.cpu_block_table(backend)[form][index]
     cols = cols * opencl_tuning.cpu_lanes(backend) if form == "outer" else cols
+    m, k, n = {"ragged": (37, 45, 101), "narrow": (37, 45, max(cols - 5, 17)),
+               "thin": (37, 45, 9), "short": (rows - 1, 45, 101)}[shape]
     name = f"{form}={rows}x{cols}"
     a = rng.standard_normal((m, k), dtype=np.float32)
     w = rng.standard_normal((k, n) if form == "outer" else (n, k), dtype=np.float32)
@@ -130,9 +137,13 @@ def test_every_register_block_on_ragged_edges(backend, rng, monkeypatch, form, i
         got, kern = run(lambda x, w, r: (x @ w.mT) * 0.5 - r, a, w, r)
         wk = w.T.astype(np.float64)
     assert seen == [name] and blocked(kern)
-    # the full blocks, then the edge kernel over the last column and the last row of blocks
-    assert [g for _, g, _ in kern.compiled.launches] == \
-        [(m // rows, n // cols, 1), (-(-m // rows) + n // cols, 1)]
+    if m >= rows and n >= cols:
+        want = [(-(-m // rows), -(-n // cols), 1)]
+    else:
+        full_m, full_n = m // rows, n // cols
+        edge = (-(-m // rows) if n % cols else 0) + (full_n if m % rows else 0)
+        want = ([(full_m, full_n, 1)] if full_m and full_n else []) + [(edge, 1)]
+    assert [g for _, g, _ in kern.compiled.launches] == want
     check(got, (a.astype(np.float64) @ wk) * 0.5 - r, np.abs(a) * 0.5, np.abs(wk), k)
 
 

@@ -77,11 +77,11 @@ def test_library_matmul_with_transposed_prologue_and_epilogue(backend, rng):
 
 def test_library_matmul_with_a_shared_b(backend, rng):
     x = rng.standard_normal((3, 100, 64), dtype=np.float32)
-    w = rng.standard_normal((64, 72), dtype=np.float32)
+    w = rng.standard_normal((72, 64), dtype=np.float32)  # a Linear layer's (out, in)
     b = rng.standard_normal(72, dtype=np.float32)
-    got, compiled = run(lambda x, w, b: (x @ w + b).tanh(), x, w, b)
+    got, compiled = run(lambda x, w, b: (x @ w.mT + b).tanh(), x, w, b)
     library(compiled)
-    want = np.tanh(x.astype(np.float64) @ w + b)
+    want = np.tanh(x.astype(np.float64) @ w.T + b)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 

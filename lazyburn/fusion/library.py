@@ -13,6 +13,7 @@ output buffer itself.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .kernel_ir import ElementwiseSpec, KernelArg, MatmulSpec, Output
@@ -88,7 +89,7 @@ def _rewrite(roots, builder: ExprBuilder, env: dict, arg_map: dict, acc: Expr | 
             r = env[e.args[0]]
         elif op == "const":
             r = b.const(e.value, e.dtype)
-        elif op == "acc":
+        elif op == "acc" and acc is not None:
             r = acc
         elif op == "load":
             r = b.load(arg_map[e.args[0]], args[1], e.dtype, args[2])
@@ -209,3 +210,30 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False) -> MatmulParts:
                          spec.outputs[0].index is None and len(out_args) == 1 and
                          out_args[0].dtype == spec.acc_dtype and out_args[0].size == numel)
     return MatmulParts(kernels, inputs, direct, transposed, product_is_output)
+
+
+def with_b_written(spec: MatmulSpec) -> MatmulSpec:
+    """``spec`` with its B operand read from one more input buffer, the last argument: B as
+    ``split_matmul(spec)`` writes it (its "b" kernel, (batch, K, N) row-major in the
+    accumulator's type). A convolution's window operand, gathers that the register-blocked CPU
+    GEMM cannot load as vectors along N, becomes a unit-stride operand; A and the epilogue stay
+    fused. The expressions are re-created in one builder (an expression's id is its
+    builder's)."""
+    b = ExprBuilder(spec.index_dtype)
+    env = {"b": b.var("b", spec.batch), "m": b.var("m", spec.m), "n": b.var("n", spec.n),
+           "k": b.var("k", spec.k)}
+    identity = {i: i for i in range(len(spec.args))}
+    roots = [spec.a] + [o.value for o in spec.outputs] + \
+        [o.index for o in spec.outputs if o.index is not None]
+    rewritten = iter(_rewrite(roots, b, env, identity, None))
+    a = next(rewritten)
+    values = [next(rewritten) for _ in spec.outputs]
+    outputs = [dataclasses.replace(o, value=v, index=None if o.index is None else
+                                   next(rewritten)) for o, v in zip(spec.outputs, values)]
+    written = len(spec.args)
+    flat = b.add(b.mul(b.add(b.mul(env["b"], b.index(spec.k)), env["k"]), b.index(spec.n)),
+                 env["n"])
+    operand = b.load(written, flat, spec.acc_dtype)
+    args = list(spec.args) + [KernelArg(f"in{written}", spec.acc_dtype,
+                                        spec.batch * spec.k * spec.n)]
+    return dataclasses.replace(spec, args=args, outputs=outputs, a=a, b=operand)

@@ -73,7 +73,7 @@ import numpy as np
 from ..autotune import device_fingerprint
 from ..codegen import opencl as cl_codegen
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault, sync_each
-from ..fusion.library import split_matmul
+from ..fusion.library import split_matmul, with_b_written
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
 from . import binary_cache, dump
@@ -375,6 +375,8 @@ class OpenCLBackend(FusedBackend):
     def params_execution(self, k, params: dict) -> Execution:
         if k.kind == "matmul" and params.get("library"):
             return library_execution(split_matmul(k.spec, follow_source=True))
+        if k.kind == "matmul" and params.get("b_written"):
+            return WRITTEN_B
         if k.kind == "matmul" and self.is_cpu and cl_codegen.cpu_gemm_form(k.spec) is None:
             return Execution(f"{self.generated} ({TILED_ON_CPU})")
         return Execution(self.generated)
@@ -383,6 +385,8 @@ class OpenCLBackend(FusedBackend):
         """Compile planned kernel ``k`` with launch ``params``."""
         if k.kind == "matmul" and params.get("library"):
             return LibraryMatmul(self, k, params, origin)
+        if k.kind == "matmul" and params.get("b_written"):
+            return WrittenOperandMatmul(self, k, name, params, origin)
         r = cl_codegen.render(k.spec, name, params)
         prg = self._program(r.source, k, origin, r.options)
         kernel = CompiledKernel(prg, r, origin, k.label, k.spec)
@@ -453,6 +457,10 @@ class OpenCLBackend(FusedBackend):
 #: cannot take (``codegen.opencl.cpu_gemm_form``)
 TILED_ON_CPU = ("tiled through local memory: the register-blocked CPU GEMM takes B as float "
                 "vectors along n, or A and B along k, and float32 accumulation")
+
+#: what explain and the dump say of a matmul run as ``WrittenOperandMatmul``
+WRITTEN_B = Execution("generated OpenCL C: B written out by an element-wise kernel, then the "
+                      "register-blocked CPU GEMM", generated=2)
 
 
 POOL_FRACTION = 0.25  # of the device's memory that released temporaries may hold ...
@@ -616,6 +624,46 @@ class LibraryMatmul:
         if parts.transposed[which]:
             return host.reshape(spec.batch, matrix[1], matrix[0]).transpose(0, 2, 1)
         return host.reshape(shape)
+
+
+class WrittenOperandMatmul:
+    """A matmul group whose B operand an element-wise kernel writes out first (``split_matmul``'s
+    "b" kernel, in the accumulator's type), then multiplied by the register-blocked CPU GEMM
+    with A's prologue and the epilogue fused (``with_b_written``): for a convolution's window
+    operand, whose gathers the GEMM cannot load as vectors along N. Two generated kernels and a
+    temporary of B's size (an im2col matrix, as the library path writes); the autotuner weighs
+    it against the library call and the tiled kernel."""
+
+    suffix, comment = ".cl", "//"
+    execution = WRITTEN_B
+
+    def __init__(self, backend, k, name, params, origin):
+        spec = k.spec
+        parts = split_matmul(spec)  # B row-major: the GEMM loads it as vectors along N
+        part = parts.kernels["b"]
+        self.inputs = parts.inputs["b"]
+        self.buffers = len(spec.args)
+        self.written_bytes = part.args[-1].size * part.args[-1].dtype.itemsize
+        self.origin = origin
+        # names from the spec's structural hash: the same source, and program, in every process
+        r = cl_codegen.render(part, f"b_{spec.structural_hash()}",
+                              elementwise_params(backend, part))
+        self.write_b = CompiledKernel(backend._program(r.source, k, origin, r.options), r,
+                                      origin, f"{k.label}, b", part)
+        gemm_spec = with_b_written(spec)
+        gemm_params = {key: v for key, v in params.items() if key != "b_written"}
+        r = cl_codegen.render(gemm_spec, name, gemm_params)
+        self.gemm = CompiledKernel(backend._program(r.source, k, origin, r.options), r,
+                                   origin, k.label, gemm_spec)
+        self.source = (f"// ---- b (element-wise: B written out)\n{self.write_b.source}\n"
+                       f"// ---- the register-blocked GEMM reading it\n{self.gemm.source}")
+
+    def __call__(self, backend, args) -> None:
+        scalars = list(args[self.buffers:])
+        written = backend.alloc(self.written_bytes, self.origin)
+        self.write_b(backend, [args[i] for i in self.inputs] + [written] + scalars)
+        self.gemm(backend, list(args[:self.buffers]) + [written] + scalars)
+        backend.release(written)  # the in-order queue runs the GEMM before any reuse
 
 
 LIBRARY = "library: NumPy BLAS on host-mapped buffers"

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..autotune import Candidate
 from ..codegen import opencl as cl_codegen
+from ..fusion.library import split_matmul, with_b_written
 from ..ir.shapes import pow2_at_least
 from .fused import FirstLaunchTuner, describe_mismatch, output_scale, tolerance
 
@@ -19,8 +20,9 @@ def default_params(backend, k) -> dict:
 
     CPU devices (PoCL) run a work-group as a loop the compiler vectorizes across work-items, and
     pay per work-group: large groups of grid-strided work-items, reductions with one work-item
-    per row whose row loop vectorizes, and matmuls in register blocks (BLAS from
-    ``LIBRARY_MATMUL_MIN_FLOPS`` on). GPUs get the usual 256-wide groups and a work-group per
+    per row whose row loop vectorizes, and matmuls in register blocks (from
+    ``LIBRARY_MATMUL_MIN_FLOPS`` on only in the outer form, with B written out first where its
+    loads are gathers, else BLAS). GPUs get the usual 256-wide groups and a work-group per
     row."""
     spec = k.spec
     cpu = backend.is_cpu
@@ -53,11 +55,19 @@ def default_params(backend, k) -> dict:
         return {"local": min(256, backend.max_local, half)}
     if k.kind == "matmul":
         flops = 2 * spec.batch * spec.m * spec.n * spec.k
-        if cpu and flops < LIBRARY_MATMUL_MIN_FLOPS:
+        large = flops >= LIBRARY_MATMUL_MIN_FLOPS
+        if cpu:
             blocks = cpu_blocks(backend, spec)
-            if blocks:
-                return blocks[0][1]
-        return {"tile": 16, "library": cpu and flops >= LIBRARY_MATMUL_MIN_FLOPS}
+            if not large:
+                return blocks[0][1] if blocks else {"tile": 16, "library": False}
+            # measured on PoCL (AVX-512, 2 cores), tuning off: ResNet-50 at batch 1 took 142
+            # ms with BLAS, 98 with the outer form (its window operands written out); MiniLM
+            # at batch 32 took 700 ms with BLAS, 1040 with the inner form, as long in outer
+            outer = [params for _, params, _ in blocks or written_b_blocks(backend, spec)
+                     if params["cpu_block"][0] == "outer"]
+            if outer:
+                return outer[0]
+        return {"tile": 16, "library": cpu and large}
     return {}
 
 
@@ -102,6 +112,17 @@ def cpu_blocks(backend, spec) -> list[tuple[str, dict, int]]:
                   "lanes": lanes}
         out.append((f"{form}={rows}x{cols}", params, priority))
     return out
+
+
+def written_b_blocks(backend, spec) -> list[tuple[str, dict, int]]:
+    """``cpu_blocks`` of the GEMM that reads B written out by a kernel of its own (the
+    runtime's ``WrittenOperandMatmul``), for a matmul ``spec`` whose B the register-blocked
+    GEMM cannot load (a convolution's window operand); empty otherwise."""
+    if not backend.is_cpu or cl_codegen.cpu_gemm_form(spec) is not None or \
+            split_matmul(spec).direct["b"] is not None:
+        return []
+    return [(f"b written, {name}", {**params, "b_written": True}, priority)
+            for name, params, priority in cpu_blocks(backend, with_b_written(spec))]
 
 
 def elementwise_params(backend, spec) -> dict:
@@ -221,7 +242,7 @@ def candidates(backend, k) -> list[Candidate]:
                                  {"strategy": "sequential", "local": None, "rows": rows,
                                   **_row_vectors(backend)}, 1))
     elif k.kind == "matmul":
-        blocks = cpu_blocks(backend, spec)
+        blocks = cpu_blocks(backend, spec) or written_b_blocks(backend, spec)
         for name, params, priority in blocks:
             out.append(Candidate(name, params, priority))
         # on a CPU the local-memory tiles are 25-85x slower than the register blocks
