@@ -197,6 +197,32 @@ def test_a_reshape_maps_merged_dimensions_without_division(device, rng):
     assert "% 63)" not in text and "// 63)" not in text, text
 
 
+def test_a_padded_window_masks_only_the_loads_that_can_leave_their_buffer(device, rng):
+    """Max pooling of a batch norm + ReLU read through the pool's padding: the input's load
+    is masked (its padded row and column run from -1), the per-channel statistics are not
+    (in range at every position), so they need not be read again for every tap; at the
+    padding the pool still sees the fill, not the statistics' value."""
+    x = rng.standard_normal((2, 4, 7, 9), dtype=np.float32)
+    # a shift that makes the normalized border negative: a fill of -inf, not 0, must win there
+    mean, var, w, b = (rng.random(4, dtype=np.float32) + 0.5 for _ in range(4))
+
+    def f(t, m, v, w_, b_):
+        return lb.max_pool2d(lb.batch_norm(t, m, v, w_, b_) - 3.0, 3, 2, 1)
+
+    plan = check(f, device, x, mean, var, w, b, kernels=1, rtol=1e-5, atol=1e-5)
+    (k,) = plan.kernels
+    loads = [e for e in _exprs(k.spec) if e.op == "load"]
+    by_size = {}
+    for e in loads:
+        by_size.setdefault(k.spec.args[e.args[0]].size, set()).add(e.args[2] is None)
+    assert by_size == {x.size: {False}, 4: {True}}, by_size
+
+
+def _exprs(spec):
+    from lazyburn.fusion.symbolic import topo_exprs
+    return topo_exprs(spec.roots())
+
+
 def test_second_sync_of_identical_graph_hits_the_plan_cache(device, rng):
     backend = lb.runtime.backend(device)
 

@@ -208,7 +208,14 @@ class Lowering:
                 raise FusionIllegal(f"{n.op} result read at another position than the scan's")
             return b.op("scanned", (), n.dtype)
         if self.external(n):
-            return b.load(self.arg(n), self.flat_index(index, n.shape), n.dtype, mask)
+            flat = self.flat_index(index, n.shape)
+            if mask is not None and 0 <= flat.lo and flat.hi < n.size:
+                # in range wherever it is read (a batch norm's per-channel statistics under a
+                # pad's mask): the pad or concat whose mask it is selects its own value where
+                # the mask is false. Unmasked, the load no longer depends on a window's tap
+                # through the mask, and is computed once per output, not once per tap.
+                mask = None
+            return b.load(self.arg(n), flat, n.dtype, mask)
         op = n.op
         if op == "const":
             if not is_runtime_value(n):
