@@ -229,6 +229,44 @@ def test_an_operand_it_cannot_vectorize_falls_back_to_the_tiled_kernel(backend, 
     assert str(kern.compiled.execution) == e.engine
 
 
+@pytest.mark.parametrize("case", ["strided", "grouped half", "padded 1x1"])
+def test_a_convolution_window_is_written_out_for_the_register_blocks(backend, rng, case):
+    """A convolution's window operand (gathers along N) is written out by a kernel of its own,
+    then the outer form reads it (``WrittenOperandMatmul``), with the bias and ReLU fused on
+    write: the default above the library threshold; values against a float64 reference."""
+    from lazyburn.runtime import opencl
+
+    x_shape, w_shape, stride, padding, groups, dtype = {
+        "strided": ((2, 16, 15, 13), (40, 16, 3, 3), 2, 1, 1, np.float32),
+        "grouped half": ((1, 32, 12, 12), (48, 16, 3, 3), 1, 1, 2, np.float16),
+        "padded 1x1": ((1, 64, 9, 9), (96, 64, 1, 1), 1, 1, 1, np.float32),
+    }[case]
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(dtype)
+    bias = rng.standard_normal(w_shape[0]).astype(dtype)
+    got, kern = run(lambda x, w, c: lb.relu(lb.conv2d(x, w, c, stride, padding, 1, groups)),
+                    x, w, bias)
+    assert isinstance(kern.compiled, opencl.WrittenOperandMatmul)
+    assert kern.compiled.execution is opencl.WRITTEN_B
+    assert cl_codegen.cpu_gemm_form(kern.spec) is None
+    want = _conv_reference(x.astype(np.float64), w.astype(np.float64), stride, padding, groups)
+    want = np.maximum(want + bias.astype(np.float64)[:, None, None], 0)
+    tol = 2e-2 if dtype == np.float16 else 1e-4
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def _conv_reference(x, w, stride, padding, groups):
+    """NCHW convolution in NumPy (float64), PyTorch's semantics."""
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    kh, kw = w.shape[2:]
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
+    win = win[:, :, ::stride, ::stride]
+    cg, og = x.shape[1] // groups, w.shape[0] // groups
+    outs = [np.einsum("nchwij,ocij->nohw", win[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og])
+            for g in range(groups)]
+    return np.concatenate(outs, axis=1)
+
+
 def test_small_matmuls_default_to_the_register_blocks(backend, rng):
     a = rng.standard_normal((12, 33), dtype=np.float32)
     w = rng.standard_normal((33, 20), dtype=np.float32)

@@ -61,8 +61,9 @@ def default_params(backend, k) -> dict:
             if not large:
                 return blocks[0][1] if blocks else {"tile": 16, "library": False}
             # measured on PoCL (AVX-512, 2 cores), tuning off: ResNet-50 at batch 1 took 142
-            # ms with BLAS, 98 with the outer form (its window operands written out); MiniLM
-            # at batch 32 took 700 ms with BLAS, 1040 with the inner form, as long in outer
+            # ms with BLAS, 98 in the outer form (its window operands written out); MiniLM at
+            # batch 32 (its weights' products in the inner form) 700 ms with BLAS, 1040 in
+            # the inner form, and about 700 with them transposed for the outer form
             outer = [params for _, params, _ in blocks or written_b_blocks(backend, spec)
                      if params["cpu_block"][0] == "outer"]
             if outer:
