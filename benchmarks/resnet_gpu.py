@@ -2,6 +2,7 @@
 
     python benchmarks/resnet_gpu.py [--batch 1 32] [--dtype float32 float16] [--rounds N]
                                     [--no-compile] [--lb-half cast|autocast] [--tf32] [--top N]
+                                    [--cuda-graphs]
     TRITON_INTERPRET=1 python benchmarks/resnet_gpu.py --smoke   # no GPU: the CPU, tiny
 
 One set of random weights and batch-norm running statistics (torchvision's parameter names)
@@ -18,7 +19,9 @@ the script then exits 1). Times are medians over ``--rounds`` batches of wall ti
 device synchronized after each: lazyburn "recorded" records the graph and syncs every batch
 (its real per-batch cost, host included), "replay" runs the plan cached by ``lazyburn.jit``;
 "device ms" is the time lazyburn's kernels (and copies) occupy the GPU per batch, summed from
-PyTorch's profiler. A roofline line per configuration comes first: FLOPs counted from the
+PyTorch's profiler. With ``--cuda-graphs``, "graph" replays the same plan through another
+``lazyburn.jit`` with ``lazyburn.runtime.cuda.cuda_graphs`` set (captured at its second run,
+then one graph launch a batch; its logits are checked too). A roofline line per configuration comes first: FLOPs counted from the
 network's convolutions and classifier, bytes with every weight and every layer's output
 moved once (see ``roofline``).
 """
@@ -91,6 +94,8 @@ def main(argv=None) -> int:
                     help="lazyburn's float16: parameters cast to float16, or lb.autocast")
     ap.add_argument("--tf32", action="store_true",
                     help="allow TF32 for float32 convolutions and matmuls on both sides")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="also time the replay captured into a CUDA graph")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny (batch 1, 64x64, 2 rounds): runs on the CPU with "
                          "TRITON_INTERPRET=1 (PyTorch on the CPU)")
@@ -217,9 +222,21 @@ def main(argv=None) -> int:
         def lazy_replay():  # a cached plan replayed (lazyburn.jit)
             return lazy_jit(x_lb)
 
+        graph_jit = lb.jit(forward, device="cuda:0")
+
+        def lazy_graph():  # the same plan captured into a CUDA graph at its second run
+            lb_cuda.cuda_graphs = True
+            try:
+                return graph_jit(x_lb)
+            finally:
+                lb_cuda.cuda_graphs = False
+
         want = torch_forward().float().cpu().numpy()
         err = rel_diff(lazy_forward().numpy(), want)
         err = max(err, rel_diff(lazy_replay().numpy(), want))
+        if args.cuda_graphs:
+            for _ in range(3):  # the third is the graph's
+                err = max(err, rel_diff(lazy_graph().numpy(), want))
         err_comp = float("nan")
         if compiled is not None:
             err_comp = rel_diff(torch_forward(compiled).float().cpu().numpy(), want)
@@ -229,7 +246,8 @@ def main(argv=None) -> int:
               f"{'' if ok else ' MISMATCH'}, compile {err_comp:.1e}", flush=True)
 
         t_lb = median_ms(lazy_forward)
-        t_replay = median_ms(lazy_replay)
+        t_replay = median_ms(lazy_replay)  # (cuda_graphs unset: the kernels, one by one)
+        t_graph = median_ms(lazy_graph) if args.cuda_graphs else float("nan")
         t_dev = device_ms(lazy_replay, min(rounds, 10))
         t_eager = median_ms(torch_forward)
         t_comp = float("nan")
@@ -239,21 +257,21 @@ def main(argv=None) -> int:
         launched = backend.kernels_launched
         lazy_forward()
         kernels = backend.kernels_launched - launched
-        rows.append((batch, dtype, t_lb, t_replay, t_dev, t_eager, t_comp, kernels, err,
-                     "ok" if ok else "MISMATCH"))
-        print(f"batch {batch} {dtype}: lazyburn {t_lb:.3f} ms (replay {t_replay:.3f}, device "
-              f"{t_dev:.3f}), eager {t_eager:.3f} ms, compile {t_comp:.3f} ms, {kernels} kernels",
-              flush=True)
-        del model, x_lb, x_in, lazy_jit
+        rows.append((batch, dtype, t_lb, t_replay, t_graph, t_dev, t_eager, t_comp, kernels,
+                     err, "ok" if ok else "MISMATCH"))
+        print(f"batch {batch} {dtype}: lazyburn {t_lb:.3f} ms (replay {t_replay:.3f}, graph "
+              f"{t_graph:.3f}, device {t_dev:.3f}), eager {t_eager:.3f} ms, compile "
+              f"{t_comp:.3f} ms, {kernels} kernels", flush=True)
+        del model, x_lb, x_in, lazy_jit, graph_jit
         if on_gpu:
             torch.cuda.empty_cache()
-    print("\n| batch | dtype | lazyburn recorded ms | lazyburn replay ms | lazyburn device ms | "
-          "eager ms | compile ms | eager/replay | compile/replay | kernels | "
-          "max rel diff vs eager |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for b, d, t, r, dv, e, c, k, err, verdict in rows:
-        print(f"| {b} | {d} | {t:.3f} | {r:.3f} | {dv:.3f} | {e:.3f} | {c:.3f} | {e / r:.2f}x | "
-              f"{c / r:.2f}x | {k} | {err:.1e} {verdict} |")
+    print("\n| batch | dtype | lazyburn recorded ms | lazyburn replay ms | graph ms | "
+          "lazyburn device ms | eager ms | compile ms | eager/replay | compile/replay | "
+          "compile/graph | kernels | max rel diff vs eager |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for b, d, t, r, g, dv, e, c, k, err, verdict in rows:
+        print(f"| {b} | {d} | {t:.3f} | {r:.3f} | {g:.3f} | {dv:.3f} | {e:.3f} | {c:.3f} | "
+              f"{e / r:.2f}x | {c / r:.2f}x | {c / g:.2f}x | {k} | {err:.1e} {verdict} |")
     return 1 if failed else 0
 
 

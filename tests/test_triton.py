@@ -648,6 +648,38 @@ def test_a_padded_strided_convolution_of_a_batch_matches_torch(dev):
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need the GPU (the "
+                    "interpreter captures none)")
+def test_a_cuda_graph_reads_weights_in_place_and_copies_the_inputs(dev, monkeypatch):
+    """With ``cuda_graphs`` set, a replayed plan is captured at its second run and replayed as
+    one graph launch (no kernel launched one by one) from the third: fresh inputs are copied
+    in, a weight that stayed the same buffer is read in place (updated in place through
+    PyTorch, the replay sees it), and a weight that is another buffer drops the graph."""
+    from lazyburn.runtime import cuda as lb_cuda
+
+    monkeypatch.setattr(lb_cuda, "cuda_graphs", True)
+    backend = runtime.backend(dev)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    w_t = torch.randn(64, 48, device="cuda", generator=gen)
+    w = lb.from_torch(w_t)
+    f = lb.jit(lambda x, w: lb.relu(x @ w) * 0.5 + 1.0, device=dev)
+
+    def step(weight, weight_t):
+        x_t = torch.randn(16, 64, device="cuda", generator=gen)
+        before = backend.kernels_launched
+        got = f(lb.from_torch(x_t), weight).numpy()
+        want = (torch.relu(x_t @ weight_t) * 0.5 + 1.0).cpu().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        return backend.kernels_launched - before
+
+    assert step(w, w_t) > 0 and step(w, w_t) > 0  # compiled, then captured
+    assert step(w, w_t) == 0 and step(w, w_t) == 0  # the graph: one launch, fresh inputs
+    w_t.mul_(-2.0)  # the same buffer, new values
+    assert step(w, w_t) == 0
+    w2_t = torch.randn(64, 48, device="cuda", generator=gen)
+    assert step(lb.from_torch(w2_t), w2_t) > 0  # another weight buffer: the kernels again
+
+
 def test_the_graphs_compiled_for_sm90_compute_the_reference(dev):
     """What test_compiles_for_sm90 compiles, run here (on the interpreter without a GPU, so
     on fewer rows) and compared with the NumPy reference, the looped softmax included."""

@@ -5,7 +5,8 @@ positions of its inputs, the sizes and dtypes of the buffers it allocates, and t
 that die after it. Running the plan again on fresh data is a walk over those closures. With
 ``lazyburn.runtime.b.cuda_graphs`` set, a plan run a third time is captured into a CUDA graph
 (:class:`GraphReplay`) and replayed as one launch while its scalar arguments (recorded Python
-scalars, random seeds) keep the values it was captured with.
+scalars, random seeds) keep the values it was captured with and its unchanging inputs (a
+model's weights) stay the same buffers.
 
 A kernel's fault may surface at a later launch or at the wait for the stream; the error then
 lists the kernels launched so far with their user lines. With ``LAZYBURN_SYNC_EACH=1`` the
@@ -67,6 +68,7 @@ class Program:
         self.scalar_kernels = [k for k in plan.kernels if k.scalar_pos]
         self.runs = 0
         self.graph: GraphReplay | None = None
+        self.last_leaves: dict = {}  # the input buffers of the last run, until a capture
         # LAZYBURN_DUMP is read once per plan, here, not at every run; a ``dump()`` block is
         # looked for at every run (a list's truth value)
         self.dump_env = bool(os.environ.get("LAZYBURN_DUMP"))
@@ -89,11 +91,14 @@ class Program:
         if self.graph is not None and self.scalar_kernels and \
                 self.graph.words != self.scalar_words(order):
             self.graph, self.capturable = None, False
-        if self.graph is not None and not sync_each():
+        out = None
+        if self.graph is not None and b.cuda_graphs and not sync_each():
             out = self.graph.replay(values)
-            if b.synchronous:
+            if out is None:  # an input the graph reads in place is another buffer now
+                self.graph, self.runs = None, 1
+            elif b.synchronous:
                 b.finish()
-        else:
+        if out is None:
             out = self._launch(values, order)
         if self.dump_env or dump.active():
             b.dump(self.plan)  # after the run: kernels tuned at their first launch are final
@@ -130,9 +135,12 @@ class Program:
             raise self._fault(e, i, order,
                               exact=each or not waiting and (b.interpret or i == 0)) \
                 from None
-        if b.cuda_graphs and self.capturable and not b.interpret and not each and \
-                self.runs >= CAPTURE_AFTER_RUNS:
-            self.graph = GraphReplay(self, values, order)
+        if b.cuda_graphs and self.capturable and not b.interpret and not each:
+            if self.runs >= CAPTURE_AFTER_RUNS:
+                same = {p for p in self.leaves if self.last_leaves.get(p) is values[p]}
+                self.graph, self.last_leaves = GraphReplay(self, values, order, same), {}
+            else:
+                self.last_leaves = {p: values[p] for p in self.leaves}
         return [values[p] for p in self.output_pos]
 
     def _origin(self, i: int, order) -> str | None:
@@ -211,22 +219,24 @@ def _copy_step(backend, src, dst):
 class GraphReplay:
     """A plan captured into a CUDA graph (``torch.cuda.CUDAGraph``).
 
-    The graph reads its own copies of the plan's input buffers and writes its own outputs, so a
-    replay copies in the inputs that are new buffers since the last replay (the arguments; a
-    model's weights stay the same buffers and are copied once, at capture), launches the graph,
-    and returns copies of the outputs (the next replay overwrites the graph's): worth it for
-    many small kernels, not for a few large ones.
+    The inputs that were the same buffers in the runs before the capture (``same``: a model's
+    weights) are read by the graph in place, so that a change of their contents (a weight
+    updated in place through ``to_torch``) is seen; a replay with another buffer in one of
+    their places returns None (the caller runs the plan's kernels, and may capture again).
+    The other inputs are copied into the graph's own buffers at every replay. The graph writes
+    its own outputs, so a replay returns copies of them (the next replay overwrites the
+    graph's): worth it for many small kernels, not for a few large ones.
     """
 
-    def __init__(self, program: Program, values: list, order):
+    def __init__(self, program: Program, values: list, order, same: set):
         b = program.backend
         torch = b.torch
         self.program = program
         self.words = program.scalar_words(order)  # the scalar arguments the graph holds
-        self.inputs = {p: values[p].clone() for p in program.leaves}
-        self.last = {p: values[p] for p in program.leaves}  # what each input held last
+        self.read_in_place = {p: values[p] for p in program.leaves if p in same}
+        self.copied = {p: values[p].clone() for p in program.leaves if p not in same}
         staged = [None] * program.n
-        for p, buf in self.inputs.items():
+        for p, buf in (*self.read_in_place.items(), *self.copied.items()):
             staged[p] = buf
         self.graph = torch.cuda.CUDAGraph()
         # CUDA captures only on a side stream; the kernels launch on the backend's stream
@@ -244,14 +254,14 @@ class GraphReplay:
         b.stream.wait_stream(side)
         self.outputs = [staged[p] for p in program.output_pos]
 
-    def replay(self, values: list) -> list:
+    def replay(self, values: list) -> list | None:
+        for p, buf in self.read_in_place.items():
+            if values[p] is not buf:
+                return None
         b = self.program.backend
         with b.on_device():
-            for p, buf in self.inputs.items():
-                v = values[p]
-                if v is not self.last[p]:  # weights stay the same buffers: copied once
-                    buf.copy_(v)
-                    self.last[p] = v
+            for p, buf in self.copied.items():
+                buf.copy_(values[p])
             self.graph.replay()
             return [o.clone() for o in self.outputs]
 
