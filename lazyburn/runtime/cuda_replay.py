@@ -68,7 +68,8 @@ class Program:
         self.scalar_kernels = [k for k in plan.kernels if k.scalar_pos]
         self.runs = 0
         self.graph: GraphReplay | None = None
-        self.last_leaves: dict = {}  # the input buffers of the last run, until a capture
+        # the input buffers of the last run with cuda_graphs set, until the capture
+        self.last_leaves: dict | None = None
         # LAZYBURN_DUMP is read once per plan, here, not at every run; a ``dump()`` block is
         # looked for at every run (a list's truth value)
         self.dump_env = bool(os.environ.get("LAZYBURN_DUMP"))
@@ -95,7 +96,7 @@ class Program:
         if self.graph is not None and b.cuda_graphs and not sync_each():
             out = self.graph.replay(values)
             if out is None:  # an input the graph reads in place is another buffer now
-                self.graph, self.runs = None, 1
+                self.graph, self.last_leaves = None, None
             elif b.synchronous:
                 b.finish()
         if out is None:
@@ -136,9 +137,11 @@ class Program:
                               exact=each or not waiting and (b.interpret or i == 0)) \
                 from None
         if b.cuda_graphs and self.capturable and not b.interpret and not each:
-            if self.runs >= CAPTURE_AFTER_RUNS:
+            # captured at the second run with cuda_graphs set (after compiling runs), reading
+            # in place the inputs that were the same buffers in the run before
+            if self.runs >= CAPTURE_AFTER_RUNS and self.last_leaves is not None:
                 same = {p for p in self.leaves if self.last_leaves.get(p) is values[p]}
-                self.graph, self.last_leaves = GraphReplay(self, values, order, same), {}
+                self.graph, self.last_leaves = GraphReplay(self, values, order, same), None
             else:
                 self.last_leaves = {p: values[p] for p in self.leaves}
         return [values[p] for p in self.output_pos]
