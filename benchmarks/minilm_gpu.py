@@ -79,10 +79,9 @@ def main(argv=None) -> int:
     import lazyburn as lb
     from lazyburn.models import minilm
 
-    if args.cuda_graphs:
-        import lazyburn.runtime.cuda as lb_cuda
+    import lazyburn.runtime.cuda as lb_cuda
 
-        lb_cuda.cuda_graphs = True
+    lb_cuda.cuda_graphs = args.cuda_graphs  # lazyburn's default is on; off here unless given
 
     folder = args.weights or str(minilm.default_path())
     configs = CONFIGS

@@ -2,7 +2,7 @@
 
     python benchmarks/resnet_gpu.py [--batch 1 32] [--dtype float32 float16] [--rounds N]
                                     [--no-compile] [--lb-half cast|autocast] [--tf32] [--top N]
-                                    [--cuda-graphs]
+                                    [--no-graphs]
     TRITON_INTERPRET=1 python benchmarks/resnet_gpu.py --smoke   # no GPU: the CPU, tiny
 
 One set of random weights and batch-norm running statistics (torchvision's parameter names)
@@ -17,11 +17,12 @@ Each configuration is checked first: the max difference of the logits against ea
 relative to the largest eager logit (a check fails above 1e-3 in float32, 5e-2 in float16;
 the script then exits 1). Times are medians over ``--rounds`` batches of wall time with the
 device synchronized after each: lazyburn "recorded" records the graph and syncs every batch
-(its real per-batch cost, host included), "replay" runs the plan cached by ``lazyburn.jit``;
-"device ms" is the time lazyburn's kernels (and copies) occupy the GPU per batch, summed from
-PyTorch's profiler. With ``--cuda-graphs``, "graph" replays the same plan through another
-``lazyburn.jit`` with ``lazyburn.runtime.cuda.cuda_graphs`` set (captured at its second run,
-then one graph launch a batch; its logits are checked too). A roofline line per configuration comes first: FLOPs counted from the
+(its real per-batch cost, host included; its plan replayed as a CUDA graph, lazyburn's
+default), "replay" runs the plan cached by ``lazyburn.jit`` a kernel at a time
+(``lazyburn.runtime.cuda.cuda_graphs`` unset), "graph" the same through another ``jit`` as a
+CUDA graph (captured at its second run; its logits are checked too; ``--no-graphs``: not
+measured); "device ms" is the time lazyburn's kernels (and copies) occupy the GPU per batch,
+summed from PyTorch's profiler. A roofline line per configuration comes first: FLOPs counted from the
 network's convolutions and classifier, bytes with every weight and every layer's output
 moved once (see ``roofline``).
 """
@@ -94,8 +95,8 @@ def main(argv=None) -> int:
                     help="lazyburn's float16: parameters cast to float16, or lb.autocast")
     ap.add_argument("--tf32", action="store_true",
                     help="allow TF32 for float32 convolutions and matmuls on both sides")
-    ap.add_argument("--cuda-graphs", action="store_true",
-                    help="also time the replay captured into a CUDA graph")
+    ap.add_argument("--no-graphs", action="store_true",
+                    help="do not time the replay captured into a CUDA graph")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny (batch 1, 64x64, 2 rounds): runs on the CPU with "
                          "TRITON_INTERPRET=1 (PyTorch on the CPU)")
@@ -219,22 +220,22 @@ def main(argv=None) -> int:
 
         lazy_jit = lb.jit(forward, device="cuda:0")
 
-        def lazy_replay():  # a cached plan replayed (lazyburn.jit)
-            return lazy_jit(x_lb)
+        def lazy_replay():  # a cached plan replayed (lazyburn.jit), a kernel at a time
+            lb_cuda.cuda_graphs = False
+            try:
+                return lazy_jit(x_lb)
+            finally:
+                lb_cuda.cuda_graphs = True
 
         graph_jit = lb.jit(forward, device="cuda:0")
 
         def lazy_graph():  # the same plan captured into a CUDA graph at its second run
-            lb_cuda.cuda_graphs = True
-            try:
-                return graph_jit(x_lb)
-            finally:
-                lb_cuda.cuda_graphs = False
+            return graph_jit(x_lb)
 
         want = torch_forward().float().cpu().numpy()
         err = rel_diff(lazy_forward().numpy(), want)
         err = max(err, rel_diff(lazy_replay().numpy(), want))
-        if args.cuda_graphs:
+        if not args.no_graphs:
             for _ in range(3):  # the third is the graph's
                 err = max(err, rel_diff(lazy_graph().numpy(), want))
         err_comp = float("nan")
@@ -246,8 +247,8 @@ def main(argv=None) -> int:
               f"{'' if ok else ' MISMATCH'}, compile {err_comp:.1e}", flush=True)
 
         t_lb = median_ms(lazy_forward)
-        t_replay = median_ms(lazy_replay)  # (cuda_graphs unset: the kernels, one by one)
-        t_graph = median_ms(lazy_graph) if args.cuda_graphs else float("nan")
+        t_replay = median_ms(lazy_replay)
+        t_graph = float("nan") if args.no_graphs else median_ms(lazy_graph)
         t_dev = device_ms(lazy_replay, min(rounds, 10))
         t_eager = median_ms(torch_forward)
         t_comp = float("nan")

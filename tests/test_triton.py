@@ -680,6 +680,38 @@ def test_a_cuda_graph_reads_weights_in_place_and_copies_the_inputs(dev, monkeypa
     assert step(lb.from_torch(w2_t), w2_t) > 0  # another weight buffer: the kernels again
 
 
+def test_cuda_graphs_are_bounded_in_number_and_memory(dev, monkeypatch):
+    """At most ``MAX_CUDA_GRAPHS`` captured plans and ``CUDA_GRAPH_MEMORY_FRACTION`` of the
+    device's memory: the least recently replayed graph is dropped first, and a plan whose
+    graph alone holds more is not captured again."""
+    from lazyburn.runtime import cuda as lb_cuda
+
+    class Captured:  # what the backend asks of a Program
+        def __init__(self):
+            self.graph, self.last_leaves, self.capturable = "graph", {}, True
+
+    backend = runtime.backend(dev)
+    monkeypatch.setattr(lb_cuda, "MAX_CUDA_GRAPHS", 2)
+    monkeypatch.setattr(lb_cuda, "CUDA_GRAPH_MEMORY_FRACTION", 0.5)
+    monkeypatch.setattr(backend, "max_alloc", 1000)
+    monkeypatch.setattr(backend, "_graphs", type(backend._graphs)())
+
+    def captured(nbytes):
+        program = Captured()
+        backend.hold_graph(program, nbytes)
+        return program
+
+    a, b = captured(100), captured(100)
+    backend.replayed_graph(a)  # b is now the least recently replayed
+    c = captured(100)  # a third: b goes
+    assert list(backend._graphs) == [a, c] and b.graph is None and b.capturable
+    d = captured(350)  # 550 bytes with a and c: a goes, and 450 stay
+    assert list(backend._graphs) == [c, d] and a.graph is None and c.graph == "graph"
+    e = captured(600)  # alone past 500: dropped, with everything older, and not captured again
+    assert e.graph is None and not e.capturable and e not in backend._graphs
+    assert d.graph is None and c.graph is None and not backend._graphs
+
+
 def test_the_graphs_compiled_for_sm90_compute_the_reference(dev):
     """What test_compiles_for_sm90 compiles, run here (on the interpreter without a GPU, so
     on fewer rows) and compared with the NumPy reference, the looped softmax included."""

@@ -24,9 +24,14 @@ Module settings:
   so a device fault is reported by the sync that caused it. False: a sync returns once its
   kernels are queued, as PyTorch's ops do (the host runs ahead; downloads, copies and
   ``to_torch`` still wait for the work they need), which hides launch overhead.
-  ``cuda_graphs`` (False): from the third run of a plan on, capture it into a CUDA graph and
-  replay that (inputs copied into the graph's buffers, outputs copied out): one launch instead
-  of one per kernel, for launch-bound plans. See :class:`GraphReplay`.
+  ``cuda_graphs`` (True): a plan run a second time with the same scalar arguments is captured
+  into a CUDA graph and replayed as one launch from its third run on (the inputs that stayed
+  the same buffers read in place, the others copied into the graph's buffers, the outputs
+  copied out; see ``cuda_replay.GraphReplay``): ResNet-50 at batch 1 in float32 on an H200,
+  57 kernels, took 4.6 ms replayed a kernel at a time and 1.2 ms as a graph. At most
+  ``MAX_CUDA_GRAPHS`` graphs live per device, holding at most ``CUDA_GRAPH_MEMORY_FRACTION``
+  of its memory (each holds its plan's temporaries), the least recently replayed dropped
+  first; a plan whose graph alone holds more is not captured.
 
 Without a GPU, ``TRITON_INTERPRET=1`` makes ``cuda:0`` run the same kernels through Triton's
 interpreter on torch CPU tensors (slow, for tests: see ``tests/test_triton.py``). The device is
@@ -87,8 +92,10 @@ from .cuda_replay import Program
 from .fused import Execution, FusedBackend, host_value
 
 allow_tf32 = False
-cuda_graphs = False
+cuda_graphs = True
 synchronous = True
+MAX_CUDA_GRAPHS = 16  # captured plans kept per device ...
+CUDA_GRAPH_MEMORY_FRACTION = 0.25  # ... holding at most this fraction of its memory
 KERNEL_CACHE_SIZE = 512  # kernel modules, and plans' launch programs, kept per process / device
 
 # (uint16, uint32 and uint64 are storage types in PyTorch: buffers, copies and views only, which
@@ -319,6 +326,8 @@ class CudaBackend(FusedBackend):
             self._current = lambda: (current_device(), raw(index))
         # id(plan) -> Program (which holds the plan), the KERNEL_CACHE_SIZE most recently used
         self._programs: collections.OrderedDict[int, object] = collections.OrderedDict()
+        # Program -> bytes its CUDA graph holds, the most recently replayed last
+        self._graphs: collections.OrderedDict[object, int] = collections.OrderedDict()
         self.compiles = 0
         super().__init__()
 
@@ -501,10 +510,34 @@ class CudaBackend(FusedBackend):
             self.compile(plan, order)
             program = programs[id(plan)] = Program(self, plan, order)
             while len(programs) > KERNEL_CACHE_SIZE:
-                programs.popitem(last=False)
+                self.drop_graph(programs.popitem(last=False)[1])
         else:
             programs.move_to_end(id(plan))
         return program
+
+    def hold_graph(self, program, nbytes: int) -> None:
+        """Keep ``program``'s new CUDA graph (holding ``nbytes``), dropping the least recently
+        replayed ones past ``MAX_CUDA_GRAPHS`` or ``CUDA_GRAPH_MEMORY_FRACTION`` of the
+        device's memory; a graph that alone holds more is dropped and its plan not captured
+        again."""
+        graphs = self._graphs
+        graphs[program] = nbytes
+        limit = CUDA_GRAPH_MEMORY_FRACTION * (self.max_alloc or 0)
+        while len(graphs) > MAX_CUDA_GRAPHS or sum(graphs.values()) > limit:
+            old = next(iter(graphs))
+            self.drop_graph(old)
+            if old is program:
+                program.capturable = False
+                break
+
+    def replayed_graph(self, program) -> None:
+        """Note that ``program``'s graph was replayed (the last to be dropped)."""
+        self._graphs.move_to_end(program)
+
+    def drop_graph(self, program) -> None:
+        """Release ``program``'s CUDA graph, if it has one (it may be captured again)."""
+        self._graphs.pop(program, None)
+        program.graph, program.last_leaves = None, None
 
     def execute(self, plan, order, values) -> list:
         """Replay ``plan``; ``values`` (graph position -> buffer) gives its realized inputs,

@@ -3,10 +3,10 @@
 A :class:`Program` is built once per plan: one closure per planned kernel with the graph
 positions of its inputs, the sizes and dtypes of the buffers it allocates, and the temporaries
 that die after it. Running the plan again on fresh data is a walk over those closures. With
-``lazyburn.runtime.b.cuda_graphs`` set, a plan run a third time is captured into a CUDA graph
-(:class:`GraphReplay`) and replayed as one launch while its scalar arguments (recorded Python
-scalars, random seeds) keep the values it was captured with and its unchanging inputs (a
-model's weights) stay the same buffers.
+``lazyburn.runtime.cuda.cuda_graphs`` set (the default), a plan run a second time is captured
+into a CUDA graph (:class:`GraphReplay`) and replayed as one launch from its third run on,
+while its scalar arguments (recorded Python scalars, random seeds) keep the values it was
+captured with and its unchanging inputs (a model's weights) stay the same buffers.
 
 A kernel's fault may surface at a later launch or at the wait for the stream; the error then
 lists the kernels launched so far with their user lines. With ``LAZYBURN_SYNC_EACH=1`` the
@@ -91,14 +91,17 @@ class Program:
         self.runs += 1
         if self.graph is not None and self.scalar_kernels and \
                 self.graph.words != self.scalar_words(order):
-            self.graph, self.capturable = None, False
+            b.drop_graph(self)
+            self.capturable = False
         out = None
         if self.graph is not None and b.cuda_graphs and not sync_each():
             out = self.graph.replay(values)
             if out is None:  # an input the graph reads in place is another buffer now
-                self.graph, self.last_leaves = None, None
-            elif b.synchronous:
-                b.finish()
+                b.drop_graph(self)
+            else:
+                b.replayed_graph(self)
+                if b.synchronous:
+                    b.finish()
         if out is None:
             out = self._launch(values, order)
         if self.dump_env or dump.active():
@@ -142,6 +145,7 @@ class Program:
             if self.runs >= CAPTURE_AFTER_RUNS and self.last_leaves is not None:
                 same = {p for p in self.leaves if self.last_leaves.get(p) is values[p]}
                 self.graph, self.last_leaves = GraphReplay(self, values, order, same), None
+                b.hold_graph(self, self.graph.nbytes)
             else:
                 self.last_leaves = {p: values[p] for p in self.leaves}
         return [values[p] for p in self.output_pos]
@@ -241,6 +245,7 @@ class GraphReplay:
         staged = [None] * program.n
         for p, buf in (*self.read_in_place.items(), *self.copied.items()):
             staged[p] = buf
+        reserved = torch.cuda.memory_reserved(b.device)
         self.graph = torch.cuda.CUDAGraph()
         # CUDA captures only on a side stream; the kernels launch on the backend's stream
         # handle, so it points at the side stream while capturing
@@ -256,6 +261,10 @@ class GraphReplay:
             b.stream, b.stream_handle = saved
         b.stream.wait_stream(side)
         self.outputs = [staged[p] for p in program.output_pos]
+        # what the caching allocator reserved for the graph's private pool (its temporaries
+        # and outputs) and the copied inputs
+        self.nbytes = max(0, torch.cuda.memory_reserved(b.device) - reserved) + \
+            sum(buf.numel() * buf.element_size() for buf in self.copied.values())
 
     def replay(self, values: list) -> list | None:
         for p, buf in self.read_in_place.items():
