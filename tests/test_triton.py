@@ -489,24 +489,30 @@ def test_candidates_are_valid():
     assert persistent and float32 and half
 
 
-def test_a_large_float32_matmul_runs_on_the_library_by_default():
+@pytest.mark.parametrize("m, k, n", [(256, 256, 256), (1, 2048, 1000), (16, 256, 256),
+                                     (17, 256, 256)])
+def test_a_large_float32_matmul_runs_on_the_library_by_default(m, k, n):
     """From LIBRARY_DEFAULT_WORK multiply-adds a float32 matmul's default (what runs untuned)
-    is the library; the generated default tile is still a candidate; float16 keeps its tile."""
+    is the library, and from FEW_ROWS_LIBRARY_WORK for FEW_ROWS rows or fewer (a classifier at
+    batch 1); the generated default tile is still a candidate; float16 keeps its tile."""
     from lazyburn import autotune as at
-    from lazyburn.runtime.cuda_tuning import LIBRARY_DEFAULT_WORK, candidates
+    from lazyburn.runtime.cuda_tuning import (FEW_ROWS, FEW_ROWS_LIBRARY_WORK,
+                                              LIBRARY_DEFAULT_WORK, candidates)
 
-    n = 256
-    assert n ** 3 >= LIBRARY_DEFAULT_WORK > 64 ** 3
-    for dtype, library in (("float32", True), ("float16", False)):
-        x = lb.zeros((n, n), dtype=dtype, device="numpy")
-        (k,) = lb.explain(lb.gelu(x @ x + 1.0)).kernels
-        cands = candidates(k.spec, sm_count=1, tma=True)
+    work = m * k * n
+    on_library = work >= LIBRARY_DEFAULT_WORK or m <= FEW_ROWS and work >= FEW_ROWS_LIBRARY_WORK
+    assert on_library == ((m, k, n) != (17, 256, 256))
+    for dtype, library in (("float32", on_library), ("float16", False)):
+        x = lb.zeros((m, k), dtype=dtype, device="numpy")
+        w = lb.zeros((k, n), dtype=dtype, device="numpy")
+        (kern,) = lb.explain(lb.gelu(x @ w + 1.0)).kernels
+        cands = candidates(kern.spec, sm_count=1, tma=True)
         assert len({c.name for c in cands}) == len(cands)
         assert len({repr(sorted(c.params.items())) for c in cands}) == len(cands)
         default = at.admitted(cands, 0)
         assert [c.name for c in default] == ["default"]
         assert bool(default[0].params.get("library")) == library
-        generated = tr.default_params(k.spec)
+        generated = tr.default_params(kern.spec)
         assert any(c.params == generated for c in cands)
         assert sum(bool(c.params.get("library")) for c in cands) == 1
 

@@ -9,7 +9,8 @@ Candidates (``lazyburn.autotune.Candidate``), the heuristic default first:
   ``num_warps``, ``num_stages``; the epilogue sliced to fit registers), the library candidate
   (``torch.matmul``: cuBLAS, hipBLAS, with the prologue and the epilogue as element-wise
   kernels) at the same priority (first for float32 products without TF32, and the default
-  from ``LIBRARY_DEFAULT_WORK`` multiply-adds on: Triton multiplies those on the CUDA cores),
+  from ``LIBRARY_DEFAULT_WORK`` multiply-adds on, or ``FEW_ROWS_LIBRARY_WORK`` for a product of
+  ``FEW_ROWS`` rows or fewer: Triton multiplies those on the CUDA cores),
   and, at level 2, persistent kernels of one or two programs per SM.
 
 At autotune level 0, and always under the interpreter, the default is used and nothing is
@@ -64,6 +65,10 @@ PERSISTENT_TILES = [(0, 1), (1, 1)]
 TMA_TILES = [(128, 128, 64, 3, 8, 2), (128, 256, 64, 3, 8, 1)]
 #: Multiply-adds from which a float32 matmul (IEEE products) runs on the library by default
 LIBRARY_DEFAULT_WORK = 1 << 24
+#: ... and from which one of at most ``FEW_ROWS`` rows does (a classifier at batch 1): the
+#: default tile is one row of tiles, a program per 128 columns (ResNet-50's 1 x 2048 x 1000
+#: ran in 8 programs for 0.18 ms on an H200)
+FEW_ROWS, FEW_ROWS_LIBRARY_WORK = 16, 1 << 20
 # do_bench's warm-up and measuring time per timing, in ms: a matmul candidate is slow to
 # time and a few of them decide a lot, so they get more repetitions (each timing is a median)
 BENCH_MS = {"matmul": (5, 25)}
@@ -130,7 +135,9 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
         # like the others)
         if spec.a is not None and spec.a.dtype.name == "float32" and \
                 not default.get("allow_tf32"):
-            if spec.batch * spec.m * spec.n * spec.k >= LIBRARY_DEFAULT_WORK:
+            work, rows = spec.batch * spec.m * spec.n * spec.k, spec.batch * spec.m
+            if work >= LIBRARY_DEFAULT_WORK or \
+                    rows <= FEW_ROWS and work >= FEW_ROWS_LIBRARY_WORK:
                 out[0] = library = at.Candidate("default", library.params, 0)
                 seen.remove(_name(default))
                 seen.add(_name(library.params))
