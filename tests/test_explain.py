@@ -62,8 +62,8 @@ def test_every_group_and_dump_entry_names_the_generated_language(device, rng, tm
 @needs_opencl
 @pytest.mark.parametrize("case", ["plain", "prologue and epilogue", "small", "outer form",
                                   "window operand"])
-def test_opencl_matmul_above_the_threshold_runs_blas_and_explain_says_so(case, rng, tmp_path,
-                                                                        monkeypatch):
+def test_opencl_matmul_runs_by_size_and_form_and_explain_says_so(case, rng, tmp_path,
+                                                                  monkeypatch):
     from lazyburn.runtime import opencl
 
     # the heuristic default (tuning off, as in the whole suite) decides by the product's size
