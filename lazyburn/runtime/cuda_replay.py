@@ -22,8 +22,6 @@ from ..errors import DeviceError, LazyburnError, OutOfMemoryError, kernel_fault,
 from . import dump
 from .fused import kernel_name, kernel_origin
 
-CAPTURE_AFTER_RUNS = 2  # runs of a plan before it is captured (the first ones compile)
-
 
 class Program:
     """The launch steps of one plan on one CudaBackend."""
@@ -66,7 +64,6 @@ class Program:
         # a graph replays the scalar arguments it was captured with: it is replayed only for
         # the same values, and a plan whose values change is not captured again
         self.scalar_kernels = [k for k in plan.kernels if k.scalar_pos]
-        self.runs = 0
         self.graph: GraphReplay | None = None
         # the input buffers of the last run with cuda_graphs set, until the capture
         self.last_leaves: dict | None = None
@@ -88,7 +85,6 @@ class Program:
             for p in self.leaves:
                 n = order[p]
                 values[p] = n.buffer if n.device == device else b.import_buffer(n)
-        self.runs += 1
         if self.graph is not None and self.scalar_kernels and \
                 self.graph.words != self.scalar_words(order):
             b.drop_graph(self)
@@ -140,9 +136,9 @@ class Program:
                               exact=each or not waiting and (b.interpret or i == 0)) \
                 from None
         if b.cuda_graphs and self.capturable and not b.interpret and not each:
-            # captured at the second run with cuda_graphs set (after compiling runs), reading
+            # captured at the second run with cuda_graphs set (the first compiles), reading
             # in place the inputs that were the same buffers in the run before
-            if self.runs >= CAPTURE_AFTER_RUNS and self.last_leaves is not None:
+            if self.last_leaves is not None:
                 same = {p for p in self.leaves if self.last_leaves.get(p) is values[p]}
                 self.graph, self.last_leaves = GraphReplay(self, values, order, same), None
                 b.hold_graph(self, self.graph.nbytes)

@@ -434,9 +434,9 @@ def tolerance(dtype) -> tuple[float, float]:
     default's ``e``: ``|a - e| <= atol + rtol * (|e| + scale)``, ``scale`` the mean magnitude
     of the default's finite outputs (``output_scale``). A reduction or a matmul may add in
     another order, and the rounding that changes is relative to the size of the terms, not of
-    one sum: where terms cancel (a product of K = 576 random values near 0.18 when the
-    outputs' mean magnitude is 19), two correct orders differ by far more than ``rtol * |e|``,
-    while a wrong element (a term lost or read twice) still differs by about the terms' size.
+    one sum: where terms cancel (an output of 0.18 among outputs of mean magnitude 19, each a
+    sum of 576 products), two correct orders differ by far more than ``rtol * |e|``, while a
+    wrong element (a term lost or read twice) still differs by about the terms' size.
     Integers and bools must match exactly."""
     if dtype.name in ("float16", "bfloat16"):
         return 2e-2, 1e-2
