@@ -209,7 +209,8 @@ def _train(args) -> int:
             raise UsageError(f"--checkpoint {args.checkpoint}: {parent} is not a directory")
     try:
         return train.main(device, args.epochs, args.batch_size, args.lr, args.seed,
-                          args.hidden, checkpoint=args.checkpoint, resume=args.resume)
+                          args.hidden, checkpoint=args.checkpoint, resume=args.resume,
+                          model=args.model)
     except ImportError as e:  # scikit-learn or safetensors missing
         raise UsageError(str(e)) from None
     except (WeightsError, ValueError) as e:  # a checkpoint that does not fit, a bad size
@@ -451,7 +452,8 @@ def parser() -> ArgumentParser:
     d.add_argument("--dump", default=None, metavar="DIR", help="write fused kernels to DIR")
     d.set_defaults(run=_demo)
 
-    t = sub.add_parser("train", help="train an MLP on scikit-learn's handwritten digits",
+    t = sub.add_parser("train", help="train an MLP or a CNN on scikit-learn's handwritten "
+                                     "digits",
                        description=train.__doc__.split("\n\n")[0])
     t.add_argument("--device", default=None,
                    help="numpy, opencl:N, webgpu:N or cuda:N (default: LAZYBURN_DEVICE, "
@@ -464,14 +466,18 @@ def parser() -> ArgumentParser:
                    help="AdamW's peak learning rate, annealed to 0 (default 0.01)")
     t.add_argument("--seed", type=int, default=0,
                    help="seeds the initial weights and the batch order (default 0)")
-    t.add_argument("--hidden", type=_positive_int, default=128,
-                   help="width of the two hidden layers (default 128)")
+    t.add_argument("--model", choices=sorted(train.MODELS), default="mlp",
+                   help="mlp: two hidden layers; cnn: two blocks of convolution, batch norm "
+                        "and max pooling, then a linear layer (default mlp)")
+    t.add_argument("--hidden", type=_positive_int, default=None,
+                   help="the MLP's hidden width (default 128) or the CNN's first "
+                        "convolution's channels (default 16)")
     t.add_argument("--checkpoint", default=None, metavar="PATH",
                    help="save the model, optimizer and schedule to PATH (safetensors) "
                         "after every epoch")
     t.add_argument("--resume", default=None, metavar="PATH",
-                   help="continue the run saved in PATH (same --epochs, --batch-size and "
-                        "--hidden) from the epoch it reached")
+                   help="continue the run saved in PATH (same --model, --epochs, "
+                        "--batch-size and --hidden) from the epoch it reached")
     t.set_defaults(run=_train)
 
     devices = sub.add_parser("devices", help="list the devices lazyburn can use")

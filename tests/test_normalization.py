@@ -292,6 +292,8 @@ def test_group_norm_rms_norm_flatten_and_upsample_modules(device, rng):
     pairs = [(nn.GroupNorm(2, 6, device=device), torch.nn.GroupNorm(2, 6)),
              (nn.RMSNorm((3, 4), device=device), torch.nn.RMSNorm((3, 4))),
              (nn.Flatten(), torch.nn.Flatten()),
+             (nn.Unflatten(1, (2, 3)), torch.nn.Unflatten(1, (2, 3))),
+             (nn.Unflatten(-1, (-1, 2)), torch.nn.Unflatten(-1, (-1, 2))),
              (nn.Upsample(scale_factor=2, mode="bilinear"),
               torch.nn.Upsample(scale_factor=2, mode="bilinear"))]
     x = randn(rng, 2, 6, 3, 4)
@@ -331,6 +333,11 @@ def test_bad_inputs_raise_shape_errors_at_the_users_line():
         nn.BatchNorm2d(6)(x)
     with pytest.raises(lb.ShapeError, match="cannot be split"):
         nn.GroupNorm(4, 6)
+    for sizes in [(4, 2), (-1, 4), (-1, -1), (-2, -3)]:
+        with pytest.raises(lb.ShapeError, match=r"Unflatten: sizes .* dimension 1 of size 6"):
+            nn.Unflatten(1, sizes)(x)
+    with pytest.raises(lb.ShapeError, match="Unflatten"):
+        nn.Unflatten(3, (1, 3))(x)
 
 
 def test_other_bad_arguments():

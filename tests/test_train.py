@@ -1,7 +1,8 @@
 """Checkpoints and the ``lazyburn train`` job: a run resumed from a checkpoint takes bit for bit
 the steps of one that never stopped (parameters, AdamW's moments, the schedule and the
 dropout generator restored), on the NumPy device and a fused one; bad checkpoints are clear
-errors; ``lazyburn train`` learns the digits on the NumPy and OpenCL devices and resumes."""
+errors; ``lazyburn train`` learns the digits with the MLP and the CNN on the NumPy and OpenCL
+devices and resumes; the CNN's steps are PyTorch's."""
 from __future__ import annotations
 
 import re
@@ -103,12 +104,15 @@ def digits():
     return train.load_digits()
 
 
+@pytest.mark.parametrize("model", list(train.MODELS))
 @pytest.mark.parametrize("device", DEVICES)
-def test_train_command_learns_the_digits(device, tmp_path, capsys):
+def test_train_command_learns_the_digits(device, model, tmp_path, capsys):
     path = tmp_path / "digits.safetensors"
-    status = cli.main(["train", "--device", device, "--epochs", "2", "--checkpoint", str(path)])
+    status = cli.main(["train", "--device", device, "--model", model, "--epochs", "2",
+                       "--checkpoint", str(path)])
     out = capsys.readouterr().out
     assert status == 0, out
+    assert re.search(f"^model: {model.upper()} ", out, re.M), out
     epochs = re.findall(r"^epoch (\d)/2 +loss (\S+) +test accuracy (\S+)% .*\((\d+) steps, "
                         r"(unfused|\d+ kernels/step)\)$", out, re.M)
     assert [e[0] for e in epochs] == ["1", "2"], out
@@ -119,8 +123,52 @@ def test_train_command_learns_the_digits(device, tmp_path, capsys):
     assert path.is_file() and f"checkpoint: {path}" in out
 
 
-def test_a_resumed_training_run_ends_where_an_uninterrupted_one_does(digits, tmp_path):
-    kw = dict(epochs=3, batch_size=256, seed=5, log=lambda line: None, data=digits)
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_digits_cnn_takes_torchs_training_steps(device, digits):
+    """Two SGD steps of ``lazyburn train --model cnn``'s network (convolutions, batch norms
+    in training mode, max pooling, their gradients) from the same weights as the same network
+    in PyTorch: the losses, every gradient, the parameters and the running statistics."""
+    torch = pytest.importorskip("torch")
+    T = torch.nn
+    torch.manual_seed(int(np.random.default_rng().integers(1 << 31)))
+    theirs = T.Sequential(T.Unflatten(1, (1, 8, 8)), T.Conv2d(1, 4, 3, padding=1, bias=False),
+                          T.BatchNorm2d(4), T.ReLU(), T.MaxPool2d(2),
+                          T.Conv2d(4, 8, 3, padding=1, bias=False), T.BatchNorm2d(8), T.ReLU(),
+                          T.MaxPool2d(2), T.Flatten(), T.Linear(32, 10)).train()
+    ours = train.build_model(device, 4, "cnn").train()
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    opt = optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
+    topt = torch.optim.SGD(theirs.parameters(), lr=0.1, momentum=0.9)
+    rng = np.random.default_rng()
+    for _ in range(2):
+        rows = rng.choice(len(digits.x_train), 32, replace=False)
+        x, y = digits.x_train[rows], digits.y_train[rows]
+        opt.zero_grad()
+        topt.zero_grad()
+        loss = lb.cross_entropy(ours(lb.tensor(x, device=device)), lb.tensor(y, device=device))
+        tloss = T.functional.cross_entropy(theirs(torch.tensor(x)), torch.tensor(y))
+        loss.backward()
+        tloss.backward()
+        grads = [p.grad for p in ours.parameters()]
+        opt.step()
+        topt.step()
+        np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-5)
+        for (name, p), g in zip(theirs.named_parameters(), grads):
+            want = p.grad.numpy()
+            np.testing.assert_allclose(g.numpy(), want, rtol=1e-4,
+                                       atol=1e-5 * np.abs(want).max(), err_msg=name)
+    mine = ours.state_dict()
+    for name, value in theirs.state_dict().items():
+        np.testing.assert_allclose(np.asarray(mine[name]), value.numpy(), rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("model", list(train.MODELS))
+def test_a_resumed_training_run_ends_where_an_uninterrupted_one_does(model, digits, tmp_path):
+    """The CNN's batch norms' running statistics are restored with its parameters."""
+    kw = dict(epochs=3, batch_size=128, seed=5, log=lambda line: None, data=digits,
+              model=model)
     whole = train.train("numpy", **kw)
     path = tmp_path / "run.safetensors"
     first = train.train("numpy", checkpoint=path, stop_after=2, **kw)
@@ -129,8 +177,9 @@ def test_a_resumed_training_run_ends_where_an_uninterrupted_one_does(digits, tmp
     assert [r.epoch for r in rest.epochs] == [3]
     assert rest.epochs[0].loss == whole.epochs[2].loss
     assert rest.accuracy == whole.accuracy > 0.5
-    for (k, p), q in zip(whole.model.named_parameters(), rest.model.parameters()):
-        np.testing.assert_array_equal(q.numpy(), p.numpy(), err_msg=k)
+    resumed = rest.model.state_dict()
+    for k, v in whole.model.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(resumed[k]), np.asarray(v), err_msg=k)
 
 
 def test_train_command_errors(tmp_path, capsys):
@@ -143,3 +192,10 @@ def test_train_command_errors(tmp_path, capsys):
     assert cli.main(["train", "--device", "numpy", "--epochs", "2", "--batch-size", "512",
                      "--resume", str(path)]) == 2
     assert "epochs 1 there, 2 here" in capsys.readouterr().err
+    assert cli.main(["train", "--device", "numpy", "--epochs", "1", "--batch-size", "512",
+                     "--model", "cnn", "--resume", str(path)]) == 2
+    assert "hidden 128 there, 16 here, model mlp there, cnn here" in capsys.readouterr().err
+    assert cli.main(["train", "--model", "rnn"]) == 2
+    assert "invalid choice: 'rnn'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown model 'rnn'"):
+        train.build_model("numpy", model="rnn")

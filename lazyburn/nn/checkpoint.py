@@ -41,8 +41,9 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, *, step: int | 
     except ImportError as e:
         raise ImportError("checkpoints need the 'safetensors' package "
                           "(pip install 'lazyburn[train]')") from e
-    arrays = {f"model.{name}": np.ascontiguousarray(a)
-              for name, a in model.state_dict().items()}
+    # np.asarray keeps a 0-d buffer (a batch norm's num_batches_tracked) 0-d, where
+    # np.ascontiguousarray would make it (1,)
+    arrays = {f"model.{name}": np.asarray(a, order="C") for name, a in model.state_dict().items()}
     meta = {"version": FORMAT_VERSION, "step": step, "extra": extra}
     if optimizer is not None:
         sd = optimizer.state_dict()
@@ -51,7 +52,7 @@ def save_checkpoint(path, model, optimizer=None, scheduler=None, *, step: int | 
             for key, value in entry.items():
                 if is_tensor(value) or isinstance(value, np.ndarray):
                     a = value.numpy() if is_tensor(value) else value
-                    arrays[f"optimizer.{index}.{key}"] = np.ascontiguousarray(a)
+                    arrays[f"optimizer.{index}.{key}"] = np.asarray(a, order="C")
                 else:
                     scalars.setdefault(str(index), {})[key] = value
         meta["optimizer"] = {"type": type(optimizer).__name__, "state": scalars,

@@ -1,5 +1,5 @@
 """Normalization and resampling layers: BatchNorm1d, BatchNorm2d, GroupNorm, RMSNorm, and the
-shape layers Flatten and Upsample.
+shape layers Flatten, Unflatten and Upsample.
 
 Parameters and buffers follow ``torch.nn``'s names, layouts and initializations (``weight``,
 ``bias``, ``running_mean``, ``running_var``, ``num_batches_tracked``), so state dicts saved
@@ -15,6 +15,7 @@ from ..frontend.creation import ones, tensor, zeros
 from ..frontend.inspection import __array_namespace_info__
 from ..frontend.movement import flatten
 from ..frontend.record import Origin
+from ..ir.shapes import normalize_axis, prod
 from .module import Module
 
 
@@ -144,6 +145,32 @@ class Flatten(Module):
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Module):
+    """Dimension ``dim`` split into ``unflattened_size`` (a view), as ``torch.nn.Unflatten``:
+    (N, 64) -> (N, 1, 8, 8) for ``Unflatten(1, (1, 8, 8))``; one size may be -1.
+
+    Raises ShapeError when ``dim`` is out of range or the sizes (at most one -1) do not
+    multiply to the dimension's size."""
+
+    def __init__(self, dim: int, unflattened_size):
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, x):
+        origin = Origin()
+        d = normalize_axis("Unflatten", self.dim, x.shape, origin)
+        n, sizes = x.shape[d], self.unflattened_size
+        known = prod(s for s in sizes if s != -1)
+        if sizes.count(-1) == 1 and known and n % known == 0:
+            sizes = tuple(n // known if s == -1 else s for s in sizes)
+        if prod(sizes) != n or min(sizes, default=0) < 0:
+            raise ShapeError(f"Unflatten: sizes {self.unflattened_size} do not split dimension "
+                             f"{d} of size {n} (shape {x.shape})", origin)
+        return x.reshape(x.shape[:d] + sizes + x.shape[d + 1:])
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
 class Upsample(Module):
