@@ -584,7 +584,8 @@ def compile_for_sm90(spec, name: str, params: dict) -> None:
     r = tr.render(spec, name, params, target="cuda")
     fn, _ = load_kernel(r.source, name, interpret=False)
     sig = {a.name: POINTER[a.dtype.name] for a in spec.args}
-    sig.update({s.name: "i32" for s in spec.scalars})  # int32 bit patterns (cuda_replay)
+    if spec.scalars:  # the int32 words buffer (cuda_replay)
+        sig[tr.WORDS_ARG] = "*i32"
     try:
         triton.compile(ASTSource(fn, sig), target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": r.num_warps, "num_stages": r.num_stages})
@@ -658,7 +659,7 @@ def test_a_padded_strided_convolution_of_a_batch_matches_torch(dev):
                     "interpreter captures none)")
 def test_a_cuda_graph_reads_weights_in_place_and_copies_the_inputs(dev, monkeypatch):
     """With ``cuda_graphs`` set, a replayed plan is captured at its second run and replayed as
-    one graph launch (no kernel launched one by one) from the third: fresh inputs are copied
+    one graph launch from the third: fresh inputs are copied
     in, a weight that stayed the same buffer is read in place (updated in place through
     PyTorch, the replay sees it), and a weight that is another buffer drops the graph."""
     from lazyburn.runtime import cuda as lb_cuda
@@ -671,19 +672,55 @@ def test_a_cuda_graph_reads_weights_in_place_and_copies_the_inputs(dev, monkeypa
     f = lb.jit(lambda x, w: lb.relu(x @ w) * 0.5 + 1.0, device=dev)
 
     def step(weight, weight_t):
+        """Whether the call replayed a graph (the kernels it ran are counted either way)."""
         x_t = torch.randn(16, 64, device="cuda", generator=gen)
-        before = backend.kernels_launched
+        before = backend.graphs_replayed, backend.kernels_launched
         got = f(lb.from_torch(x_t), weight).numpy()
         want = (torch.relu(x_t @ weight_t) * 0.5 + 1.0).cpu().numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-        return backend.kernels_launched - before
+        assert backend.kernels_launched > before[1]
+        return backend.graphs_replayed - before[0]
 
-    assert step(w, w_t) > 0 and step(w, w_t) > 0  # compiled, then captured
-    assert step(w, w_t) == 0 and step(w, w_t) == 0  # the graph: one launch, fresh inputs
+    assert step(w, w_t) == 0 and step(w, w_t) == 0  # compiled, then captured
+    assert step(w, w_t) == 1 and step(w, w_t) == 1  # the graph: one launch, fresh inputs
     w_t.mul_(-2.0)  # the same buffer, new values
-    assert step(w, w_t) == 0
+    assert step(w, w_t) == 1
     w2_t = torch.randn(64, 48, device="cuda", generator=gen)
-    assert step(lb.from_torch(w2_t), w2_t) > 0  # another weight buffer: the kernels again
+    assert step(lb.from_torch(w2_t), w2_t) == 0  # another weight buffer: the kernels again
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need the GPU (the "
+                    "interpreter captures none)")
+def test_a_cuda_graph_replays_new_scalar_values(dev, monkeypatch):
+    """Python scalars that change at every run (a learning rate over Adam's bias correction)
+    and a dropout's seed and counter reach the kernels of a replayed graph through the
+    program's words buffer: the recorded plan is captured once, then replayed, and each run
+    computes with its own values, bit for bit as the NumPy device."""
+    from lazyburn.runtime import cuda as lb_cuda
+
+    monkeypatch.setattr(lb_cuda, "cuda_graphs", True)
+    backend = runtime.backend(dev)
+    rng = np.random.default_rng()
+    p, g = rng.standard_normal((2, 999)).astype(np.float32)
+
+    def update(device, step):
+        gen = lb.default_rng(int(rng.integers(1 << 62)))
+        gen.offset = step * 999
+        lr = 1e-2 * 0.5 ** step
+        new = lb.asarray(p, device=device) - lr / (1 - 0.9 ** step) * lb.asarray(g, device=device)
+        return lb.dropout(new, 0.25, training=True, generator=gen)
+
+    replayed, outputs = [], []
+    for step in range(1, 7):
+        state = rng.bit_generator.state
+        before = backend.graphs_replayed
+        got = update(dev, step).numpy()
+        replayed.append(backend.graphs_replayed - before)
+        rng.bit_generator.state = state  # the same seed for the NumPy device
+        np.testing.assert_array_equal(got, update("numpy", step).numpy(), err_msg=f"{step}")
+        outputs.append(got)
+    assert replayed == [0, 0, 1, 1, 1, 1], replayed
+    assert len({o.tobytes() for o in outputs}) == len(outputs)
 
 
 def test_cuda_graphs_are_bounded_in_number_and_memory(dev, monkeypatch):

@@ -330,6 +330,8 @@ class CudaBackend(FusedBackend):
         self._graphs: collections.OrderedDict[object, int] = collections.OrderedDict()
         self.compiles = 0
         super().__init__()
+        # CUDA graph launches; ``kernels_launched`` counts the kernels inside them too
+        self.graphs_replayed = 0
 
     # memory ------------------------------------------------------------------------------------
     def empty(self, numel: int, dtype, origin=None):
@@ -401,6 +403,14 @@ class CudaBackend(FusedBackend):
         else:
             arr = host.numpy()
         return arr.reshape(n.shape)
+
+    def upload_words(self, words):
+        """Scalar words (ints in [0, 2**32), ``codegen.triton.WORDS_ARG``) as an int32 buffer
+        of this device, copied on the current stream (the device's, where kernels launch)
+        without waiting for it. For launches outside a plan's program (tuning, a library
+        matmul's parts); a program keeps one words buffer for all its kernels."""
+        host = self.torch.from_numpy(np.asarray(words, dtype=np.uint32).view(np.int32))
+        return host if self.interpret else host.to(self.device, non_blocking=True)
 
     def release(self, buf) -> None:
         """Nothing to do: dropping the last reference returns the memory to the caching
@@ -487,7 +497,8 @@ class CudaBackend(FusedBackend):
         r = tr.render(spec, name, params, target)
         fn, path = load_kernel(r.source, name, self.interpret)
         self.compiles += 1
-        return TritonKernel(self, fn, r, origin, path, label)
+        return TritonKernel(self, fn, r, origin, path, label,
+                            len(spec.args) if spec.scalars else None)
 
     # running -----------------------------------------------------------------------------------
     def run(self, outputs, key=None, order=None) -> list:
@@ -530,6 +541,10 @@ class CudaBackend(FusedBackend):
                 program.capturable = False
                 break
 
+    def graph_memory(self) -> tuple[int, int]:
+        """(CUDA graphs held, the bytes they hold)."""
+        return len(self._graphs), sum(self._graphs.values())
+
     def replayed_graph(self, program) -> None:
         """Note that ``program``'s graph was replayed (the last to be dropped)."""
         self._graphs.move_to_end(program)
@@ -566,15 +581,20 @@ class TritonKernel:
 
     The first launch goes through ``JITFunction[grid](...)`` (which compiles, or finds the
     binary in Triton's cache); later launches call the compiled kernel directly. This is safe
-    because every buffer argument is a whole buffer from the caching allocator (aligned like
-    the first one), sizes are baked into the source, and the only scalar arguments (a random
-    draw's seed words, int32 bit patterns) are excluded from Triton's specialization."""
+    because every buffer argument is a whole buffer from the caching allocator or a 16-byte
+    aligned slice of a program's words buffer (aligned like the first one), sizes are baked
+    into the source, and there are no scalar arguments to specialize on.
+
+    A kernel with scalar words (``words_at``: the index of its words buffer argument, else
+    None) takes them as that buffer, or as ints after its buffers, which are uploaded first.
+    """
 
     suffix, comment = ".py", "#"
     execution = Execution(CudaBackend.generated)
 
-    def __init__(self, backend, fn, rendered, origin, path, label=""):
+    def __init__(self, backend, fn, rendered, origin, path, label="", words_at=None):
         self.backend = backend
+        self.words_at = words_at
         self.fn = fn
         self.rendered = rendered
         self.source = rendered.source
@@ -592,6 +612,9 @@ class TritonKernel:
     def __call__(self, backend, args) -> None:
         if self.empty:
             return
+        w = self.words_at
+        if w is not None and isinstance(args[w], int):
+            args = [*args[:w], backend.upload_words(args[w:])]
         if self.fast is not None:
             self.fast(*args, stream=backend.stream_handle)
             return
