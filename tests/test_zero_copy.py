@@ -206,3 +206,53 @@ def test_dlpack_shares_host_memory_on_opencl(rng):
     assert np.shares_memory(exported, y.numpy()) and not exported.flags.writeable
     np.testing.assert_array_equal(exported, host * 2)
     assert not np.shares_memory(np.from_dlpack(y, copy=True), y.numpy())
+
+
+OPENCL_HOST = [d for d in HOST_DEVICES if d.startswith("opencl")]
+
+
+@pytest.mark.parametrize("device", OPENCL_HOST)
+def test_a_dropped_result_gives_its_memory_back_and_a_held_one_keeps_it(device, rng):
+    """A result of ``RECYCLE_MIN_BYTES`` or more (of a sync or a ``jit`` replay) whose tensor
+    is gone goes back to the pool and the next result of its size is computed into it (no
+    fresh memory to fault in); one the host views, or a ``jit`` replay reads, keeps its values
+    through later work."""
+    from lazyburn.runtime.opencl import RECYCLE_MIN_BYTES
+
+    b = runtime.backend(device)
+    shape = (RECYCLE_MIN_BYTES // 4 // 256, 256)
+    x = lb.tensor(rng.standard_normal(shape, dtype=np.float32), device=device)
+    lb.graph.sync()
+
+    def result(k):
+        y = lb.sqrt(x * x + float(k))
+        lb.graph.sync(y)
+        return y
+
+    y = result(0)
+    viewed = result(1)
+    view = viewed.numpy()
+    kept = view.copy()
+    weight = result(2)
+    f = lb.jit(lambda a: a * weight, device=device)
+    ones = np.ones(shape, np.float32)
+    np.testing.assert_array_equal(f(ones).numpy(), weight.numpy())
+    f(ones)  # replayed: the replay holds weight's buffer
+    want_weight = weight.numpy().copy()
+    del viewed, weight
+    gc.collect()
+    reused = b.pool.reused
+    for k in range(3, 8):
+        del y
+        y = result(k)
+        np.testing.assert_allclose(y.numpy(), np.sqrt(x.numpy() ** 2 + k), rtol=1e-6)
+    assert b.pool.reused >= reused + 4  # each result in the memory of the one before
+    np.testing.assert_array_equal(view, kept)
+    reused = b.pool.reused
+    z = f(ones)
+    for _ in range(3):  # a replay's results alike
+        del z
+        z = f(ones)
+        np.testing.assert_array_equal(z.numpy(), want_weight)
+    assert b.pool.reused >= reused + 3
+    np.testing.assert_array_equal(view, kept)

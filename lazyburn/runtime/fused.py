@@ -176,6 +176,11 @@ class FusedBackend:
             self.compile(plan, order)
             return plan, order
 
+    def handed_out(self, nodes, buffers) -> None:
+        """Note that ``buffers`` are now the results of ``nodes`` (realized by a sync, or
+        made by a ``jit`` replay); a backend may take a buffer back once its node is gone
+        (the OpenCL backend on host memory does). Nothing here."""
+
     def execute(self, plan, order, values: dict) -> list:
         """Run a compiled ``plan`` with ``values`` (graph position -> buffer) for its realized
         inputs; returns the output buffers. ``order`` is needed only by cross-device copies."""
