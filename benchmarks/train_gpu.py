@@ -1,8 +1,8 @@
 """One training step of a BERT masked-language model the size of MiniLM-L6 on a CUDA GPU:
 lazyburn (Triton) against PyTorch eager and torch.compile, in one run.
 
-    python benchmarks/train_gpu.py [--steps 20] [--timed 10] [--rounds 3] [--no-compile]
-                                   [--autocast bf16] [--profile] [--gc-freeze]
+    python benchmarks/train_gpu.py [--steps 20] [--timed 10] [--no-compile] [--autocast bf16]
+                                   [--profile] [--gc-freeze]
     python benchmarks/train_gpu.py --floors [--fp32-tflops F] [--bandwidth TB/s]
 
 The step: the encoder (6 layers, hidden 384, 12 heads, FFN 1536, vocab 30 522), the MLM head
@@ -19,10 +19,7 @@ lazyburn's syncs then return once their kernels are queued,
 ``lazyburn.runtime.cuda.synchronous = False``), ms per step; kernels per step (lazyburn's
 launch counter, PyTorch's from its profiler) and the peak of device memory a step allocates
 beyond what is held between steps (``torch.cuda.max_memory_allocated``: lazyburn's buffers
-come from PyTorch's allocator). lazyburn's steps are timed in ``--rounds`` rounds, each
-twice: its kernels launched one by one (``lazyburn.runtime.cuda.cuda_graphs = False``), then
-the step replayed as a CUDA graph (the default; the memory the graph holds between steps is
-printed); its rows give the medians of the rounds (the largest step MB).
+come from PyTorch's allocator).
 Both sides run in one process, with PyTorch and transformers imported: Python's cyclic
 collector then makes a full collection (about 140 ms on an H200's host) every few lazyburn
 steps, whose recorded graphs (some 9 000 objects a step) count towards its threshold; the
@@ -34,7 +31,7 @@ With ``--autocast bf16`` each side records its forward inside its own autocast r
 float32 master weights. With ``--profile`` lazyburn's step is also split into host phases
 (recording the forward, the backward, ``step()``, then waiting for the device; medians of 3
 steps) and its kernels' device time in one step is listed, the largest first
-(``torch.profiler``, the kernels launched one by one).
+(``torch.profiler``).
 """
 from __future__ import annotations
 
@@ -86,9 +83,6 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="steps whose losses are compared")
     ap.add_argument("--timed", type=int, default=10, help="steps timed on each side")
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="rounds of lazyburn's timed steps, kernels launched one by one and "
-                         "replayed as a CUDA graph alternating (medians of the rounds)")
     ap.add_argument("--autocast", choices=("bf16",), default=None,
                     help="forward inside autocast regions of this dtype on both sides")
     ap.add_argument("--floors", action="store_true", help="no GPU: the step's roofline floor")
@@ -216,11 +210,9 @@ def main(argv=None) -> int:
         print("lazyburn's step, host ms: recording the forward {:.1f}, the backward {:.1f}, "
               "step() (the update recorded, planned and launched) {:.1f}, then waiting for the "
               "device {:.1f}".format(*np.median(phases, axis=0)))
-        lb.runtime.cuda.cuda_graphs = False  # each kernel under its own name
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             lazy_step(args.steps)
             torch.cuda.synchronize()
-        lb.runtime.cuda.cuda_graphs = True
         cuda = torch.autograd.DeviceType.CUDA
         kernels = [e for e in prof.key_averages() if e.device_type == cuda]
         kernels.sort(key=lambda e: -e.self_device_time_total)
@@ -234,25 +226,10 @@ def main(argv=None) -> int:
         gc.freeze()
     backend = lb.runtime.backend("cuda:0")
     launched = backend.kernels_launched
-    lazy_step(args.steps)  # one step, its kernels counted
+    lazy_step(args.steps)  # one step, its launches counted
     torch.cuda.synchronize()
     per_step = backend.kernels_launched - launched
-    # kernels launched one by one and the step replayed as a CUDA graph, alternating
-    sides = {False: [], True: []}
-    for _ in range(args.rounds):
-        for graphs in (False, True):
-            lb.runtime.cuda.cuda_graphs = graphs
-            lazy_step(args.steps)  # with graphs: captured here, if it was not before
-            sides[graphs].append(timed(lazy_step))
-    replayed = backend.graphs_replayed
-    lazy_step(args.steps)
-    assert backend.graphs_replayed == replayed + 1, "the step was not replayed as a graph"
-    held, nbytes = backend.graph_memory()
-    print(f"lazyburn's CUDA graphs: {held} held, {nbytes / 2**20:.0f} MB (their temporaries "
-          f"and outputs, and copies of the inputs not read in place)")
-    rows = [(name, *(statistics.median(r[i] for r in sides[graphs]) for i in range(2)),
-             max(r[2] for r in sides[graphs]), per_step)
-            for name, graphs in (("lazyburn", False), ("lazyburn graph", True))]
+    rows = [("lazyburn", *timed(lazy_step), per_step)]
     eager = lambda k: torch_step(k, ref)  # noqa: E731
     rows.append(("PyTorch eager", *timed(eager), profiled_kernels(eager)))
     if not args.no_compile:

@@ -3,11 +3,7 @@
 Sizes are baked into the source as constants, and so are the launch parameters (block sizes),
 so the module that Triton compiles is exactly what a dump shows. The kernels take only buffer
 pointers; the grid and the compile options (``num_warps``, ``num_stages``) come back in
-:class:`RenderedKernel`. A kernel's scalar arguments (``spec.scalars``: a recorded Python
-scalar's bits, a random draw's seed words) are not launch arguments but int32 words it loads
-from one more buffer, ``words`` (``WORDS_ARG``), which the runtime fills before the launch: a
-CUDA graph replays the kernel's launch as captured, pointers included, and reads the words
-that the replay's run wrote there.
+:class:`RenderedKernel`.
 
 * Element-wise: a 1-D blocked kernel, ``i = pid * BLOCK + tl.arange(0, BLOCK)``, masked only
   when ``BLOCK`` does not divide the element count.
@@ -85,13 +81,8 @@ from .triton_sort import render_sort, sort_params
 #: more).
 LLVM_OPT_LEVEL = 1
 
-#: The name of the buffer argument (after the spec's buffers, when ``spec.scalars`` is not
-#: empty) holding the kernel's scalar words, int32 bit patterns in ``spec.scalars``' order.
-WORDS_ARG = "words"
-
-__all__ = ["LLVM_OPT_LEVEL", "PERSISTENT_MAX", "TL_MATH", "WORDS_ARG", "RenderedKernel",
-           "TritonPrinter", "cdiv", "default_params", "outer_reduction", "render", "tma_operands",
-           "uses_dot"]
+__all__ = ["LLVM_OPT_LEVEL", "PERSISTENT_MAX", "TL_MATH", "RenderedKernel", "TritonPrinter",
+           "cdiv", "default_params", "outer_reduction", "render", "tma_operands", "uses_dot"]
 
 
 def render(spec: KernelSpec, name: str, params: dict | None = None,
@@ -118,14 +109,16 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
     params_text = ", ".join(f"{k}={v}" for k, v in sorted(full.items()))
-    params_list = [a.name for a in spec.args] + ([WORDS_ARG] if spec.scalars else [])
-    head = ["@triton.jit", f"def {name}({', '.join(params_list)}):",
+    params_list = [a.name for a in spec.args] + [sc.name for sc in spec.scalars]
+    # a scalar argument is a runtime value (a random draw's seed words): Triton must not
+    # specialize on it (a value of 1 or a multiple of 16 would compile another kernel)
+    jit = "@triton.jit" if not spec.scalars else \
+        f"@triton.jit(do_not_specialize={[sc.name for sc in spec.scalars]!r})"
+    head = [jit, f"def {name}({', '.join(params_list)}):",
             f"    # launch: grid={grid}, num_warps={warps}, num_stages={stages}; {params_text}"]
     if target == "cuda":
         head.append(f"    # compiled with LLVM -O{LLVM_OPT_LEVEL}")
-    # the scalar words, read once per program
-    words = [f"{sc.name} = tl.load({WORDS_ARG} + {i})" for i, sc in enumerate(spec.scalars)]
-    source = p.module(head + indent(words + body))
+    source = p.module(head + indent(body))
     return RenderedKernel(name, source, grid, warps, stages, full)
 
 

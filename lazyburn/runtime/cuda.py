@@ -24,12 +24,11 @@ Module settings:
   so a device fault is reported by the sync that caused it. False: a sync returns once its
   kernels are queued, as PyTorch's ops do (the host runs ahead; downloads, copies and
   ``to_torch`` still wait for the work they need), which hides launch overhead.
-  ``cuda_graphs`` (True): a plan run a second time is captured into a CUDA graph and
-  replayed as one launch from its third run on (the inputs that stayed the same buffers read
-  in place, the others copied into the graph's buffers, the outputs copied out, the scalar
-  arguments read from the plan's words buffer, so new values need no new graph; see
-  ``cuda_replay``): ResNet-50 at batch 1 in float32 on an H200, 57 kernels, took 4.6 ms
-  replayed a kernel at a time and 1.2 ms as a graph. At most
+  ``cuda_graphs`` (True): a plan run a second time with the same scalar arguments is captured
+  into a CUDA graph and replayed as one launch from its third run on (the inputs that stayed
+  the same buffers read in place, the others copied into the graph's buffers, the outputs
+  copied out; see ``cuda_replay.GraphReplay``): ResNet-50 at batch 1 in float32 on an H200,
+  57 kernels, took 4.6 ms replayed a kernel at a time and 1.2 ms as a graph. At most
   ``MAX_CUDA_GRAPHS`` graphs live per device, holding at most ``CUDA_GRAPH_MEMORY_FRACTION``
   of its memory (each holds its plan's temporaries), the least recently replayed dropped
   first; a plan whose graph alone holds more is not captured.
@@ -405,14 +404,6 @@ class CudaBackend(FusedBackend):
             arr = host.numpy()
         return arr.reshape(n.shape)
 
-    def upload_words(self, words):
-        """Scalar words (ints in [0, 2**32), ``codegen.triton.WORDS_ARG``) as an int32 buffer
-        of this device, copied on the current stream (the device's, where kernels launch)
-        without waiting for it. For launches outside a plan's program (tuning, a library
-        matmul's parts); a program keeps one words buffer for all its kernels."""
-        host = self.torch.from_numpy(np.asarray(words, dtype=np.uint32).view(np.int32))
-        return host if self.interpret else host.to(self.device, non_blocking=True)
-
     def release(self, buf) -> None:
         """Nothing to do: dropping the last reference returns the memory to the caching
         allocator, which reuses it only for work later on the same stream."""
@@ -498,8 +489,7 @@ class CudaBackend(FusedBackend):
         r = tr.render(spec, name, params, target)
         fn, path = load_kernel(r.source, name, self.interpret)
         self.compiles += 1
-        return TritonKernel(self, fn, r, origin, path, label,
-                            len(spec.args) if spec.scalars else None)
+        return TritonKernel(self, fn, r, origin, path, label)
 
     # running -----------------------------------------------------------------------------------
     def run(self, outputs, key=None, order=None) -> list:
@@ -542,10 +532,6 @@ class CudaBackend(FusedBackend):
                 program.capturable = False
                 break
 
-    def graph_memory(self) -> tuple[int, int]:
-        """(CUDA graphs held, the bytes they hold)."""
-        return len(self._graphs), sum(self._graphs.values())
-
     def replayed_graph(self, program) -> None:
         """Note that ``program``'s graph was replayed (the last to be dropped)."""
         self._graphs.move_to_end(program)
@@ -582,20 +568,15 @@ class TritonKernel:
 
     The first launch goes through ``JITFunction[grid](...)`` (which compiles, or finds the
     binary in Triton's cache); later launches call the compiled kernel directly. This is safe
-    because every buffer argument is a whole buffer from the caching allocator or a 16-byte
-    aligned slice of a program's words buffer (aligned like the first one), sizes are baked
-    into the source, and there are no scalar arguments to specialize on.
-
-    A kernel with scalar words (``words_at``: the index of its words buffer argument, else
-    None) takes them as that buffer, or as ints after its buffers, which are uploaded first.
-    """
+    because every buffer argument is a whole buffer from the caching allocator (aligned like
+    the first one), sizes are baked into the source, and the only scalar arguments (a random
+    draw's seed words, int32 bit patterns) are excluded from Triton's specialization."""
 
     suffix, comment = ".py", "#"
     execution = Execution(CudaBackend.generated)
 
-    def __init__(self, backend, fn, rendered, origin, path, label="", words_at=None):
+    def __init__(self, backend, fn, rendered, origin, path, label=""):
         self.backend = backend
-        self.words_at = words_at
         self.fn = fn
         self.rendered = rendered
         self.source = rendered.source
@@ -613,9 +594,6 @@ class TritonKernel:
     def __call__(self, backend, args) -> None:
         if self.empty:
             return
-        w = self.words_at
-        if w is not None and isinstance(args[w], int):
-            args = [*args[:w], backend.upload_words(args[w:])]
         if self.fast is not None:
             self.fast(*args, stream=backend.stream_handle)
             return

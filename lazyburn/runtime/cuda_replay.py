@@ -2,16 +2,11 @@
 
 A :class:`Program` is built once per plan: one closure per planned kernel with the graph
 positions of its inputs, the sizes and dtypes of the buffers it allocates, and the temporaries
-that die after it. Running the plan again on fresh data is a walk over those closures. The
-kernels' scalar words (recorded Python scalars, random seeds: ``codegen.triton.WORDS_ARG``)
-live in one buffer per program, each kernel reading its own 16-byte aligned slice; a run
-writes the words of its recording there first (one copy from pinned host memory on the
-device's stream, skipped when they have not changed). With
+that die after it. Running the plan again on fresh data is a walk over those closures. With
 ``lazyburn.runtime.cuda.cuda_graphs`` set (the default), a plan run a second time is captured
 into a CUDA graph (:class:`GraphReplay`) and replayed as one launch from its third run on,
-while its unchanging inputs (a model's weights) stay the same buffers; new scalar values (a
-learning rate, Adam's bias corrections, a dropout seed) reach the graph's kernels through the
-words buffer.
+while its scalar arguments (recorded Python scalars, random seeds) keep the values it was
+captured with and its unchanging inputs (a model's weights) stay the same buffers.
 
 A kernel's fault may surface at a later launch or at the wait for the stream; the error then
 lists the kernels launched so far with their user lines. With ``LAZYBURN_SYNC_EACH=1`` the
@@ -22,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-
-import numpy as np
 
 from ..errors import DeviceError, LazyburnError, OutOfMemoryError, kernel_fault, sync_each
 from . import dump
@@ -44,20 +37,6 @@ class Program:
         out_set = set(plan.output_pos)
         read: set[int] = set()
         self.capturable = True
-        # the scalar words: (kernel, offset) per kernel that has any, offsets 4-word aligned
-        self.word_slices, n_words = [], 0
-        for k in plan.kernels:
-            if k.scalar_pos and k.kind not in ("copy", "library"):
-                self.word_slices.append((k, n_words))
-                n_words += -(-len(k.spec.scalars) // 4) * 4
-        self.words = self.staging = self.words_copied = self.last_words = None
-        if n_words:
-            torch = backend.torch
-            self.words = torch.zeros(n_words, dtype=torch.int32, device=backend.device)
-            if not backend.interpret:
-                self.staging = torch.zeros(n_words, dtype=torch.int32, pin_memory=True)
-                self.words_copied = torch.cuda.Event()
-        offsets = {id(k): off for k, off in self.word_slices}
         for i, k in enumerate(plan.kernels):
             self.origins.append(kernel_origin(k))
             self.stored.append(k.arg_pos[-1] if k.kind in ("copy", "library") else
@@ -79,12 +58,12 @@ class Program:
                     for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:])]
             drop = [p for p in in_pos if plan.last_use.get(p) == i and p not in out_set
                     and order[p].buffer is None]
-            words = None
-            if id(k) in offsets:
-                off = offsets[id(k)]
-                words = self.words[off:off + len(k.spec.scalars)]
-            self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop, words))
+            self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop,
+                                           k.scalar_values if k.scalar_pos else None))
         self.leaves = sorted(p for p in read if order[p].buffer is not None)
+        # a graph replays the scalar arguments it was captured with: it is replayed only for
+        # the same values, and a plan whose values change is not captured again
+        self.scalar_kernels = [k for k in plan.kernels if k.scalar_pos]
         self.graph: GraphReplay | None = None
         # the input buffers of the last run with cuda_graphs set, until the capture
         self.last_leaves: dict | None = None
@@ -106,8 +85,10 @@ class Program:
             for p in self.leaves:
                 n = order[p]
                 values[p] = n.buffer if n.device == device else b.import_buffer(n)
-        if self.words is not None:
-            self._write_words(order)
+        if self.graph is not None and self.scalar_kernels and \
+                self.graph.words != self.scalar_words(order):
+            b.drop_graph(self)
+            self.capturable = False
         out = None
         if self.graph is not None and b.cuda_graphs and not sync_each():
             out = self.graph.replay(values)
@@ -123,27 +104,9 @@ class Program:
             b.dump(self.plan)  # after the run: kernels tuned at their first launch are final
         return out
 
-    def _write_words(self, order) -> None:
-        """The scalar words of the recording ``order`` into the words buffer, unless they are
-        the ones there. The copy from the pinned staging buffer runs on the device's stream,
-        after the kernels of the runs before; the staging buffer is written again only once
-        the last copy from it has run."""
-        words = [k.scalar_values(order) for k, _ in self.word_slices]
-        if words == self.last_words:
-            return
-        host = np.zeros(len(self.words), np.uint32)
-        for (_, off), w in zip(self.word_slices, words):
-            host[off:off + len(w)] = w
-        b = self.backend
-        if self.staging is None:  # the interpreter: the words buffer is host memory
-            self.words.copy_(b.torch.from_numpy(host.view(np.int32)))
-        else:
-            self.words_copied.synchronize()
-            self.staging.numpy()[:] = host.view(np.int32)
-            with (_NO_CONTEXT if b.is_current() else b.on_device()):
-                self.words.copy_(self.staging, non_blocking=True)
-                self.words_copied.record(b.stream)
-        self.last_words = words
+    def scalar_words(self, order) -> list:
+        """Every kernel's scalar arguments for the recording ``order``, in launch order."""
+        return [w for k in self.scalar_kernels for w in k.scalar_values(order)]
 
     def _launch(self, values: list, order) -> list:
         b = self.backend
@@ -214,10 +177,11 @@ def direct_launch(kernel):
     return None if getattr(k, "empty", True) else getattr(k, "fast", None)
 
 
-def _kernel_step(backend, kernel, in_pos, outs, drop, words=None):
+def _kernel_step(backend, kernel, in_pos, outs, drop, scalar_values=None):
     """One kernel's launch: its output buffers allocated, then, once the kernel has launched
     through ``kernel`` (which compiles or tunes it), its compiled launcher called directly.
-    ``words``: the kernel's slice of the program's words buffer, when it has scalar words."""
+    ``scalar_values(order)``, when given, gives the scalar arguments that follow the buffers
+    (as int32 bit patterns: Triton types every one alike)."""
     empty = backend.torch.empty
     device = backend.device
     launch = None
@@ -229,8 +193,8 @@ def _kernel_step(backend, kernel, in_pos, outs, drop, words=None):
             buf = empty(numel, dtype=dtype, device=device)
             values[p] = buf
             args.append(buf)
-        if words is not None:
-            args.append(words)
+        if scalar_values is not None:
+            args += [v - (1 << 32) if v >= 1 << 31 else v for v in scalar_values(order)]
         if launch is not None:
             launch(*args, stream=backend.stream_handle)
         else:
@@ -271,6 +235,7 @@ class GraphReplay:
         b = program.backend
         torch = b.torch
         self.program = program
+        self.words = program.scalar_words(order)  # the scalar arguments the graph holds
         self.read_in_place = {p: values[p] for p in program.leaves if p in same}
         self.copied = {p: values[p].clone() for p in program.leaves if p not in same}
         staged = [None] * program.n
@@ -302,29 +267,14 @@ class GraphReplay:
             if values[p] is not buf:
                 return None
         b = self.program.backend
-        torch = b.torch
         with b.on_device():
-            # each list in one call (a training step copies in some 300 parameters and
-            # moments and copies out some 400 results: one copy_ each cost the host ms)
-            if self.copied:
-                _copy_all(torch, list(self.copied.values()), [values[p] for p in self.copied])
+            for p, buf in self.copied.items():
+                buf.copy_(values[p])
             self.graph.replay()
-            out = [torch.empty_like(o) for o in self.outputs]
-            _copy_all(torch, out, self.outputs)
+            out = [o.clone() for o in self.outputs]
         b.kernels_launched += len(self.program.steps)
         b.graphs_replayed += 1
         return out
-
-
-def _copy_all(torch, dst: list, src: list) -> None:
-    """``d.copy_(s)`` for each pair, queued on the current stream by one call where this
-    PyTorch has ``torch._foreach_copy_``."""
-    foreach = getattr(torch, "_foreach_copy_", None)
-    if foreach is not None:
-        foreach(dst, src)
-    else:
-        for d, s in zip(dst, src):
-            d.copy_(s)
 
 
 def _first_line(e: BaseException) -> str:
