@@ -168,8 +168,10 @@ class OpenCLBackend(FusedBackend):
         self.live_bytes = 0
         self._freed: list[int] = []
         # the buffers of results whose nodes are gone and that nothing else holds (appended
-        # by the nodes' finalizers; the allocator moves them to the pool)
+        # by the nodes' finalizers, up to the pool's size in bytes, ``_returned_bytes[0]``;
+        # the allocator moves them to the pool)
         self._returned: list = []
+        self._returned_bytes = [0]
         self._in_flight: list[tuple] = []  # (event, kernel label, user line) since the last wait
         super().__init__()
 
@@ -187,7 +189,9 @@ class OpenCLBackend(FusedBackend):
         nbytes = max(nbytes, 1)
         returned = self._returned
         while returned:
-            self.release(returned.pop())
+            buf = returned.pop()
+            self._returned_bytes[0] -= buf.size
+            self.release(buf)
         buf = self.pool.take(nbytes)
         if buf is not None:
             return buf
@@ -209,6 +213,7 @@ class OpenCLBackend(FusedBackend):
             if free is not None:
                 free()
                 self._returned.clear()  # results gone, not pooled yet (or made by collect)
+                self._returned_bytes[0] = 0
             while self._freed:
                 self.live_bytes -= self._freed.pop()
             if self.live_bytes + nbytes <= self.global_mem:
@@ -426,7 +431,8 @@ class OpenCLBackend(FusedBackend):
         # node's own up to its end)
         for n, buf in zip(nodes, buffers):
             if buf is not None and buf.size >= RECYCLE_MIN_BYTES:
-                weakref.finalize(n, _output_gone, self._returned, buf).atexit = False
+                weakref.finalize(n, _output_gone, self._returned, buf, self._returned_bytes,
+                                 self.pool.max_bytes).atexit = False
 
     def release(self, buf) -> None:
         """Give a buffer back: kept for the next allocation of its size (see BufferPool),
@@ -893,13 +899,16 @@ def _event_failed(event) -> bool:
 _UNSHARED: list[int] = []
 
 
-def _output_gone(returned: list | None, buf) -> None:
+def _output_gone(returned: list | None, buf, held: list, limit: int) -> None:
     """The finalizer of a result's node: ``buf`` goes to ``returned`` when nothing else holds
-    it (no other node, no view, no replay); ``returned`` None measures ``_UNSHARED``."""
+    it (no other node, no view, no replay) and the bytes there (``held[0]``) stay within
+    ``limit`` (else it is freed, as is all memory the pool could not keep); ``returned`` None
+    measures ``_UNSHARED``."""
     refs = sys.getrefcount(buf)
     if returned is None:
         _UNSHARED.append(refs)
-    elif refs <= _UNSHARED[0]:
+    elif refs <= _UNSHARED[0] and held[0] + buf.size <= limit:
+        held[0] += buf.size
         returned.append(buf)
 
 
@@ -912,7 +921,7 @@ def _measure_unshared() -> None:
 
     holder = Probe()
     holder.buffer = Buffer()
-    weakref.finalize(holder, _output_gone, None, holder.buffer)
+    weakref.finalize(holder, _output_gone, None, holder.buffer, [0], 0)
     del holder
 
 
