@@ -658,9 +658,9 @@ def test_a_padded_strided_convolution_of_a_batch_matches_torch(dev):
                     "interpreter captures none)")
 def test_a_cuda_graph_reads_weights_in_place_and_copies_the_inputs(dev, monkeypatch):
     """With ``cuda_graphs`` set, a replayed plan is captured at its second run and replayed as
-    one graph launch from the third: fresh inputs are copied
-    in, a weight that stayed the same buffer is read in place (updated in place through
-    PyTorch, the replay sees it), and a weight that is another buffer drops the graph."""
+    one graph launch from the third: fresh inputs are copied in, a weight that stayed the same
+    buffer is read in place (updated in place through PyTorch, the replay sees it), and a
+    weight that is another buffer drops the graph."""
     from lazyburn.runtime import cuda as lb_cuda
 
     monkeypatch.setattr(lb_cuda, "cuda_graphs", True)
