@@ -10,9 +10,10 @@ the same split for every seed). The models (``MODELS``):
   ReLU - MaxPool2d(2)`` of ``hidden`` and ``2 * hidden`` channels (8x8 -> 4x4 -> 2x2), then
   ``Flatten - Linear(8 * hidden, 10)`` (``hidden`` 16 by default). The convolutions have no
   bias, as ResNet's: the batch norm after each subtracts the mean, so a bias's gradient would
-  be zero but for rounding, and AdamW would move it by the rate each step all the same. Its forward, backward and
-  update are convolutions, batch statistics, pooling windows and their gradients; its batch
-  norms' running statistics are updated in the same plan and used by the evaluation.
+  be zero but for rounding, and AdamW would move it by the rate each step all the same. Its
+  forward, backward and update are convolutions, batch statistics, pooling windows and their
+  gradients; its batch norms' running statistics are updated in the same plan and used by the
+  evaluation.
 
 Either is trained with AdamW, cross-entropy and a cosine learning-rate schedule over the whole
 run (``CosineAnnealingLR``, stepped every batch).
@@ -45,6 +46,13 @@ SPLIT_SEED = 0
 #: The models ``train`` builds, with their default ``hidden`` (the MLP's hidden width, the
 #: CNN's first convolution's channels).
 MODELS = {"mlp": 128, "cnn": 16}
+
+
+def _width(model: str, hidden: int | None) -> int:
+    """``hidden``, or ``model``'s default when None. Raises ValueError for an unknown model."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}: expected one of {', '.join(MODELS)}")
+    return MODELS[model] if hidden is None else hidden
 
 
 @dataclass
@@ -81,9 +89,7 @@ def build_model(device: str, hidden: int | None = None, model: str = "mlp") -> n
     (``lazyburn.manual_seed`` makes it reproducible). Its input: (batch, 64) float32 pixels.
 
     Raises ValueError for an unknown ``model``."""
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}: expected one of {', '.join(MODELS)}")
-    h = MODELS[model] if hidden is None else hidden
+    h = _width(model, hidden)
     if model == "mlp":
         return nn.Sequential(nn.Linear(64, h, device=device), nn.ReLU(),
                              nn.Linear(h, h, device=device), nn.ReLU(),
@@ -144,16 +150,14 @@ def train(device: str | None = None, epochs: int = 10, batch_size: int = 64, lr:
     model, AdamW's moments, the schedule, the generator, the epoch reached). ``resume``: a
     checkpoint to continue from; the run goes on at the epoch it reached, with the batches,
     rates and steps of the run that wrote it (bit for bit on the same device), so its
-    ``model``, ``hidden``, ``epochs`` and ``batch_size`` must be this call's. ``stop_after``: stop after this many
-    epochs of the run (as if interrupted; the schedule still spans ``epochs``). ``log``: called
-    with each line of the report.
+    ``model``, ``hidden``, ``epochs`` and ``batch_size`` must be this call's. ``stop_after``:
+    stop after this many epochs of the run (as if interrupted; the schedule still spans
+    ``epochs``). ``log``: called with each line of the report.
 
     Raises ValueError for an unknown model, a non-positive size or a batch larger than the
     training set, or a checkpoint from a run of another model, length, batch size or width;
     FileNotFoundError or WeightsError for an unreadable ``resume``."""
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}: expected one of {', '.join(MODELS)}")
-    hidden = MODELS[model] if hidden is None else hidden
+    hidden = _width(model, hidden)
     if min(epochs, batch_size, hidden) < 1:
         raise ValueError(f"epochs, batch_size and hidden must be positive, got {epochs}, "
                          f"{batch_size}, {hidden}")
@@ -227,7 +231,7 @@ def format_epoch(r: EpochReport, epochs: int) -> str:
 
 def describe(model: str, hidden: int | None = None) -> str:
     """The model's layers in one line, for the report."""
-    h = MODELS[model] if hidden is None else hidden
+    h = _width(model, hidden)
     if model == "mlp":
         return f"MLP 64-{h}-{h}-10"
     return (f"CNN conv3x3 1-{h}, batch norm, max pool, conv3x3 {h}-{2 * h}, batch norm, "

@@ -500,7 +500,7 @@ WRITTEN_B = Execution("generated OpenCL C: B written out by an element-wise kern
                       "register-blocked CPU GEMM", generated=2)
 
 
-#: Results at least this large go back to the pool when their nodes go (``OpenCLBackend.run``):
+#: Results at least this large go back to the pool when their nodes go (``handed_out``):
 #: smaller ones come from the allocator's heap, whose memory is mapped already.
 RECYCLE_MIN_BYTES = 1 << 20
 POOL_FRACTION = 0.25  # of the device's memory that released temporaries may hold ...
