@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import lazyburn as lb
+import lazyburn.nn  # noqa: F401  (lb.nn)
 import lazyburn.ir.graph as graph_module
 from fused_devices import FUSED_DEVICES
 
@@ -65,3 +66,126 @@ def test_tensor_arguments_and_single_output(device):
 def test_non_tensor_result_is_a_type_error():
     with pytest.raises(TypeError, match="must return Tensors"):
         lb.jit(lambda x: 3)(np.ones(2, np.float32))
+
+
+def test_a_replay_draws_random_numbers_afresh_as_a_new_recording_would(device):
+    """Dropout's mask, a draw from the default generator and one from the caller's generator
+    differ from call to call, and are the same numbers as the function without jit draws; a
+    generator made inside the function draws the same numbers at every call, with or without
+    jit. Before replays drew afresh, every replay repeated the recording's masks."""
+    rng = np.random.default_rng(7)
+    x_host = rng.standard_normal((6, 40), dtype=np.float32)
+    mine = lb.random.default_rng(11)
+
+    def body(x):
+        kept = lb.nn.functional.dropout(x, 0.5, training=True)
+        noise = lb.random.default_generator().normal(x.shape, device=x.device)
+        fresh = lb.random.default_rng(5).uniform(x.shape, device=x.device)
+        return kept + noise * mine.uniform(x.shape, device=x.device), fresh
+
+    f = lb.jit(body)
+    x = lb.tensor(x_host, device=device)
+    runs = {}
+    for name, fn in (("jit", f), ("plain", body)):
+        lb.manual_seed(3)
+        mine.offset = 0
+        runs[name] = [tuple(t.numpy().copy() for t in fn(x)) for _ in range(3)]
+        runs[name + " offsets"] = (lb.random.default_generator().offset, mine.offset)
+    assert f.recordings == 1 and f.replays == 2
+    assert runs["jit offsets"] == runs["plain offsets"] == (3 * 2 * 240, 3 * 240)
+    for (a, fresh_a), (b, fresh_b) in zip(runs["jit"], runs["plain"]):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(fresh_a, fresh_b)
+    (first, fresh), (second, fresh_2), _ = runs["jit"]
+    assert not np.array_equal(first, second)
+    np.testing.assert_array_equal(fresh, fresh_2)
+
+
+def test_a_replay_reads_weights_given_new_values_since_the_recording(device):
+    """A jitted forward closes over a layer's weights; an optimizer's step, an assignment and
+    a loaded state dict give them new values, and the next call computes with those (it
+    records again) instead of the recording's values."""
+    rng = np.random.default_rng(8)
+    layer = lb.nn.Linear(12, 5, device=device)
+    opt = lb.optim.SGD(layer.parameters(), lr=0.5)
+
+    @lb.jit(device=device)
+    def forward(x):
+        return layer(x)
+
+    def expected(x):
+        w, b = (layer.weight.numpy(), layer.bias.numpy())
+        return x @ w.T + b
+
+    x = rng.standard_normal((3, 12), dtype=np.float32)
+    np.testing.assert_allclose(forward(x).numpy(), expected(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(forward(x).numpy(), expected(x), rtol=1e-5, atol=1e-5)
+    assert (forward.recordings, forward.replays) == (1, 1)
+    before = forward(x).numpy().copy()
+    (layer(lb.tensor(x, device=device)) ** 2).sum().backward()
+    opt.step()
+    after = forward(x).numpy()
+    assert not np.allclose(after, before)
+    np.testing.assert_allclose(after, expected(x), rtol=1e-5, atol=1e-5)
+    assert forward.recordings == 2
+    with lb.no_grad():
+        layer.bias[1:3] = rng.standard_normal(2, dtype=np.float32)
+    np.testing.assert_allclose(forward(x).numpy(), expected(x), rtol=1e-5, atol=1e-5)
+    weight = rng.standard_normal((5, 12), dtype=np.float32)
+    layer.load_state_dict({"weight": weight, "bias": np.zeros(5, np.float32)})
+    np.testing.assert_allclose(forward(x).numpy(), x @ weight.T, rtol=1e-5, atol=1e-5)
+    replays = forward.replays
+    np.testing.assert_allclose(forward(x).numpy(), x @ weight.T, rtol=1e-5, atol=1e-5)
+    assert forward.recordings == 4 and forward.replays == replays + 1
+
+
+def test_a_function_that_computes_while_recorded_records_at_every_call(device):
+    """``.item()`` inside the function, or another jitted function's replay, computes values
+    that a replay would take as constants: such a function is recorded at every call."""
+    rng = np.random.default_rng(9)
+
+    @lb.jit(device=device)
+    def scaled(x):
+        return x * float(x.sum())
+
+    @lb.jit
+    def inner(x):
+        return x.exp()
+
+    @lb.jit(device=device)
+    def outer(x):
+        return inner(x) + 1.0
+
+    for _ in range(3):
+        x = rng.standard_normal(17, dtype=np.float32)
+        np.testing.assert_allclose(scaled(x).numpy(), x * x.sum(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(outer(x).numpy(), np.exp(x) + 1, rtol=1e-5)
+    assert scaled.replays == 0 and scaled.recordings == 3
+    assert outer.replays == 0 and outer.recordings == 3 and inner.replays == 2
+
+
+def test_a_replay_reads_running_statistics_updated_since_the_recording(device):
+    """Batch norm in eval mode, jitted; a forward in training mode updates the running
+    statistics (a buffer rebound, not a parameter), and the next eval call normalizes with
+    them."""
+    rng = np.random.default_rng(10)
+    bn = lb.nn.BatchNorm2d(3, device=device)
+    bn.eval()
+    evaluate = lb.jit(device=device)(lambda x: bn(x))
+    x = rng.standard_normal((2, 3, 4, 5), dtype=np.float32)
+
+    def expected():
+        mean = bn.running_mean.numpy().reshape(1, 3, 1, 1)
+        var = bn.running_var.numpy().reshape(1, 3, 1, 1)
+        return (x - mean) / np.sqrt(var + bn.eps)
+
+    for _ in range(3):  # (the first call also computes the module's state: it is not kept)
+        np.testing.assert_allclose(evaluate(x).numpy(), x, rtol=1e-4, atol=1e-4)  # stats 0, 1
+    assert evaluate.recordings == 2 and evaluate.replays == 1
+    bn.train()
+    bn(lb.tensor(3 * x + 2, device=device))
+    bn.eval()
+    assert not np.allclose(bn.running_mean.numpy(), 0)
+    for _ in range(3):
+        np.testing.assert_allclose(evaluate(x).numpy(), expected(), rtol=1e-4, atol=1e-4)
+    assert evaluate.replays >= 2

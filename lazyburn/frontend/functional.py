@@ -17,7 +17,7 @@ from .movement import expand_dims, squeeze, take, take_along_axis
 from .random import default_generator
 from ..errors import AutogradError, DTypeError, ShapeError
 from ..ir.shapes import normalize_axis
-from .record import Origin, is_tensor, tensor_node, wrap
+from .record import Origin, is_tensor, rebind, tensor_node, wrap
 
 
 def _t(op, x):
@@ -158,7 +158,7 @@ def assign(t, value) -> None:
     every holder of the Tensor object sees the new value. The current graph tracks ``t`` again,
     so that a global sync computes it even when ``t`` was computed before. ``value`` must have
     ``t``'s shape and dtype (not checked: for internal state such as running statistics)."""
-    t.node = value.node
+    rebind(t, value.node)
     current_graph().track(t)
 
 

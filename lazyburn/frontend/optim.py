@@ -29,7 +29,7 @@ from .autograd import enable_grad, no_grad
 from .capture import sync
 from .creation import tensor, zeros_like
 from .elementwise import binary
-from .record import Origin, is_tensor, pinned
+from .record import Origin, is_tensor, pinned, rebind
 
 
 class Optimizer:
@@ -128,7 +128,7 @@ class Optimizer:
         # instead of computing that forward again when read
         sync()
         for p, new, g in updated:
-            p.node = new.node
+            rebind(p, new.node)
             p.requires_grad_()
             p.grad = g
         return loss

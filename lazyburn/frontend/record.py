@@ -13,6 +13,7 @@ import contextlib
 import math
 import numbers
 import threading
+import weakref
 from sys import _getframe
 
 import numpy as np
@@ -166,6 +167,23 @@ def wrap(n: Node):
 
 
 _new_object = object.__new__
+
+# The nodes tensors held before ``rebind`` gave them another value, and how many rebinds
+# there have been: a ``jit`` replay whose recording read a superseded node records again.
+superseded: "weakref.WeakSet[Node]" = weakref.WeakSet()
+rebinds = 0
+
+
+def rebind(t, n: Node) -> None:
+    """Make node ``n`` tensor ``t``'s value, as an in-place update does (an assignment, an
+    optimizer's step, a loaded weight, a running statistic): every holder of ``t`` sees the
+    new value; the node ``t`` held is noted as superseded."""
+    global rebinds
+    old = t.node
+    if old is not n:
+        superseded.add(old)
+        rebinds += 1
+    t.node = n
 
 
 def record(op, inputs, attrs, shape, dtype, device, origin: Origin):

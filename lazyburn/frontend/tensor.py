@@ -19,7 +19,7 @@ from . import elementwise as ew
 from . import functional as F
 from . import assignment, interop, linalg, movement, reduction, searching
 from .capture import current_graph
-from .record import Origin, from_host, record, resolve_device, set_tensor_class
+from .record import Origin, from_host, rebind, record, resolve_device, set_tensor_class
 
 
 class Tensor:
@@ -325,11 +325,11 @@ class Tensor:
         (under no_grad) stays one, keeping its gradient."""
         if autograd.requires_grad(self) and self.is_leaf:
             grad = self.grad
-            self.node = new.node
+            rebind(self, new.node)
             self.requires_grad_()
             self.grad = grad
             return
-        self.node = new.node
+        rebind(self, new.node)
         if new.node.buffer is None:
             current_graph().track(self)
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..frontend.capture import sync
 from ..frontend.creation import tensor, zeros_like
+from ..frontend.record import rebind
 from ..frontend.tensor import Tensor
 from ..ir import dtypes as dt
 from .weights import WeightsError, read_safetensors
@@ -254,10 +255,10 @@ class Module:
             if p.dtype.is_float and p.requires_grad and p.is_leaf:
                 # the same Tensor takes the value, as PyTorch's copy into the parameter: an
                 # optimizer holding it keeps updating it
-                p.node = new.node
+                rebind(p, new.node)
                 p.requires_grad_()
             elif owner._is_buffer(leaf):
-                p.node = new.node  # likewise for whoever holds a buffer
+                rebind(p, new.node)  # likewise for whoever holds a buffer
             else:
                 setattr(owner, leaf, new)
         return self

@@ -43,6 +43,9 @@ KINDS = {
 }
 
 _backends: dict[str, object] = {}
+#: Computations so far (``realize`` calls and ``lazyburn.jit`` replays, each counted by
+#: ``note_computed``): ``jit`` tells by it whether its function computed values while recorded.
+computations = 0
 _default: str | None = None
 
 
@@ -111,12 +114,19 @@ def _detect() -> str:
     return "numpy"
 
 
+def note_computed() -> None:
+    """Count one computation of pending values (``computations``)."""
+    global computations
+    computations += 1
+
+
 def realize(outputs: Sequence[Node]) -> None:
     """Compute ``outputs`` (pending nodes, any devices) and turn each into a buffer node.
 
     Cross-device ``copy`` nodes make their source device's graph run first. On error nothing is
     changed: outputs stay pending and the exception names the op's user line.
     """
+    note_computed()
     devices = dict.fromkeys([n.device for n in outputs])
     if len(devices) == 1:  # the usual case: one device, the outputs as they are
         _realize_on(outputs[0].device, outputs)
