@@ -32,8 +32,7 @@ def test_replays_match_numpy_and_skip_recording(device, monkeypatch):
     def f(x, bias):
         h = x @ w + bias
         return lb.softmax(h, -1), h.sum()
-    import lazyburn.frontend.replay as jit_module
-    monkeypatch.setattr(jit_module, "structural_key", counting)
+    monkeypatch.setattr(lb.runtime, "structural_key", counting)  # walked by each sync
     for i in range(4):
         x = rng.standard_normal((5, 24), dtype=np.float32)
         bias = rng.standard_normal(8, dtype=np.float32)
@@ -189,3 +188,60 @@ def test_a_replay_reads_running_statistics_updated_since_the_recording(device):
     for _ in range(3):
         np.testing.assert_allclose(evaluate(x).numpy(), expected(), rtol=1e-4, atol=1e-4)
     assert evaluate.replays >= 2
+
+
+def _classifier(device, seed):
+    lb.manual_seed(seed)
+    return lb.nn.Sequential(lb.nn.Linear(12, 16, device=device),
+                            lb.nn.BatchNorm1d(16, device=device), lb.nn.ReLU(),
+                            lb.nn.Dropout(0.3), lb.nn.Linear(16, 4, device=device))
+
+
+def test_a_jitted_training_step_replays_what_the_step_does(device):
+    """Forward (batch norm, dropout), backward and AdamW under a learning-rate schedule, as a
+    jitted function against the same steps recorded: every replay gives the recorded steps'
+    losses, parameters, gradients, moments, step counts and running statistics bit for bit
+    (the same plan computes both), and reads the rate the schedule set."""
+    rng = np.random.default_rng(11)
+    batches = [(rng.standard_normal((8, 12), dtype=np.float32), rng.integers(0, 4, 8))
+               for _ in range(6)]
+    runs = {}
+    for jitted in (False, True):
+        model = _classifier(device, 0)
+        opt = lb.optim.AdamW(model.parameters(), lr=0.01)
+        schedule = lb.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (k + 1))
+
+        def step(x, t):
+            opt.zero_grad()
+            loss = lb.cross_entropy(model(x), t)
+            loss.backward()
+            opt.step()
+            return loss
+
+        step = lb.jit(device=device)(step) if jitted else step
+        lb.manual_seed(1)  # dropout's masks
+        losses = []
+        for x, t in batches:
+            args = (x, t) if jitted else (lb.tensor(x, device=device),
+                                          lb.tensor(t, device=device))
+            losses.append(float(step(*args)))
+            schedule.step()
+        state = [(opt.state[id(p)]["step"], opt.state[id(p)]["exp_avg"].numpy(),
+                  opt.state[id(p)]["exp_avg_sq"].numpy()) for p in model.parameters()]
+        runs[jitted] = (losses, {k: np.array(v) for k, v in model.state_dict().items()},
+                        [p.grad.numpy() for p in model.parameters()], state,
+                        lb.random.default_generator().offset)
+        if jitted:
+            # the first step makes AdamW's moments (a sync of their own), the second is kept
+            assert (step.recordings, step.replays) == (2, 4)
+    (losses, weights, grads, state, offset), mine = runs[False], runs[True]
+    assert mine[0] == losses and len(set(losses)) == len(losses)
+    for k, v in weights.items():
+        np.testing.assert_array_equal(mine[1][k], v, err_msg=k)
+    for a, b in zip(mine[2], grads):
+        np.testing.assert_array_equal(a, b)
+    for (s1, m1, v1), (s2, m2, v2) in zip(mine[3], state):
+        assert s1 == s2 == len(batches)
+        np.testing.assert_array_equal(m1, m2)
+        np.testing.assert_array_equal(v1, v2)
+    assert mine[4] == offset

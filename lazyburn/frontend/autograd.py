@@ -240,10 +240,35 @@ def set_requires_grad(t, flag: bool, origin: Origin) -> None:
     t.node = leaf
 
 
+def leaf_grad(n: Node):
+    """``(True, grad)`` when node ``n`` is a leaf that requires grad (``grad``: its gradient,
+    a Tensor or None), else ``(False, None)``."""
+    st = n.tape
+    return (True, st.grad) if isinstance(st, _Leaf) else (False, None)
+
+
+def set_grad_of(n: Node, grad) -> None:
+    """Leaf node ``n``'s gradient becomes ``grad`` (a Tensor or None)."""
+    n.tape.grad = grad
+
+
+def make_leaf(t, n: Node, grad) -> None:
+    """Tensor ``t`` takes buffer node ``n`` (held by nothing else) as a leaf that requires grad,
+    with gradient ``grad`` (a Tensor or None): what an optimizer's step leaves a parameter."""
+    st = n.tape = _Leaf()
+    st.grad = grad
+    rec.grad_hook = _on_record
+    rec.rebind(t, n)
+
+
 def get_grad(t):
     """The gradient accumulated into leaf ``t`` (a Tensor of its shape and dtype), or None."""
     st = t.node.tape
-    return st.grad if isinstance(st, _Leaf) else None
+    if not isinstance(st, _Leaf):
+        return None
+    if rec.recordings and st.grad is not None:
+        rec.recordings[-1].grads_read.append(st.grad.node)
+    return st.grad
 
 
 def set_grad(t, value, origin: Origin) -> None:
@@ -296,6 +321,11 @@ def backward(tensors, grad_tensors=None, create_graph: bool = False) -> None:
             if isinstance(st, _Leaf):
                 if not create_graph:
                     g = detach(g) if _requires(g.node) else g
+                if rec.recordings:
+                    log = rec.recordings[-1]
+                    log.grads_set.append(n)
+                    if st.grad is not None:
+                        log.grads_read.append(st.grad.node)
                 st.grad = g if st.grad is None else st.grad + g
 
 

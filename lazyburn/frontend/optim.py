@@ -11,13 +11,18 @@ are buffers: ``frontend/autograd.py``), keeping its ``.grad`` as PyTorch does; t
 objects are the same, so modules and optimizers keep holding them.
 
 Scalars in the kernels: every hyper-parameter (the learning rate, the step-dependent bias
-corrections, momentum, dampening, the betas, eps, weight decay) is recorded as a Python
-scalar, which the kernels take as an argument, so what a schedule changes between steps
-(``lazyburn.optim.lr_scheduler``: the rate, and the momentum a one-cycle policy cycles) and
-Adam's step count reuse the compiled plan. Adam's moments start as zeros in buffers, realized
-before its first update, so the first step's graph is already every later step's. Turning
-weight decay or momentum on or off changes the graph, and so the plan (SGD's momentum buffer
-is the first gradient itself, as PyTorch's: its second step plans once more).
+corrections, momentum, dampening, the betas, eps, weight decay) is recorded as a 0-d
+constant of the parameters' dtype, shared by the parameters of a group, which the kernels take
+as an argument, so what a schedule changes between steps (``lazyburn.optim.lr_scheduler``: the
+rate, and the momentum a one-cycle policy cycles) and Adam's step count reuse the compiled
+plan. Under ``lazyburn.jit`` each is noted with the function that computes it from the group
+and the step count, so that a replayed training step computes it again (and counts its step).
+The state tensors (moments, momentum buffers) are the optimizer's own and take each step's
+values in place, as PyTorch's do; ``state_dict()`` returns a snapshot. Adam's moments start as
+zeros in buffers, realized before its first update, so the first step's graph is already every
+later step's. Turning weight decay or momentum on or off changes the graph, and so the plan
+(SGD's momentum buffer is the first gradient itself, as PyTorch's: its second step plans once
+more).
 """
 from __future__ import annotations
 
@@ -26,10 +31,10 @@ import math
 import numpy as np
 
 from .autograd import enable_grad, no_grad
-from .capture import sync
+from .capture import Graph, current_graph, sync
 from .creation import tensor, zeros_like
 from .elementwise import binary
-from .record import Origin, is_tensor, pinned, rebind
+from .record import Origin, is_tensor, pinned, rebind, recording, scalar_node, wrap
 
 
 class Optimizer:
@@ -102,25 +107,29 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        fresh = []
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None and id(p) not in self.state:
-                    fresh += self._initial_state(p, self.state.setdefault(id(p), {}), group)
-        if fresh:
-            # realized before the first update, so that its graph is every later step's (the
-            # state read from buffers) and the step's plan is compiled once, not twice
-            sync(*fresh)
+        # the state is made and realized before the first update, so that its graph is every
+        # later step's (the state read from buffers) and the step's plan is compiled once, not
+        # twice; in a scope of its own, so that the state tensors are results of the update
+        # in its order, as at every later step
+        with Graph() as scope:
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None and id(p) not in self.state:
+                        self._initial_state(p, self.state.setdefault(id(p), {}), group)
+            if scope.has_pending():
+                scope.sync()
         updated = []
         with pinned(Origin()):  # the update's ops are blamed on the user's step() line
             for group in self.param_groups:
+                scalar = _Scalars()
                 for p in group["params"]:
                     g = p.grad
                     if g is None:
                         continue
                     state = self.state.setdefault(id(p), {})
-                    new = self._update(p, g, state, group)
+                    new = self._update(p, g, state, group, scalar)
                     updated.append((p, new, g))
+                scalar.made.clear()  # (held, they would be stored as results of the sync)
         if not updated:
             return loss
         # every pending tensor still referenced, not only the update's: the loss and anything
@@ -133,25 +142,28 @@ class Optimizer:
             p.grad = g
         return loss
 
-    def _update(self, p, g, state: dict, group: dict):
+    def _update(self, p, g, state: dict, group: dict, scalar: "_Scalars"):
+        """The new value of parameter ``p`` (a pending Tensor) from its gradient ``g``; the
+        state tensors take their new values (``_set_state``); hyper-parameters are read as
+        ``scalar(p, key, value)``."""
         raise NotImplementedError
 
-    def _initial_state(self, p, state: dict, group: dict) -> list:
-        """Fill ``state`` for parameter ``p`` before its first update; returns the tensors
-        made (none by default: the state is made by the first update)."""
-        return []
+    def _initial_state(self, p, state: dict, group: dict) -> None:
+        """Fill ``state`` for parameter ``p`` before its first update (nothing by default: the
+        state is made by the first update)."""
 
     # state dict ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """``{"state": {index: {name: value}}, "param_groups": [{..., "params": [index, ...]}]}``
-        with parameters numbered in group order, as PyTorch's. State tensors are returned as
-        they are (tensors are never changed in place, so the dict stays a snapshot)."""
+        with parameters numbered in group order, as PyTorch's. A snapshot: the state tensors
+        are new Tensors holding the current values, which later steps leave as they are."""
         index, groups, state = 0, [], {}
         for group in self.param_groups:
             ids = []
             for p in group["params"]:
                 if id(p) in self.state:
-                    state[index] = dict(self.state[id(p)])
+                    state[index] = {k: wrap(v.node) if is_tensor(v) else v
+                                    for k, v in self.state[id(p)].items()}
                 ids.append(index)
                 index += 1
             groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
@@ -221,19 +233,21 @@ class SGD(Optimizer):
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("nesterov momentum requires a momentum and zero dampening")
 
-    def _update(self, p, g, state, group):
-        wd, momentum = group["weight_decay"], group["momentum"]
-        if wd != 0:
-            g = g + wd * p
-        if momentum != 0:
+    def _update(self, p, g, state, group, scalar):
+        if group["weight_decay"] != 0:
+            g = g + scalar(p, "weight_decay", lambda: group["weight_decay"]) * p
+        if group["momentum"] != 0:
+            momentum = scalar(p, "momentum", lambda: group["momentum"])
             buf = state.get("momentum_buffer")
             if buf is None:
+                _set_state(state, "momentum_buffer", g)
                 buf = g
             else:
-                buf = buf * momentum + (1.0 - group["dampening"]) * g
-            state["momentum_buffer"] = buf
+                buf = buf * momentum + \
+                    scalar(p, "1 - dampening", lambda: 1.0 - group["dampening"]) * g
+                _set_state(state, "momentum_buffer", buf)
             g = g + momentum * buf if group["nesterov"] else buf
-        return p - group["lr"] * g
+        return p - scalar(p, "lr", lambda: group["lr"]) * g
 
 
 class Adam(Optimizer):
@@ -265,36 +279,78 @@ class Adam(Optimizer):
             if not 0.0 <= b < 1.0:
                 raise ValueError(f"invalid beta parameter at index {i}: {b}")
 
-    def _initial_state(self, p, state, group) -> list:
+    def _initial_state(self, p, state, group) -> None:
         # the moments start as zeros in buffers (PyTorch's torch.zeros_like)
         names = ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if group.get("amsgrad") else [])
         for name in names:
             state[name] = zeros_like(p)
-        return [state[name] for name in names]
 
-    def _update(self, p, g, state, group):
-        lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
-        beta1, beta2 = group["betas"]
-        step = state.get("step", 0) + 1
-        state["step"] = step
-        if wd != 0:
+    def _update(self, p, g, state, group, scalar):
+        step = _count_step(state)
+        if group["weight_decay"] != 0:
             if self.decoupled:
-                p = p * (1.0 - lr * wd)
+                p = p * scalar(p, "1 - lr * weight_decay",
+                               lambda: 1.0 - group["lr"] * group["weight_decay"])
             else:
-                g = g + wd * p
+                g = g + scalar(p, "weight_decay", lambda: group["weight_decay"]) * p
         m, v = state["exp_avg"], state["exp_avg_sq"]
-        m = m + (1.0 - beta1) * (g - m)
-        v = v * beta2 + (1.0 - beta2) * g * g
-        state["exp_avg"], state["exp_avg_sq"] = m, v
+        m = m + scalar(p, "1 - beta1", lambda: 1.0 - group["betas"][0]) * (g - m)
+        v = v * scalar(p, "beta2", lambda: group["betas"][1]) + \
+            scalar(p, "1 - beta2", lambda: 1.0 - group["betas"][1]) * g * g
+        _set_state(state, "exp_avg", m)
+        _set_state(state, "exp_avg_sq", v)
         if group.get("amsgrad"):
             v = binary("maximum", state["max_exp_avg_sq"], v)
-            state["max_exp_avg_sq"] = v
+            _set_state(state, "max_exp_avg_sq", v)
         # as PyTorch: the bias corrections in float64 on the host, applied in the parameter's
-        # dtype
-        step_size = lr / (1.0 - beta1 ** step)
-        correction2_sqrt = math.sqrt(1.0 - beta2 ** step)
-        denom = v.sqrt() / correction2_sqrt + eps
+        # dtype (a step count of its own makes a constant of its own)
+        step_size = scalar(p, ("step_size", step),
+                           lambda: group["lr"] / (1.0 - group["betas"][0] ** state["step"]))
+        correction2_sqrt = scalar(p, ("sqrt(1 - beta2 ** step)", step),
+                                  lambda: math.sqrt(1.0 - group["betas"][1] ** state["step"]))
+        denom = v.sqrt() / correction2_sqrt + scalar(p, "eps", lambda: group["eps"])
         return p - step_size * m / denom
+
+
+class _Scalars:
+    """The hyper-parameters of one group in one ``step()`` as 0-d tensors, one per key, dtype
+    and device (the parameters of a group share them): ``scalar(like, key, value)`` is
+    ``value()`` in ``like``'s dtype and device. In a ``jit`` recording each is noted with
+    ``value``, which a replay calls again (after the step counts it advances)."""
+
+    def __init__(self):
+        self.made: dict = {}
+        self.log = recording()
+
+    def __call__(self, like, key, value):
+        k = (key, like.dtype, like.device)
+        t = self.made.get(k)
+        if t is None:
+            t = self.made[k] = wrap(scalar_node(value(), like.dtype, like.device, Origin()))
+            if self.log is not None:
+                self.log.replayed.append((t.node.inputs[0], value))
+        return t
+
+
+def _count_step(state: dict) -> int:
+    """Advance a parameter's step count (a replayed step advances it again) and return it."""
+    state["step"] = state.get("step", 0) + 1
+    log = recording()
+    if log is not None:
+        log.replayed.append((None, lambda: state.__setitem__("step", state["step"] + 1)))
+    return state["step"]
+
+
+def _set_state(state: dict, name: str, value) -> None:
+    """``state[name]`` takes ``value``'s value: in place when it holds a Tensor already (the
+    optimizer's own, which every holder sees change), else as a new Tensor of its own."""
+    t = state.get(name)
+    if t is None:
+        state[name] = wrap(value.node)
+    else:
+        rebind(t, value.node)
+        if value.node.buffer is None:
+            current_graph().track(t)
 
 
 class AdamW(Adam):

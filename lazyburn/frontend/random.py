@@ -14,7 +14,7 @@ import math
 
 from ..errors import ShapeError
 from ..ir import dtypes as dt
-from .record import Origin, node, resolve_device, shape_arg, wrap
+from .record import Origin, node, recordings, resolve_device, shape_arg, wrap
 
 
 class Generator:
@@ -31,8 +31,8 @@ class Generator:
             raise TypeError(f"Generator: seed must be an int, got {seed!r}")
         self.seed = seed
         self.offset = 0
-        if draw_logs:
-            draw_logs[-1].created.add(self)
+        if recordings:
+            recordings[-1].created.add(self)
 
     def _draw(self, op, what, shape, device, origin):
         """A float32 ``random_uniform`` or ``random_normal`` node of ``shape``: counters
@@ -41,8 +41,8 @@ class Generator:
         size = math.prod(shape)
         n = node(what, (), (self.seed, self.offset), shape, dt.float32,
                  resolve_device(op, device, origin), origin)
-        if draw_logs:
-            draw_logs[-1].draws.append((self, size, n))
+        if recordings:
+            recordings[-1].draws.append((self, size, n))
         self.offset += size
         return wrap(n)
 
@@ -85,20 +85,6 @@ class Generator:
         r = (u * float(span)).floor().astype(dtype or dt.int64)
         return r.minimum(span - 1) + low if low else r.minimum(span - 1)
 
-
-class DrawLog:
-    """The random draws made while a ``lazyburn.jit`` function is recorded, so that its
-    replays draw afresh as a new recording would: ``draws``, ``(generator, size, node)`` in
-    the order made; ``created``, the generators made meanwhile (a replay repeats their draws,
-    as the function makes them anew at every call)."""
-
-    def __init__(self):
-        self.draws: list[tuple] = []
-        self.created: set[Generator] = set()
-
-
-# the logs of the recordings running now, innermost last (``Generator`` appends to it)
-draw_logs: list[DrawLog] = []
 
 _default: Generator | None = None
 

@@ -183,7 +183,45 @@ def rebind(t, n: Node) -> None:
     if old is not n:
         superseded.add(old)
         rebinds += 1
+        if recordings:
+            recordings[-1].rebound.setdefault(id(t), (t, old))
     t.node = n
+
+
+class Recording:
+    """What a ``lazyburn.jit`` function did while it was recorded, beyond the graph it
+    returns, so that a replay can do it again (``frontend/replay.py``):
+
+    - ``draws``: its random draws, ``(generator, size, node)`` in order; ``created``: the
+      generators made meanwhile (their draws repeat at every call);
+    - ``rebound``: per tensor given new values (``rebind``), ``(tensor, its node before)``;
+    - ``replayed``: what to redo before each replay, in order: ``(None, action)`` runs
+      ``action()`` (an optimizer's step count), ``(node, value)`` makes const node ``node``
+      hold ``value()`` (a learning rate, a bias correction);
+    - ``grads_set``: leaf nodes whose gradient ``backward`` set; ``grads_read``: nodes of
+      gradients read (by ``.grad`` or an accumulating ``backward``);
+    - ``computed``: the syncs made meanwhile (``runtime.realize``), each ``(backend, plan,
+      order, outputs)`` with the plan's order as it was before the outputs took their
+      buffers, or None for a sync that no plan of one device computed.
+    """
+
+    def __init__(self):
+        self.draws: list[tuple] = []
+        self.created: set = set()
+        self.rebound: dict[int, tuple] = {}
+        self.replayed: list[tuple] = []
+        self.grads_set: list[Node] = []
+        self.grads_read: list[Node] = []
+        self.computed: list = []
+
+
+# the recordings running now, innermost last
+recordings: list[Recording] = []
+
+
+def recording() -> Recording | None:
+    """The ``jit`` recording running now, or None."""
+    return recordings[-1] if recordings else None
 
 
 def record(op, inputs, attrs, shape, dtype, device, origin: Origin):
@@ -245,6 +283,14 @@ def const(value, shape, dtype, device, origin, op: str = "const") -> Node:
                              f"[{lo}, {hi}]; cast the tensor to a wider dtype first",
                              str(origin))
     return node("const", (), (value,), tuple(shape), dtype, device, origin)
+
+
+def scalar_node(value, dtype, device, origin) -> Node:
+    """A 0-d constant ``value`` of ``dtype`` seen through an identity view: a broadcast or a
+    cast of it is a view or an op of its own, not a constant folded from it, so that every use
+    reads the one constant node (``inputs[0]``), which a ``jit`` replay gives a new value."""
+    c = const(value, (), dtype, device, origin)
+    return node("reshape", (c,), (), (), dtype, device, origin)
 
 
 def cast(n: Node, dtype, origin) -> Node:

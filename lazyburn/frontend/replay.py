@@ -15,12 +15,18 @@ A replay computes what a new recording would:
 - random draws are drawn afresh, from the generator each draw of the recording came from (the
   default one as it is at the call), which moves past them: the same numbers as without
   ``jit``;
-- a function that computes values while it is recorded (``.item()``, ``.numpy()``, a sync,
-  another jitted function) is recorded at every call, since a replay would reuse them.
+- a training step replays whole: the tensors the function gives new values (an optimizer's
+  parameters and state, running statistics; ``record.rebind``) take the replay's values, the
+  gradients ``backward`` set are the replay's, and an optimizer's step count and the
+  hyper-parameters it reads (a schedule's learning rate) are read again at every replay. The
+  function may sync once (``optimizer.step()`` does); the results must be computed by then;
+- a function that computes values more than once while it is recorded (``.item()`` before
+  ``step()``, a sync, another jitted function) is recorded at every call, since a replay would
+  reuse them; so is a step whose optimizer makes its state (its first step).
 What a replay cannot see stays the caller's contract: the graph may depend on the arguments'
 shapes and dtypes but not on their values, nor on Python values that change between calls (a
-closed-over float is a constant of the recording). An assignment into an argument happens in
-the recording call only: a replay computes the function's results, not its effects.
+closed-over float is a constant of the recording), and Python side effects other than the above
+happen in the recording call only.
 """
 from __future__ import annotations
 
@@ -30,39 +36,55 @@ import numpy as np
 
 from .. import runtime
 from ..errors import DeviceError
-from ..fusion.complex_lowering import has_complex
-from ..ir.graph import structural_key
 from ..ir.node import Node
-from .capture import sync
-from .tensor import Tensor
+from . import autograd
 from . import record
-from .random import DrawLog, default_generator, draw_logs
-from .record import Origin, wrap
+from .capture import sync
+from .random import default_generator
+from .record import Origin, Recording, const, recordings, wrap
+from .tensor import Tensor
 
 
 class _Replay:
-    """One signature's cached plan: the backend, the plan, the realized inputs the plan reads
-    (weights and constants), where the function's arguments go, and the random draws the
-    recording made (``draws``: per draw its generator, None for the default one; its size;
-    its graph position, None when the plan does not read it)."""
+    """One signature's recording, ready to replay: the backend and the plan of the one sync
+    it made, its order, and what each of the plan's positions is at a replay:
 
-    def __init__(self, backend, plan, order, arg_pos, outputs, single, draws):
+    - ``fixed``: realized inputs read as they were (weights that no call changes; a later
+      new value of one makes ``current`` false); ``arg_pos``: the arguments' positions;
+    - ``state``: ``(position, tensor)`` per input that is a tensor the function gives a new
+      value: read from the tensor as it is now;
+    - ``replayed``: ``(position or None, action)`` per recorded action (``Recording``);
+      ``draws``: ``(generator or None, size, position or None)`` per random draw;
+    - ``results``: the output index of each result; ``ends``: per tensor given a new value,
+      ``(tensor, output index, leaf)``: its new node (a leaf requiring grad when ``leaf``);
+      ``grads``: ``(leaf node or tensor, output index or None)`` per gradient set."""
+
+    def __init__(self, backend, plan, order, single):
         self.backend = backend
-        self.single = single
         self.plan = plan
         self.order = order
-        self.leaves = {p: order[p].buffer for p in plan.leaf_pos}
-        self.arg_pos = arg_pos  # per argument: its graph position, or None when unused
-        args = set(arg_pos)
-        self.read = [order[p] for p in plan.leaf_pos if p not in args]  # closed over
+        self.single = single
+        self.fixed: dict = {}
+        self.arg_pos: list = []
+        self.state: list = []
+        self.read: list = []
+        self.replayed: list = []
+        self.draws: list = []
+        self.results: list = []
+        self.ends: list = []
+        self.grads: list = []
         self.rebinds = record.rebinds
-        self.outputs = [(n.shape, n.dtype, n.device, n.code, n.line) for n in outputs]
-        self.draws = draws
         self.calls = 0
 
     def current(self) -> bool:
-        """Whether every tensor the recording read (not an argument) still holds the value
-        it read: none was given another one since (``record.rebind``)."""
+        """Whether every tensor the recording read as a fixed input still holds the value it
+        read (none was given another one since: ``record.rebind``), and every state tensor
+        holds a computed value of the shape and dtype the plan reads."""
+        for p, t in self.state:
+            n, was = t.node, self.order[p]
+            if n.buffer is None or n.shape != was.shape or n.dtype is not was.dtype or \
+                    n.device != was.device:
+                return False
         if self.rebinds == record.rebinds:
             return True
         if any(n in record.superseded for n in self.read):
@@ -71,50 +93,79 @@ class _Replay:
         return True
 
     def __call__(self, buffers):
-        """The function's results for the arguments' ``buffers``, each random draw drawn
-        afresh (``redraw``)."""
-        return self.run(buffers, self.redraw() if self.draws else self.order)
-
-    def redraw(self) -> list:
-        """The recording's order with each random draw's node remade as the function, called
-        now, would record it: the next values of its generator, which move past them."""
-        order = list(self.order)
-        for gen, size, p in self.draws:
-            g = gen or default_generator()
-            if p is not None:
-                n = order[p]
-                order[p] = Node(n.op, (), (g.seed, g.offset), n.shape, n.dtype, n.device,
-                                n.code, n.line)
-            g.offset += size
-        return order
-
-    def run(self, buffers, order):
-        values = self.leaves.copy()
+        """The function's results for the arguments' ``buffers``, its effects redone."""
+        order = self.order
+        if self.replayed or self.draws:
+            order = list(order)
+            origin = None
+            for p, action in self.replayed:
+                if p is None:
+                    action()
+                else:
+                    n = order[p]
+                    origin = origin or Origin()
+                    order[p] = const(action(), n.shape, n.dtype, n.device, origin)
+            for gen, size, p in self.draws:
+                g = gen or default_generator()
+                if p is not None:
+                    n = order[p]
+                    order[p] = Node(n.op, (), (g.seed, g.offset), n.shape, n.dtype, n.device,
+                                    n.code, n.line)
+                g.offset += size
+        values = self.fixed.copy()
+        for p, t in self.state:
+            values[p] = t.node.buffer
         for p, buf in zip(self.arg_pos, buffers):
             if p is not None:
                 values[p] = buf
-        out = self.backend.execute(self.plan, order, values)
+        return self._finish(self.backend.execute(self.plan, order, values))
+
+    def _finish(self, out: list):
+        """Bind the plan's outputs ``out``: the results as new Tensors, the state tensors and
+        the gradients to theirs."""
         runtime.note_computed()
         self.calls += 1
-        tensors = [wrap(Node("buffer", (), (), shape, dtype, device, code, line, buf))
-                   for (shape, dtype, device, code, line), buf in zip(self.outputs, out)]
-        self.backend.handed_out([t.node for t in tensors], out)
-        return tensors[0] if self.single else tuple(tensors)
+        order, out_pos = self.order, self.plan.output_pos
+        made: dict[int, Node] = {}
+
+        def node_of(i: int) -> Node:
+            n = made.get(i)
+            if n is None:
+                was = order[out_pos[i]]
+                n = made[i] = Node("buffer", (), (), was.shape, was.dtype, was.device,
+                                   was.code, was.line, out[i])
+            return n
+
+        leaves = []
+        for t, i, leaf in self.ends:
+            if leaf is None:
+                record.rebind(t, node_of(i))
+            else:  # a parameter's new leaf: a node of its own holding the output's buffer
+                was = order[out_pos[i]]
+                n = Node("buffer", (), (), was.shape, was.dtype, was.device, was.code,
+                         was.line, out[i])
+                leaves.append(n)
+                autograd.make_leaf(t, n, None if leaf < 0 else wrap(node_of(leaf)))
+        for leaf, i in self.grads:
+            autograd.set_grad_of(leaf, None if i is None else wrap(node_of(i)))
+        results = [wrap(node_of(i)) for i in self.results]
+        nodes = list(made.values()) + leaves
+        self.backend.handed_out(nodes, [n.buffer for n in nodes])
+        return results[0] if self.single else tuple(results)
 
 
 def jit(fn=None, *, device=None):
     """Decorate ``fn`` (arguments: Tensors or NumPy arrays; returns a Tensor or a tuple of
     Tensors) so that each new signature of its arguments is recorded once and later calls
-    replay the cached plan (see the module doc). ``device``: where NumPy arguments go (default:
-    the device of the first Tensor argument, else the default device).
+    replay the cached plan (see the module doc): a model's forward, or a whole training step
+    (forward, ``backward()``, ``optimizer.step()``). ``device``: where NumPy arguments go
+    (default: the device of the first Tensor argument, else the default device).
 
-    The results are computed Tensors, the values a call without ``jit`` computes: random
-    draws are drawn afresh at every call, from the generators and offsets the call would use
-    (the numbers are the same as without ``jit``), and a call after a tensor the recording read
-    (a weight, not an argument) was given a new value records ``fn`` again. On the ``numpy``
-    device, or when a plan cannot be replayed (it copies between devices, or ``fn`` computed
-    values while it was recorded: ``.item()``, ``.numpy()``, a sync, another jitted function),
-    calls record as usual. ``wrapper.replays`` counts replayed calls, ``wrapper.recordings``
+    The results are computed Tensors, the values a call without ``jit`` computes, and a replay
+    has the effects a call has on tensors, gradients, optimizers and random generators (see
+    the module doc). On the ``numpy`` device, or when a plan cannot be replayed (it copies
+    between devices, or ``fn`` computed values more than once while it was recorded), calls
+    record as usual. ``wrapper.replays`` counts replayed calls, ``wrapper.recordings``
     recorded ones.
 
     Raises TypeError when an argument is neither a Tensor nor array-like, or ``fn`` returns
@@ -139,51 +190,142 @@ def jit(fn=None, *, device=None):
             return entry(_buffers(entry.backend, arrays, dev))
         wrapper.recordings += 1
         tensors = [a if isinstance(a, Tensor) else Tensor(a, device=dev) for a in arrays]
-        log = DrawLog()
-        draw_logs.append(log)
-        generator = default_generator()
-        computations = runtime.computations
-        try:
-            out = fn(*tensors)
-        finally:
-            draw_logs.pop()
-        single = isinstance(out, Tensor)
-        outs = (out,) if single else tuple(out) if isinstance(out, (tuple, list)) else (out,)
-        if not all(isinstance(o, Tensor) for o in outs):
-            raise TypeError(f"jit: {fn.__name__} must return Tensors, got "
-                            f"{[type(o).__name__ for o in outs]}")
-        nodes = [o.node for o in outs]
-        pending = [n for n in nodes if n.buffer is None]
-        # values computed while recording would be replayed as constants; a function that
-        # seeds the default generator anew leaves another default after each call
-        if dev == "numpy" or len(pending) != len(nodes) or \
-                any(n.device != dev or 0 in n.shape for n in nodes) or \
-                runtime.computations != computations or default_generator() is not generator:
-            cache.pop(sig, None)
-            sync(*outs)
-            return out
-        backend = runtime.backend(dev)
-        key, order = structural_key(nodes)
-        if has_complex(order):  # lowered to real parts at each sync, not replayed
-            cache.pop(sig, None)
-            sync(*outs)
-            return out
-        plan, order = backend.prepare(nodes, key, order)
-        pos = {id(n): i for i, n in enumerate(order)}
-        arg_pos = [pos.get(id(t.node)) for t in tensors]
-        draws = [(None if g is generator else g, size, pos.get(id(n)))
-                 for g, size, n in log.draws if g not in log.created]
-        entry = _Replay(backend, plan, order, arg_pos, nodes, single, draws)
-        if any(k.kind == "copy" for k in plan.kernels):
+        out, entry = _record(fn, tensors, dev)
+        if entry is None:
             cache.pop(sig, None)
         else:
             cache[sig] = entry
-        return entry.run([t.node.buffer for t in tensors], order)
+        return out
 
     wrapper.replays = 0
     wrapper.recordings = 0
     wrapper.cache = cache
     return wrapper
+
+
+def _record(fn, tensors, dev):
+    """Call ``fn`` on ``tensors`` recording what it does; returns ``(its results, computed,
+    a _Replay of the call or None when it cannot be replayed)``."""
+    log = Recording()
+    recordings.append(log)
+    observer, runtime.observer = runtime.observer, _observe
+    generator = default_generator()
+    computations = runtime.computations
+    arg_nodes = [t.node for t in tensors]
+    try:
+        out = fn(*tensors)
+        single = isinstance(out, Tensor)
+        outs = (out,) if single else tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if not all(isinstance(o, Tensor) for o in outs):
+            raise TypeError(f"jit: {fn.__name__} must return Tensors, got "
+                            f"{[type(o).__name__ for o in outs]}")
+        # the results and new values still pending, computed by the call's own sync
+        pending = [t for t in list(outs) + [t for t, _ in log.rebound.values()]
+                   if t.node.buffer is None]
+        if pending:
+            sync(*pending)
+    finally:
+        recordings.pop()
+        runtime.observer = observer
+    entry = None
+    if dev != "numpy" and len(log.computed) == 1 and log.computed[0] is not None and \
+            runtime.computations == computations + 1 and default_generator() is generator:
+        entry = _replay_of(log, outs, single, arg_nodes, generator)
+    return out, entry
+
+
+def _observe(backend, key, order, outputs) -> None:
+    """``runtime.observer`` while a function is recorded: note the sync's plan and order
+    (its outputs' nodes copied, as they are before taking their buffers)."""
+    log = recordings[-1] if recordings else None
+    if log is None:
+        return
+    if key is None or not hasattr(backend, "prepare") or \
+            any(n.device != outputs[0].device for n in outputs):
+        log.computed.append(None)
+        return
+    plan, order = backend.prepare(outputs, key, order)
+    snapshot = list(order)
+    for p in plan.output_pos:
+        n = snapshot[p]
+        snapshot[p] = Node(n.op, n.inputs, n.attrs, n.shape, n.dtype, n.device, n.code, n.line)
+    log.computed.append((backend, plan, snapshot, list(outputs)))
+
+
+def _replay_of(log: Recording, outs, single, arg_nodes, generator):
+    """A ``_Replay`` of the recorded call (one sync, ``log.computed[0]``), or None when what
+    the call did cannot be redone from the plan's outputs."""
+    backend, plan, order, outputs = log.computed[0]
+    if any(k.kind == "copy" for k in plan.kernels) or any(0 in n.shape for n in outputs):
+        return None
+    entry = _Replay(backend, plan, order, single)
+    index = {id(n): i for i, n in enumerate(outputs)}  # the realized output nodes
+    by_buffer = {id(n.buffer): i for i, n in enumerate(outputs)}
+    pos = {id(n): p for p, n in enumerate(order)}
+    # inputs: arguments, state tensors (read as they are at the call), fixed buffers
+    initial = {id(old): t for t, old in log.rebound.values()}
+    args = {id(n): i for i, n in enumerate(arg_nodes)}
+    entry.arg_pos = [None] * len(arg_nodes)
+    grads_read = {id(n) for n in log.grads_read}
+    for p in plan.leaf_pos:
+        n = order[p]
+        if id(n) in args:
+            entry.arg_pos[args[id(n)]] = p
+        elif id(n) in initial:
+            entry.state.append((p, initial[id(n)]))
+        elif id(n) in grads_read:  # a gradient computed before the call: not redone
+            return None
+        else:
+            entry.fixed[p] = n.buffer
+            entry.read.append(n)
+    # what the call did, redone before each replay
+    for node, action in log.replayed:
+        if node is None:
+            entry.replayed.append((None, action))
+        elif id(node) in pos:  # (a constant the plan does not read needs no new value)
+            entry.replayed.append((pos[id(node)], action))
+    entry.draws = [(None if g is generator else g, size, pos.get(id(n)))
+                   for g, size, n in log.draws if g not in log.created]
+    # outputs: results, the new values of state tensors, gradients
+
+    def output_of(t) -> int | None:
+        n = t.node
+        i = index.get(id(n))
+        return i if i is not None or n.buffer is None else by_buffer.get(id(n.buffer))
+
+    for t in outs:
+        i = index.get(id(t.node))
+        if i is None:
+            return None
+        entry.results.append(i)
+    for t, old in log.rebound.values():
+        n = t.node
+        i = output_of(t)
+        if n is old:
+            continue
+        if i is None:
+            return None
+        is_leaf, grad = autograd.leaf_grad(n)
+        if not is_leaf:
+            if id(n) not in index:
+                return None
+            entry.ends.append((t, i, None))
+            continue
+        g = -1 if grad is None else output_of(grad)
+        if g is None:
+            return None
+        entry.ends.append((t, i, g))
+    for n in dict.fromkeys(log.grads_set):
+        if id(n) in initial:  # the tensor moved on to a new leaf, which holds its gradient
+            continue
+        is_leaf, grad = autograd.leaf_grad(n)
+        if not is_leaf:
+            continue
+        g = None if grad is None else output_of(grad)
+        if grad is not None and g is None:
+            return None
+        entry.grads.append((n, g))
+    return entry
 
 
 def _device_of(args, device) -> str:

@@ -114,6 +114,12 @@ def _detect() -> str:
     return "numpy"
 
 
+#: While a ``lazyburn.jit`` function is recorded: called by each sync as ``observer(backend,
+#: key, order, outputs)`` once the outputs' buffers are computed, before the nodes take them
+#: (``key`` and ``order`` None for a sync that no plan of one device computes); else None.
+observer = None
+
+
 def note_computed() -> None:
     """Count one computation of pending values (``computations``)."""
     global computations
@@ -165,8 +171,11 @@ def _realize_on(device: str, nodes: Sequence[Node]) -> None:
             if not sources:
                 if device in complex_devices and has_complex(order):
                     buffers = _run_lowered(b, device, nodes)
+                    key = order = None
                 else:
                     buffers = b.run(nodes, key, order)
+                if observer is not None:
+                    observer(b, key, order, nodes)
                 for n, buf in zip(nodes, buffers):
                     n.realize_to(buf)
                 return
