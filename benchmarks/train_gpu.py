@@ -2,7 +2,7 @@
 lazyburn (Triton) against PyTorch eager and torch.compile, in one run.
 
     python benchmarks/train_gpu.py [--steps 20] [--timed 10] [--no-compile] [--autocast bf16]
-                                   [--profile] [--gc-freeze]
+                                   [--profile] [--gc-freeze] [--jit]
     python benchmarks/train_gpu.py --floors [--fp32-tflops F] [--bandwidth TB/s]
 
 The step: the encoder (6 layers, hidden 384, 12 heads, FFN 1536, vocab 30 522), the MLM head
@@ -26,6 +26,9 @@ steps, whose recorded graphs (some 9 000 objects a step) count towards its thres
 median of the waited-for steps leaves those out, the pipelined mean does not. With
 ``--gc-freeze`` the objects made by the set-up are frozen (``gc.freeze()``) before timing,
 as a training script can do, so that a full collection walks only the young ones.
+With ``--jit`` lazyburn's step also runs as one function through ``lazyburn.jit`` (forward,
+backward and AdamW recorded once, then replayed: no recording, no structural key, no
+planning), which takes the steps whose losses are compared and is timed as a row of its own.
 With ``--autocast bf16`` each side records its forward inside its own autocast region
 (``lb.autocast``, ``torch.autocast``): matrix products in bfloat16 with float32 accumulation,
 float32 master weights. With ``--profile`` lazyburn's step is also split into host phases
@@ -89,6 +92,10 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="also: lazyburn's step split into host phases and its kernels' device "
                          "time, the largest first (torch.profiler)")
+    ap.add_argument("--jit", action="store_true",
+                    help="also time lazyburn's step as one jitted function (lazyburn.jit: "
+                         "replayed, not recorded), which then takes the steps whose losses "
+                         "are compared")
     ap.add_argument("--gc-freeze", action="store_true",
                     help="before timing, move every object made so far out of the cyclic "
                          "collector's reach (gc.freeze()), for both sides")
@@ -144,6 +151,19 @@ def main(argv=None) -> int:
         stamp()
         return loss
 
+    def lazy_body(ids, labels):
+        with lb.autocast(dtype=lb.bfloat16, enabled=autocast):
+            loss = model(ids, labels=labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    jitted = lb.jit(lazy_body)
+
+    def jit_step(k):
+        return jitted(*lazy_data[k])
+
     def torch_step(k, m):
         ids, labels = torch_data[k]
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
@@ -153,17 +173,19 @@ def main(argv=None) -> int:
         ropt.step()
         return loss
 
+    checked = jit_step if args.jit else lazy_step
     t0 = time.perf_counter()
-    lazy_losses = [lazy_step(0).item()]
+    lazy_losses = [checked(0).item()]
     first = time.perf_counter() - t0
-    lazy_losses += [lazy_step(k).item() for k in range(1, args.steps)]
+    lazy_losses += [checked(k).item() for k in range(1, args.steps)]
     rest = time.perf_counter() - t0 - first
     torch_losses = [torch_step(k, ref).item() for k in range(args.steps)]
     rel = max(abs(a - b) / abs(b) for a, b in zip(lazy_losses, torch_losses))
     print(f"{args.steps} steps from the same weights: losses {lazy_losses[0]:.5f} -> "
           f"{lazy_losses[-1]:.5f} (lazyburn), {torch_losses[0]:.5f} -> {torch_losses[-1]:.5f} "
           f"(PyTorch); largest relative difference {rel:.2e}; lazyburn's first step took "
-          f"{first:.1f} s (planning and compiling), the next {args.steps - 1} {rest:.1f} s")
+          f"{first:.1f} s (planning and compiling), the next {args.steps - 1} {rest:.1f} s" +
+          (f" ({jitted.recordings} recorded, {jitted.replays} replayed)" if args.jit else ""))
 
     def timed(step) -> tuple[float, float, float]:
         """Median ms per step, each step waited for; ms per step of ``--timed`` steps run back
@@ -230,6 +252,11 @@ def main(argv=None) -> int:
     torch.cuda.synchronize()
     per_step = backend.kernels_launched - launched
     rows = [("lazyburn", *timed(lazy_step), per_step)]
+    if args.jit:
+        replays = jitted.replays
+        rows.append(("lazyburn jit", *timed(jit_step), per_step))
+        print(f"lazyburn jit: {jitted.replays - replays} of {2 * args.timed} timed steps "
+              f"replayed")
     eager = lambda k: torch_step(k, ref)  # noqa: E731
     rows.append(("PyTorch eager", *timed(eager), profiled_kernels(eager)))
     if not args.no_compile:
