@@ -14,6 +14,7 @@ step; the earlier phases of that step run, untimed, in its setup. Extra info:
 ``recorded_nodes`` (nodes the phase added to the pending graph, leaves included) and
 ``us_per_node`` for the recordings; ``synced_nodes`` (the graph recorded before ``step()``)
 and ``kernels`` (launched by it) for the step.
+``test_whole_step`` times the three as one function, recorded and through ``lazyburn.jit``.
 ``benchmarks/train_gpu.py --profile`` gives the same phases of the full-size step on a GPU.
 """
 from __future__ import annotations
@@ -117,3 +118,29 @@ def test_record_backward(benchmark, trainer):
 def test_step(benchmark, trainer):
     """``step()``: the update's recording and the whole step's sync."""
     _bench(benchmark, trainer, [trainer.forward, trainer.backward], trainer.step)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["recorded", "jit"])
+def test_whole_step(benchmark, trainer, jit):
+    """The three phases as one function (forward, backward, ``step()``), recorded, or replayed
+    through ``lazyburn.jit`` (no recording, no structural key, no planning: the launches and
+    the bookkeeping of the step's effects)."""
+    benchmark.group = GROUP
+    model, opt = trainer.model, trainer.opt
+
+    def step(ids, labels):
+        loss = model(ids, labels=labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    step = lb.jit(step) if jit else step
+    for _ in range(2):
+        step(trainer.ids, trainer.labels)
+    benchmark.pedantic(step, args=(trainer.ids, trainer.labels), setup=gc.collect,
+                       rounds=ROUNDS, iterations=1)
+    if jit:
+        benchmark.extra_info["replays"] = step.replays
+        assert step.replays >= ROUNDS
+

@@ -10,7 +10,8 @@ with its decoder tied to the word embeddings, the cross-entropy over the 15 % of
 have labels, backward, AdamW (lr 1e-4, weight decay 0.01); batch 8 of 128 tokens, float32,
 dropout 0. Both sides start from the same weights and take the same steps; a round is one step
 end to end (lazyburn: recording forward, backward and update, and the sync the update ends
-with; PyTorch: the same calls). Extra info: lazyburn's kernels per step (its launch counter)
+with, or, ``jit``, the same function replayed through ``lazyburn.jit``; PyTorch: the same
+calls). Extra info: lazyburn's kernels per step (its launch counter)
 and PyTorch's operators per step (the ``aten::`` calls its profiler sees that call no other:
 its kernels, views included, forward, backward and the optimizer's).
 """
@@ -53,8 +54,9 @@ def batches(n: int) -> list:
     return out
 
 
-def test_lazyburn(benchmark, reference):
-    benchmark.group = GROUP
+def _lazyburn_step(reference, jit: bool):
+    """lazyburn's model from ``reference``'s weights and one step of it: recorded, or as a
+    function through ``lazyburn.jit`` (the first two calls record, later ones replay)."""
     device = "opencl:0"
     try:
         model = BertForMaskedLM(BertConfig(**SIZE), device=device)
@@ -63,18 +65,31 @@ def test_lazyburn(benchmark, reference):
     named = {checkpoint_name(k): v.detach().numpy() for k, v in reference.state_dict().items()}
     model.load_state_dict({k: v for k, v in named.items() if k is not None})
     opt = lb.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-    data = iter(batches(ROUNDS + WARMUP + 1))
-    backend = lb.runtime.backend(device)
 
-    def step():
-        ids, labels = next(data)
-        loss = model(lb.tensor(ids, device=device), labels=lb.tensor(labels, device=device))
+    def body(ids, labels):
+        loss = model(ids, labels=labels)
         opt.zero_grad()
         loss.backward()
         opt.step()  # realizes the loss, the gradients and the update
         return loss
 
+    body = lb.jit(body, device=device) if jit else body
+    data = iter(batches(ROUNDS + WARMUP + 2))
+
+    def step():
+        ids, labels = next(data)
+        if jit:
+            return body(ids, labels)
+        return body(lb.tensor(ids, device=device), lb.tensor(labels, device=device))
+    return step, lb.runtime.backend(device)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["recorded", "jit"])
+def test_lazyburn(benchmark, reference, jit):
+    benchmark.group = GROUP
+    step, backend = _lazyburn_step(reference, jit)
     step()  # compiles and tunes
+    step()  # (a jitted step's first call makes AdamW's state: it records once more)
     launched = backend.kernels_launched
     step()
     benchmark.extra_info["kernels_per_step"] = backend.kernels_launched - launched

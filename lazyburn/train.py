@@ -22,8 +22,10 @@ the same graph: one plan, compiled once), in an order drawn from ``seed`` and th
 alone, so a run resumed at an epoch boundary sees the same batches as one that never stopped.
 
 Each step (forward, backward, AdamW) is planned and fused as one graph when the optimizer
-steps; the report gives, per epoch, the mean training loss, the test accuracy, the time and
-the kernels launched per step.
+steps, and runs as one function through ``lazyburn.jit``: recorded in the first steps of the
+process, then replayed (the kernels launched on the batch, nothing recorded again). The report
+gives, per epoch, the mean training loss, the test accuracy, the time and the kernels launched
+per step.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from .frontend.autograd import no_grad
 from .frontend.creation import tensor
 from .frontend.functional import cross_entropy
 from .frontend.random import manual_seed
+from .frontend.replay import jit
 from .optim.lr_scheduler import CosineAnnealingLR
 
 #: Fraction of the digits held out for testing, and the seed of that split (fixed, so that
@@ -185,6 +188,14 @@ def train(device: str | None = None, epochs: int = 10, batch_size: int = 64, lr:
         start = saved["epoch"]
         log(f"resumed from {resume} at epoch {start}/{epochs}")
 
+    def step(x, y):
+        opt.zero_grad()
+        loss = cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()  # forward, backward and update: one plan, the loss computed with it
+        return loss
+
+    step = jit(step, device=device)
     backend = runtime.backend(device)
     x_test, y_test = data.x_test, data.y_test
     result = TrainResult(model=net)
@@ -196,12 +207,7 @@ def train(device: str | None = None, epochs: int = 10, batch_size: int = 64, lr:
         t0 = time.perf_counter()
         for i in range(steps_per_epoch):
             rows = order[i * batch_size:(i + 1) * batch_size]
-            x = tensor(data.x_train[rows], device=device)
-            y = tensor(data.y_train[rows], device=device)
-            opt.zero_grad()
-            loss = cross_entropy(net(x), y)
-            loss.backward()
-            opt.step()  # forward, backward and update: one plan, the loss computed with it
+            loss = step(data.x_train[rows], data.y_train[rows])
             schedule.step()
             losses.append(loss.item())
         seconds = time.perf_counter() - t0
