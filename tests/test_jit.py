@@ -197,11 +197,14 @@ def _classifier(device, seed):
                             lb.nn.Dropout(0.3), lb.nn.Linear(16, 4, device=device))
 
 
-def test_a_jitted_training_step_replays_what_the_step_does(device):
+@pytest.mark.parametrize("schedule_inside", [False, True], ids=["schedule_outside",
+                                                                 "schedule_inside"])
+def test_a_jitted_training_step_replays_what_the_step_does(device, schedule_inside):
     """Forward (batch norm, dropout), backward and AdamW under a learning-rate schedule, as a
     jitted function against the same steps recorded: every replay gives the recorded steps'
     losses, parameters, gradients, moments, step counts and running statistics bit for bit
-    (the same plan computes both), and reads the rate the schedule set."""
+    (the same plan computes both), and reads the rate the schedule set, whether the schedule
+    steps outside the function or inside it (a replay steps it again)."""
     rng = np.random.default_rng(11)
     batches = [(rng.standard_normal((8, 12), dtype=np.float32), rng.integers(0, 4, 8))
                for _ in range(6)]
@@ -216,6 +219,8 @@ def test_a_jitted_training_step_replays_what_the_step_does(device):
             loss = lb.cross_entropy(model(x), t)
             loss.backward()
             opt.step()
+            if schedule_inside:
+                schedule.step()
             return loss
 
         step = lb.jit(device=device)(step) if jitted else step
@@ -225,16 +230,18 @@ def test_a_jitted_training_step_replays_what_the_step_does(device):
             args = (x, t) if jitted else (lb.tensor(x, device=device),
                                           lb.tensor(t, device=device))
             losses.append(float(step(*args)))
-            schedule.step()
+            if not schedule_inside:
+                schedule.step()
         state = [(opt.state[id(p)]["step"], opt.state[id(p)]["exp_avg"].numpy(),
                   opt.state[id(p)]["exp_avg_sq"].numpy()) for p in model.parameters()]
         runs[jitted] = (losses, {k: np.array(v) for k, v in model.state_dict().items()},
                         [p.grad.numpy() for p in model.parameters()], state,
-                        lb.random.default_generator().offset)
+                        lb.random.default_generator().offset, schedule.get_last_lr())
         if jitted:
             # the first step makes AdamW's moments (a sync of their own), the second is kept
             assert (step.recordings, step.replays) == (2, 4)
-    (losses, weights, grads, state, offset), mine = runs[False], runs[True]
+    (losses, weights, grads, state, offset, rates), mine = runs[False], runs[True]
+    assert mine[5] == rates and rates[0] < 0.01 / len(batches) * 1.01
     assert mine[0] == losses and len(set(losses)) == len(losses)
     for k, v in weights.items():
         np.testing.assert_array_equal(mine[1][k], v, err_msg=k)
@@ -245,3 +252,44 @@ def test_a_jitted_training_step_replays_what_the_step_does(device):
         np.testing.assert_array_equal(m1, m2)
         np.testing.assert_array_equal(v1, v2)
     assert mine[4] == offset
+
+
+def test_a_jitted_sgd_step_with_momentum_and_what_it_keeps_alive(device):
+    """SGD with momentum: its first step makes the momentum buffer (a replay of that step would
+    never read it), so the first call is not kept; the next steps replay bit for bit as
+    recorded. A replay keeps no earlier values alive: the parameters and buffers the recording
+    read are freed once the tensors have moved on."""
+    import gc
+    import weakref
+
+    rng = np.random.default_rng(12)
+    batches = [(rng.standard_normal((5, 6), dtype=np.float32),
+                rng.standard_normal((5, 3), dtype=np.float32)) for _ in range(5)]
+    runs = {}
+    for jitted in (False, True):
+        lb.manual_seed(2)
+        layer = lb.nn.Linear(6, 3, device=device)
+        opt = lb.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = lb.mse_loss(layer(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        step = lb.jit(device=device)(step) if jitted else step
+        losses, seen = [], []
+        for x, y in batches:
+            args = (x, y) if jitted else (lb.tensor(x, device=device), lb.tensor(y, device=device))
+            losses.append(float(step(*args)))
+            seen.append(weakref.ref(layer.weight.node))
+        if jitted:
+            assert (step.recordings, step.replays) == (2, 3)
+            gc.collect()
+            assert [r() is None for r in seen[:-1]] == [True] * (len(batches) - 1)
+        runs[jitted] = losses, layer.weight.numpy(), \
+            opt.state[id(layer.weight)]["momentum_buffer"].numpy()
+    assert runs[True][0] == runs[False][0]
+    np.testing.assert_array_equal(runs[True][1], runs[False][1])
+    np.testing.assert_array_equal(runs[True][2], runs[False][2])

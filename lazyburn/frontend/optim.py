@@ -347,6 +347,9 @@ def _set_state(state: dict, name: str, value) -> None:
     t = state.get(name)
     if t is None:
         state[name] = wrap(value.node)
+        log = recording()
+        if log is not None:  # the next step reads it: its graph is not this one's
+            log.refused = f"the optimizer made its state {name!r}"
     else:
         rebind(t, value.node)
         if value.node.buffer is None:

@@ -201,8 +201,11 @@ class Recording:
     - ``grads_set``: leaf nodes whose gradient ``backward`` set; ``grads_read``: nodes of
       gradients read (by ``.grad`` or an accumulating ``backward``);
     - ``computed``: the syncs made meanwhile (``runtime.realize``), each ``(backend, plan,
-      order, outputs)`` with the plan's order as it was before the outputs took their
-      buffers, or None for a sync that no plan of one device computed.
+      order, outputs, positions)``: the plan's order as a run reads it (taken before the
+      outputs took their buffers), the output nodes, and the recorded nodes' positions by
+      ``id``; or None for a sync that no plan of one device computed;
+    - ``refused``: why the call cannot be replayed, when something it did is not redone by a
+      replay (an optimizer making its state: its later steps take another path), else None.
     """
 
     def __init__(self):
@@ -213,6 +216,7 @@ class Recording:
         self.grads_set: list[Node] = []
         self.grads_read: list[Node] = []
         self.computed: list = []
+        self.refused: str | None = None
 
 
 # the recordings running now, innermost last

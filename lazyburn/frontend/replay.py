@@ -149,6 +149,8 @@ class _Replay:
         for leaf, i in self.grads:
             autograd.set_grad_of(leaf, None if i is None else wrap(node_of(i)))
         results = [wrap(node_of(i)) for i in self.results]
+        for p, t in self.state:  # (the buffers read before this replay are the tensors' to keep)
+            self.order[p] = t.node
         nodes = list(made.values()) + leaves
         self.backend.handed_out(nodes, [n.buffer for n in nodes])
         return results[0] if self.single else tuple(results)
@@ -228,7 +230,8 @@ def _record(fn, tensors, dev):
         recordings.pop()
         runtime.observer = observer
     entry = None
-    if dev != "numpy" and len(log.computed) == 1 and log.computed[0] is not None and \
+    if dev != "numpy" and log.refused is None and len(log.computed) == 1 and \
+            log.computed[0] is not None and \
             runtime.computations == computations + 1 and default_generator() is generator:
         entry = _replay_of(log, outs, single, arg_nodes, generator)
     return out, entry
@@ -245,23 +248,24 @@ def _observe(backend, key, order, outputs) -> None:
         log.computed.append(None)
         return
     plan, order = backend.prepare(outputs, key, order)
-    snapshot = list(order)
-    for p in plan.output_pos:
-        n = snapshot[p]
-        snapshot[p] = Node(n.op, n.inputs, n.attrs, n.shape, n.dtype, n.device, n.code, n.line)
-    log.computed.append((backend, plan, snapshot, list(outputs)))
+    # what a run of the plan reads of its order (leaves' buffers; ops, attrs, shapes and user
+    # lines), without the inputs that would keep the recording's graph and its buffers alive
+    snapshot = [n if n.buffer is not None else
+                Node(n.op, (), n.attrs, n.shape, n.dtype, n.device, n.code, n.line)
+                for n in order]
+    positions = {id(n): p for p, n in enumerate(order)}  # (of nodes the recording holds)
+    log.computed.append((backend, plan, snapshot, list(outputs), positions))
 
 
 def _replay_of(log: Recording, outs, single, arg_nodes, generator):
     """A ``_Replay`` of the recorded call (one sync, ``log.computed[0]``), or None when what
     the call did cannot be redone from the plan's outputs."""
-    backend, plan, order, outputs = log.computed[0]
+    backend, plan, order, outputs, pos = log.computed[0]
     if any(k.kind == "copy" for k in plan.kernels) or any(0 in n.shape for n in outputs):
         return None
     entry = _Replay(backend, plan, order, single)
     index = {id(n): i for i, n in enumerate(outputs)}  # the realized output nodes
     by_buffer = {id(n.buffer): i for i, n in enumerate(outputs)}
-    pos = {id(n): p for p, n in enumerate(order)}
     # inputs: arguments, state tensors (read as they are at the call), fixed buffers
     initial = {id(old): t for t, old in log.rebound.values()}
     args = {id(n): i for i, n in enumerate(arg_nodes)}

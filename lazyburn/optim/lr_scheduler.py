@@ -17,6 +17,7 @@ own parameters; ``state_dict()`` holds all of these (plain Python values, JSON-s
 """
 from __future__ import annotations
 
+import functools
 import math
 import types
 import warnings
@@ -24,10 +25,31 @@ from bisect import bisect_right
 from typing import Callable, Iterable, Sequence
 
 from ..frontend.optim import Optimizer
+from ..frontend.record import recording
 
 __all__ = ["ConstantLR", "CosineAnnealingLR", "ExponentialLR", "LRScheduler", "LambdaLR",
            "LinearLR", "MultiStepLR", "MultiplicativeLR", "OneCycleLR", "SequentialLR",
            "StepLR"]
+
+
+_stepping = [0]  # schedulers' steps running now (a SequentialLR's steps the one it holds)
+
+
+def _replayed(step):
+    """Decorate a scheduler's ``step``: a ``lazyburn.jit`` recording notes the outermost step
+    it makes (not one that step makes of a scheduler it holds), for every replay to make it
+    again."""
+    @functools.wraps(step)
+    def noted(self, epoch: int | None = None) -> None:
+        log = recording() if not _stepping[0] else None
+        _stepping[0] += 1
+        try:
+            step(self, epoch)
+        finally:
+            _stepping[0] -= 1
+        if log is not None:
+            log.replayed.append((None, lambda: noted(self, epoch)))
+    return noted
 
 
 class LRScheduler:
@@ -73,9 +95,10 @@ class LRScheduler:
         """The learning rates the last ``step()`` set, one per parameter group."""
         return self._last_lr
 
+    @_replayed
     def step(self, epoch: int | None = None) -> None:
         """Advance the schedule by one step (call it after the optimizer's ``step()``) and set
-        every group's ``lr``. ``epoch`` (deprecated in PyTorch) jumps to that step instead,
+        every group's ``lr`` (inside a function ``lazyburn.jit`` replays, at every replay). ``epoch`` (deprecated in PyTorch) jumps to that step instead,
         through the closed form where the schedule has one."""
         self._step_count += 1
         if epoch is not None:
@@ -346,6 +369,7 @@ class SequentialLR(LRScheduler):
         self._step_count = 1
         self._last_lr = first.get_last_lr()
 
+    @_replayed
     def step(self, epoch: int | None = None) -> None:
         self._step_count += 1
         self.last_epoch += 1
