@@ -161,6 +161,8 @@ def test_a_function_that_computes_while_recorded_records_at_every_call(device):
         np.testing.assert_allclose(outer(x).numpy(), np.exp(x) + 1, rtol=1e-5)
     assert scaled.replays == 0 and scaled.recordings == 3
     assert outer.replays == 0 and outer.recordings == 3 and inner.replays == 2
+    assert "computed values 2 times" in scaled.why_not_kept  # .item(), then the result
+    assert "computed values 2 times" in outer.why_not_kept  # inner's replay, then the result
 
 
 def test_a_replay_reads_running_statistics_updated_since_the_recording(device):
@@ -239,7 +241,7 @@ def test_a_jitted_training_step_replays_what_the_step_does(device, schedule_insi
                         lb.random.default_generator().offset, schedule.get_last_lr())
         if jitted:
             # the first step makes AdamW's moments (a sync of their own), the second is kept
-            assert (step.recordings, step.replays) == (2, 4)
+            assert (step.recordings, step.replays) == (2, 4) and step.why_not_kept is None
     (losses, weights, grads, state, offset, rates), mine = runs[False], runs[True]
     assert mine[5] == rates and rates[0] < 0.01 / len(batches) * 1.01
     assert mine[0] == losses and len(set(losses)) == len(losses)
@@ -285,7 +287,7 @@ def test_a_jitted_sgd_step_with_momentum_and_what_it_keeps_alive(device):
             losses.append(float(step(*args)))
             seen.append(weakref.ref(layer.weight.node))
         if jitted:
-            assert (step.recordings, step.replays) == (2, 3)
+            assert (step.recordings, step.replays) == (2, 3) and step.why_not_kept is None
             gc.collect()
             assert [r() is None for r in seen[:-1]] == [True] * (len(batches) - 1)
         runs[jitted] = losses, layer.weight.numpy(), \
@@ -293,3 +295,34 @@ def test_a_jitted_sgd_step_with_momentum_and_what_it_keeps_alive(device):
     assert runs[True][0] == runs[False][0]
     np.testing.assert_array_equal(runs[True][1], runs[False][1])
     np.testing.assert_array_equal(runs[True][2], runs[False][2])
+
+
+def test_why_a_recorded_call_was_not_kept(device):
+    """Each call that cannot be replayed says why, and records again next time."""
+    rng = np.random.default_rng(13)
+    layer = lb.nn.Linear(4, 2, device=device)
+    opt = lb.optim.SGD(layer.parameters(), lr=0.1, momentum=0.5)
+    x = rng.standard_normal((3, 4), dtype=np.float32)
+
+    @lb.jit(device=device)
+    def accumulate(x):
+        layer(x).sum().backward()  # onto the gradient of the call before
+        return layer.weight.grad
+
+    @lb.jit(device=device)
+    def step(x):
+        opt.zero_grad()
+        layer(x).square().sum().backward()
+        opt.step()
+        return layer.bias * 1.0
+
+    accumulate(x)
+    for _ in range(2):
+        accumulate(x)
+        assert accumulate.why_not_kept == "it reads a gradient computed before the call " \
+                                          "(an accumulated gradient)"
+    assert accumulate.replays == 0
+    step(x)
+    assert step.why_not_kept == "the optimizer made its state 'momentum_buffer'"
+    step(x)  # its result is recorded after the optimizer's sync: a second plan
+    assert "computed values 2 times" in step.why_not_kept and step.replays == 0

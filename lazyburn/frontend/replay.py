@@ -25,8 +25,10 @@ A replay computes what a new recording would:
   reuse them; so is a step whose optimizer makes its state (its first step).
 What a replay cannot see stays the caller's contract: the graph may depend on the arguments'
 shapes and dtypes but not on their values, nor on Python values that change between calls (a
-closed-over float is a constant of the recording), and Python side effects other than the above
-happen in the recording call only.
+closed-over float is a constant of the recording; so is the tensor a closed-over name was bound
+to: bind the name to another tensor and a replay still reads the first, where a new value given
+to the same tensor, ``w[...] = v`` or a loaded state dict, is seen), and Python side effects
+other than the above happen in the recording call only.
 """
 from __future__ import annotations
 
@@ -56,8 +58,9 @@ class _Replay:
     - ``replayed``: ``(position or None, action)`` per recorded action (``Recording``);
       ``draws``: ``(generator or None, size, position or None)`` per random draw;
     - ``results``: the output index of each result; ``ends``: per tensor given a new value,
-      ``(tensor, output index, leaf)``: its new node (a leaf requiring grad when ``leaf``);
-      ``grads``: ``(leaf node or tensor, output index or None)`` per gradient set."""
+      ``(tensor, output index, grad)``: ``grad`` None for a plain value, else the tensor is a
+      leaf requiring grad whose gradient is output ``grad`` (-1: none); ``grads``: ``(leaf
+      node, output index or None)`` per other leaf whose gradient ``backward`` set."""
 
     def __init__(self, backend, plan, order, single):
         self.backend = backend
@@ -168,7 +171,8 @@ def jit(fn=None, *, device=None):
     the module doc). On the ``numpy`` device, or when a plan cannot be replayed (it copies
     between devices, or ``fn`` computed values more than once while it was recorded), calls
     record as usual. ``wrapper.replays`` counts replayed calls, ``wrapper.recordings``
-    recorded ones.
+    recorded ones; ``wrapper.why_not_kept`` says why the last recorded call was not kept for
+    replays (None when it was).
 
     Raises TypeError when an argument is neither a Tensor nor array-like, or ``fn`` returns
     something else than Tensors."""
@@ -193,21 +197,24 @@ def jit(fn=None, *, device=None):
         wrapper.recordings += 1
         tensors = [a if isinstance(a, Tensor) else Tensor(a, device=dev) for a in arrays]
         out, entry = _record(fn, tensors, dev)
-        if entry is None:
+        if isinstance(entry, str):
             cache.pop(sig, None)
+            wrapper.why_not_kept = entry
         else:
             cache[sig] = entry
+            wrapper.why_not_kept = None
         return out
 
     wrapper.replays = 0
     wrapper.recordings = 0
+    wrapper.why_not_kept = None
     wrapper.cache = cache
     return wrapper
 
 
 def _record(fn, tensors, dev):
-    """Call ``fn`` on ``tensors`` recording what it does; returns ``(its results, computed,
-    a _Replay of the call or None when it cannot be replayed)``."""
+    """Call ``fn`` on ``tensors`` recording what it does; returns ``(its results, a _Replay of
+    the call)``, or ``(its results, why it cannot be replayed)``."""
     log = Recording()
     recordings.append(log)
     observer, runtime.observer = runtime.observer, _observe
@@ -229,12 +236,27 @@ def _record(fn, tensors, dev):
     finally:
         recordings.pop()
         runtime.observer = observer
-    entry = None
-    if dev != "numpy" and log.refused is None and len(log.computed) == 1 and \
-            log.computed[0] is not None and \
-            runtime.computations == computations + 1 and default_generator() is generator:
-        entry = _replay_of(log, outs, single, arg_nodes, generator)
-    return out, entry
+    syncs = runtime.computations - computations
+    if dev == "numpy":
+        return out, "the numpy device records every call"
+    if log.refused is not None:
+        return out, log.refused
+    if syncs != 1 or len(log.computed) != 1:
+        return out, (f"it computed values {syncs} times while recorded, where a replay runs "
+                     f"one plan (.item(), .numpy() or a sync before its last, or another "
+                     f"jitted function)")
+    if log.computed[0] is None:
+        return out, "its sync was not one plan of one device (complex values, several devices)"
+    if default_generator() is not generator:
+        return out, "it made another default generator (manual_seed)"
+    try:
+        return out, _replay_of(log, outs, single, tensors, arg_nodes, generator)
+    except _NotReplayable as e:
+        return out, str(e)
+
+
+class _NotReplayable(Exception):
+    """What a recorded call did that a replay could not redo (``_replay_of``)."""
 
 
 def _observe(backend, key, order, outputs) -> None:
@@ -257,12 +279,13 @@ def _observe(backend, key, order, outputs) -> None:
     log.computed.append((backend, plan, snapshot, list(outputs), positions))
 
 
-def _replay_of(log: Recording, outs, single, arg_nodes, generator):
-    """A ``_Replay`` of the recorded call (one sync, ``log.computed[0]``), or None when what
-    the call did cannot be redone from the plan's outputs."""
+def _replay_of(log: Recording, outs, single, tensors, arg_nodes, generator):
+    """A ``_Replay`` of the recorded call (one sync, ``log.computed[0]``) of ``fn(*tensors)``
+    (``arg_nodes``: their nodes at the call). Raises _NotReplayable when what the call did
+    cannot be redone from the plan's outputs."""
     backend, plan, order, outputs, pos = log.computed[0]
-    if any(k.kind == "copy" for k in plan.kernels) or any(0 in n.shape for n in outputs):
-        return None
+    if any(k.kind == "copy" for k in plan.kernels):
+        raise _NotReplayable("its plan copies between devices")
     entry = _Replay(backend, plan, order, single)
     index = {id(n): i for i, n in enumerate(outputs)}  # the realized output nodes
     by_buffer = {id(n.buffer): i for i, n in enumerate(outputs)}
@@ -277,8 +300,9 @@ def _replay_of(log: Recording, outs, single, arg_nodes, generator):
             entry.arg_pos[args[id(n)]] = p
         elif id(n) in initial:
             entry.state.append((p, initial[id(n)]))
-        elif id(n) in grads_read:  # a gradient computed before the call: not redone
-            return None
+        elif id(n) in grads_read:
+            raise _NotReplayable("it reads a gradient computed before the call "
+                                 "(an accumulated gradient)")
         else:
             entry.fixed[p] = n.buffer
             entry.read.append(n)
@@ -300,25 +324,21 @@ def _replay_of(log: Recording, outs, single, arg_nodes, generator):
     for t in outs:
         i = index.get(id(t.node))
         if i is None:
-            return None
+            raise _NotReplayable("a result was not computed by its sync (computed before "
+                                 "the call, or recorded after the sync)")
         entry.results.append(i)
+    arguments = {id(t) for t in tensors}  # (a new value of one is the recording call's only)
     for t, old in log.rebound.values():
         n = t.node
         i = output_of(t)
-        if n is old:
+        if n is old or id(t) in arguments:
             continue
-        if i is None:
-            return None
         is_leaf, grad = autograd.leaf_grad(n)
-        if not is_leaf:
-            if id(n) not in index:
-                return None
-            entry.ends.append((t, i, None))
-            continue
         g = -1 if grad is None else output_of(grad)
-        if g is None:
-            return None
-        entry.ends.append((t, i, g))
+        if i is None or (not is_leaf and id(n) not in index) or g is None:
+            raise _NotReplayable("a tensor it gave a new value (or that value's gradient) "
+                                 "was not computed by its sync")
+        entry.ends.append((t, i, g if is_leaf else None))
     for n in dict.fromkeys(log.grads_set):
         if id(n) in initial:  # the tensor moved on to a new leaf, which holds its gradient
             continue
@@ -327,7 +347,7 @@ def _replay_of(log: Recording, outs, single, arg_nodes, generator):
             continue
         g = None if grad is None else output_of(grad)
         if grad is not None and g is None:
-            return None
+            raise _NotReplayable("a gradient it set was not computed by its sync")
         entry.grads.append((n, g))
     return entry
 
