@@ -11,9 +11,9 @@ are buffers: ``frontend/autograd.py``), keeping its ``.grad`` as PyTorch does; t
 objects are the same, so modules and optimizers keep holding them.
 
 Scalars in the kernels: every hyper-parameter (the learning rate, the step-dependent bias
-corrections, momentum, dampening, the betas, eps, weight decay) is recorded as a 0-d
-constant of the parameters' dtype, shared by the parameters of a group, which the kernels take
-as an argument, so what a schedule changes between steps (``lazyburn.optim.lr_scheduler``: the
+corrections, momentum, dampening, the betas, eps, weight decay) is recorded as a constant,
+as a Python scalar would be, which the kernels take as an argument, so what a schedule changes
+between steps (``lazyburn.optim.lr_scheduler``: the
 rate, and the momentum a one-cycle policy cycles) and Adam's step count reuse the compiled
 plan. Under ``lazyburn.jit`` each is noted with the function that computes it from the group
 and the step count, so that a replayed training step computes it again (and counts its step).
@@ -34,7 +34,7 @@ from .autograd import enable_grad, no_grad
 from .capture import Graph, current_graph, sync
 from .creation import tensor, zeros_like
 from .elementwise import binary
-from .record import Origin, is_tensor, pinned, rebind, recording, scalar_node, wrap
+from .record import Origin, const, is_tensor, pinned, rebind, recording, wrap
 
 
 class Optimizer:
@@ -121,15 +121,14 @@ class Optimizer:
         updated = []
         with pinned(Origin()):  # the update's ops are blamed on the user's step() line
             for group in self.param_groups:
+                stepped = [p for p in group["params"] if p.grad is not None]
+                states = [self.state.setdefault(id(p), {}) for p in stepped]
+                if self.counts_steps:
+                    _count_steps(states)
                 scalar = _Scalars()
-                for p in group["params"]:
+                for p, state in zip(stepped, states):
                     g = p.grad
-                    if g is None:
-                        continue
-                    state = self.state.setdefault(id(p), {})
-                    new = self._update(p, g, state, group, scalar)
-                    updated.append((p, new, g))
-                scalar.made.clear()  # (held, they would be stored as results of the sync)
+                    updated.append((p, self._update(p, g, state, group, scalar), g))
         if not updated:
             return loss
         # every pending tensor still referenced, not only the update's: the loss and anything
@@ -141,6 +140,9 @@ class Optimizer:
             p.requires_grad_()
             p.grad = g
         return loss
+
+    #: whether the update reads a step count, ``state["step"]`` (counted before it)
+    counts_steps = False
 
     def _update(self, p, g, state: dict, group: dict, scalar: "_Scalars"):
         """The new value of parameter ``p`` (a pending Tensor) from its gradient ``g``; the
@@ -285,8 +287,10 @@ class Adam(Optimizer):
         for name in names:
             state[name] = zeros_like(p)
 
+    counts_steps = True
+
     def _update(self, p, g, state, group, scalar):
-        step = _count_step(state)
+        step = state["step"]
         if group["weight_decay"] != 0:
             if self.decoupled:
                 p = p * scalar(p, "1 - lr * weight_decay",
@@ -313,32 +317,35 @@ class Adam(Optimizer):
 
 
 class _Scalars:
-    """The hyper-parameters of one group in one ``step()`` as 0-d tensors, one per key, dtype
-    and device (the parameters of a group share them): ``scalar(like, key, value)`` is
-    ``value()`` in ``like``'s dtype and device. In a ``jit`` recording each is noted with
-    ``value``, which a replay calls again (after the step counts it advances)."""
+    """The hyper-parameters of one group in one ``step()``: ``scalar(like, key, value)`` is a
+    constant of ``like``'s shape, dtype and device holding ``value()`` (computed once per key:
+    what a Python scalar in the update would record). In a ``jit`` recording each constant is
+    noted with the key's ``value``, which a replay calls again (after the step counts it
+    advances)."""
 
     def __init__(self):
-        self.made: dict = {}
+        self.values: dict = {}  # key -> (its value function, the value)
         self.log = recording()
+        self.origin = Origin()
 
     def __call__(self, like, key, value):
-        k = (key, like.dtype, like.device)
-        t = self.made.get(k)
-        if t is None:
-            t = self.made[k] = wrap(scalar_node(value(), like.dtype, like.device, Origin()))
-            if self.log is not None:
-                self.log.replayed.append((t.node.inputs[0], value))
-        return t
+        fn, v = self.values.get(key) or self.values.setdefault(key, (value, value()))
+        n = const(v, like.shape, like.dtype, like.device, self.origin)
+        if self.log is not None:
+            self.log.replayed.append((n, fn))
+        return wrap(n)
 
 
-def _count_step(state: dict) -> int:
-    """Advance a parameter's step count (a replayed step advances it again) and return it."""
-    state["step"] = state.get("step", 0) + 1
+def _count_steps(states: list) -> None:
+    """Advance the step counts of a group's parameters being updated (a replayed step
+    advances them again)."""
+    def advance():
+        for state in states:
+            state["step"] = state.get("step", 0) + 1
+    advance()
     log = recording()
     if log is not None:
-        log.replayed.append((None, lambda: state.__setitem__("step", state["step"] + 1)))
-    return state["step"]
+        log.replayed.append((None, advance))
 
 
 def _set_state(state: dict, name: str, value) -> None:

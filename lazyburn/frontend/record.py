@@ -289,14 +289,6 @@ def const(value, shape, dtype, device, origin, op: str = "const") -> Node:
     return node("const", (), (value,), tuple(shape), dtype, device, origin)
 
 
-def scalar_node(value, dtype, device, origin) -> Node:
-    """A 0-d constant ``value`` of ``dtype`` seen through an identity view: a broadcast or a
-    cast of it is a view or an op of its own, not a constant folded from it, so that every use
-    reads the one constant node (``inputs[0]``), which a ``jit`` replay gives a new value."""
-    c = const(value, (), dtype, device, origin)
-    return node("reshape", (c,), (), (), dtype, device, origin)
-
-
 def cast(n: Node, dtype, origin) -> Node:
     """``n`` converted to ``dtype`` (a const folded). Raises DTypeError for a complex ``n`` to a
     real dtype: no op converts complex numbers to real ones implicitly."""

@@ -100,14 +100,19 @@ class _Replay:
         order = self.order
         if self.replayed or self.draws:
             order = list(order)
-            origin = None
+            origin, attrs = None, {}  # (a value, converted, per action and dtype)
             for p, action in self.replayed:
                 if p is None:
                     action()
-                else:
-                    n = order[p]
+                    attrs.clear()  # (what an action changes, the values after it may read)
+                    continue
+                n = order[p]
+                got = attrs.get((action, n.dtype))
+                if got is None:
                     origin = origin or Origin()
-                    order[p] = const(action(), n.shape, n.dtype, n.device, origin)
+                    got = attrs[action, n.dtype] = \
+                        const(action(), (), n.dtype, n.device, origin).attrs
+                order[p] = Node("const", (), got, n.shape, n.dtype, n.device, n.code, n.line)
             for gen, size, p in self.draws:
                 g = gen or default_generator()
                 if p is not None:
