@@ -98,8 +98,9 @@ class LRScheduler:
     @_replayed
     def step(self, epoch: int | None = None) -> None:
         """Advance the schedule by one step (call it after the optimizer's ``step()``) and set
-        every group's ``lr`` (inside a function ``lazyburn.jit`` replays, at every replay). ``epoch`` (deprecated in PyTorch) jumps to that step instead,
-        through the closed form where the schedule has one."""
+        every group's ``lr`` (inside a function that ``lazyburn.jit`` replays, at every replay).
+        ``epoch`` (deprecated in PyTorch) jumps to that step instead, through the closed form
+        where the schedule has one."""
         self._step_count += 1
         if epoch is not None:
             warnings.warn("passing an epoch to step() is deprecated, as in PyTorch",
