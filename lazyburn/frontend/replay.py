@@ -270,18 +270,28 @@ def _observe(backend, key, order, outputs) -> None:
     log = recordings[-1] if recordings else None
     if log is None:
         return
-    if key is None or not hasattr(backend, "prepare") or \
+    if key is None or not hasattr(backend, "plan_of") or \
             any(n.device != outputs[0].device for n in outputs):
         log.computed.append(None)
         return
-    plan, order = backend.prepare(outputs, key, order)
+    plan, order = backend.plan_of(outputs, key, order)
     # what a run of the plan reads of its order (leaves' buffers; ops, attrs, shapes and user
     # lines), without the inputs that would keep the recording's graph and its buffers alive
-    snapshot = [n if n.buffer is not None else
-                Node(n.op, (), n.attrs, n.shape, n.dtype, n.device, n.code, n.line)
-                for n in order]
+    snapshot = [_alone(n) for n in order]
+    for k in plan.kernels:  # a library call reads its inputs' shapes from its node
+        if k.kind == "library":
+            n = order[k.arg_pos[-1]]
+            snapshot[k.arg_pos[-1]] = Node(n.op, tuple(_alone(i) for i in n.inputs), n.attrs,
+                                           n.shape, n.dtype, n.device, n.code, n.line)
     positions = {id(n): p for p, n in enumerate(order)}  # (of nodes the recording holds)
     log.computed.append((backend, plan, snapshot, list(outputs), positions))
+
+
+def _alone(n: Node) -> Node:
+    """Node ``n`` without its inputs (a leaf as it is)."""
+    if n.buffer is not None:
+        return n
+    return Node(n.op, (), n.attrs, n.shape, n.dtype, n.device, n.code, n.line)
 
 
 def _replay_of(log: Recording, outs, single, tensors, arg_nodes, generator):

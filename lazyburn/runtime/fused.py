@@ -176,6 +176,11 @@ class FusedBackend:
             self.compile(plan, order)
             return plan, order
 
+    def plan_of(self, outputs, key, order):
+        """``(plan, order)`` that ``run`` ran for the pending graph of ``outputs`` (``key`` and
+        ``order``: its structural key and order), compiled."""
+        return self.prepare(outputs, key, order)
+
     def handed_out(self, nodes, buffers) -> None:
         """Note that ``buffers`` are now the results of ``nodes`` (realized by a sync, or
         made by a ``jit`` replay); a backend may take a buffer back once its node is gone

@@ -326,12 +326,10 @@ class WebGPUBackend(FusedBackend):
         fuse, max_args = self._settings(mode)
         return self._run_with(outputs, fuse=fuse, max_args=max_args)
 
-    def prepare(self, outputs, key=None, order=None):
-        """``(plan, order)`` for the pending graph of ``outputs`` as ``run`` plans it (wider or
+    def plan_of(self, outputs, key, order):
+        """``(plan, order)`` that ``run`` ran for the pending graph of ``outputs`` (wider or
         unfused where it must: ``plan_settings``), compiled."""
         with self.lock:
-            if key is None:
-                key, order = structural_key(outputs)
             fuse, max_args = self.plan_settings(outputs, key, order, self.fuse)
             plan, order = self.plans.lookup(outputs, fuse, max_args, key, order)
             self.compile(plan, order)
