@@ -233,11 +233,8 @@ def set_requires_grad(t, flag: bool, origin: Origin) -> None:
                          f"got {n.dtype.name}", origin)
     if n.buffer is None:
         runtime.realize([n])
-    leaf = Node("buffer", (), (), n.shape, n.dtype, n.device, origin.code, origin.line,
-                n.buffer)
-    leaf.tape = _Leaf()
-    rec.grad_hook = _on_record
-    t.node = leaf
+    make_leaf(t, Node("buffer", (), (), n.shape, n.dtype, n.device, origin.code, origin.line,
+                      n.buffer), None)
 
 
 def leaf_grad(n: Node):

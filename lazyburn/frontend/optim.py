@@ -13,9 +13,8 @@ objects are the same, so modules and optimizers keep holding them.
 Scalars in the kernels: every hyper-parameter (the learning rate, the step-dependent bias
 corrections, momentum, dampening, the betas, eps, weight decay) is recorded as a constant,
 as a Python scalar would be, which the kernels take as an argument, so what a schedule changes
-between steps (``lazyburn.optim.lr_scheduler``: the
-rate, and the momentum a one-cycle policy cycles) and Adam's step count reuse the compiled
-plan. Under ``lazyburn.jit`` each is noted with the function that computes it from the group
+between steps (``lazyburn.optim.lr_scheduler``: the rate, and the momentum a one-cycle policy
+cycles) and Adam's step count reuse the compiled plan. Under ``lazyburn.jit`` each is noted with the function that computes it from the group
 and the step count, so that a replayed training step computes it again (and counts its step).
 The state tensors (moments, momentum buffers) are the optimizer's own and take each step's
 values in place, as PyTorch's do; ``state_dict()`` returns a snapshot. Adam's moments start as
@@ -31,9 +30,10 @@ import math
 import numpy as np
 
 from .autograd import enable_grad, no_grad
-from .capture import Graph, current_graph, sync
+from .capture import Graph, sync
 from .creation import tensor, zeros_like
 from .elementwise import binary
+from .functional import assign
 from .record import Origin, const, is_tensor, pinned, rebind, recording, wrap
 
 
@@ -358,9 +358,7 @@ def _set_state(state: dict, name: str, value) -> None:
         if log is not None:  # the next step reads it: its graph is not this one's
             log.refused = f"the optimizer made its state {name!r}"
     else:
-        rebind(t, value.node)
-        if value.node.buffer is None:
-            current_graph().track(t)
+        assign(t, value)
 
 
 class AdamW(Adam):

@@ -136,12 +136,15 @@ class _Replay:
         order, out_pos = self.order, self.plan.output_pos
         made: dict[int, Node] = {}
 
+        def buffer_node(i: int) -> Node:
+            was = order[out_pos[i]]
+            return Node("buffer", (), (), was.shape, was.dtype, was.device, was.code, was.line,
+                        out[i])
+
         def node_of(i: int) -> Node:
             n = made.get(i)
             if n is None:
-                was = order[out_pos[i]]
-                n = made[i] = Node("buffer", (), (), was.shape, was.dtype, was.device,
-                                   was.code, was.line, out[i])
+                n = made[i] = buffer_node(i)
             return n
 
         leaves = []
@@ -149,11 +152,8 @@ class _Replay:
             if leaf is None:
                 record.rebind(t, node_of(i))
             else:  # a parameter's new leaf: a node of its own holding the output's buffer
-                was = order[out_pos[i]]
-                n = Node("buffer", (), (), was.shape, was.dtype, was.device, was.code,
-                         was.line, out[i])
-                leaves.append(n)
-                autograd.make_leaf(t, n, None if leaf < 0 else wrap(node_of(leaf)))
+                leaves.append(buffer_node(i))
+                autograd.make_leaf(t, leaves[-1], None if leaf < 0 else wrap(node_of(leaf)))
         for leaf, i in self.grads:
             autograd.set_grad_of(leaf, None if i is None else wrap(node_of(i)))
         results = [wrap(node_of(i)) for i in self.results]
