@@ -297,6 +297,36 @@ def test_reduction_tilings(dev, params):
         check(dev, reduction_tiling_graph, *reduction_tiling_inputs(params), rtol=1e-4)
 
 
+def test_independent_stages_run_in_programs_of_their_own(dev, tmp_path):
+    """A looped reduction's stages that share nothing (a training step's bias gradients, each
+    with its parameter's update) run along the grid's second axis, a group each; stages one
+    output reads together, or that read each other (softmax's max and sum), share one."""
+    rng = np.random.default_rng(23)
+    x, y = rand(rng, (70, 9)), rand(rng, (70, 9))
+    x[3, 4] = np.nan
+
+    def graph(x, y):
+        return (x.sum(axis=0) * 2.0, y.max(axis=0),
+                (x * y).sum(axis=0) + (y * y).sum(axis=0), lb.softmax(y, axis=0).sum(axis=0))
+
+    (kern,) = lb.explain(*graph(lb.tensor(x, device=dev), lb.tensor(y, device=dev))).kernels
+    groups = tr.stage_groups(kern.spec)
+    assert sorted(len(stages) for stages, _ in groups) == [1, 1, 2, 3]
+    assert sorted(len(outputs) for _, outputs in groups) == [1, 1, 1, 1]
+    with launch_params("reduction", XBLOCK=4, RBLOCK=16, looped=True), \
+            lb.runtime.dump.dump(tmp_path / "dump"):
+        got = graph(lb.tensor(x, device=dev), lb.tensor(y, device=dev))
+        lb.graph.sync()
+    for g, r in zip(got, graph(lb.tensor(x, device="numpy"), lb.tensor(y, device="numpy"))):
+        compare(g.numpy(), r.numpy(), rtol=1e-4)
+    (source,) = [f.read_text() for f in (tmp_path / "dump").glob("*.py")]
+    assert "if tl.program_id(1) == 3:" in source and "== 4:" not in source
+    assert tr.render(kern.spec, "k").grid == (2, 4)  # the GPU's default: 8-column tiles
+    compile_for_sm90(kern.spec, "k", {})
+    persistent = {"XBLOCK": 16, "RBLOCK": 128, "looped": False}  # one walk over r for all
+    assert tr.render(kern.spec, "k", persistent).grid == (1,)
+
+
 # matmul ---------------------------------------------------------------------------------------
 def test_matmul_f32_ragged_with_epilogue(dev):
     rng = np.random.default_rng(12)
@@ -515,6 +545,25 @@ def test_a_large_float32_matmul_runs_on_the_library_by_default(m, k, n):
         generated = tr.default_params(kern.spec)
         assert any(c.params == generated for c in cands)
         assert sum(bool(c.params.get("library")) for c in cands) == 1
+
+
+def test_a_row_reduction_reading_a_value_per_row_is_not_taken_for_a_column_sum():
+    """The launch heuristics tell a sum down columns (a bias's gradient: wide row tiles over
+    the contiguous axis) from a sum along rows by the first load that moves along the reduced
+    axis; a cross-entropy's gradient first reads each row's label, which does not move, and
+    taken for a column sum its 30 522-wide rows ran in 32 x 32 tiles on a few programs."""
+    rng = np.random.default_rng(7)
+    logits = lb.asarray(rng.standard_normal((64, 3000)).astype(np.float32), device="numpy",
+                        requires_grad=True)
+    labels = lb.asarray(rng.integers(0, 3000, 64), device="numpy")
+    (grad,) = lb.autograd.grad(lb.cross_entropy(logits, labels), [logits])
+    specs = [k.spec for k in lb.explain(grad).kernels if k.kind == "reduction"]
+    assert specs
+    for spec in specs:
+        assert not tr.outer_reduction(spec)
+        assert tr.default_params(spec)["XBLOCK"] == 1  # rows of 3000: one row a program
+    (column_sum,) = lb.explain(logits.detach().sum(axis=0)).kernels
+    assert tr.outer_reduction(column_sum.spec)
 
 
 # (kind, graph, shape of x, tolerance): graphs of every group kind whose tuning candidates run

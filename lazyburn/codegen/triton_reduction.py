@@ -58,14 +58,21 @@ def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
 
 
 def outer_reduction(spec: ReductionSpec) -> bool:
-    """True when the first load of the first stage steps by 1 along ``row`` but not along
-    ``r`` (a reduction over a leading axis)."""
+    """True when the first load of the first stage that moves along ``r`` steps by 1 along
+    ``row`` but not along ``r`` (a reduction over a leading axis). Loads of a value per row
+    (a label, a row's scale) say nothing of the layout: a cross-entropy's gradient sums a
+    one-hot row that reads only its row's label, and taken for a column sum it ran 128
+    programs of 32 x 32 tiles over 4096 rows of 30 522 (2.27 ms on an H200, 0.35 ms in its
+    default tile of one row a program)."""
     if not spec.stages:
         return False
     for e in topo_exprs([spec.stages[0].value]):
         if e.op == "load":
             coef = _coefficients(e.args[1])
-            return coef is not None and coef.get("row") == 1 and coef.get("r") != 1
+            if coef is None:
+                return False
+            if coef.get("r", 0) != 0:
+                return coef.get("row") == 1 and coef.get("r") != 1
     return False
 
 
@@ -180,7 +187,6 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
     bound = {v["row"].id: "row"} if "row" in v else {}
     r_id = v["r"].id if "r" in v else None
     shape = f"[{X}, {R}]"
-    it = VALUE[spec.index_dtype.name]
     body = [f"row = {program_id(p)} * {X} + tl.arange(0, {X})[:, None]"]
     if xmask:
         body.append(f"xmask = row < {rows}")
@@ -191,6 +197,7 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
     after_stages = _after_stages(spec)
     loads = [e for e in topo_exprs(spec.roots()) if e.op == "load"]
     eviction = _eviction_per_pass(p, spec, looped)
+    groups = stage_groups(spec) if looped else None
     if not looped:
         body += r_lines
         names = dict(bound)
@@ -209,44 +216,108 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
             result = _reduce_lanes(p, stage, x, idx)
             body.append(f"stage{k} = {_stage_cast(p, stage, result)}")
             names[reduced.get(k, -1 - k)] = f"stage{k}"
-        body += _reduction_outputs(p, spec, names, None, shape)
+        body += _reduction_outputs(p, spec, spec.outputs, names, None, shape)
+    elif groups:
+        # independent stages (a bias's gradient each) in programs of their own along the
+        # grid's second axis: the same work, as many times the programs
+        for g, (stages, outputs) in enumerate(groups):
+            part = _looped_stages(p, spec, stages, outputs, dict(bound), loads, after_stages,
+                                  eviction, (r_id, r_lines, size, R), reduced, shape)
+            body += [f"if tl.program_id(1) == {g}:"] + indent(part)
     else:
-        # loads of per-row values that need no stage result, once before the loops
-        p.eviction = {}
-        lines, bound = p.emit([e for e in loads if e.id not in after_stages and
-                               "r" not in p.deps(e)], bound)
-        body += lines
-        for k, stage in enumerate(spec.stages):
-            p.eviction = eviction[k]
-            body.append(f"acc{k} = tl.full({shape}, {_identity_text(stage)}, "
-                        f"{_work_type(stage)})")
-            if _compensated(stage):
-                body.append(f"err{k} = tl.full({shape}, 0.0, {_work_type(stage)})")
-            if stage.op in ("argmax", "argmin"):
-                body.append(f"arg{k} = tl.full({shape}, {size}, {it})")
-            names = dict(bound)
-            if r_id is not None:
-                names[r_id] = "r"
-            lines, names = p.emit([stage.value], names)
-            x = _lanes(p, stage, names[stage.value.id], shape, rmask)
-            loop = r_lines + lines + _combine_lanes(p, stage, k, x, idx)
-            body += [f"for r0 in range(0, {size}, {R}):"] + indent(loop)
-            if _compensated(stage):
-                # the lanes' (sum, error) pairs combined by TwoSum; a sum that is inf or NaN is
-                # the answer itself (its error terms are NaN)
-                body += [f"sum{k}, err{k} = tl.reduce((acc{k}, err{k}), 1, "
-                         f"{p.use('lb_twosum')}, keep_dims=True)",
-                         f"tot{k} = tl.where(tl.abs(sum{k}) < {INF}, sum{k} + err{k}, sum{k})"]
-                result = f"tot{k}"
-            else:
-                result = _reduce_lanes(p, stage, f"acc{k}", f"arg{k}")
-            body.append(f"stage{k} = {_stage_cast(p, stage, result)}")
-            bound[reduced.get(k, -1 - k)] = f"stage{k}"
-        p.eviction = eviction[-1]
-        body += _reduction_outputs(p, spec, bound, (r_id, r_lines, size, R), shape)
+        body += _looped_stages(p, spec, range(len(spec.stages)), spec.outputs, bound, loads,
+                               after_stages, eviction, (r_id, r_lines, size, R), reduced,
+                               shape)
     p.eviction = {}
-    grid = (cdiv(rows, X),)
+    grid = (cdiv(rows, X),) if not groups else (cdiv(rows, X), len(groups))
     return body, grid, int(params["num_warps"]), 1
+
+
+def _looped_stages(p: TritonPrinter, spec: ReductionSpec, stages, outputs, bound: dict, loads,
+                   after_stages: set, eviction: list, loop: tuple, reduced: dict,
+                   shape: str) -> list[str]:
+    """The statements of a looped reduction's ``stages`` (indices into ``spec.stages``), one
+    walk over ``r`` each, then its ``outputs``; ``loop`` is ``(r_id, r_lines, size, R)``."""
+    r_id, r_lines, size, R = loop
+    it = VALUE[spec.index_dtype.name]
+    idx = f"tl.broadcast_to(r, {shape})"
+    rmask = p.var_masks.get("r")
+    # loads of per-row values that need no stage result, once before the loops
+    p.eviction = {}
+    roots = [spec.stages[k].value for k in stages] + \
+        [e for o in outputs for e in (o.value, o.index) if e is not None]
+    needed = {e.id for e in topo_exprs(roots)}
+    body, bound = p.emit([e for e in loads if e.id in needed and e.id not in after_stages
+                          and "r" not in p.deps(e)], bound)
+    for k in stages:
+        stage = spec.stages[k]
+        p.eviction = eviction[k]
+        body.append(f"acc{k} = tl.full({shape}, {_identity_text(stage)}, "
+                    f"{_work_type(stage)})")
+        if _compensated(stage):
+            body.append(f"err{k} = tl.full({shape}, 0.0, {_work_type(stage)})")
+        if stage.op in ("argmax", "argmin"):
+            body.append(f"arg{k} = tl.full({shape}, {size}, {it})")
+        names = dict(bound)
+        if r_id is not None:
+            names[r_id] = "r"
+        lines, names = p.emit([stage.value], names)
+        x = _lanes(p, stage, names[stage.value.id], shape, rmask)
+        body += [f"for r0 in range(0, {size}, {R}):"] + \
+            indent(r_lines + lines + _combine_lanes(p, stage, k, x, idx))
+        if _compensated(stage):
+            # the lanes' (sum, error) pairs combined by TwoSum; a sum that is inf or NaN is
+            # the answer itself (its error terms are NaN)
+            body += [f"sum{k}, err{k} = tl.reduce((acc{k}, err{k}), 1, "
+                     f"{p.use('lb_twosum')}, keep_dims=True)",
+                     f"tot{k} = tl.where(tl.abs(sum{k}) < {INF}, sum{k} + err{k}, sum{k})"]
+            result = f"tot{k}"
+        else:
+            result = _reduce_lanes(p, stage, f"acc{k}", f"arg{k}")
+        body.append(f"stage{k} = {_stage_cast(p, stage, result)}")
+        bound[reduced.get(k, -1 - k)] = f"stage{k}"
+    p.eviction = eviction[-1]
+    return body + _reduction_outputs(p, spec, outputs, bound, loop, shape)
+
+
+def stage_groups(spec: ReductionSpec) -> list[tuple[list, list]] | None:
+    """``spec``'s stages in groups that share nothing, each with the outputs that read it:
+    ``[(stage indices, outputs)]``, or None when there are fewer than two groups. Stages
+    share a group when an output reads both (a layer norm's mean and variance) or one stage
+    reads another; a per-element output (which needs every stage of its row) makes one group.
+    The multi-output column sums of a training step's bias and layer-norm gradients (31 sums
+    of 4096 rows, each with its parameter's update) ran one after the other in each of 48
+    programs, 0.34 ms on an H200; a group in programs of its own, 0.07 ms."""
+    n = len(spec.stages)
+    if n < 2 or any(o.index is not None for o in spec.outputs):
+        return None
+    reduced = expr_ids(spec, "reduced")
+    stage_of = {i: k for k, i in reduced.items()}
+    parent = list(range(n))
+
+    def find(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    def reads(e) -> list:
+        return [stage_of[x.id] for x in topo_exprs([e]) if x.id in stage_of]
+
+    for k, stage in enumerate(spec.stages):
+        for j in reads(stage.value):
+            parent[find(j)] = find(k)
+    owner = []
+    for o in spec.outputs:
+        read = reads(o.value)
+        for j in read[1:]:
+            parent[find(j)] = find(read[0])
+        owner.append(read[0] if read else 0)
+    roots = list(dict.fromkeys(find(k) for k in range(n)))
+    if len(roots) < 2:
+        return None
+    return [([k for k in range(n) if find(k) == root],
+             [o for o, k in zip(spec.outputs, owner) if find(k) == root]) for root in roots]
 
 
 def _lane_range(p: TritonPrinter, R: int) -> str:
@@ -314,11 +385,11 @@ def _stage_cast(p: TritonPrinter, stage: Stage, result: str) -> str:
     return result if _work_type(stage) == out_t else f"{result}.to({out_t})"
 
 
-def _reduction_outputs(p: TritonPrinter, spec: ReductionSpec, names: dict, loop,
+def _reduction_outputs(p: TritonPrinter, spec: ReductionSpec, outputs, names: dict, loop,
                        shape: str) -> list[str]:
     body = []
-    row_outs = [o for o in spec.outputs if o.index is None]
-    full_outs = [o for o in spec.outputs if o.index is not None]
+    row_outs = [o for o in outputs if o.index is None]
+    full_outs = [o for o in outputs if o.index is not None]
     if row_outs:
         # Each value is stored right after the statement that computes it, before any later
         # statement reads it: with every store at the end, Triton 3.6's layout pass
