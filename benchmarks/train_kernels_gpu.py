@@ -1,0 +1,138 @@
+"""The kernels of one training step of MiniLM-L6's size on a CUDA GPU, side by side: lazyburn's
+step replayed through ``lazyburn.jit``, torch.compile's and PyTorch eager's, by device time.
+
+    python benchmarks/train_kernels_gpu.py [--autocast bf16] [--top 40]
+
+The step is ``train_gpu.py``'s (a BERT masked LM of MiniLM-L6's size, batch 32 x 128, forward,
+backward, AdamW, from the same Hugging Face weights on both sides). lazyburn's step is jitted
+and called five times (two recorded, three replayed), then one replay is profiled; PyTorch's
+model is compiled and stepped three times, then one step of it and one eager step are
+profiled (``torch.profiler``, device activity only). For each: the device time of all its
+kernels in the step, split into GEMMs (cuBLAS and CUTLASS kernels, by name), copies and fills,
+and the rest; then the largest kernels with their launch counts. A lazyburn kernel is named
+as in the dump (``kind_hash``, a suffix for a tuned launch) and shown with its plan label and,
+once tuned, the fastest candidates' times and the default's and the library's (ms, from the
+autotuner; tuned on a representative prefix when the kernel is large).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+GEMM_NAMES = ("gemm", "sm90", "cutlass", "xmma", "cublas", "nvjet")
+COPY_NAMES = ("memcpy", "memset", "copy", "fill")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--autocast", choices=("bf16",), default=None)
+    ap.add_argument("--top", type=int, default=40, help="kernels listed per side")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import torch
+    import transformers
+
+    import lazyburn as lb
+    from lazyburn.models.bert import BertConfig, BertForMaskedLM, checkpoint_name
+    from lazyburn.runtime.fused import kernel_name
+    from train_gpu import SIZE, batches
+
+    autocast = args.autocast is not None
+    torch.manual_seed(0)
+    ref = transformers.BertForMaskedLM(
+        transformers.BertConfig(**SIZE, attn_implementation="eager")).cuda()
+    model = BertForMaskedLM(BertConfig(**SIZE), device="cuda:0")
+    named = {checkpoint_name(k): v.detach().cpu().numpy() for k, v in ref.state_dict().items()}
+    model.load_state_dict({k: v for k, v in named.items() if k is not None})
+    opt = lb.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    ropt = torch.optim.AdamW(ref.parameters(), lr=1e-4, weight_decay=0.01)
+    data = batches(8)
+    lazy_data = [(lb.tensor(i, device="cuda:0"), lb.tensor(t, device="cuda:0")) for i, t in data]
+    torch_data = [(torch.tensor(i).cuda(), torch.tensor(t).cuda()) for i, t in data]
+
+    def body(ids, labels):
+        with lb.autocast(dtype=lb.bfloat16, enabled=autocast):
+            loss = model(ids, labels=labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    jitted = lb.jit(body)
+    for k in range(5):
+        jitted(*lazy_data[k]).item()
+    labels = {}
+    for pk in next(iter(jitted.cache.values())).plan.kernels:
+        if pk.spec is not None and kernel_name(pk) not in labels:
+            labels[kernel_name(pk)] = pk.label[:50] + _tuning(pk.compiled)
+
+    def torch_step(m, k):
+        ids, target = torch_data[k]
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = m(input_ids=ids, labels=target).loss
+        ropt.zero_grad()
+        loss.backward()
+        ropt.step()
+
+    _profile(torch, lambda: jitted(*lazy_data[5]), "lazyburn jit", labels, args.top)
+    compiled = torch.compile(ref)
+    for k in range(3):
+        torch_step(compiled, k)
+    _profile(torch, lambda: torch_step(compiled, 4), "torch.compile", {}, args.top)
+    _profile(torch, lambda: torch_step(ref, 4), "PyTorch eager", {}, args.top)
+    return 0
+
+
+def _tuning(compiled) -> str:
+    """The autotuner's times of a lazyburn kernel (ms): the two fastest candidates, the
+    default's and the library's; empty when it was not tuned."""
+    t = getattr(compiled, "timings", None) or {}
+    if not t:
+        return ""
+    best = sorted((v, k) for k, v in t.items() if v)[:2]
+    text = " ".join(f"{_short(k)}={v * 1e3:.3f}" for v, k in best)
+    for name in ("default", "library"):
+        if t.get(name):
+            text += f" {name}={t[name] * 1e3:.3f}"
+    return " | " + text
+
+
+def _short(name: str) -> str:
+    """A candidate's name (``default``, ``library`` or its parameters) in a few characters."""
+    if len(name) < 40:
+        return name
+    parts = [x.split("=") for x in name.split(",") if "=" in x]
+    return ",".join(k[:1] + v for k, v in parts)[:60]
+
+
+def _profile(torch, step, title: str, labels: dict, top: int) -> None:
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    events = [e for e in prof.key_averages() if e.device_type == cuda]
+    events.sort(key=lambda e: -e.self_device_time_total)
+    total = sum(e.self_device_time_total for e in events) / 1e3
+    kinds = collections.Counter()
+    for e in events:
+        name = e.key.lower()
+        kind = "gemm" if any(s in name for s in GEMM_NAMES) else \
+            "copy/fill" if any(s in name for s in COPY_NAMES) else "other"
+        kinds[kind] += e.self_device_time_total / 1e3
+    print(f"\n== {title}: {total:.2f} ms device, {sum(e.count for e in events)} kernels; " +
+          ", ".join(f"{k} {v:.2f}" for k, v in kinds.most_common()))
+    for e in events[:top]:
+        # a tuned launch's name ends in its candidate's checksum, a library's parts in theirs
+        label = labels.get("_".join(e.key.split("(")[0].strip().split("_")[:2]), "")
+        print(f"{e.self_device_time_total / 1e3:7.3f} {e.count:4d}x {e.key[:48]:48s} {label}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
