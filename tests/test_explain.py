@@ -169,7 +169,7 @@ def test_explain_reports_the_autotuners_choice_before_and_after_it_is_made(winne
         backend.plans.clear()
 
 
-def test_cuda_library_matmul_is_named_as_such():
+def test_cuda_library_matmul_is_named_as_such(tmp_path):
     if "cuda:0" not in FUSED_DEVICES:
         pytest.skip("no CUDA device nor Triton interpreter")
     from lazyburn.autotune import Candidate
@@ -205,6 +205,18 @@ def test_cuda_library_matmul_is_named_as_such():
             (e2,) = lb.explain(lb.tanh(lb.tensor(a, device="cuda:0") @
                                        lb.tensor(w, device="cuda:0"))).executions
             assert e2 == e  # the kernel that ran says the same
+            # a product stored as it is: the library writes the output, no epilogue runs
+            launched = backend.kernels_launched
+            with lb.runtime.dump.dump(tmp_path):
+                y = lb.tensor(a, device="cuda:0") @ lb.tensor(w, device="cuda:0")
+                plan = lb.explain(y)
+                (e,) = plan.executions
+                assert (e.engine, e.generated, e.library_calls, e.parts) == (library, 0, 1, ())
+                assert "1 group: 0 generated kernels, 1 library call" in str(plan)
+                np.testing.assert_allclose(y.numpy(), a @ w, rtol=1e-5, atol=1e-5)
+            assert backend.kernels_launched == launched + 1
+            (source,) = [f.read_text() for f in tmp_path.glob("*.py")]
+            assert "torch.matmul writes the output; no generated kernel" in source
     finally:
         backend.plans.clear()
 

@@ -6,7 +6,8 @@ Operands that are plain strided loads of one buffer go to the library as ``as_st
 operand type. float16/bfloat16 operands are multiplied in their own type (the library
 accumulates in float32 and rounds the product to the operand type); the epilogue kernel reads
 that product and widens it itself, so the library candidate costs the library call and one
-element-wise pass.
+element-wise pass; where the epilogue would only store a float32 product, the library writes
+the output itself (``torch.matmul(..., out=)``) and no epilogue runs.
 """
 from __future__ import annotations
 
@@ -32,8 +33,11 @@ class LibraryMatmul:
         self.parts = split_matmul(spec)
         # the product's type as the library returns it: the operands' for 16-bit operands
         self.prod_dtype = spec.a.dtype if spec.a.dtype.name in HALF else spec.acc_dtype
+        self.writes_output = writes_output(spec, self.parts)
         self.kernels = {}
         for part_name, part in self.parts.kernels.items():
+            if part_name == "epilogue" and self.writes_output:
+                continue
             if part_name == "epilogue":
                 part = _with_arg_dtype(part, len(self.parts.inputs["epilogue"]),
                                        self.prod_dtype)
@@ -43,7 +47,8 @@ class LibraryMatmul:
             self.kernels[part_name] = backend.build_kernel(
                 part, f"{name}_{part_name}", tr.default_params(part, backend.interpret), origin)
         self.source = "\n".join(f"# {part_name}: library matmul part\n{k.source}"
-                                for part_name, k in self.kernels.items())
+                                for part_name, k in self.kernels.items()) or \
+            "# library matmul: torch.matmul writes the output; no generated kernel\n"
         self.execution = library_execution(backend, spec, self.parts)
 
     def __call__(self, backend, args) -> None:
@@ -51,10 +56,14 @@ class LibraryMatmul:
         spec, parts = self.spec, self.parts
         a = self._operand(backend, args, "a", (spec.m, spec.k))
         b = self._operand(backend, args, "b", (spec.k, spec.n))
+        n_in = len(spec.inputs)
+        if self.writes_output:
+            with _tf32(torch, self.allow_tf32):
+                torch.matmul(a, b, out=args[n_in].view(spec.batch, spec.m, spec.n))
+            return
         with _tf32(torch, self.allow_tf32):
             prod = torch.matmul(a, b)
         prod = prod.reshape(-1).to(backend.dtypes[self.prod_dtype.name])  # a no-op normally
-        n_in = len(spec.inputs)
         epi_args = [args[i] for i in parts.inputs["epilogue"]] + [prod] + list(args[n_in:])
         self.kernels["epilogue"](backend, epi_args)
 
@@ -75,17 +84,26 @@ class LibraryMatmul:
         return buf.reshape(shape)
 
 
+def writes_output(spec, parts) -> bool:
+    """Whether the library writes ``spec``'s output itself: its epilogue only stores the
+    product, in the type the library returns it (a float32 product; a 16-bit one is rounded
+    by the library to the operands' type, and its epilogue widens it)."""
+    return parts.product_is_output and spec.a.dtype == spec.b.dtype == spec.acc_dtype
+
+
 def library_execution(backend, spec, parts=None) -> Execution:
     """A ``LibraryMatmul`` of ``spec`` on ``backend`` as explain and the dump state it: one
     ``torch.matmul`` (cuBLAS, hipBLAS; PyTorch's CPU matmul under Triton's interpreter) and its
-    element-wise Triton kernels (the epilogue always runs)."""
+    element-wise Triton kernels (the prologues that compute an operand; the epilogue unless
+    the library writes the output itself, ``writes_output``)."""
     parts = parts or split_matmul(spec)
     if backend.interpret:
         library = "library: PyTorch's CPU matmul (Triton interpreter)"
     else:
         library = "library: hipBLAS through PyTorch" if backend.torch.version.hip else \
             "library: cuBLAS through PyTorch"
-    roles = tuple(name for name in ("a", "b", "epilogue") if name in parts.kernels)
+    roles = tuple(name for name in ("a", "b", "epilogue") if name in parts.kernels and
+                  not (name == "epilogue" and writes_output(spec, parts)))
     return Execution(library, generated=len(roles), library_calls=1, parts=roles)
 
 
