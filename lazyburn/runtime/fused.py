@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import autotune
-from ..errors import DeviceError, kernel_fault
+from ..errors import DeviceError, kernel_fault, sync_each
 from ..fusion.complex_lowering import LOWERED
 from ..fusion.plan import PlanCache
 from ..ir.node import Node
@@ -93,6 +93,10 @@ class FusedBackend:
 
     #: what computes a library call here (``library_call``), per family
     library_engines = linalg_library.HOST_ENGINE
+
+    #: whether the running sync waits after every kernel (``LAZYBURN_SYNC_EACH=1``, read as
+    #: the sync starts)
+    waits_each = False
 
     def real_view(self, n):
         """Realized complex node ``n``'s buffer as the buffer of its parts (the same memory:
@@ -195,6 +199,7 @@ class FusedBackend:
     def _execute(self, plan, order, values: dict) -> list:
         values = dict(values)
         out_set = set(plan.output_pos)
+        self.waits_each = sync_each()  # read once a sync, not at every launch
         k = None
         try:
             for i, k in enumerate(plan.kernels):
@@ -210,9 +215,9 @@ class FusedBackend:
                                                     [order[p] for p in k.arg_pos[:n_in]])
                 else:
                     args = [values[p] for p in k.arg_pos[:n_in]]
+                    origin = origin_now(k, order)
                     for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:]):
-                        values[p] = self.alloc(a.size * a.dtype.itemsize,
-                                               origin_now(k, order))
+                        values[p] = self.alloc(a.size * a.dtype.itemsize, origin)
                         args.append(values[p])
                     if k.scalar_pos:  # a random draw's seed and offset: this recording's
                         args += k.scalar_values(order)

@@ -73,7 +73,7 @@ import numpy as np
 
 from ..autotune import device_fingerprint
 from ..codegen import opencl as cl_codegen
-from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault, sync_each
+from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault
 from ..fusion.library import split_matmul, with_b_written
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
@@ -445,9 +445,9 @@ class OpenCLBackend(FusedBackend):
         self.pool.give(buf)
 
     def launched(self, event, label: str, origin) -> None:
-        """Note a kernel's launch (its event); with ``LAZYBURN_SYNC_EACH=1`` wait for it, so a
-        fault names this kernel."""
-        if sync_each():
+        """Note a kernel's launch (its event); with ``LAZYBURN_SYNC_EACH=1`` (as the sync
+        running read it) wait for it, so a fault names this kernel."""
+        if self.waits_each:
             try:
                 event.wait()
             except self.cl.Error as e:

@@ -87,7 +87,7 @@ import numpy as np
 
 from ..autotune import device_fingerprint
 from ..codegen import wgsl
-from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault, sync_each
+from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault
 from ..fusion.lower import FusionIllegal
 from ..ir.graph import structural_key
 from ..ir import dtypes as dt
@@ -559,10 +559,10 @@ class WebGPUBackend(FusedBackend):
             self.flush()
 
     def launched(self, label: str, origin) -> None:
-        """Note a kernel recorded into this sync's encoder; with ``LAZYBURN_SYNC_EACH=1``
-        submit it and wait, so a fault names this kernel."""
+        """Note a kernel recorded into this sync's encoder; with ``LAZYBURN_SYNC_EACH=1`` (as
+        the sync running read it) submit it and wait, so a fault names this kernel."""
         self._in_flight.append((label, origin))
-        if sync_each():
+        if self.waits_each:
             self.finish()
 
     def finish(self) -> None:
