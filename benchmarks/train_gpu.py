@@ -81,6 +81,58 @@ def batches(n: int, seed: int = 0) -> list:
     return out
 
 
+class Sides:
+    """Both sides of the step, from the same Hugging Face initial weights (seed 0) and on the
+    same ``n`` batches (``batches``): lazyburn's ``model`` and ``opt``, PyTorch's ``ref`` and
+    ``ropt``, the batches on each side (``lazy_data``, ``torch_data``). ``lazy_body(ids,
+    labels)`` is one lazyburn step (what ``lazyburn.jit`` takes), ``torch_step(k, m)`` one
+    PyTorch step of model ``m`` (``ref`` or its compiled form) on batch ``k``; with
+    ``autocast`` each side runs its forward under its own bfloat16 autocast."""
+
+    def __init__(self, n: int, autocast: bool):
+        import torch
+        import transformers
+
+        import lazyburn as lb
+        from lazyburn.models.bert import BertConfig, BertForMaskedLM, checkpoint_name
+
+        torch.manual_seed(0)
+        self.ref = transformers.BertForMaskedLM(
+            transformers.BertConfig(**SIZE, attn_implementation="eager")).cuda()
+        self.model = BertForMaskedLM(BertConfig(**SIZE), device="cuda:0")
+        named = {checkpoint_name(k): v.detach().cpu().numpy()
+                 for k, v in self.ref.state_dict().items()}
+        self.model.load_state_dict({k: v for k, v in named.items() if k is not None})
+        self.opt = lb.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.01)
+        self.ropt = torch.optim.AdamW(self.ref.parameters(), lr=1e-4, weight_decay=0.01)
+        data = batches(n)
+        self.lazy_data = [(lb.tensor(i, device="cuda:0"), lb.tensor(t, device="cuda:0"))
+                          for i, t in data]
+        self.torch_data = [(torch.tensor(i).cuda(), torch.tensor(t).cuda()) for i, t in data]
+        self.autocast = autocast
+
+    def lazy_body(self, ids, labels):
+        import lazyburn as lb
+
+        with lb.autocast(dtype=lb.bfloat16, enabled=self.autocast):
+            loss = self.model(ids, labels=labels)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return loss
+
+    def torch_step(self, k, m):
+        import torch
+
+        ids, labels = self.torch_data[k]
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
+            loss = m(input_ids=ids, labels=labels).loss
+        self.ropt.zero_grad()
+        loss.backward()
+        self.ropt.step()
+        return loss
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=20, help="steps whose losses are compared")
@@ -116,25 +168,13 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import torch
-    import transformers
 
     import lazyburn as lb
-    from lazyburn.models.bert import BertConfig, BertForMaskedLM, checkpoint_name
-
-    torch.manual_seed(0)
-    ref = transformers.BertForMaskedLM(
-        transformers.BertConfig(**SIZE, attn_implementation="eager")).cuda()
-    model = BertForMaskedLM(BertConfig(**SIZE), device="cuda:0")
-    named = {checkpoint_name(k): v.detach().cpu().numpy() for k, v in ref.state_dict().items()}
-    model.load_state_dict({k: v for k, v in named.items() if k is not None})
-    opt = lb.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-    ropt = torch.optim.AdamW(ref.parameters(), lr=1e-4, weight_decay=0.01)
-    data = batches(args.steps + args.timed)
-    lazy_data = [(lb.tensor(i, device="cuda:0"), lb.tensor(t, device="cuda:0"))
-                 for i, t in data]
-    torch_data = [(torch.tensor(i).cuda(), torch.tensor(t).cuda()) for i, t in data]
 
     autocast = args.autocast is not None
+    sides = Sides(args.steps + args.timed, autocast)
+    ref, model, opt = sides.ref, sides.model, sides.opt
+    lazy_data, lazy_body, torch_step = sides.lazy_data, sides.lazy_body, sides.torch_step
 
     def lazy_step(k, marks=None):
         """Step ``k``; ``marks``, when given, gets the host time after the forward, the
@@ -151,27 +191,10 @@ def main(argv=None) -> int:
         stamp()
         return loss
 
-    def lazy_body(ids, labels):
-        with lb.autocast(dtype=lb.bfloat16, enabled=autocast):
-            loss = model(ids, labels=labels)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
     jitted = lb.jit(lazy_body)
 
     def jit_step(k):
         return jitted(*lazy_data[k])
-
-    def torch_step(k, m):
-        ids, labels = torch_data[k]
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            loss = m(input_ids=ids, labels=labels).loss
-        ropt.zero_grad()
-        loss.backward()
-        ropt.step()
-        return loss
 
     checked = jit_step if args.jit else lazy_step
     t0 = time.perf_counter()

@@ -36,35 +36,14 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import torch
-    import transformers
 
     import lazyburn as lb
-    from lazyburn.models.bert import BertConfig, BertForMaskedLM, checkpoint_name
     from lazyburn.runtime.fused import kernel_name
-    from train_gpu import SIZE, batches
+    from train_gpu import Sides
 
-    autocast = args.autocast is not None
-    torch.manual_seed(0)
-    ref = transformers.BertForMaskedLM(
-        transformers.BertConfig(**SIZE, attn_implementation="eager")).cuda()
-    model = BertForMaskedLM(BertConfig(**SIZE), device="cuda:0")
-    named = {checkpoint_name(k): v.detach().cpu().numpy() for k, v in ref.state_dict().items()}
-    model.load_state_dict({k: v for k, v in named.items() if k is not None})
-    opt = lb.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-    ropt = torch.optim.AdamW(ref.parameters(), lr=1e-4, weight_decay=0.01)
-    data = batches(8)
-    lazy_data = [(lb.tensor(i, device="cuda:0"), lb.tensor(t, device="cuda:0")) for i, t in data]
-    torch_data = [(torch.tensor(i).cuda(), torch.tensor(t).cuda()) for i, t in data]
-
-    def body(ids, labels):
-        with lb.autocast(dtype=lb.bfloat16, enabled=autocast):
-            loss = model(ids, labels=labels)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
-    jitted = lb.jit(body)
+    sides = Sides(8, args.autocast is not None)
+    lazy_data = sides.lazy_data
+    jitted = lb.jit(sides.lazy_body)
     for k in range(5):
         jitted(*lazy_data[k]).item()
     labels = {}
@@ -72,20 +51,12 @@ def main(argv=None) -> int:
         if pk.spec is not None and kernel_name(pk) not in labels:
             labels[kernel_name(pk)] = pk.label[:50] + _tuning(pk.compiled)
 
-    def torch_step(m, k):
-        ids, target = torch_data[k]
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            loss = m(input_ids=ids, labels=target).loss
-        ropt.zero_grad()
-        loss.backward()
-        ropt.step()
-
     _profile(torch, lambda: jitted(*lazy_data[5]), "lazyburn jit", labels, args.top)
-    compiled = torch.compile(ref)
+    compiled = torch.compile(sides.ref)
     for k in range(3):
-        torch_step(compiled, k)
-    _profile(torch, lambda: torch_step(compiled, 4), "torch.compile", {}, args.top)
-    _profile(torch, lambda: torch_step(ref, 4), "PyTorch eager", {}, args.top)
+        sides.torch_step(k, compiled)
+    _profile(torch, lambda: sides.torch_step(4, compiled), "torch.compile", {}, args.top)
+    _profile(torch, lambda: sides.torch_step(4, sides.ref), "PyTorch eager", {}, args.top)
     return 0
 
 
