@@ -116,8 +116,20 @@ def _with_arg_dtype(spec, index: int, dtype):
     return dataclasses.replace(spec, args=args)
 
 
-@contextlib.contextmanager
+_UNCHANGED = contextlib.nullcontext()
+
+
 def _tf32(torch, allow: bool):
+    """A context in which PyTorch's matmuls may use TF32 exactly when ``allow``: nothing to
+    set in the usual case, where the flag already says so (a library call is made at every
+    launch of its kernel)."""
+    if torch.backends.cuda.matmul.allow_tf32 == allow:
+        return _UNCHANGED
+    return _set_tf32(torch, allow)
+
+
+@contextlib.contextmanager
+def _set_tf32(torch, allow: bool):
     before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = allow
     try:
