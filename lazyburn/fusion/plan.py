@@ -49,21 +49,11 @@ class PlannedKernel:
     compiled: object = None  # set by the runtime that runs the plan
     scalar_pos: list = field(default_factory=list)
 
-    # the nodes of the last scalar_values call and their values: a jit replay runs the same
-    # recording again, where only the constants it remakes (a learning rate, a random draw's
-    # offset) are new nodes, and a node's attrs never change while its op is the same
-    _last_scalars: tuple = field(default=((), ()), repr=False, compare=False)
-
-    def scalar_values(self, order) -> tuple:
+    def scalar_values(self, order) -> list:
         """The scalar arguments' values for the recording ``order`` (the plan's graph
         positions), each an int in [0, 2**32): passed after the buffers at every launch."""
-        nodes = [order[p] for p in self.scalar_pos]
-        last_nodes, last_values = self._last_scalars
-        if len(last_nodes) == len(nodes) and all(a is b for a, b in zip(nodes, last_nodes)):
-            return last_values
-        values = tuple(scalar_value(s.source, n) for s, n in zip(self.spec.scalars, nodes))
-        self._last_scalars = (nodes, values)
-        return values
+        return [scalar_value(s.source, order[p])
+                for s, p in zip(self.spec.scalars, self.scalar_pos)]
 
     @cached_property  # read at every launch (a representative spec has the same inputs)
     def n_inputs(self) -> int:
