@@ -327,6 +327,38 @@ def test_independent_stages_run_in_programs_of_their_own(dev, tmp_path):
     assert tr.render(kern.spec, "k", persistent).grid == (1,)
 
 
+def test_an_output_that_needs_no_result_of_the_last_stage_is_stored_by_its_walk(dev, tmp_path):
+    """A looped reduction walks each row once per stage, then once more for its per-element
+    outputs; an output that needs no result of the last stage (a cross-entropy's exp(x - max),
+    stored for its backward) is stored by the last stage's walk instead: two walks, not three.
+    A softmax, whose output needs the sum, keeps its third walk."""
+    rng = np.random.default_rng(24)
+    x = rand(rng, (6, 70))
+    x[2, 5] = np.nan
+    x[4, :] = -np.inf
+
+    def stored_exp(x):
+        e = lb.exp(x - x.max(axis=1, keepdims=True))
+        return e, e.sum(axis=1)
+
+    def softmax(x):
+        return (lb.softmax(x * 0.5, axis=1),)
+
+    walks = []
+    for j, graph in enumerate((stored_exp, softmax)):
+        with launch_params("reduction", XBLOCK=2, RBLOCK=16, looped=True), \
+                lb.runtime.dump.dump(tmp_path / str(j)):
+            got = graph(lb.tensor(x, device=dev))
+            lb.graph.sync()
+        for g, r in zip(got, graph(lb.tensor(x, device="numpy"))):
+            compare(g.numpy(), r.numpy(), rtol=1e-4)
+        (source,) = [f.read_text() for f in (tmp_path / str(j)).glob("*.py")]
+        walks.append(source.count("for r0 in range"))
+    assert walks == [2, 3]
+    (kern,) = lb.explain(*stored_exp(lb.tensor(x, device="numpy"))).kernels
+    compile_for_sm90(kern.spec, "k", {"XBLOCK": 2, "RBLOCK": 16, "looped": True})
+
+
 # matmul ---------------------------------------------------------------------------------------
 def test_matmul_f32_ragged_with_epilogue(dev):
     rng = np.random.default_rng(12)

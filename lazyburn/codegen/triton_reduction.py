@@ -196,8 +196,10 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
     idx = f"tl.broadcast_to(r, {shape})"
     after_stages = _after_stages(spec)
     loads = [e for e in topo_exprs(spec.roots()) if e.op == "load"]
-    eviction = _eviction_per_pass(p, spec, looped)
     groups = stage_groups(spec) if looped else None
+    early = _early_outputs(spec, list(range(len(spec.stages))), spec.outputs, reduced) \
+        if looped else []
+    eviction = _eviction_per_pass(p, spec, looped, early)
     if not looped:
         body += r_lines
         names = dict(bound)
@@ -225,9 +227,9 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
                                   eviction, (r_id, r_lines, size, R), reduced, shape)
             body += [f"if tl.program_id(1) == {g}:"] + indent(part)
     else:
-        body += _looped_stages(p, spec, range(len(spec.stages)), spec.outputs, bound, loads,
-                               after_stages, eviction, (r_id, r_lines, size, R), reduced,
-                               shape)
+        body += _looped_stages(p, spec, list(range(len(spec.stages))), spec.outputs, bound,
+                               loads, after_stages, eviction, (r_id, r_lines, size, R),
+                               reduced, shape)
     p.eviction = {}
     grid = (cdiv(rows, X),) if not groups else (cdiv(rows, X), len(groups))
     return body, grid, int(params["num_warps"]), 1
@@ -249,6 +251,8 @@ def _looped_stages(p: TritonPrinter, spec: ReductionSpec, stages, outputs, bound
     needed = {e.id for e in topo_exprs(roots)}
     body, bound = p.emit([e for e in loads if e.id in needed and e.id not in after_stages
                           and "r" not in p.deps(e)], bound)
+    early = _early_outputs(spec, stages, outputs, reduced)
+    last = stages[-1] if stages else None
     for k in stages:
         stage = spec.stages[k]
         p.eviction = eviction[k]
@@ -263,8 +267,9 @@ def _looped_stages(p: TritonPrinter, spec: ReductionSpec, stages, outputs, bound
             names[r_id] = "r"
         lines, names = p.emit([stage.value], names)
         x = _lanes(p, stage, names[stage.value.id], shape, rmask)
+        stores = _full_stores(p, spec, early, names, shape)[0] if k == last else []
         body += [f"for r0 in range(0, {size}, {R}):"] + \
-            indent(r_lines + lines + _combine_lanes(p, stage, k, x, idx))
+            indent(r_lines + lines + _combine_lanes(p, stage, k, x, idx) + stores)
         if _compensated(stage):
             # the lanes' (sum, error) pairs combined by TwoSum; a sum that is inf or NaN is
             # the answer itself (its error terms are NaN)
@@ -277,7 +282,19 @@ def _looped_stages(p: TritonPrinter, spec: ReductionSpec, stages, outputs, bound
         body.append(f"stage{k} = {_stage_cast(p, stage, result)}")
         bound[reduced.get(k, -1 - k)] = f"stage{k}"
     p.eviction = eviction[-1]
-    return body + _reduction_outputs(p, spec, outputs, bound, loop, shape)
+    rest = [o for o in outputs if all(o is not e for e in early)]
+    return body + _reduction_outputs(p, spec, rest, bound, loop, shape)
+
+
+def _early_outputs(spec: ReductionSpec, stages: list, outputs, reduced: dict) -> list:
+    """Of a looped reduction's ``outputs``, the per-element ones that need no result of the
+    last of its ``stages`` (a softmax's exp(x - max), stored for its backward): the last
+    stage's walk over r stores them, which saves a walk of their own."""
+    if not stages:
+        return []
+    last_result = reduced.get(stages[-1], -1)
+    return [o for o in outputs if o.index is not None and
+            all(e.id != last_result for e in topo_exprs([o.value, o.index]))]
 
 
 def stage_groups(spec: ReductionSpec) -> list[tuple[list, list]] | None:
@@ -342,7 +359,8 @@ def _after_stages(spec: ReductionSpec) -> set[int]:
     return ids
 
 
-def _eviction_per_pass(p: TritonPrinter, spec: ReductionSpec, looped: bool) -> list[dict]:
+def _eviction_per_pass(p: TritonPrinter, spec: ReductionSpec, looped: bool,
+                       early=()) -> list[dict]:
     """L2 eviction hints of the loads of each walk over ``r`` (looped: one walk per stage, then
     the outputs; persistent: one walk), as Inductor gives them: data every row reads (weights,
     biases) ``evict_last``, so the stream of rows does not push it out of L2; a row's own data
@@ -351,7 +369,11 @@ def _eviction_per_pass(p: TritonPrinter, spec: ReductionSpec, looped: bool) -> l
 
     Returns one ``{load id: policy}`` per walk, the last one for the outputs."""
     walks = [[s.value] for s in spec.stages] if looped else []
-    walks.append(list(spec.roots()))
+    if walks and early:  # stored by the last stage's walk (``_early_outputs``)
+        walks[-1] += [e for o in early for e in (o.value, o.index)]
+    walks.append([e for o in spec.outputs if all(o is not x for x in early)
+                  for e in (o.value, o.index) if e is not None] if early else
+                 list(spec.roots()))
     last_walk: dict[int, int] = {}
     per_walk = []
     for j, roots in enumerate(walks):
@@ -407,23 +429,30 @@ def _reduction_outputs(p: TritonPrinter, spec: ReductionSpec, outputs, names: di
             r_id, r_lines, size, R = loop
             if r_id is not None:
                 scope[r_id] = "r"
-        lines = []
-        for o in full_outs:  # each stored right after it is computed (see above)
-            computed, scope = p.emit([o.value, o.index], scope)
-            lines += computed
-            index = scope[o.index.id]
-            deps = p.deps(o.index)
-            if not deps:
-                # a constant index (a 1 x 1 tile): tl.full, since Triton 3.6's broadcast_to
-                # rejects a Python number ("'constexpr_type' object has no attribute
-                # 'is_block'")
-                index = f"tl.full({shape}, {index}, {VALUE[spec.index_dtype.name]})"
-            elif not {"row", "r"} <= deps:  # a block of pointers, as the value is
-                index = f"tl.broadcast_to({index}, {shape})"
-            mask = p.mask_arg([p.var_masks.get("row"), p.var_masks.get("r")])
-            lines.append(p.store(o.arg, index, o.value, scope[o.value.id], mask))
+        lines, scope = _full_stores(p, spec, full_outs, scope, shape)
         if loop is None:
             body += lines
         else:
             body += [f"for r0 in range(0, {size}, {R}):"] + indent(r_lines + lines)
     return body
+
+
+def _full_stores(p: TritonPrinter, spec: ReductionSpec, outputs, scope: dict,
+                 shape: str) -> tuple[list[str], dict]:
+    """The statements computing and storing per-element ``outputs`` over the tile, each
+    stored right after it is computed (see ``_reduction_outputs``), and the names then."""
+    lines = []
+    for o in outputs:
+        computed, scope = p.emit([o.value, o.index], scope)
+        lines += computed
+        index = scope[o.index.id]
+        deps = p.deps(o.index)
+        if not deps:
+            # a constant index (a 1 x 1 tile): tl.full, since Triton 3.6's broadcast_to
+            # rejects a Python number ("'constexpr_type' object has no attribute 'is_block'")
+            index = f"tl.full({shape}, {index}, {VALUE[spec.index_dtype.name]})"
+        elif not {"row", "r"} <= deps:  # a block of pointers, as the value is
+            index = f"tl.broadcast_to({index}, {shape})"
+        mask = p.mask_arg([p.var_masks.get("row"), p.var_masks.get("r")])
+        lines.append(p.store(o.arg, index, o.value, scope[o.value.id], mask))
+    return lines, scope
