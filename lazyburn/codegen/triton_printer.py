@@ -721,6 +721,20 @@ def expr_ids(spec: KernelSpec, op: str) -> dict:
     return out
 
 
+def tile_index(p: TritonPrinter, index, text: str, shape: str) -> str:
+    """The text of store index ``index`` (spelled ``text``) over a ``shape`` tile of rows and
+    ``r``: a constant index (a 1 x 1 tile) as ``tl.full``, since Triton 3.6's broadcast_to
+    rejects a Python number ("'constexpr_type' object has no attribute 'is_block'"); one that
+    moves along one of the two only broadcast to the tile, a block of pointers as the value
+    is."""
+    deps = p.deps(index)
+    if not deps:
+        return f"tl.full({shape}, {text}, {VALUE[p.spec.index_dtype.name]})"
+    if not {"row", "r"} <= deps:
+        return f"tl.broadcast_to({text}, {shape})"
+    return text
+
+
 def program_id(p: TritonPrinter, axis: int = 0) -> str:
     """``tl.program_id(axis)`` in the spec's index type."""
     pid = f"tl.program_id({axis})"

@@ -24,7 +24,7 @@ from ..fusion.symbolic import Expr, topo_exprs
 from ..ir.shapes import pow2_at_least
 from .common import indent, reduction_identity
 from .triton_printer import (HALF, INF, VALUE, TritonPrinter, cdiv, expr_ids, loop_vars,
-                             number_text, program_id)
+                             number_text, program_id, tile_index)
 
 PERSISTENT_MAX = 16384  # longest row a persistent reduction holds in registers
 
@@ -445,14 +445,7 @@ def _full_stores(p: TritonPrinter, spec: ReductionSpec, outputs, scope: dict,
     for o in outputs:
         computed, scope = p.emit([o.value, o.index], scope)
         lines += computed
-        index = scope[o.index.id]
-        deps = p.deps(o.index)
-        if not deps:
-            # a constant index (a 1 x 1 tile): tl.full, since Triton 3.6's broadcast_to
-            # rejects a Python number ("'constexpr_type' object has no attribute 'is_block'")
-            index = f"tl.full({shape}, {index}, {VALUE[spec.index_dtype.name]})"
-        elif not {"row", "r"} <= deps:  # a block of pointers, as the value is
-            index = f"tl.broadcast_to({index}, {shape})"
+        index = tile_index(p, o.index, scope[o.index.id], shape)
         mask = p.mask_arg([p.var_masks.get("row"), p.var_masks.get("r")])
         lines.append(p.store(o.arg, index, o.value, scope[o.value.id], mask))
     return lines, scope

@@ -20,7 +20,7 @@ from ..fusion.kernel_ir import ScanSpec
 from ..ir.shapes import pow2_at_least
 from .common import indent, scan_identity, scanned_expr_id
 from .triton_printer import (HALF, NARROW_INT, VALUE, TritonPrinter, cdiv, loop_vars,
-                             negative_zero, number_text, program_id)
+                             negative_zero, number_text, program_id, tile_index)
 
 
 def scan_params(spec: ScanSpec, interpret: bool) -> dict:
@@ -96,12 +96,7 @@ def render_scan(p: TritonPrinter, spec: ScanSpec, params):
     for o in spec.outputs:  # each stored right after it is computed (see triton_reduction)
         computed, scope = p.emit([o.value, o.index], scope)
         tile += computed
-        index = scope[o.index.id]
-        deps = p.deps(o.index)
-        if not deps:
-            index = f"tl.full({shape}, {index}, {VALUE[spec.index_dtype.name]})"
-        elif not {"row", "r"} <= deps:
-            index = f"tl.broadcast_to({index}, {shape})"
+        index = tile_index(p, o.index, scope[o.index.id], shape)
         val = scope[o.value.id]
         if o.value.is_const or not {"row", "r"} <= p.deps(o.value):
             val = f"tl.broadcast_to({val}, {shape})" if not o.value.is_const else \
