@@ -223,23 +223,25 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
         # independent stages (a bias's gradient each) in programs of their own along the
         # grid's second axis: the same work, as many times the programs
         for g, (stages, outputs) in enumerate(groups):
-            part = _looped_stages(p, spec, stages, outputs, dict(bound), loads, after_stages,
+            part = _looped_stages(p, spec, stages, outputs, [], bound, loads, after_stages,
                                   eviction, (r_id, r_lines, size, R), reduced, shape)
             body += [f"if tl.program_id(1) == {g}:"] + indent(part)
     else:
-        body += _looped_stages(p, spec, list(range(len(spec.stages))), spec.outputs, bound,
-                               loads, after_stages, eviction, (r_id, r_lines, size, R),
+        body += _looped_stages(p, spec, list(range(len(spec.stages))), spec.outputs, early,
+                               bound, loads, after_stages, eviction, (r_id, r_lines, size, R),
                                reduced, shape)
     p.eviction = {}
     grid = (cdiv(rows, X),) if not groups else (cdiv(rows, X), len(groups))
     return body, grid, int(params["num_warps"]), 1
 
 
-def _looped_stages(p: TritonPrinter, spec: ReductionSpec, stages, outputs, bound: dict, loads,
-                   after_stages: set, eviction: list, loop: tuple, reduced: dict,
+def _looped_stages(p: TritonPrinter, spec: ReductionSpec, stages, outputs, early, bound: dict,
+                   loads, after_stages: set, eviction: list, loop: tuple, reduced: dict,
                    shape: str) -> list[str]:
     """The statements of a looped reduction's ``stages`` (indices into ``spec.stages``), one
-    walk over ``r`` each, then its ``outputs``; ``loop`` is ``(r_id, r_lines, size, R)``."""
+    walk over ``r`` each, then its ``outputs``, those of them in ``early``
+    (``_early_outputs``) stored by the last stage's walk; ``loop`` is ``(r_id, r_lines, size,
+    R)``. ``bound`` is not changed."""
     r_id, r_lines, size, R = loop
     it = VALUE[spec.index_dtype.name]
     idx = f"tl.broadcast_to(r, {shape})"
@@ -251,7 +253,6 @@ def _looped_stages(p: TritonPrinter, spec: ReductionSpec, stages, outputs, bound
     needed = {e.id for e in topo_exprs(roots)}
     body, bound = p.emit([e for e in loads if e.id in needed and e.id not in after_stages
                           and "r" not in p.deps(e)], bound)
-    early = _early_outputs(spec, stages, outputs, reduced)
     last = stages[-1] if stages else None
     for k in stages:
         stage = spec.stages[k]
