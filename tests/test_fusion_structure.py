@@ -487,3 +487,36 @@ def test_a_chain_read_at_several_places_is_stored_before_a_widening_gather(devic
     plan = check(scan_then_gather, device, a, idx, rtol=1e-5, atol=1e-5)
     gather = [k for k in plan.kernels if any(o.op == "take" for o in k.ops)]
     assert len(gather) == 1 and not any(o.op == "add" for o in gather[0].ops), str(plan)
+
+
+def test_a_cheap_value_read_twice_is_recomputed_where_its_loads_are_no_larger(device, rng):
+    """The gradient of a cross-entropy over bfloat16 logits plus a float32 bias, ``exp(x -
+    max) * scale - one_hot * g``, is read by its cast to the matmuls' operand type and by the
+    bias gradient's column sum. Too long for the 16-op bound on recomputing, it loads only the
+    stored ``exp`` (its own size) and per-row scalars: both readers recompute it, and the only
+    buffers the size of the logits are the ``exp`` and the bfloat16 operand, no float32
+    gradient beside them (the third is the logits). The loss is computed too: its sum
+    over the logits then starts a kernel of its own after the forward's (max, sum), which
+    stores the ``exp`` for the backward."""
+    tokens, vocab, hidden = 48, 300, 16
+    h = rng.standard_normal((tokens, hidden)).astype(np.float32)
+    w = (rng.standard_normal((hidden, vocab)) / 4).astype(np.float32)
+    bias = rng.standard_normal(vocab).astype(np.float32)
+    labels = np.where(rng.random(tokens) < 0.5, rng.integers(0, vocab, tokens), -100)
+
+    def grads(dev):
+        x, y, c = (lb.tensor(a, device=dev, requires_grad=True) for a in (h, w, bias))
+        with lb.autocast(dtype=lb.bfloat16):
+            logits = x @ y
+        loss = lb.cross_entropy(logits.astype(lb.float32) + c, lb.tensor(labels, device=dev))
+        loss.backward()
+        return loss, x.grad, y.grad, c.grad
+
+    got = grads(device)
+    plan = lb.explain(*got)  # the loss too, as a training step reads it
+    stored = sorted(a.dtype.name for k in plan.kernels if k.spec for a in k.spec.args
+                    if a.is_output and a.size == tokens * vocab)
+    assert stored == ["bfloat16", "bfloat16", "float32"], str(plan)
+    for g, r in zip(got, grads("numpy")):
+        want = r.numpy()
+        np.testing.assert_allclose(g.numpy(), want, rtol=2e-2, atol=2e-2 * np.abs(want).max())

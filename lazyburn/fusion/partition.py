@@ -14,6 +14,10 @@ Burn's future work included: several broadcasted reductions over the same rows i
    value on the path, never a view chain: a view of a dear value stores the value (fused on
    write into its producer's kernel where it can be), else the dear ops' own results before
    they are broadcast (batch norm's per-channel scale), the cheap remainder fused on read.
+   Once the stored set is complete, a stored value of cheap ops too long for that bound,
+   whose loads take no more bytes than it does, is left to its readers to recompute and the
+   partition runs again (``_recomputable``: a cross-entropy's gradient, from the stored
+   ``exp``).
 3. *Homes.* Each stored element-wise value is computed by exactly one group: fused on write into
    an anchor group upstream (a matmul epilogue, a reduction's per-row or per-element outputs),
    or into a reduction group that reads it over its own input space (multi-output fusion), or
@@ -57,6 +61,8 @@ CHEAP_OPS = frozenset(
 MAX_DEPTH = 96  # ops in the longest chain one kernel computes inline
 #: positions at which one kernel may compute a value for each element it computes
 MAX_POSITIONS = 16
+#: cheap ops a stored value may take for its readers to recompute it instead (_recomputable)
+MAX_RECOMPUTED = 64
 #: ops that read an input at other positions than their own (each such reader adds its own)
 _GATHERS = frozenset({"take", "take_along_axis"})
 _MOVING = VIEWS | _GATHERS
@@ -138,6 +144,7 @@ class Partitioner:
         self.out_ids = {id(o) for o in outputs}
         self.force_stored: set[int] = set()
         self.no_write_fusion: set[int] = set()  # stored values kept out of anchor groups
+        self.recomputed: set[int] | None = None  # _recomputable's answer, once asked
         self._dependency_masks()
         self._trials: dict = {}  # _lowers_with's results and the answers they rest on
 
@@ -368,9 +375,14 @@ class Partitioner:
                 self._split_last_stages(cycle.staged)
                 continue
             too_big = self._over_limit(part)
-            if too_big is None:
-                return part
-            self.force_stored.add(too_big)
+            if too_big is not None:
+                self.force_stored.add(too_big)
+                continue
+            if self.recomputed is None and self.fuse:
+                self.recomputed = self._recomputable(part)
+                if self.recomputed:
+                    continue  # planned again with those values recomputed by their readers
+            return part
 
     def _index_sets(self) -> None:
         """Anchor bit -> its set (``_set_of``), and per set the anchors its anchors depend on
@@ -412,6 +424,7 @@ class Partitioner:
             home = {id(a): group_of[id(a)] for a in (a for g in groups for a in g.anchors)}
             ew_groups = self._assign_homes(groups, group_of, stored, home)
             readers = self._readers(group_of, stored, home)
+            self._last_readers = readers
             grown = {i for i, rg in readers.items()
                      if i not in stored and id(self._node_by_id(i)) not in group_of
                      and self._must_store(self._node_by_id(i), rg, groups, stored)}
@@ -566,7 +579,7 @@ class Partitioner:
     def _must_store(self, n: Node, rg: set, groups, stored) -> bool:
         """Whether an element-wise value read by the groups ``rg`` is written out rather than
         recomputed in each of them."""
-        if not rg:
+        if not rg or self._recomputed_view(n):
             return False
         if len(rg) > 1:
             cheap, count = self._inline_cost(n, stored, most=17)
@@ -583,6 +596,66 @@ class Partitioner:
         if not cheap and any(g.anchors[0] in self._reading_anchors(n, stored) for g in matmuls):
             return True
         return n.op in ("take", "take_along_axis") and len(rg) > 1
+
+    def _recomputable(self, part: Partition) -> set:
+        """Ids of the values ``part`` stores that its readers would better recompute: a value
+        of cheap ops only (down to stored values, anchors and leaves), too long for the
+        ``_must_store`` bound of 16 ops but at most ``MAX_RECOMPUTED`` of them, that nothing
+        but fusion stores (no output, no cut, no library operand), no matmul group reads, and
+        whose loads take no more bytes than the value itself, its readers' extra read
+        included: recomputed, the value is never written, nor held in memory, and each reader
+        loads about what it loaded before. The gradient of a cross-entropy over a vocabulary
+        is one: ``exp(x - max) * scale - one_hot * g``, read by the cast to the matmul's
+        operand type and by the bias gradient's sum, from the stored ``exp`` and a row's
+        scalars -- written out, one more buffer the size of the logits.
+
+        Asked once the stored set is complete (before it is, the ``exp`` upstream is part of
+        the value's cone and the value is not cheap); the partition then runs again with
+        these values left to their readers."""
+        stored = set(part.home)
+        matmul_readers = {id(a) for g in part.groups if g.kind == "matmul" for a in g.anchors}
+        out = set()
+        for i, g in part.home.items():
+            n = self._node_by_id(i)
+            rg = self._last_readers.get(i, set())
+            if len(rg) < 2 or i in self.out_ids or i in self.force_stored or \
+                    self.is_anchor(n) or g.kind == "matmul":
+                continue
+            cheap, count = self._inline_cost(n, stored, most=MAX_RECOMPUTED + 1)
+            if not cheap or count > MAX_RECOMPUTED:
+                continue
+            if any(id(a) in matmul_readers for a in self._reading_anchors(n, stored)):
+                continue
+            loads, cone = self._cone(n, stored)
+            own = n.size * n.dtype.itemsize
+            if sum(x.size * x.dtype.itemsize for x in loads) * len(rg) <= own * (len(rg) + 1):
+                out |= cone
+        return out
+
+    def _recomputed_view(self, n: Node) -> bool:
+        """Whether ``n`` is in the cone of a value ``_recomputable`` left to its readers, or a
+        view of one: before the stored set is complete (the cone's dear upstream, ``exp``,
+        not stored yet) a part of the cone may seem dear, and would be stored in its place."""
+        if not self.recomputed:
+            return False
+        while n.op in VIEWS:
+            n = n.inputs[0]
+        return id(n) in self.recomputed
+
+    def _cone(self, n: Node, stored) -> tuple:
+        """(the stored values, anchors and leaves that recomputing ``n`` loads, the ids of
+        the values it computes on the way, ``n`` included)."""
+        loads, stack, cone = {}, [n], set()
+        while stack:
+            x = stack.pop()
+            if id(x) in cone or id(x) in loads:
+                continue
+            if x is not n and (self.is_leaf(x) or self.is_anchor(x) or id(x) in stored):
+                loads[id(x)] = x
+            else:
+                cone.add(id(x))
+                stack.extend(x.inputs)
+        return list(loads.values()), cone
 
     def _fuse_on_write_home(self, n: Node, groups, group_of, stored, home):
         """The anchor group that can compute and store ``n``, or None. Groups upstream of
