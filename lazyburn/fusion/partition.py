@@ -145,6 +145,8 @@ class Partitioner:
         self.force_stored: set[int] = set()
         self.no_write_fusion: set[int] = set()  # stored values kept out of anchor groups
         self.recomputed: set[int] | None = None  # _recomputable's answer, once asked
+        #: the values the first partition stored, but those it left to be recomputed
+        self._stored_before: set[int] = set()
         self._dependency_masks()
         self._trials: dict = {}  # _lowers_with's results and the answers they rest on
 
@@ -381,7 +383,11 @@ class Partitioner:
             if self.recomputed is None and self.fuse:
                 self.recomputed = self._recomputable(part)
                 if self.recomputed:
-                    continue  # planned again with those values recomputed by their readers
+                    # planned again with those values recomputed by their readers, from the
+                    # values stored this time: the fixed point below then takes a round or two
+                    self._stored_before = {i for i in part.home if i not in self.recomputed
+                                           and not self.is_anchor(self._node_by_id(i))}
+                    continue
             return part
 
     def _index_sets(self) -> None:
@@ -413,7 +419,7 @@ class Partitioner:
         stored = {id(n) for n in self.order
                   if not self.is_leaf(n) and (id(n) in self.out_ids or id(n) in
                                               self.force_stored or not self.fuse and
-                                              n.op != "const")}
+                                              n.op != "const")} | self._stored_before
         while True:  # grow the stored set to a fixed point
             groups = [FusionGroup(kind, list(anchors), [], space,
                                   mask=self.mask_of(anchors))
