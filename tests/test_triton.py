@@ -579,14 +579,19 @@ def test_a_large_float32_matmul_runs_on_the_library_by_default(m, k, n):
         assert sum(bool(c.params.get("library")) for c in cands) == 1
 
 
-def test_a_row_reduction_reading_a_value_per_row_is_not_taken_for_a_column_sum():
+def test_a_reduction_reading_a_value_per_row_or_per_column_keeps_its_layout():
     """The launch heuristics tell a sum down columns (a bias's gradient: wide row tiles over
-    the contiguous axis) from a sum along rows by the first load that moves along the reduced
-    axis; a cross-entropy's gradient first reads each row's label, which does not move, and
-    taken for a column sum its 30 522-wide rows ran in 32 x 32 tiles on a few programs."""
+    the contiguous axis) from a sum along rows by the first load that moves along both the
+    reduced axis and the rows; a cross-entropy's gradient first reads each row's label, which
+    does not move along the row, and taken for a column sum its 30 522-wide rows ran in 32 x
+    32 tiles on a few programs; the bias gradient's sum down that gradient's columns first
+    reads the label of each row it sums, the same for every column, and taken for a sum
+    along rows each of its programs read one column."""
     rng = np.random.default_rng(7)
     logits = lb.asarray(rng.standard_normal((64, 3000)).astype(np.float32), device="numpy",
                         requires_grad=True)
+    bias = lb.asarray(rng.standard_normal(3000).astype(np.float32), device="numpy",
+                      requires_grad=True)
     labels = lb.asarray(rng.integers(0, 3000, 64), device="numpy")
     (grad,) = lb.autograd.grad(lb.cross_entropy(logits, labels), [logits])
     specs = [k.spec for k in lb.explain(grad).kernels if k.kind == "reduction"]
@@ -596,6 +601,15 @@ def test_a_row_reduction_reading_a_value_per_row_is_not_taken_for_a_column_sum()
         assert tr.default_params(spec)["XBLOCK"] == 1  # rows of 3000: one row a program
     (column_sum,) = lb.explain(logits.detach().sum(axis=0)).kernels
     assert tr.outer_reduction(column_sum.spec)
+    # the bias's gradient, recomputed from the stored exp down each column: the row's label
+    # is the first load along the rows it sums
+    loss = lb.cross_entropy(logits.detach() + bias, labels)
+    (bias_grad,) = lb.autograd.grad(loss, [bias])
+    plan = lb.explain(loss, bias_grad)
+    (sums,) = [k for k in plan.kernels if k.kind == "reduction" and
+               [o.shape for o in k.ops if o.role == "anchor"] == [(1, 3000)]]
+    assert tr.outer_reduction(sums.spec), str(plan)
+    assert tr.default_params(sums.spec)["RBLOCK"] == 32  # 32 rows a step, in wide row tiles
 
 
 # (kind, graph, shape of x, tolerance): graphs of every group kind whose tuning candidates run
