@@ -834,8 +834,14 @@ class Partitioner:
         other value as a load. Lowering is a function of the group and of the answers
         ``external`` gives for the nodes it asks about, so a result is kept with those answers
         and reused while they still hold: the stored-set iterations of ``_partition`` ask the
-        same questions again and again as the stored set grows."""
+        same questions again and again as the stored set grows. Given the group's anchors
+        (its ``mask``, part of the key), only the answers about values computed from them
+        can change (whether they are stored, and where): only those are kept and asked
+        again."""
         anc, mask = self.anc, g.mask
+
+        def varies(x) -> bool:
+            return not self.is_leaf(x) and id(x) not in group_of and bool(anc[id(x)] & mask)
 
         def external(x):
             if self.is_leaf(x):
@@ -846,15 +852,16 @@ class Partitioner:
                 return True
             return id(x) in stored and x is not n and home.get(id(x)) is not g
 
-        key = (id(g.anchors[0]), tuple([id(o) for o in g.outputs]), id(n))
+        key = (id(g.anchors[0]), mask, tuple([id(o) for o in g.outputs]), id(n))
         for ok, asked in self._trials.get(key, ()):
             if all(external(x) == was for x, was in asked):
                 return ok
-        asked = []
+        asked = {}
 
         def recording(x):
             answer = external(x)
-            asked.append((x, answer))
+            if varies(x):
+                asked[id(x)] = (x, answer)
             return answer
         trial = FusionGroup(g.kind, list(g.anchors), list(g.outputs) + [n], g.space)
         try:
@@ -862,7 +869,7 @@ class Partitioner:
             ok = True
         except FusionIllegal:
             ok = False
-        self._trials.setdefault(key, []).append((ok, asked))
+        self._trials.setdefault(key, []).append((ok, list(asked.values())))
         return ok
 
     def _merge_elementwise(self, groups, home, stored) -> list:
