@@ -116,6 +116,7 @@ def _describe(g: FusionGroup, computed, pos) -> list:
     anchors = {id(a) for a in g.anchors}
     written = {id(n) for n in g.outputs}
     on_write = {id(n) for n in g.fused_on_write}
+    producers = None  # ids of the anchors' producers, found once a role needs them
     infos = []
     for n in sorted(computed, key=lambda n: pos[id(n)]):
         if n.op in SOURCES:
@@ -129,25 +130,25 @@ def _describe(g: FusionGroup, computed, pos) -> list:
         elif g.kind == "elementwise":
             role = "fused"
         else:
-            role = "fused on read" if _feeds_anchor(n, g) else "fused on write"
+            if producers is None:
+                producers = _producers(g.anchors)
+            role = "fused on read" if id(n) in producers else "fused on write"
         if id(n) in written and role not in ("anchor", "fused on write"):
             role += ", stored"
         infos.append(_info(n, role))
     return infos
 
 
-def _feeds_anchor(n, g) -> bool:
-    """True when ``n`` is a producer of one of the group's anchors."""
-    stack, seen = [a for a in g.anchors], set()
+def _producers(anchors) -> set:
+    """Ids of the nodes ``anchors`` depend on."""
+    stack, seen = list(anchors), set()
     while stack:
         x = stack.pop()
         for i in x.inputs:
-            if i is n:
-                return True
             if id(i) not in seen:
                 seen.add(id(i))
                 stack.append(i)
-    return False
+    return seen
 
 
 def _unfused_bytes(order) -> int:
