@@ -145,8 +145,10 @@ class Partitioner:
         self.force_stored: set[int] = set()
         self.no_write_fusion: set[int] = set()  # stored values kept out of anchor groups
         self.recomputed: set[int] | None = None  # _recomputable's answer, once asked
-        #: the values the first partition stored, but those it left to be recomputed
+        #: the values an earlier partition stored (but those left to be recomputed): the
+        #: next one starts from them, and its fixed point takes a round or two
         self._stored_before: set[int] = set()
+        self._stored_last: set[int] = set()  # the values the last partition stored
         self._dependency_masks()
         self._trials: dict = {}  # _lowers_with's results and the answers they rest on
 
@@ -355,6 +357,9 @@ class Partitioner:
             try:
                 part = self._partition()
             except _Cycle as cycle:
+                # planned again from the values stored this time (what the changes below
+                # make differ is where values are computed, not which are stored)
+                self._stored_before = self._stored_last
                 # a value written by an anchor group closed a cycle: store it from a kernel of
                 # its own, those merely read along first (a fuse-on-write saves more)...
                 fresh = cycle.read_along - self.no_write_fusion or \
@@ -383,10 +388,8 @@ class Partitioner:
             if self.recomputed is None and self.fuse:
                 self.recomputed = self._recomputable(part)
                 if self.recomputed:
-                    # planned again with those values recomputed by their readers, from the
-                    # values stored this time: the fixed point below then takes a round or two
-                    self._stored_before = {i for i in part.home if i not in self.recomputed
-                                           and not self.is_anchor(self._node_by_id(i))}
+                    # planned again with those values recomputed by their readers
+                    self._stored_before = self._stored_last - self.recomputed
                     continue
             return part
 
@@ -447,6 +450,7 @@ class Partitioner:
                                             home) - stored
                 picked |= points or {i}
             stored |= picked
+        self._stored_last = {i for i in stored if i not in group_of}
         for g in groups:  # anchors are written out when a tensor or another group reads them
             for a in g.anchors:
                 if id(a) in self.out_ids or readers[id(a)] - {id(g)}:
