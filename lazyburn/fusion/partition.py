@@ -149,6 +149,7 @@ class Partitioner:
         #: next one starts from them, and its fixed point takes a round or two
         self._stored_before: set[int] = set()
         self._stored_last: set[int] = set()  # the values the last partition stored
+        self._readers_last: dict = {}  # and the groups reading each value there
         self._dependency_masks()
         self._trials: dict = {}  # _lowers_with's results and the answers they rest on
 
@@ -433,7 +434,7 @@ class Partitioner:
             home = {id(a): group_of[id(a)] for a in (a for g in groups for a in g.anchors)}
             ew_groups = self._assign_homes(groups, group_of, stored, home)
             readers = self._readers(group_of, stored, home)
-            self._last_readers = readers
+            self._readers_last = readers
             grown = {i for i, rg in readers.items()
                      if i not in stored and id(self._node_by_id(i)) not in group_of
                      and self._must_store(self._node_by_id(i), rg, groups, stored)}
@@ -589,7 +590,7 @@ class Partitioner:
     def _must_store(self, n: Node, rg: set, groups, stored) -> bool:
         """Whether an element-wise value read by the groups ``rg`` is written out rather than
         recomputed in each of them."""
-        if not rg or self._recomputed_view(n):
+        if not rg or self._left_to_readers(n):
             return False
         if len(rg) > 1:
             cheap, count = self._inline_cost(n, stored, most=17)
@@ -627,7 +628,7 @@ class Partitioner:
         out = set()
         for i, g in part.home.items():
             n = self._node_by_id(i)
-            rg = self._last_readers.get(i, set())
+            rg = self._readers_last.get(i, set())
             if len(rg) < 2 or i in self.out_ids or i in self.force_stored or \
                     self.is_anchor(n) or g.kind == "matmul":
                 continue
@@ -642,7 +643,7 @@ class Partitioner:
                 out |= cone
         return out
 
-    def _recomputed_view(self, n: Node) -> bool:
+    def _left_to_readers(self, n: Node) -> bool:
         """Whether ``n`` is in the cone of a value ``_recomputable`` left to its readers, or a
         view of one: before the stored set is complete (the cone's dear upstream, ``exp``,
         not stored yet) a part of the cone may seem dear, and would be stored in its place."""
