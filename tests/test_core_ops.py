@@ -392,7 +392,8 @@ def test_python_scalars_are_weak(op, dtype, scalar, reflected, shape, seed):
     if unsigned(dtype) and isinstance(scalar, int) and scalar < 0:
         scalar = 2
     x = make(host)
-    if op == "**" and dtype in INTS and not reflected and type(scalar) is int and scalar < 0:
+    if op == "**" and dtype in INTS and not reflected and type(scalar) is int and scalar < 0 \
+            and host.size:  # (NumPy raises from its loop: an empty array gives an empty result)
         with pytest.raises(ValueError, match="negative integer powers"):  # as NumPy
             x ** scalar
         return
