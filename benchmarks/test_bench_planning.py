@@ -19,6 +19,10 @@ means linear). Families:
 AdamW's update of every parameter (its moments read from buffers), one plan (thousands of
 nodes, a few hundred fusion groups, many of them element-wise updates of the same size).
 
+``test_plan_masked_lm_step`` plans the same kind of step for a BERT masked LM of BERT-tiny's
+size (2 layers, hidden 128, vocab 30 522, batch 2 x 16: the MLM head, the cross-entropy over
+the tokens with labels, the embeddings' gradients), in float32 and under bfloat16 autocast.
+
 Graphs are recorded on the ``numpy`` device (nothing is uploaded) and planned as ``opencl:0``
 plans them (no limit on kernel arguments, the fused renderer's own defaults).
 """
@@ -100,14 +104,42 @@ def test_plan_training_step(benchmark, layers):
     ids = np.random.default_rng(0).integers(1, 3000, (2, 16))
     loss = model(ids).square().sum()
     grads = lb.autograd.grad(loss, params)
-    outputs = [loss.node]
-    for p, g in zip(params, grads):  # AdamW's update, its moments read from buffers
+    _plan_step(benchmark, [loss.node] + _adamw(params, grads))
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
+def test_plan_masked_lm_step(benchmark, autocast):
+    from lazyburn.models.bert import BertConfig, BertForMaskedLM
+
+    config = BertConfig(vocab_size=30522, hidden_size=128, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=512,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertForMaskedLM(config, device="numpy")
+    params = model.parameters()
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 30522, (2, 16))
+    labels = np.where(rng.random(ids.shape) < 0.15, ids, -100)
+    with lb.autocast(dtype=lb.bfloat16, enabled=autocast):
+        loss = model(ids, labels=labels)
+    grads = lb.autograd.grad(loss, params)
+    _plan_step(benchmark, [loss.node] + _adamw(params, grads))
+
+
+def _adamw(params, grads) -> list:
+    """AdamW's update of every parameter, its moments read from buffers: the nodes of the
+    new parameters and moments."""
+    outputs = []
+    for p, g in zip(params, grads):
         m, v = lb.zeros_like(p, device="numpy") + 0.0, lb.zeros_like(p, device="numpy") + 0.0
         lb.graph.sync(m, v)
         m = m + 0.1 * (g - m)
         v = v * 0.999 + 0.001 * g * g
         new = p * (1 - 1e-6) - 1e-3 * m / (v.sqrt() / 0.03 + 1e-8)
         outputs += [new.node, m.node, v.node]
+    return outputs
+
+
+def _plan_step(benchmark, outputs) -> None:
     kernels = benchmark.pedantic(plan_and_render, args=(outputs,), rounds=3, iterations=1)
     from lazyburn.ir.graph import topo_order
 
