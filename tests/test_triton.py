@@ -982,3 +982,23 @@ def test_first_launch_tuning_runs_checks_and_caches(dev, monkeypatch):
     runtime.backend(dev)._programs.clear()
     check(dev, lambda x: lb.cos(x) * 3 - 1, x)  # compiled again: the tuning comes from cache
     assert at.stats.hits == hits + 1
+
+
+def test_a_half_product_of_few_tiles_takes_narrower_ones():
+    """Half-precision products take 128 x 256 tiles by default, 128 x 128 where those would
+    be fewer than a GPU has multiprocessors (a 4096 x 384 product over a vocabulary: 64 tiles
+    of 128 x 256 left half an H200 idle, 1.35 ms against 0.74)."""
+    rng = np.random.default_rng(3)
+
+    def spec(m, k, n):
+        a = lb.asarray(rng.standard_normal((m, k)).astype(np.float16), device="numpy")
+        b = lb.asarray(rng.standard_normal((k, n)).astype(np.float16), device="numpy")
+        (kern,) = lb.explain(a @ b).kernels
+        return kern.spec
+
+    few = tr.default_params(spec(2048, 64, 384))  # 16 x 2 tiles of 128 x 256
+    assert (few["BLOCK_M"], few["BLOCK_N"]) == (128, 128)
+    many = tr.default_params(spec(4096, 64, 4096))  # 32 x 16
+    assert (many["BLOCK_M"], many["BLOCK_N"]) == (128, 256)
+    single = tr.default_params(spec(64, 64, 48))
+    assert single["BLOCK_N"] == 64  # a narrow product keeps its fitted tile
