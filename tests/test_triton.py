@@ -897,9 +897,10 @@ def test_half_matmul_accumulates_in_float32():
     (bias, gelu) runs in slices of the tile, rounded to float16 after each operation, as NumPy
     rounds it."""
     rng = np.random.default_rng(23)
-    a = lb.tensor(rand(rng, (256, 64), "float16"), device="numpy")
-    b = lb.tensor(rand(rng, (64, 512), "float16"), device="numpy")
-    c = lb.tensor(rand(rng, (512,), "float16"), device="numpy")
+    # (enough 128 x 256 tiles for the GPU's default: fewer would take 128 x 128 ones)
+    a = lb.tensor(rand(rng, (2048, 64), "float16"), device="numpy")
+    b = lb.tensor(rand(rng, (64, 4096), "float16"), device="numpy")
+    c = lb.tensor(rand(rng, (4096,), "float16"), device="numpy")
     (k,) = lb.explain(lb.gelu(a @ b + c)).kernels
     r = tr.render(k.spec, "k", {"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8})
     assert r.params["EPILOGUE_SUBTILES"] == 4
