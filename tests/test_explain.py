@@ -325,3 +325,30 @@ def test_explain_of_a_graph_the_device_plans_wider_than_its_buffer_limit(rng):
     got, want = program("webgpu:0"), program("numpy")
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-2, atol=1e-5)
+
+
+def test_explain_builds_a_new_graphs_plan_once_and_the_sync_reuses_it(device, rng,
+                                                                      monkeypatch):
+    """A graph whose structure the device has not planned: explain builds its plan once, stores
+    it in the device's plan cache, and the sync that follows runs that plan (a hit)."""
+    import lazyburn.frontend.explain as explain_module
+    import lazyburn.fusion.plan as plan_module
+
+    built = []
+
+    def counting(*args, **kwargs):
+        built.append(1)
+        return real(*args, **kwargs)
+    real = plan_module.build_plan
+    monkeypatch.setattr(plan_module, "build_plan", counting)
+    monkeypatch.setattr(explain_module, "build_plan", counting)
+    host = rng.standard_normal((7, 13)).astype(np.float32)
+    y = (lb.tanh(lb.tensor(host, device=device) * 1.25) - 0.5).max(0)  # a new structure
+    cache = runtime.backend(device).plans
+    misses = cache.misses
+    plan = lb.explain(y)
+    assert len(built) == 1 and cache.misses == misses + 1 and plan.kernel_count == 1
+    hits = cache.hits
+    np.testing.assert_allclose(y.numpy(), (np.tanh(host * 1.25) - 0.5).max(0), rtol=1e-5,
+                               atol=1e-6)
+    assert len(built) == 1 and cache.misses == misses + 1 and cache.hits > hits

@@ -293,14 +293,20 @@ class _Scheduler:
         # planned on this recording, so that the nodes and user lines shown are its own (a
         # cached plan of the same structure holds the recording it was first built from)
         fuse, max_args = self.fuse, getattr(b, "max_args", None)
+        plans = getattr(b, "plans", None)
+        missed = plans.misses if plans is not None else 0
         if hasattr(b, "plan_settings"):  # a device that plans some graphs wider or unfused
             fuse, max_args = b.plan_settings(outs, key, order, fuse)
-        plan = build_plan(order, outs, fuse, max_args)
-        ran = plan
-        if hasattr(b, "plans") and fuse == b.fuse:
+        if plans is None or fuse != b.fuse:
+            plan = ran = build_plan(order, outs, fuse, max_args)
+        elif plans.misses > missed:  # the settings were found by planning this recording
+            plan = ran = plans.lookup(outs, fuse, max_args, key, order)[0]
+        else:
             # the plan the runtime runs (or ran) for this graph, with its compiled kernels:
-            # what executes each group is that plan's answer
-            ran, _ = b.plans.lookup(outs, fuse, max_args, key, order)
+            # what executes each group is that plan's answer; a new structure's plan, built
+            # here, is stored for the sync that follows
+            plan = build_plan(order, outs, fuse, max_args)
+            ran, _ = plans.lookup(outs, fuse, max_args, key, order, built=plan)
         first = self.n_kernels
         executions = [b.execution(k) for k in ran.kernels]
         for i, k in enumerate(plan.kernels):

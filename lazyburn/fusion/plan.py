@@ -191,17 +191,18 @@ class PlanCache:
         self.hits = 0
         self.misses = 0
 
-    def lookup(self, outputs, fuse=True, max_args=None, key=None, order=None):
+    def lookup(self, outputs, fuse=True, max_args=None, key=None, order=None, built=None):
         """``(plan, order)`` for the pending graph of ``outputs``, building the plan on a miss.
         ``order`` is this recording's topological order, which the plan's positions index;
-        ``key`` and ``order`` may be passed when the caller has computed them."""
+        ``key`` and ``order`` may be passed when the caller has computed them, and ``built``
+        a plan it has already built from them (stored on a miss instead of a new one)."""
         if key is None:
             key, order = structural_key(outputs)
         key = _HashedKey((key, fuse, max_args))
         plan = self._plans.get(key)
         if plan is None:
             self.misses += 1
-            plan = build_plan(order, outputs, fuse, max_args)
+            plan = built or build_plan(order, outputs, fuse, max_args)
             self._plans[key] = plan
             while len(self._plans) > self.capacity:
                 self._plans.popitem(last=False)
