@@ -202,7 +202,7 @@ class PlanCache:
         plan = self._plans.get(key)
         if plan is None:
             self.misses += 1
-            plan = built or build_plan(order, outputs, fuse, max_args)
+            plan = built if built is not None else build_plan(order, outputs, fuse, max_args)
             self._plans[key] = plan
             while len(self._plans) > self.capacity:
                 self._plans.popitem(last=False)
