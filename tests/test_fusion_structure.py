@@ -7,6 +7,7 @@ import pytest
 import scipy.special
 
 import lazyburn as lb
+import lazyburn.nn.functional as F
 from fused_devices import FUSED_DEVICES
 
 pytestmark = pytest.mark.skipif(not FUSED_DEVICES, reason="no fused device on this machine")
@@ -472,6 +473,52 @@ def test_a_batch_times_one_matrix_is_one_product_and_so_is_its_gradient(device, 
     assert [o.shape for o in plan.kernels[0].ops if o.op == "matmul"] == [(3, 5, 6)]
 
 
+def test_a_transcendental_read_by_two_kernels_is_recomputed_on_a_gpu_stored_on_a_cpu(device,
+                                                                                     rng):
+    """``exp(x / 2)`` read by a sum down the columns and one along the rows (two kernels):
+    a device whose plans recompute transcendentals (a GPU: ``recompute_dear``) computes it
+    in both and stores nothing of x's size; a CPU device stores it once, beside one sum."""
+    a = rng.standard_normal((64, 48)).astype(np.float32)
+
+    def sums(x):
+        y = lb.exp(x / 2)
+        return y.sum(0), (y * x).sum(1)
+
+    plan = check(sums, device, a, rtol=1e-5, atol=1e-5, kernels=2)
+    stored = [o for k in plan.kernels for o in k.spec.args if o.is_output and o.size == a.size]
+    assert len(stored) == (0 if lb.runtime.backend(device).recompute_dear else 1), str(plan)
+
+
+def test_a_linear_layers_weight_gradient_is_one_product_in_the_weights_layout(device, rng):
+    """``x @ w.mT``'s gradient for ``w`` (out, in) is ``g.mT @ x``: one product of w's shape
+    that writes the gradient, not ``x.mT @ g`` of shape (in, out) and a transposing copy;
+    under bfloat16 autocast too (the weight is cast, then transposed). ``x``'s gradient is
+    one product, as before."""
+    x_np = rng.standard_normal((3, 16, 24)).astype(np.float32)
+    w_np = (rng.standard_normal((40, 24)) / 4).astype(np.float32)
+    b_np = rng.standard_normal(40).astype(np.float32)
+    t_np = rng.standard_normal((3, 16, 40)).astype(np.float32)
+
+    def grads(dev, autocast):
+        x, w, bias = (lb.tensor(a, device=dev, requires_grad=True) for a in (x_np, w_np, b_np))
+        with lb.autocast(dtype=lb.bfloat16, enabled=autocast):
+            y = F.linear(x, w, bias)
+        (lb.tanh(y.astype(lb.float32)) * lb.tensor(t_np, device=dev)).sum().backward()
+        return x.grad, w.grad
+
+    for autocast, tol in ((False, 1e-4), (True, 3e-2)):
+        got = grads(device, autocast)
+        plan = lb.explain(got[1])
+        writers = [k for k in plan.kernels if k.spec is not None and any(
+            a.is_output and a.size == w_np.size for a in k.spec.args)]
+        assert [(k.kind, k.spec.m, k.spec.n) for k in writers] == [("matmul", 40, 24)], \
+            str(plan)
+        for g, r in zip(got, grads("numpy", autocast)):
+            want = r.numpy()
+            np.testing.assert_allclose(g.numpy(), want, rtol=tol,
+                                       atol=tol * np.abs(want).max())
+
+
 def test_a_chain_read_at_several_places_is_stored_before_a_widening_gather(device, rng):
     """A cheap chain whose every step reads the last one at two places (a log-step scan) may
     be recomputed inside one kernel over its own elements, but not for each element of a
@@ -497,7 +544,9 @@ def test_a_cheap_value_read_twice_is_recomputed_where_its_loads_are_no_larger(de
     buffers the size of the logits are the ``exp`` and the bfloat16 operand, no float32
     gradient beside them (the third is the logits). The loss is computed too: its sum
     over the logits then starts a kernel of its own after the forward's (max, sum), which
-    stores the ``exp`` for the backward."""
+    stores the ``exp`` for the backward -- but on a GPU, whose plans recompute a
+    transcendental where it is read (``recompute_dear``): there the forward stores no
+    ``exp``, and the gradient's readers recompute it from the bfloat16 logits."""
     tokens, vocab, hidden = 48, 300, 16
     h = rng.standard_normal((tokens, hidden)).astype(np.float32)
     w = (rng.standard_normal((hidden, vocab)) / 4).astype(np.float32)
@@ -516,7 +565,8 @@ def test_a_cheap_value_read_twice_is_recomputed_where_its_loads_are_no_larger(de
     plan = lb.explain(*got)  # the loss too, as a training step reads it
     stored = sorted(a.dtype.name for k in plan.kernels if k.spec for a in k.spec.args
                     if a.is_output and a.size == tokens * vocab)
-    assert stored == ["bfloat16", "bfloat16", "float32"], str(plan)
+    gpu = lb.runtime.backend(device).recompute_dear
+    assert stored == ["bfloat16", "bfloat16"] + ([] if gpu else ["float32"]), str(plan)
     for g, r in zip(got, grads("numpy")):
         want = r.numpy()
         np.testing.assert_allclose(g.numpy(), want, rtol=2e-2, atol=2e-2 * np.abs(want).max())

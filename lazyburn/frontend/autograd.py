@@ -762,7 +762,19 @@ def _take_along_axis(g, y, xs, attrs):
 def _matmul(g, y, xs, attrs):
     # batch dimensions are equal: the front end made their broadcast explicit
     a, b = xs
-    return matmul(g, b.mT), matmul(a.mT, g)
+    ga = matmul(b, g.mT).mT if _transposed(a) else matmul(g, b.mT)
+    gb = matmul(g.mT, a).mT if _transposed(b) else matmul(a.mT, g)
+    return ga, gb
+
+
+def _transposed(x) -> bool:
+    """Whether matmul operand ``x`` is a pending permute whose rows run along its source's
+    last axis (a linear layer's ``weight.mT``): its gradient is then computed as the
+    transpose of a product laid out as that source is, and the permute's VJP, a permute of
+    that transpose, folds back into the product (``permute_dims``). The weight's gradient is
+    one product written where it belongs instead of a product and a transposing copy."""
+    n = x.node
+    return n.op == "permute" and n.buffer is None and n.attrs[0][-2] == len(n.shape) - 1
 
 
 # decompositions (library calls): M. Giles, "Collected matrix derivative results for forward

@@ -58,11 +58,17 @@ CHEAP_OPS = frozenset(
     "logical_and logical_or logical_xor logical_not bitwise_and bitwise_or bitwise_xor "
     "bitwise_not const iota reshape permute expand slice pad window concat div floor ceil round "
     "isnan isinf isfinite".split())
+#: besides the cheap ops, what a device whose arithmetic is cheap against its memory traffic (a
+#: GPU: ``recompute_dear``) recomputes in each kernel that reads it rather than store it
+#: once: a few dozen instructions per element, where a store and a load cost 8 bytes each
+TRANSCENDENTAL_OPS = frozenset(
+    "exp exp2 expm1 log log2 log1p sqrt rsqrt tanh sigmoid erf".split())
 MAX_DEPTH = 96  # ops in the longest chain one kernel computes inline
 #: positions at which one kernel may compute a value for each element it computes
 MAX_POSITIONS = 16
 #: cheap ops a stored value may take for its readers to recompute it instead (_recomputable)
 MAX_RECOMPUTED = 64
+_RECOMPUTED_ON_GPU = CHEAP_OPS | TRANSCENDENTAL_OPS
 #: ops that read an input at other positions than their own (each such reader adds its own)
 _GATHERS = frozenset({"take", "take_along_axis"})
 _MOVING = VIEWS | _GATHERS
@@ -128,14 +134,19 @@ class Partitioner:
 
     ``fuse=False`` gives one group per op (the unfused execution that benchmarks compare
     against). ``max_args`` is the backend's limit on buffers per kernel (None: no limit).
+    ``recompute_dear``: a value of ``TRANSCENDENTAL_OPS`` (and cheap ones) that several
+    kernels read is recomputed by each, unless a matmul reads it (a GPU's setting: a
+    cross-entropy's ``exp(x - max)`` is then never stored, its backward recomputes it from
+    the logits).
     """
 
     def __init__(self, order: list, outputs: list, fuse: bool = True,
-                 max_args: int | None = None):
+                 max_args: int | None = None, recompute_dear: bool = False):
         self.order = order
         self.outputs = outputs
         self.fuse = fuse
         self.max_args = max_args
+        self.recompute_dear = recompute_dear
         self.pos = {id(n): i for i, n in enumerate(order)}
         self.consumers: dict[int, list] = {id(n): [] for n in order}
         for n in order:
@@ -273,15 +284,16 @@ class Partitioner:
         return cut
 
     def _inline_cost(self, n: Node, stored, most: int | None = None,
-                     until_dear: bool = False) -> tuple:
+                     until_dear: bool = False, cheap_ops=CHEAP_OPS) -> tuple:
         """(is cheap, op count) of recomputing ``n`` down to stored values, anchors and
-        leaves. The walk stops early once ``most`` ops are counted, or (``until_dear``) at
-        the first op that is not cheap: callers that only compare the count with a bound or
-        only need the cheapness pay for that much of the cone, not all of it.
+        leaves: cheap when all of its ops are in ``cheap_ops``. The walk stops early once
+        ``most`` ops are counted, or (``until_dear``) at the first op that is not cheap:
+        callers that only compare the count with a bound or only need the cheapness pay for
+        that much of the cone, not all of it.
 
         Within one ``_partition`` the stored set only grows, so an answer stays right while
         none of the ops it counted has been stored since: answers are kept with those ops."""
-        key = (id(n), most, until_dear)
+        key = (id(n), most, until_dear, cheap_ops is CHEAP_OPS)
         kept = self._costs.get(key)
         if kept is not None and not any(i in stored for i in kept[2]):
             return kept[0], kept[1]
@@ -293,7 +305,7 @@ class Partitioner:
                 continue
             seen.add(id(x))
             count += 1
-            if x.op not in CHEAP_OPS:
+            if x.op not in cheap_ops:
                 cheap = False
                 if until_dear:
                     break
@@ -592,13 +604,15 @@ class Partitioner:
         recomputed in each of them."""
         if not rg or self._left_to_readers(n):
             return False
+        by_id = self._groups_by_id
+        matmuls = [by_id[i] for i in rg if i in by_id and by_id[i].kind == "matmul"]
         if len(rg) > 1:
-            cheap, count = self._inline_cost(n, stored, most=17)
+            # (a matmul prologue would recompute a transcendental once per tile)
+            ops = CHEAP_OPS if matmuls or not self.recompute_dear else _RECOMPUTED_ON_GPU
+            cheap, count = self._inline_cost(n, stored, most=17, cheap_ops=ops)
             if not cheap or count > 16:
                 return True
             # (the whole cone was walked: ``cheap`` is exact)
-        by_id = self._groups_by_id
-        matmuls = [by_id[i] for i in rg if i in by_id and by_id[i].kind == "matmul"]
         if len(rg) == 1 and matmuls:
             cheap = self._inline_cost(n, stored, until_dear=True)[0]
         elif len(rg) == 1:
@@ -610,7 +624,8 @@ class Partitioner:
 
     def _recomputable(self, part: Partition) -> set:
         """Ids of the values ``part`` stores that its readers would better recompute: a value
-        of cheap ops only (down to stored values, anchors and leaves), too long for the
+        of cheap ops only (transcendentals too with ``recompute_dear``; down to stored
+        values, anchors and leaves), too long for the
         ``_must_store`` bound of 16 ops but at most ``MAX_RECOMPUTED`` of them, that nothing
         but fusion stores (no output, no cut, no library operand), no matmul group reads, and
         whose loads take no more bytes than the value itself, its readers' extra read
@@ -618,12 +633,14 @@ class Partitioner:
         loads about what it loaded before. The gradient of a cross-entropy over a vocabulary
         is one: ``exp(x - max) * scale - one_hot * g``, read by the cast to the matmul's
         operand type and by the bias gradient's sum, from the stored ``exp`` and a row's
-        scalars -- written out, one more buffer the size of the logits.
+        scalars -- written out, one more buffer the size of the logits (with
+        ``recompute_dear``, from the logits themselves: no ``exp`` is stored either).
 
         Asked once the stored set is complete (before it is, the ``exp`` upstream is part of
         the value's cone and the value is not cheap); the partition then runs again with
         these values left to their readers."""
         stored = set(part.home)
+        ops = _RECOMPUTED_ON_GPU if self.recompute_dear else CHEAP_OPS
         matmul_readers = {id(a) for g in part.groups if g.kind == "matmul" for a in g.anchors}
         out = set()
         for i, g in part.home.items():
@@ -632,7 +649,8 @@ class Partitioner:
             if len(rg) < 2 or i in self.out_ids or i in self.force_stored or \
                     self.is_anchor(n) or g.kind == "matmul":
                 continue
-            cheap, count = self._inline_cost(n, stored, most=MAX_RECOMPUTED + 1)
+            cheap, count = self._inline_cost(n, stored, most=MAX_RECOMPUTED + 1,
+                                             cheap_ops=ops)
             if not cheap or count > MAX_RECOMPUTED:
                 continue
             if any(id(a) in matmul_readers for a in self._reading_anchors(n, stored)):
@@ -1153,9 +1171,10 @@ def _joined_by_a_path(gg: nx.DiGraph, a, b) -> bool:
     return False
 
 
-def partition(order, outputs, fuse=True, max_args=None) -> Partition:
-    """Cut the pending graph (``order``: its nodes in topological order) into fusion groups."""
-    return Partitioner(order, outputs, fuse, max_args).run()
+def partition(order, outputs, fuse=True, max_args=None, recompute_dear=False) -> Partition:
+    """Cut the pending graph (``order``: its nodes in topological order) into fusion groups
+    (``Partitioner`` says what the settings do)."""
+    return Partitioner(order, outputs, fuse, max_args, recompute_dear).run()
 
 
 def external_for(part: Partition, g: FusionGroup):

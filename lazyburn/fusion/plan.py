@@ -80,10 +80,13 @@ class Plan:
         return sum(k.bytes_moved() for k in self.kernels)
 
 
-def build_plan(order, outputs, fuse: bool = True, max_args: int | None = None) -> Plan:
-    """Partition and lower the pending graph (``order``, ``outputs``) into a Plan. An empty
-    output needs no kernel (the front end records it as an input-less constant)."""
-    part = partition(order, [o for o in outputs if 0 not in o.shape], fuse, max_args)
+def build_plan(order, outputs, fuse: bool = True, max_args: int | None = None,
+               recompute_dear: bool = False) -> Plan:
+    """Partition and lower the pending graph (``order``, ``outputs``) into a Plan (the
+    settings are ``partition.Partitioner``'s). An empty output needs no kernel (the front
+    end records it as an input-less constant)."""
+    part = partition(order, [o for o in outputs if 0 not in o.shape], fuse, max_args,
+                     recompute_dear)
     pos = {id(n): i for i, n in enumerate(order)}
     kernels = []
     for g in part.groups:
@@ -183,11 +186,13 @@ class PlanCache:
     """Plans by structural key, the ``capacity`` most recently used kept (a plan holds its
     compiled kernels, and every new shape of a graph is a new key; a new Python scalar is not:
     kernels take it as an argument). ``hits`` and
-    ``misses`` count lookups (tests assert them)."""
+    ``misses`` count lookups (tests assert them). ``recompute_dear`` is the device's planning
+    setting (``build_plan``), the same for every plan it holds."""
 
-    def __init__(self, capacity: int = 512):
+    def __init__(self, capacity: int = 512, recompute_dear: bool = False):
         self._plans: OrderedDict = OrderedDict()
         self.capacity = capacity
+        self.recompute_dear = recompute_dear
         self.hits = 0
         self.misses = 0
 
@@ -202,7 +207,8 @@ class PlanCache:
         plan = self._plans.get(key)
         if plan is None:
             self.misses += 1
-            plan = built if built is not None else build_plan(order, outputs, fuse, max_args)
+            plan = built if built is not None else build_plan(order, outputs, fuse, max_args,
+                                                              self.recompute_dear)
             self._plans[key] = plan
             while len(self._plans) > self.capacity:
                 self._plans.popitem(last=False)

@@ -293,6 +293,7 @@ class CudaBackend(FusedBackend):
 
     name = "cuda"
     generated = "generated Triton"
+    recompute_dear = True  # (interpreted too: the plans are the GPU's)
 
     def __init__(self, index: int, interpret: bool = False):
         import torch

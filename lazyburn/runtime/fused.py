@@ -98,6 +98,11 @@ class FusedBackend:
     #: the sync starts)
     waits_each = False
 
+    #: whether plans recompute a transcendental value in each kernel that reads it rather
+    #: than store it (``fusion.partition.Partitioner``): a GPU's arithmetic is cheap against
+    #: its memory traffic, a CPU's is not
+    recompute_dear = False
+
     def real_view(self, n):
         """Realized complex node ``n``'s buffer as the buffer of its parts (the same memory:
         buffers here are untyped)."""
@@ -109,7 +114,7 @@ class FusedBackend:
         return buf
 
     def __init__(self):
-        self.plans = PlanCache()
+        self.plans = PlanCache(recompute_dear=self.recompute_dear)
         self.fuse = True
         self.kernels_launched = 0
         self.lock = threading.RLock()  # the device's submissions, one thread at a time

@@ -138,6 +138,7 @@ class OpenCLBackend(FusedBackend):
         self.has_fp64 = "cl_khr_fp64" in extensions
         self.unsupported_dtypes = set() if self.has_fp64 else {dt.float64, dt.complex128}
         self.is_cpu = bool(device.type & cl.device_type.CPU)
+        self.recompute_dear = not self.is_cpu
         self.host_memory = self.is_cpu or _host_unified(device)
         self.max_alloc = device.max_mem_alloc_size
         self.global_mem = device.global_mem_size

@@ -274,6 +274,7 @@ class WebGPUBackend(FusedBackend):
         self.device = adapter.request_device_sync(
             required_features=features + subgroups + timing, required_limits=required)
         self.has_timestamps = bool(timing)
+        self.recompute_dear = adapter.info.get("adapter_type", "") != "CPU"
         self.queue = self.device.queue  # the device's stream
         self.max_args = buffers
         self.adapter_buffers = adapter_buffers
