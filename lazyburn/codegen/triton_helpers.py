@@ -171,6 +171,21 @@ def lb_to_bf16(x):
     bits = lb_round_bf16(x).to(tl.uint32, bitcast=True)
     return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 '''),
+    # float32 exp on a GPU (never under the interpreter): libdevice's expf flushes a subnormal
+    # result (below -87.34, 2**-126) to 0. There exp(x) = expf(x + C) * exp(-C), C = 64 ln 2
+    # rounded to float32 (11629080 * 2**-18): for -108 < x < -87, x is a multiple of 2**-17
+    # and x + C one of 2**-18 below 64 in magnitude, so the sum is exact and expf's result
+    # normal; the product is taken in float64 and rounded once, so the result keeps expf's
+    # relative accuracy (2 ulps of a normal value: within 2**-22 of it) plus that rounding.
+    # Further down the result rounds to 0 either way. One expf per element, where a float64
+    # exp on every lane (``tl.where`` computes both sides) cost more than the memory
+    # traffic of a softmax.
+    "lb_exp_f32": ((), '''
+def lb_exp_f32(x):
+    low = x < -87.0
+    e = libdevice.exp(tl.where(low, x + 44.361419677734375, x))
+    return tl.where(low, (e.to(tl.float64) * 5.421010201617857e-20).to(tl.float32), e)
+'''),
     # portable math for the interpreter (Kahan's accurate forms of expm1 and log1p)
     "lb_expm1": ((), '''
 def lb_expm1(x):

@@ -406,10 +406,8 @@ class TritonPrinter(ExprPrinter):
         self.uses_libdevice = True  # tl.exp is ex2.approx(x * log2(e)): see the top
         if work != "tl.float32":
             return f"libdevice.exp({x})"
-        # below -87.0 (exp(-87.34) is 2**-126) expf's result is subnormal and flushed to 0:
-        # there the float64 exp, rounded once to float32
-        return (f"tl.where({x} < -87.0, libdevice.exp({x}.to(tl.float64)).to(tl.float32), "
-                f"libdevice.exp({x}))")
+        # (expf flushes a subnormal result: the helper answers those)
+        return self.helper("lb_exp_f32", x)
 
     def _exp2(self, x: str, work: str) -> str:
         fn = TL_MATH["exp2"]
