@@ -492,28 +492,29 @@ def test_a_transcendental_read_by_two_kernels_is_recomputed_on_a_gpu_stored_on_a
 def test_a_linear_layers_weight_gradient_is_one_product_in_the_weights_layout(device, rng):
     """``x @ w.mT``'s gradient for ``w`` (out, in) is ``g.mT @ x``: one product of w's shape
     that writes the gradient, not ``x.mT @ g`` of shape (in, out) and a transposing copy;
-    under bfloat16 autocast too (the weight is cast, then transposed). ``x``'s gradient is
-    one product, as before."""
+    under bfloat16 autocast too, through ``linear`` and through ``@`` (the weight is cast,
+    then transposed). ``x``'s gradient is one product, as before."""
     x_np = rng.standard_normal((3, 16, 24)).astype(np.float32)
     w_np = (rng.standard_normal((40, 24)) / 4).astype(np.float32)
     b_np = rng.standard_normal(40).astype(np.float32)
     t_np = rng.standard_normal((3, 16, 40)).astype(np.float32)
 
-    def grads(dev, autocast):
+    def grads(dev, autocast, form):
         x, w, bias = (lb.tensor(a, device=dev, requires_grad=True) for a in (x_np, w_np, b_np))
         with lb.autocast(dtype=lb.bfloat16, enabled=autocast):
-            y = F.linear(x, w, bias)
+            y = F.linear(x, w, bias) if form == "linear" else x @ w.mT + bias
         (lb.tanh(y.astype(lb.float32)) * lb.tensor(t_np, device=dev)).sum().backward()
         return x.grad, w.grad
 
-    for autocast, tol in ((False, 1e-4), (True, 3e-2)):
-        got = grads(device, autocast)
+    for autocast, tol, form in ((False, 1e-4, "linear"), (True, 3e-2, "linear"),
+                                (True, 3e-2, "@")):
+        got = grads(device, autocast, form)
         plan = lb.explain(got[1])
         writers = [k for k in plan.kernels if k.spec is not None and any(
             a.is_output and a.size == w_np.size for a in k.spec.args)]
         assert [(k.kind, k.spec.m, k.spec.n) for k in writers] == [("matmul", 40, 24)], \
             str(plan)
-        for g, r in zip(got, grads("numpy", autocast)):
+        for g, r in zip(got, grads("numpy", autocast, form)):
             want = r.numpy()
             np.testing.assert_allclose(g.numpy(), want, rtol=tol,
                                        atol=tol * np.abs(want).max())

@@ -388,6 +388,27 @@ def test_matmul_prologue_and_ints(dev):
     check(dev, lambda a, b: a @ b + 1, ia, ib)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_library_matmul_stores_an_operand_transposed_where_its_reads_run_along_rows(dev,
+                                                                                      dtype):
+    """On the library path, a prologue whose loads step along the operand's rows (``g.mT``,
+    a weight gradient's A) stores the operand transposed, and the library reads it so; B's
+    prologue reads along its columns and stores it row-major."""
+    rng = np.random.default_rng(18 if dtype == "float32" else 19)
+    g, x = rand(rng, (60, 26), dtype), rand(rng, (60, 34), dtype)
+
+    def graph(g, x):
+        return (g * 2.0).mT @ (x * 3.0 + 1.0)
+
+    with launch_params("matmul", library=True):
+        tol = 1e-4 if dtype == "float32" else 3e-2
+        check(dev, graph, g, x, rtol=tol, atol=tol)
+    plan = next(reversed(runtime.backend(dev).plans._plans.values()))  # the one just run
+    (k,) = plan.kernels
+    library = getattr(k.compiled, "kernel", k.compiled)
+    assert library.parts.transposed == {"a": True, "b": False}
+
+
 MATMUL_VARIANTS = [
     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2},
     {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "EPILOGUE_SUBTILES": 4},
@@ -552,19 +573,25 @@ def test_candidates_are_valid():
 
 
 @pytest.mark.parametrize("m, k, n", [(256, 256, 256), (1, 2048, 1000), (16, 256, 256),
-                                     (17, 256, 256)])
+                                     (17, 256, 256), (384, 4096, 384), (4096, 384, 384)])
 def test_a_large_float32_matmul_runs_on_the_library_by_default(m, k, n):
     """From LIBRARY_DEFAULT_WORK multiply-adds a float32 matmul's default (what runs untuned)
     is the library, and from FEW_ROWS_LIBRARY_WORK for FEW_ROWS rows or fewer (a classifier at
-    batch 1); the generated default tile is still a candidate; float16 keeps its tile."""
+    batch 1); the generated default tile is still a candidate. float16 keeps its tile but
+    where it gives fewer than FEW_TILES tiles over a K of LONG_K or more and at least the
+    longer side (a weight's gradient over the tokens of a batch: the library splits K)."""
     from lazyburn import autotune as at
+    from lazyburn.codegen.triton_matmul import FEW_TILES
     from lazyburn.runtime.cuda_tuning import (FEW_ROWS, FEW_ROWS_LIBRARY_WORK,
-                                              LIBRARY_DEFAULT_WORK, candidates)
+                                              LIBRARY_DEFAULT_WORK, LONG_K, candidates)
 
     work = m * k * n
     on_library = work >= LIBRARY_DEFAULT_WORK or m <= FEW_ROWS and work >= FEW_ROWS_LIBRARY_WORK
     assert on_library == ((m, k, n) != (17, 256, 256))
-    for dtype, library in (("float32", on_library), ("float16", False)):
+    split_k = k >= max(m, n, LONG_K) and work >= LIBRARY_DEFAULT_WORK and -(-m // 128) * \
+        -(-n // 128) < FEW_TILES
+    assert split_k == ((m, k, n) == (384, 4096, 384))
+    for dtype, library in (("float32", on_library), ("float16", split_k)):
         x = lb.zeros((m, k), dtype=dtype, device="numpy")
         w = lb.zeros((k, n), dtype=dtype, device="numpy")
         (kern,) = lb.explain(lb.gelu(x @ w + 1.0)).kernels

@@ -89,7 +89,16 @@ def _operand(op: str, n, origin):
         target = dt.float32
     else:
         return n
-    return cast(n, target, origin) if _called_by_user() else n
+    if not _called_by_user():
+        return n
+    if n.op == "permute" and n.buffer is None:
+        # a transposed view (``x @ w.mT``) is cast, then transposed: the same values, and the
+        # matmul's VJP sees the transpose (autograd ``_transposed``: w's gradient is then one
+        # product in w's layout)
+        (x,) = n.inputs
+        return rec.node("permute", (cast(x, target, origin),), n.attrs, n.shape, target,
+                        n.device, origin)
+    return cast(n, target, origin)
 
 
 # file name -> 0: outside the front end, 1: a front-end module with public ops, 2: a front-end

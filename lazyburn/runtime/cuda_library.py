@@ -3,7 +3,9 @@ matmul group's prologue and epilogue as Triton element-wise kernels, as Inductor
 
 Operands that are plain strided loads of one buffer go to the library as ``as_strided`` views
 (no copy); other operands are computed by a prologue kernel first, which stores them in the
-operand type. float16/bfloat16 operands are multiplied in their own type (the library
+operand type, transposed where its reads run along the operand's rows (a weight gradient's
+``g.mT``: the library reads a transposed operand at no cost, a transposing store would not
+be). float16/bfloat16 operands are multiplied in their own type (the library
 accumulates in float32 and rounds the product to the operand type); the epilogue kernel reads
 that product and widens it itself, so the library candidate costs the library call and one
 element-wise pass; where the epilogue would only store a float32 product, the library writes
@@ -30,7 +32,7 @@ class LibraryMatmul:
         self.spec = spec
         self.origin = origin
         self.allow_tf32 = bool(params.get("allow_tf32"))
-        self.parts = split_matmul(spec)
+        self.parts = split_matmul(spec, follow_source=True)
         # the product's type as the library returns it: the operands' for 16-bit operands
         self.prod_dtype = spec.a.dtype if spec.a.dtype.name in HALF else spec.acc_dtype
         self.writes_output = writes_output(spec, self.parts)
@@ -81,6 +83,8 @@ class LibraryMatmul:
         buf = backend.empty(out.size, operand.dtype, self.origin)
         self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf] +
                             list(args[len(spec.args):]))  # the scalar arguments
+        if parts.transposed[which]:  # stored (batch, cols, rows): the library reads it so
+            return buf.reshape(spec.batch, matrix[1], matrix[0]).transpose(1, 2)
         return buf.reshape(shape)
 
 

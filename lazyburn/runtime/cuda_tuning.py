@@ -10,7 +10,9 @@ Candidates (``lazyburn.autotune.Candidate``), the heuristic default first:
   (``torch.matmul``: cuBLAS, hipBLAS, with the prologue and the epilogue as element-wise
   kernels) at the same priority (first for float32 products without TF32, and the default
   from ``LIBRARY_DEFAULT_WORK`` multiply-adds on, or ``FEW_ROWS_LIBRARY_WORK`` for a product of
-  ``FEW_ROWS`` rows or fewer: Triton multiplies those on the CUDA cores),
+  ``FEW_ROWS`` rows or fewer: Triton multiplies those on the CUDA cores; and for
+  half-precision products of few tiles over a long K, where the library splits K:
+  ``library_by_default``),
   and, at level 2, persistent kernels of one or two programs per SM.
 
 At autotune level 0, and always under the interpreter, the default is used and nothing is
@@ -28,7 +30,8 @@ from __future__ import annotations
 
 from .. import autotune as at
 from ..codegen import triton as tr
-from ..codegen.triton_matmul import epilogue_subtiles
+from ..codegen.triton_matmul import FEW_TILES, epilogue_subtiles
+from ..codegen.triton_printer import HALF
 from ..fusion.kernel_ir import ElementwiseSpec, MatmulSpec, ReductionSpec
 from ..ir.shapes import pow2_at_least
 from .fused import (MAX_TUNED_WORK, Execution, describe_mismatch, output_scale,
@@ -69,6 +72,9 @@ LIBRARY_DEFAULT_WORK = 1 << 24
 #: default tile is one row of tiles, a program per 128 columns (ResNet-50's 1 x 2048 x 1000
 #: ran in 8 programs for 0.18 ms on an H200)
 FEW_ROWS, FEW_ROWS_LIBRARY_WORK = 16, 1 << 20
+#: ... and from which a half-precision one of few tiles does (32 steps of the default
+#: BLOCK_K: ``library_by_default``)
+LONG_K = 2048
 # do_bench's warm-up and measuring time per timing, in ms: a matmul candidate is slow to
 # time and a few of them decide a lot, so they get more repetitions (each timing is a median)
 BENCH_MS = {"matmul": (5, 25)}
@@ -133,17 +139,14 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
         # budget cuts short has timed it, and from LIBRARY_DEFAULT_WORK multiply-adds on it
         # is the default, which runs untuned (the generated default tile then is a candidate
         # like the others)
-        if spec.a is not None and spec.a.dtype.name == "float32" and \
+        if library_by_default(spec, default):
+            out[0] = library = at.Candidate("default", library.params, 0)
+            seen.remove(_name(default))
+            seen.add(_name(library.params))
+            add(default, 1)
+        elif spec.a is not None and spec.a.dtype.name == "float32" and \
                 not default.get("allow_tf32"):
-            work, rows = spec.batch * spec.m * spec.n * spec.k, spec.batch * spec.m
-            if work >= LIBRARY_DEFAULT_WORK or \
-                    rows <= FEW_ROWS and work >= FEW_ROWS_LIBRARY_WORK:
-                out[0] = library = at.Candidate("default", library.params, 0)
-                seen.remove(_name(default))
-                seen.add(_name(library.params))
-                add(default, 1)
-            else:
-                out.append(library)
+            out.append(library)
         tiles = []
         for bm, bn, bk, stages, warps, priority in MATMUL_TILES:
             bm, bn = fit(bm, spec.m), fit(bn, spec.n)
@@ -168,6 +171,29 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
                      "num_warps": warps, "EPILOGUE_SUBTILES": 2, "TMA": True,
                      "PROGRAMS": min(count, sm_count * per_sm)}, 1)
     return out
+
+
+def library_by_default(spec: MatmulSpec, default: dict) -> bool:
+    """Whether the library candidate is ``spec``'s untuned default.
+
+    float32 products with IEEE products from ``LIBRARY_DEFAULT_WORK`` multiply-adds on (or
+    ``FEW_ROWS_LIBRARY_WORK`` for ``FEW_ROWS`` rows or fewer); and half-precision products
+    whose default tiles would be fewer than ``FEW_TILES`` over a reduction at least as long
+    as their longer side and ``LONG_K`` at least, from ``LIBRARY_DEFAULT_WORK`` multiply-adds
+    on: each program of the generated kernel would walk the whole of K while most
+    multiprocessors idle, where the library splits K. A training step's weight gradients
+    are such products: 384 x 384 over K = 4096 (9 tiles) took 60 us in the generated kernel
+    on an H200, and the library's split-K kernels about 6 us."""
+    if spec.a is None:
+        return False
+    work, rows = spec.batch * spec.m * spec.n * spec.k, spec.batch * spec.m
+    if spec.a.dtype.name == "float32":
+        return not default.get("allow_tf32") and (
+            work >= LIBRARY_DEFAULT_WORK or rows <= FEW_ROWS and work >= FEW_ROWS_LIBRARY_WORK)
+    tiles = tr.cdiv(spec.m, default["BLOCK_M"]) * tr.cdiv(spec.n, default["BLOCK_N"]) * \
+        spec.batch
+    return spec.a.dtype.name in HALF and tiles < FEW_TILES and work >= LIBRARY_DEFAULT_WORK \
+        and spec.k >= max(spec.m, spec.n, LONG_K)
 
 
 def _name(params: dict) -> str:
