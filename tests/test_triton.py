@@ -388,16 +388,22 @@ def test_matmul_prologue_and_ints(dev):
     check(dev, lambda a, b: a @ b + 1, ia, ib)
 
 
+@pytest.mark.parametrize("form", ["transposed", "heads"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_library_matmul_stores_an_operand_transposed_where_its_reads_run_along_rows(dev,
-                                                                                      dtype):
+                                                                                      dtype,
+                                                                                      form):
     """On the library path, a prologue whose loads step along the operand's rows (``g.mT``,
-    a weight gradient's A) stores the operand transposed, and the library reads it so; B's
-    prologue reads along its columns and stores it row-major."""
-    rng = np.random.default_rng(18 if dtype == "float32" else 19)
-    g, x = rand(rng, (60, 26), dtype), rand(rng, (60, 34), dtype)
+    a weight gradient's A; or the gradient of attention heads merged back into features,
+    ``h * d + j`` along the rows) stores the operand transposed, and the library reads it
+    so; B's prologue reads along its columns and stores it row-major."""
+    rng = np.random.default_rng(18 + 2 * (dtype == "float32") + (form == "heads"))
+    g = rand(rng, (60, 26) if form == "transposed" else (2, 4, 30, 8), dtype)
+    x = rand(rng, (60, 34), dtype)
 
     def graph(g, x):
+        if form == "heads":  # (batch, heads, tokens, d) -> (batch * tokens, heads * d)
+            g = g.permute(0, 2, 1, 3).reshape(60, 32)
         return (g * 2.0).mT @ (x * 3.0 + 1.0)
 
     with launch_params("matmul", library=True):

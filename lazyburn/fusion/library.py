@@ -113,21 +113,33 @@ def _loads(roots) -> list[int]:
     return sorted({e.args[0] for e in topo_exprs(roots) if e.op == "load"})
 
 
-def _coefficient(e: Expr, var: str):
-    """How far index ``e`` moves when loop variable ``var`` grows by one: an integer when ``e``
-    is affine in ``var`` (whatever it does with other variables), else None."""
-    if e.op == "var":
-        return 1 if e.args[0] == var else 0
-    if e.op == "const":
-        return 0
-    if e.op == "idx_add":
-        a, b = _coefficient(e.args[0], var), _coefficient(e.args[1], var)
-        return None if a is None or b is None else a + b
-    if e.op == "idx_mul" and e.args[1].op == "const":
-        a = _coefficient(e.args[0], var)
-        return None if a is None else a * e.args[1].value
-    uses = any(x.op == "var" and x.args[0] == var for x in topo_exprs([e]))
-    return None if uses else 0
+_STEP_OPS = {"idx_add": lambda a, b: a + b, "idx_mul": lambda a, b: a * b,
+             "idx_div": lambda a, b: a // b, "idx_mod": lambda a, b: a % b}
+
+
+def _step(e: Expr, var: str):
+    """How far index ``e`` moves from the origin (every loop variable 0) when loop variable
+    ``var`` goes to 1: its coefficient where ``e`` is affine in ``var``, and the local stride
+    of a view that splits the variable (a row of heads, ``h * 32 + d``, moves by 1); None
+    where ``e`` is more than index arithmetic (a gathered index)."""
+    def at(point) -> int | None:
+        values: dict[int, int] = {}
+        for x in topo_exprs([e]):
+            if x.op == "var":
+                v = point.get(x.args[0], 0)
+            elif x.op == "const":
+                v = x.value
+            elif x.op in _STEP_OPS:
+                v = _STEP_OPS[x.op](values[x.args[0].id], values[x.args[1].id])
+            elif x.op == "cast":
+                v = values[x.args[0].id]
+            else:
+                return None
+            values[x.id] = v
+        return values[e.id]
+
+    origin, moved = at({}), at({var: 1})
+    return None if origin is None or moved is None else moved - origin
 
 
 def _rows_contiguous(e: Expr, rows: str, cols: str, args) -> bool:
@@ -136,7 +148,7 @@ def _rows_contiguous(e: Expr, rows: str, cols: str, args) -> bool:
     best stored transposed. ``args``: the matmul spec's arguments (for their sizes)."""
     loads = [x for x in topo_exprs([e]) if x.op == "load"]
     for x in sorted(loads, key=lambda x: -args[x.args[0]].size):
-        along_rows, along_cols = _coefficient(x.args[1], rows), _coefficient(x.args[1], cols)
+        along_rows, along_cols = _step(x.args[1], rows), _step(x.args[1], cols)
         if along_rows == 1 and along_cols != 1:
             return True
         if along_cols == 1 or (along_rows and along_cols):
