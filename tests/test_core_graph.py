@@ -43,26 +43,6 @@ def test_ops_record_without_computing():
     assert z.shape == (2, 1, 3)
 
 
-def test_a_permute_of_a_pending_permute_is_recorded_as_one():
-    """Permutes compose where they are recorded: the axes of two in a row are one node's,
-    and a pair that undoes itself is its source (``x.mT.mT`` is ``x``)."""
-    a = np.random.default_rng(1).uniform(-1, 1, (2, 3, 4)).astype(np.float32)
-    x = lb.tensor(a)
-    y = lb.permute_dims(x * 2, (1, 2, 0))
-    z = lb.permute_dims(y, (2, 0, 1))
-    assert z.node is y.node.inputs[0] and z.node.op == "mul"
-    w = lb.permute_dims(y, (1, 0, 2))
-    assert w.node.op == "permute" and w.node.attrs[0] == (2, 1, 0)
-    assert w.node.inputs[0] is y.node.inputs[0]
-    np.testing.assert_array_equal(w.numpy(), (a * 2).transpose(2, 1, 0))
-    np.testing.assert_array_equal(z.numpy(), a * 2)
-    # a realized permute is a buffer of its own: what is recorded from it reads that buffer
-    y.numpy()
-    v = y.mT
-    assert v.node.inputs[0] is y.node
-    np.testing.assert_array_equal(v.numpy(), (a * 2).transpose(1, 0, 2))
-
-
 def test_sync_realizes_every_live_pending_tensor():
     x = fresh()
     a, b = x + 1, (x * 3).sum()

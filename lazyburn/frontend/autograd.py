@@ -615,6 +615,14 @@ def _permute(g, y, xs, attrs):
     inverse = [0] * len(perm)
     for i, p in enumerate(perm):
         inverse[p] = i
+    n = g.node
+    if n.op == "permute" and n.buffer is None:
+        # the gradient is itself a permute (the transpose of a product, ``_transposed``):
+        # one permute of its source, or the source itself
+        composed = tuple(n.attrs[0][p] for p in inverse)
+        source = wrap(n.inputs[0])
+        return (source if composed == tuple(range(len(composed))) else
+                permute_dims(source, composed),)
     return (permute_dims(g, inverse),)
 
 
@@ -770,9 +778,10 @@ def _matmul(g, y, xs, attrs):
 def _transposed(x) -> bool:
     """Whether matmul operand ``x`` is a pending permute whose rows run along its source's
     last axis (a linear layer's ``weight.mT``): its gradient is then computed as the
-    transpose of a product laid out as that source is, and the permute's VJP, a permute of
-    that transpose, folds back into the product (``permute_dims``). The weight's gradient is
-    one product written where it belongs instead of a product and a transposing copy."""
+    transpose of a product laid out as that source is, and the permute's VJP composes its
+    own permute with that transpose (for a weight, into the product itself). The weight's
+    gradient is one product written where it belongs instead of a product and a
+    transposing copy."""
     n = x.node
     return n.op == "permute" and n.buffer is None and n.attrs[0][-2] == len(n.shape) - 1
 

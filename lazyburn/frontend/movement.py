@@ -56,10 +56,6 @@ def permute_dims(x, axes, origin=None):
     if sorted(perm) != list(range(nd)):
         raise ShapeError(f"permute_dims: {tuple(axes)} is not a permutation of the {nd} axes of "
                          f"a tensor of shape {n.shape}", origin)
-    if n.op == "permute" and n.buffer is None:  # a permute of a pending permute is one
-        inner = n.attrs[0]
-        perm = tuple(inner[p] for p in perm)
-        n = n.inputs[0]
     if perm == tuple(range(nd)):
         return wrap(n)
     shape = tuple(n.shape[p] for p in perm)

@@ -10,7 +10,8 @@ Burn's future work included: several broadcasted reductions over the same rows i
 2. *Stored values.* Element-wise and view nodes are fused on read: recomputed inside every group
    that reads them, unless they must be written out -- a live tensor holds them, or several
    groups read them and recomputing is not cheap (a transcendental, a gather, or a matmul
-   prologue that would recompute it per tile). What is written out is then the smallest
+   prologue that would recompute it per tile; on a GPU, ``recompute_dear``, a transcendental
+   is cheap but in a matmul prologue). What is written out is then the smallest
    value on the path, never a view chain: a view of a dear value stores the value (fused on
    write into its producer's kernel where it can be), else the dear ops' own results before
    they are broadcast (batch norm's per-channel scale), the cheap remainder fused on read.
@@ -63,12 +64,12 @@ CHEAP_OPS = frozenset(
 #: once: a few dozen instructions per element, where a store and a load cost 8 bytes each
 TRANSCENDENTAL_OPS = frozenset(
     "exp exp2 expm1 log log2 log1p sqrt rsqrt tanh sigmoid erf".split())
+_RECOMPUTED_ON_GPU = CHEAP_OPS | TRANSCENDENTAL_OPS
 MAX_DEPTH = 96  # ops in the longest chain one kernel computes inline
 #: positions at which one kernel may compute a value for each element it computes
 MAX_POSITIONS = 16
 #: cheap ops a stored value may take for its readers to recompute it instead (_recomputable)
 MAX_RECOMPUTED = 64
-_RECOMPUTED_ON_GPU = CHEAP_OPS | TRANSCENDENTAL_OPS
 #: ops that read an input at other positions than their own (each such reader adds its own)
 _GATHERS = frozenset({"take", "take_along_axis"})
 _MOVING = VIEWS | _GATHERS
