@@ -32,7 +32,7 @@ class LibraryMatmul:
         self.spec = spec
         self.origin = origin
         self.allow_tf32 = bool(params.get("allow_tf32"))
-        self.parts = split_matmul(spec, follow_source=True)
+        self.parts = split_matmul(spec, follow_source=True, local_strides=True)
         # the product's type as the library returns it: the operands' for 16-bit operands
         self.prod_dtype = spec.a.dtype if spec.a.dtype.name in HALF else spec.acc_dtype
         self.writes_output = writes_output(spec, self.parts)
