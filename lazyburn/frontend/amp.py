@@ -75,7 +75,8 @@ _LOWERABLE = (dt.float16, dt.bfloat16, dt.float32)
 
 def _operand(op: str, n, origin):
     """``record.autocast_hook``: ``n`` (an operand of public op ``op``) cast as the current
-    region's policy asks, or ``n`` itself."""
+    region's policy asks (a transposed view: its source cast, then transposed), or ``n``
+    itself."""
     target = _DTYPE.get()
     if target is None:
         return n
