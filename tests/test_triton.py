@@ -580,7 +580,7 @@ def test_candidates_are_valid():
 
 @pytest.mark.parametrize("m, k, n", [(256, 256, 256), (1, 2048, 1000), (16, 256, 256),
                                      (17, 256, 256), (384, 4096, 384), (4096, 384, 384)])
-def test_a_large_float32_matmul_runs_on_the_library_by_default(m, k, n):
+def test_large_float32_and_long_half_matmuls_run_on_the_library_by_default(m, k, n):
     """From LIBRARY_DEFAULT_WORK multiply-adds a float32 matmul's default (what runs untuned)
     is the library, and from FEW_ROWS_LIBRARY_WORK for FEW_ROWS rows or fewer (a classifier at
     batch 1); the generated default tile is still a candidate. float16 keeps its tile but
