@@ -148,6 +148,8 @@ class Partitioner:
         self.fuse = fuse
         self.max_args = max_args
         self.recompute_dear = recompute_dear
+        #: the ops a value read by several kernels may take and still be recomputed by each
+        self.recomputable = _RECOMPUTED_ON_GPU if recompute_dear else CHEAP_OPS
         self.pos = {id(n): i for i, n in enumerate(order)}
         self.consumers: dict[int, list] = {id(n): [] for n in order}
         for n in order:
@@ -294,7 +296,7 @@ class Partitioner:
 
         Within one ``_partition`` the stored set only grows, so an answer stays right while
         none of the ops it counted has been stored since: answers are kept with those ops."""
-        key = (id(n), most, until_dear, cheap_ops is CHEAP_OPS)
+        key = (id(n), most, until_dear, id(cheap_ops))
         kept = self._costs.get(key)
         if kept is not None and not any(i in stored for i in kept[2]):
             return kept[0], kept[1]
@@ -609,7 +611,7 @@ class Partitioner:
         matmuls = [by_id[i] for i in rg if i in by_id and by_id[i].kind == "matmul"]
         if len(rg) > 1:
             # (a matmul prologue would recompute a transcendental once per tile)
-            ops = CHEAP_OPS if matmuls or not self.recompute_dear else _RECOMPUTED_ON_GPU
+            ops = CHEAP_OPS if matmuls else self.recomputable
             cheap, count = self._inline_cost(n, stored, most=17, cheap_ops=ops)
             if not cheap or count > 16:
                 return True
@@ -641,7 +643,6 @@ class Partitioner:
         the value's cone and the value is not cheap); the partition then runs again with
         these values left to their readers."""
         stored = set(part.home)
-        ops = _RECOMPUTED_ON_GPU if self.recompute_dear else CHEAP_OPS
         matmul_readers = {id(a) for g in part.groups if g.kind == "matmul" for a in g.anchors}
         out = set()
         for i, g in part.home.items():
@@ -651,7 +652,7 @@ class Partitioner:
                     self.is_anchor(n) or g.kind == "matmul":
                 continue
             cheap, count = self._inline_cost(n, stored, most=MAX_RECOMPUTED + 1,
-                                             cheap_ops=ops)
+                                             cheap_ops=self.recomputable)
             if not cheap or count > MAX_RECOMPUTED:
                 continue
             if any(id(a) in matmul_readers for a in self._reading_anchors(n, stored)):
