@@ -712,7 +712,8 @@ def compile_for_sm90(spec, name: str, params: dict) -> None:
     r = tr.render(spec, name, params, target="cuda")
     fn, _ = load_kernel(r.source, name, interpret=False)
     sig = {a.name: POINTER[a.dtype.name] for a in spec.args}
-    sig.update({s.name: "i32" for s in spec.scalars})  # int32 bit patterns (cuda_replay)
+    if spec.scalars:  # their int32 bit patterns (cuda_replay.ScalarWords)
+        sig[tr.SCALAR_WORDS] = "*i32"
     try:
         triton.compile(ASTSource(fn, sig), target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": r.num_warps, "num_stages": r.num_stages})
@@ -818,11 +819,11 @@ def test_a_cuda_graph_reads_weights_in_place_and_copies_the_inputs(dev, monkeypa
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need the GPU (the "
                     "interpreter captures none)")
-def test_a_cuda_graph_is_not_replayed_with_other_scalar_values(dev, monkeypatch):
-    """A graph replays the scalar arguments it was captured with: a recorded plan whose
-    Python scalars (a learning rate over Adam's bias correction) and dropout seed change at
-    every run is captured once, dropped when its scalars change and not captured again, and
-    each run computes with its own values, bit for bit as the NumPy device."""
+def test_a_cuda_graph_replays_with_new_scalar_values(dev, monkeypatch):
+    """A graph's kernels read their scalar arguments from the program's buffer: a recorded
+    plan whose Python scalars (a learning rate over Adam's bias correction) and dropout seed
+    change at every run is captured once and replayed from its third run on, each run
+    computing with its own values, bit for bit as the NumPy device."""
     from lazyburn.runtime import cuda as lb_cuda
 
     monkeypatch.setattr(lb_cuda, "cuda_graphs", True)
@@ -846,8 +847,30 @@ def test_a_cuda_graph_is_not_replayed_with_other_scalar_values(dev, monkeypatch)
         rng.bit_generator.state = state  # the same seed for the NumPy device
         np.testing.assert_array_equal(got, update("numpy", step).numpy(), err_msg=f"{step}")
         outputs.append(got)
-    assert replayed == [0] * 6, replayed
+    assert replayed == [0, 0, 1, 1, 1, 1], replayed
     assert len({o.tobytes() for o in outputs}) == len(outputs)
+
+
+def test_scalar_arguments_are_written_once_per_change_of_their_values(dev, monkeypatch):
+    """The program's scalar buffer is written when a run's values differ from the last
+    written, and not otherwise; each kernel's words start at a multiple of 16 bytes."""
+    from lazyburn.runtime import cuda_replay
+
+    writes = []
+    real = cuda_replay.ScalarWords.write
+
+    def write(self, order):
+        before = self.written
+        real(self, order)
+        writes.append(self.written is not before)
+        assert all(start % 4 == 0 for start in self.offsets)
+
+    monkeypatch.setattr(cuda_replay.ScalarWords, "write", write)
+    x = np.random.default_rng().standard_normal(300).astype(np.float32)
+    for s in (0.5, 0.5, -3.0, 0.5, 0.5):
+        np.testing.assert_array_equal((lb.asarray(x, device=dev) * s + 1.0).numpy(),
+                                      (x * np.float32(s) + np.float32(1.0)))
+    assert writes == [True, False, True, True, False], writes
 
 
 def test_cuda_graphs_are_bounded_in_number_and_memory(dev, monkeypatch):

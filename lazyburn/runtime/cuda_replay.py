@@ -5,8 +5,10 @@ positions of its inputs, the sizes and dtypes of the buffers it allocates, and t
 that die after it. Running the plan again on fresh data is a walk over those closures. With
 ``lazyburn.runtime.cuda.cuda_graphs`` set (the default), a plan run a second time is captured
 into a CUDA graph (:class:`GraphReplay`) and replayed as one launch from its third run on,
-while its scalar arguments (recorded Python scalars, random seeds) keep the values it was
-captured with and its unchanging inputs (a model's weights) stay the same buffers.
+while its unchanging inputs (a model's weights) stay the same buffers. The kernels' scalar
+arguments (recorded Python scalars, random seeds, an optimizer's step size) are read from a
+buffer of the program (``codegen.triton.SCALAR_WORDS``), written before a run whose values
+differ from the last run's: a graph replays with new values as it does with new inputs.
 
 A kernel's fault may surface at a later launch or at the wait for the stream; the error then
 lists the kernels launched so far with their user lines. With ``LAZYBURN_SYNC_EACH=1`` the
@@ -34,6 +36,7 @@ class Program:
         # per step: the user line of the plan's first recording, and the graph position of
         # the first value the step stores (whose line, in the recording being run, is blamed)
         self.steps, self.origins, self.labels, self.stored = [], [], [], []
+        self.scalars = ScalarWords(backend, [k for k in plan.kernels if k.scalar_pos])
         out_set = set(plan.output_pos)
         read: set[int] = set()
         self.capturable = True
@@ -58,12 +61,9 @@ class Program:
                     for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:])]
             drop = [p for p in in_pos if plan.last_use.get(p) == i and p not in out_set
                     and order[p].buffer is None]
-            self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop,
-                                           k.scalar_values if k.scalar_pos else None))
+            words = self.scalars.slot(k) if k.scalar_pos else None
+            self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop, words))
         self.leaves = sorted(p for p in read if order[p].buffer is not None)
-        # a graph replays the scalar arguments it was captured with: it is replayed only for
-        # the same values, and a plan whose values change is not captured again
-        self.scalar_kernels = [k for k in plan.kernels if k.scalar_pos]
         self.graph: GraphReplay | None = None
         # the input buffers of the last run with cuda_graphs set, until the capture
         self.last_leaves: dict | None = None
@@ -85,13 +85,9 @@ class Program:
             for p in self.leaves:
                 n = order[p]
                 values[p] = n.buffer if n.device == device else b.import_buffer(n)
-        if self.graph is not None and self.scalar_kernels and \
-                self.graph.words != self.scalar_words(order):
-            b.drop_graph(self)
-            self.capturable = False
         out = None
         if self.graph is not None and b.cuda_graphs and not sync_each():
-            out = self.graph.replay(values)
+            out = self.graph.replay(values, order)
             if out is None:  # an input the graph reads in place is another buffer now
                 b.drop_graph(self)
             else:
@@ -104,10 +100,6 @@ class Program:
             b.dump(self.plan)  # after the run: kernels tuned at their first launch are final
         return out
 
-    def scalar_words(self, order) -> list:
-        """Every kernel's scalar arguments for the recording ``order``, in launch order."""
-        return [w for k in self.scalar_kernels for w in k.scalar_values(order)]
-
     def _launch(self, values: list, order) -> list:
         b = self.backend
         each = sync_each()
@@ -115,6 +107,7 @@ class Program:
         waiting = False  # the error came from waiting for the stream, not from step i itself
         try:
             with (_NO_CONTEXT if b.is_current() else b.on_device()):
+                self.scalars.write(order)
                 for i, step in enumerate(self.steps):
                     step(values, order)
                     if each:
@@ -177,11 +170,58 @@ def direct_launch(kernel):
     return None if getattr(k, "empty", True) else getattr(k, "fast", None)
 
 
-def _kernel_step(backend, kernel, in_pos, outs, drop, scalar_values=None):
+class ScalarWords:
+    """The scalar arguments of a program's ``kernels`` in one int32 buffer on the device:
+    each kernel's words (``PlannedKernel.scalar_values``, as int32 bit patterns) from an
+    offset of its own, a multiple of 4 words (16 bytes: a pointer argument's alignment, on
+    which Triton specializes). ``write(order)`` writes the values of the recording ``order``
+    on the device's stream, only when they differ from the last written: the kernels of the
+    run before have read theirs by then, in stream order."""
+
+    def __init__(self, backend, kernels):
+        self.backend = backend
+        self.kernels = kernels
+        self.offsets, n = [], 0
+        for k in kernels:
+            self.offsets.append(n)
+            n += -(-len(k.scalar_pos) // 4) * 4
+        self.start = {id(k): start for k, start in zip(kernels, self.offsets)}
+        self.words = [0] * n
+        self.written: list | None = None
+        self.buffer = None
+        if n:
+            with backend.on_device():  # (allocated for use on the device's stream)
+                self.buffer = backend.torch.empty(n, dtype=backend.torch.int32,
+                                                  device=backend.device)
+
+    def slot(self, k):
+        """Kernel ``k``'s words: its scalar argument."""
+        start = self.start[id(k)]
+        return self.buffer[start:start + len(k.scalar_pos)]
+
+    def write(self, order) -> None:
+        """Write the scalar arguments of the recording ``order`` (the device and its stream
+        current)."""
+        if not self.kernels:
+            return
+        words = self.words
+        for k, start in zip(self.kernels, self.offsets):
+            for i, w in enumerate(k.scalar_values(order), start):
+                words[i] = w - (1 << 32) if w >= 1 << 31 else w
+        if words == self.written:
+            return
+        torch = self.backend.torch
+        # a page-locked copy, which the caching host allocator keeps until the transfer is done
+        host = torch.tensor(words, dtype=torch.int32, pin_memory=not self.backend.interpret)
+        self.buffer.copy_(host, non_blocking=True)
+        self.written = list(words)
+
+
+def _kernel_step(backend, kernel, in_pos, outs, drop, words=None):
     """One kernel's launch: its output buffers allocated, then, once the kernel has launched
     through ``kernel`` (which compiles or tunes it), its compiled launcher called directly.
-    ``scalar_values(order)``, when given, gives the scalar arguments that follow the buffers
-    (as int32 bit patterns: Triton types every one alike)."""
+    ``words``, when given, is the kernel's scalar argument (``ScalarWords.slot``), after the
+    buffers."""
     empty = backend.torch.empty
     device = backend.device
     launch = None
@@ -193,8 +233,8 @@ def _kernel_step(backend, kernel, in_pos, outs, drop, scalar_values=None):
             buf = empty(numel, dtype=dtype, device=device)
             values[p] = buf
             args.append(buf)
-        if scalar_values is not None:
-            args += [v - (1 << 32) if v >= 1 << 31 else v for v in scalar_values(order)]
+        if words is not None:
+            args.append(words)
         if launch is not None:
             launch(*args, stream=backend.stream_handle)
         else:
@@ -220,7 +260,8 @@ def _copy_step(backend, src, dst):
 
 
 class GraphReplay:
-    """A plan captured into a CUDA graph (``torch.cuda.CUDAGraph``).
+    """A plan captured into a CUDA graph (``torch.cuda.CUDAGraph``). Its kernels read their
+    scalar arguments from the program's ``ScalarWords``, written before each replay.
 
     The inputs that were the same buffers in the runs before the capture (``same``: a model's
     weights) are read by the graph in place, so that a change of their contents (a weight
@@ -235,7 +276,6 @@ class GraphReplay:
         b = program.backend
         torch = b.torch
         self.program = program
-        self.words = program.scalar_words(order)  # the scalar arguments the graph holds
         self.read_in_place = {p: values[p] for p in program.leaves if p in same}
         self.copied = {p: values[p].clone() for p in program.leaves if p not in same}
         staged = [None] * program.n
@@ -262,12 +302,13 @@ class GraphReplay:
         self.nbytes = max(0, torch.cuda.memory_reserved(b.device) - reserved) + \
             sum(buf.numel() * buf.element_size() for buf in self.copied.values())
 
-    def replay(self, values: list) -> list | None:
+    def replay(self, values: list, order) -> list | None:
         for p, buf in self.read_in_place.items():
             if values[p] is not buf:
                 return None
         b = self.program.backend
         with b.on_device():
+            self.program.scalars.write(order)
             for p, buf in self.copied.items():
                 buf.copy_(values[p])
             self.graph.replay()
