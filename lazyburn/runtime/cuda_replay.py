@@ -21,6 +21,7 @@ import contextlib
 import os
 
 from ..errors import DeviceError, LazyburnError, OutOfMemoryError, kernel_fault, sync_each
+from ..fusion.kernel_ir import scalar_value
 from . import dump
 from .fused import kernel_name, kernel_origin
 
@@ -175,19 +176,24 @@ class ScalarWords:
     each kernel's words (``PlannedKernel.scalar_values``, as int32 bit patterns) from an
     offset of its own, a multiple of 4 words (16 bytes: a pointer argument's alignment, on
     which Triton specializes). ``write(order)`` writes the values of the recording ``order``
-    on the device's stream, only when they differ from the last written: the kernels of the
-    run before have read theirs by then, in stream order."""
+    on the device's stream, only when they differ from the last written (``writes`` counts
+    them): the kernels of the run before have read theirs by then, in stream order."""
 
     def __init__(self, backend, kernels):
         self.backend = backend
-        self.kernels = kernels
-        self.offsets, n = [], 0
+        self.start, n = {}, 0
+        slots: dict = {}  # graph position -> [(word index, source)]
         for k in kernels:
-            self.offsets.append(n)
+            self.start[id(k)] = n
+            for i, (s, p) in enumerate(zip(k.spec.scalars, k.scalar_pos), n):
+                slots.setdefault(p, []).append((i, s.source))
             n += -(-len(k.scalar_pos) // 4) * 4
-        self.start = {id(k): start for k, start in zip(kernels, self.offsets)}
+        self.slots = list(slots.items())
         self.words = [0] * n
-        self.written: list | None = None
+        # per position, the node its words were last computed from: a replay of ``lb.jit``
+        # keeps every node but those of the values that change
+        self.nodes: dict = {}
+        self.writes = 0
         self.buffer = None
         if n:
             with backend.on_device():  # (allocated for use on the device's stream)
@@ -202,19 +208,26 @@ class ScalarWords:
     def write(self, order) -> None:
         """Write the scalar arguments of the recording ``order`` (the device and its stream
         current)."""
-        if not self.kernels:
-            return
-        words = self.words
-        for k, start in zip(self.kernels, self.offsets):
-            for i, w in enumerate(k.scalar_values(order), start):
-                words[i] = w - (1 << 32) if w >= 1 << 31 else w
-        if words == self.written:
+        words, nodes = self.words, self.nodes
+        changed = not nodes  # (the first write)
+        for p, slots in self.slots:
+            n = order[p]
+            if nodes.get(p) is n:
+                continue
+            nodes[p] = n
+            for i, source in slots:
+                w = scalar_value(source, n)
+                if w >= 1 << 31:
+                    w -= 1 << 32
+                if words[i] != w:
+                    words[i], changed = w, True
+        if not changed or self.buffer is None:
             return
         torch = self.backend.torch
         # a page-locked copy, which the caching host allocator keeps until the transfer is done
         host = torch.tensor(words, dtype=torch.int32, pin_memory=not self.backend.interpret)
         self.buffer.copy_(host, non_blocking=True)
-        self.written = list(words)
+        self.writes += 1
 
 
 def _kernel_step(backend, kernel, in_pos, outs, drop, words=None):
@@ -307,12 +320,15 @@ class GraphReplay:
             if values[p] is not buf:
                 return None
         b = self.program.backend
+        torch = b.torch
         with b.on_device():
             self.program.scalars.write(order)
-            for p, buf in self.copied.items():
-                buf.copy_(values[p])
+            if self.copied:  # (a few launches for them all: many inputs are a model's state)
+                torch._foreach_copy_(list(self.copied.values()),
+                                     [values[p] for p in self.copied])
             self.graph.replay()
-            out = [o.clone() for o in self.outputs]
+            out = [torch.empty_like(o) for o in self.outputs]
+            torch._foreach_copy_(out, self.outputs)
         b.kernels_launched += len(self.program.steps)
         b.graphs_replayed += 1
         return out
