@@ -19,11 +19,7 @@ lazyburn's syncs then return once their kernels are queued,
 ``lazyburn.runtime.cuda.synchronous = False``), ms per step; kernels per step (lazyburn's
 launch counter, PyTorch's from its profiler) and the peak of device memory a step allocates
 beyond what is held between steps (``torch.cuda.max_memory_allocated``: lazyburn's buffers
-come from PyTorch's allocator). lazyburn's step, recorded or jitted, is captured as a CUDA
-graph at its second run (``lazyburn.runtime.cuda.cuda_graphs``, the default): the memory its
-graphs hold (the step's temporaries, the copies of its inputs and outputs) is printed apart,
-since it is held between steps; with ``--jit`` the jitted step is also timed kernel by
-kernel (``cuda_graphs`` off) as a row of its own.
+come from PyTorch's allocator).
 Both sides run in one process, with PyTorch and transformers imported: Python's cyclic
 collector then makes a full collection (about 140 ms on an H200's host) every few lazyburn
 steps, whose recorded graphs (some 9 000 objects a step) count towards its threshold; the
@@ -280,16 +276,10 @@ def main(argv=None) -> int:
     per_step = backend.kernels_launched - launched
     rows = [("lazyburn", *timed(lazy_step), per_step)]
     if args.jit:
-        replays, graphs = jitted.replays, backend.graphs_replayed
+        replays = jitted.replays
         rows.append(("lazyburn jit", *timed(jit_step), per_step))
         print(f"lazyburn jit: {jitted.replays - replays} of {2 * args.timed} timed steps "
-              f"replayed, {backend.graphs_replayed - graphs} of them as a CUDA graph; the "
-              f"device's CUDA graphs hold {backend.graph_memory / 2**20:.0f} MB")
-        lb.runtime.cuda.cuda_graphs = False
-        try:
-            rows.append(("jit, no graph", *timed(jit_step), per_step))
-        finally:
-            lb.runtime.cuda.cuda_graphs = True
+              f"replayed")
     eager = lambda k: torch_step(k, ref)  # noqa: E731
     rows.append(("PyTorch eager", *timed(eager), profiled_kernels(eager)))
     if not args.no_compile:

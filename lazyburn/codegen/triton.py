@@ -2,8 +2,7 @@
 
 Sizes are baked into the source as constants, and so are the launch parameters (block sizes),
 so the module that Triton compiles is exactly what a dump shows. The kernels take only buffer
-pointers (a kernel's scalar arguments are read from one more buffer, ``SCALAR_WORDS``); the
-grid and the compile options (``num_warps``, ``num_stages``) come back in
+pointers; the grid and the compile options (``num_warps``, ``num_stages``) come back in
 :class:`RenderedKernel`.
 
 * Element-wise: a 1-D blocked kernel, ``i = pid * BLOCK + tl.arange(0, BLOCK)``, masked only
@@ -83,17 +82,7 @@ from .triton_sort import render_sort, sort_params
 #: more).
 LLVM_OPT_LEVEL = 1
 
-#: The one pointer argument, after the buffers, through which a kernel with scalar arguments
-#: (recorded Python scalars, a random draw's seed words; ``KernelSpec.scalars``) reads them: an
-#: int32 buffer holding each as its int32 bit pattern(s), in order, which the kernel loads at
-#: its start. Values in device memory rather than in the launch's arguments let a CUDA graph
-#: captured once replay with new values (the runtime writes the buffer before the replay), and
-#: leave Triton nothing to specialize on (a value of 1 or a multiple of 16 would compile
-#: another kernel). The buffer's address must be a multiple of 16 bytes, as every pointer
-#: argument's is (Triton specializes on that).
-SCALAR_WORDS = "scalar_words"
-
-__all__ = ["LLVM_OPT_LEVEL", "PERSISTENT_MAX", "SCALAR_WORDS", "TL_MATH", "RenderedKernel", "TritonPrinter",
+__all__ = ["LLVM_OPT_LEVEL", "PERSISTENT_MAX", "TL_MATH", "RenderedKernel", "TritonPrinter",
            "cdiv", "default_params", "outer_reduction", "render", "tma_operands", "uses_dot"]
 
 
@@ -121,14 +110,15 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
     params_text = ", ".join(f"{k}={v}" for k, v in sorted(full.items()))
-    params_list = [a.name for a in spec.args] + ([SCALAR_WORDS] if spec.scalars else [])
-    head = ["@triton.jit", f"def {name}({', '.join(params_list)}):",
+    params_list = [a.name for a in spec.args] + [sc.name for sc in spec.scalars]
+    # a scalar argument is a runtime value (a random draw's seed words): Triton must not
+    # specialize on it (a value of 1 or a multiple of 16 would compile another kernel)
+    jit = "@triton.jit" if not spec.scalars else \
+        f"@triton.jit(do_not_specialize={[sc.name for sc in spec.scalars]!r})"
+    head = [jit, f"def {name}({', '.join(params_list)}):",
             f"    # launch: grid={grid}, num_warps={warps}, num_stages={stages}; {params_text}"]
     if target == "cuda":
         head.append(f"    # compiled with LLVM -O{LLVM_OPT_LEVEL}")
-    # the scalar arguments' words, read from device memory (see SCALAR_WORDS)
-    head += [f"    {sc.name} = tl.load({SCALAR_WORDS} + {i})"
-             for i, sc in enumerate(spec.scalars)]
     source = p.module(head + indent(body))
     return RenderedKernel(name, source, grid, warps, stages, full)
 

@@ -24,11 +24,10 @@ Module settings:
   so a device fault is reported by the sync that caused it. False: a sync returns once its
   kernels are queued, as PyTorch's ops do (the host runs ahead; downloads, copies and
   ``to_torch`` still wait for the work they need), which hides launch overhead.
-  ``cuda_graphs`` (True): a plan run a second time is captured into a CUDA graph and
-  replayed as one launch from its third run on (the inputs that stayed the same buffers read
-  in place, the others copied into the graph's buffers, the outputs copied out, the scalar
-  arguments written to the buffer its kernels read them from; see
-  ``cuda_replay.GraphReplay``): ResNet-50 at batch 1 in float32 on an H200,
+  ``cuda_graphs`` (True): a plan run a second time with the same scalar arguments is captured
+  into a CUDA graph and replayed as one launch from its third run on (the inputs that stayed
+  the same buffers read in place, the others copied into the graph's buffers, the outputs
+  copied out; see ``cuda_replay.GraphReplay``): ResNet-50 at batch 1 in float32 on an H200,
   57 kernels, took 4.6 ms replayed a kernel at a time and 1.2 ms as a graph. At most
   ``MAX_CUDA_GRAPHS`` graphs live per device, holding at most ``CUDA_GRAPH_MEMORY_FRACTION``
   of its memory (each holds its plan's temporaries), the least recently replayed dropped
@@ -578,8 +577,8 @@ class TritonKernel:
     The first launch goes through ``JITFunction[grid](...)`` (which compiles, or finds the
     binary in Triton's cache); later launches call the compiled kernel directly. This is safe
     because every buffer argument is a whole buffer from the caching allocator (aligned like
-    the first one), sizes are baked into the source, and a kernel's scalar arguments are read
-    from a buffer (``codegen.triton.SCALAR_WORDS``) aligned like the others."""
+    the first one), sizes are baked into the source, and the only scalar arguments (a random
+    draw's seed words, int32 bit patterns) are excluded from Triton's specialization."""
 
     suffix, comment = ".py", "#"
     execution = Execution(CudaBackend.generated)

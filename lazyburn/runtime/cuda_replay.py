@@ -5,10 +5,8 @@ positions of its inputs, the sizes and dtypes of the buffers it allocates, and t
 that die after it. Running the plan again on fresh data is a walk over those closures. With
 ``lazyburn.runtime.cuda.cuda_graphs`` set (the default), a plan run a second time is captured
 into a CUDA graph (:class:`GraphReplay`) and replayed as one launch from its third run on,
-while its unchanging inputs (a model's weights) stay the same buffers. The kernels' scalar
-arguments (recorded Python scalars, random seeds, an optimizer's step size) are read from a
-buffer of the program (``codegen.triton.SCALAR_WORDS``), written before a run whose values
-differ from the last run's: a graph replays with new values as it does with new inputs.
+while its scalar arguments (recorded Python scalars, random seeds) keep the values it was
+captured with and its unchanging inputs (a model's weights) stay the same buffers.
 
 A kernel's fault may surface at a later launch or at the wait for the stream; the error then
 lists the kernels launched so far with their user lines. With ``LAZYBURN_SYNC_EACH=1`` the
@@ -21,7 +19,6 @@ import contextlib
 import os
 
 from ..errors import DeviceError, LazyburnError, OutOfMemoryError, kernel_fault, sync_each
-from ..fusion.kernel_ir import scalar_value
 from . import dump
 from .fused import kernel_name, kernel_origin
 
@@ -37,7 +34,6 @@ class Program:
         # per step: the user line of the plan's first recording, and the graph position of
         # the first value the step stores (whose line, in the recording being run, is blamed)
         self.steps, self.origins, self.labels, self.stored = [], [], [], []
-        self.scalars = ScalarWords(backend, [k for k in plan.kernels if k.scalar_pos])
         out_set = set(plan.output_pos)
         read: set[int] = set()
         self.capturable = True
@@ -62,9 +58,17 @@ class Program:
                     for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:])]
             drop = [p for p in in_pos if plan.last_use.get(p) == i and p not in out_set
                     and order[p].buffer is None]
-            words = self.scalars.slot(k) if k.scalar_pos else None
-            self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop, words))
+            self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop,
+                                           k.scalar_values if k.scalar_pos else None))
         self.leaves = sorted(p for p in read if order[p].buffer is not None)
+        # a graph replays the scalar arguments it was captured with: it is replayed only for
+        # the same values, and a plan whose values change (a training step's bias correction,
+        # a dropout seed) is not captured again. Kernels that read their scalars from a device
+        # buffer instead, which a graph replays with new values, were exact under Triton's
+        # interpreter but not compiled: in a fused element-wise kernel of 32 int64 results
+        # (the op sweep's scalar family), LLVM inside Triton 3.6 at levels 1 to 3 gave
+        # (-1) ** x the wrong sign for some x on an H200; at level 0 it was exact
+        self.scalar_kernels = [k for k in plan.kernels if k.scalar_pos]
         self.graph: GraphReplay | None = None
         # the input buffers of the last run with cuda_graphs set, until the capture
         self.last_leaves: dict | None = None
@@ -86,9 +90,13 @@ class Program:
             for p in self.leaves:
                 n = order[p]
                 values[p] = n.buffer if n.device == device else b.import_buffer(n)
+        if self.graph is not None and self.scalar_kernels and \
+                self.graph.words != self.scalar_words(order):
+            b.drop_graph(self)
+            self.capturable = False
         out = None
         if self.graph is not None and b.cuda_graphs and not sync_each():
-            out = self.graph.replay(values, order)
+            out = self.graph.replay(values)
             if out is None:  # an input the graph reads in place is another buffer now
                 b.drop_graph(self)
             else:
@@ -101,6 +109,10 @@ class Program:
             b.dump(self.plan)  # after the run: kernels tuned at their first launch are final
         return out
 
+    def scalar_words(self, order) -> list:
+        """Every kernel's scalar arguments for the recording ``order``, in launch order."""
+        return [w for k in self.scalar_kernels for w in k.scalar_values(order)]
+
     def _launch(self, values: list, order) -> list:
         b = self.backend
         each = sync_each()
@@ -108,7 +120,6 @@ class Program:
         waiting = False  # the error came from waiting for the stream, not from step i itself
         try:
             with (_NO_CONTEXT if b.is_current() else b.on_device()):
-                self.scalars.write(order)
                 for i, step in enumerate(self.steps):
                     step(values, order)
                     if each:
@@ -171,70 +182,11 @@ def direct_launch(kernel):
     return None if getattr(k, "empty", True) else getattr(k, "fast", None)
 
 
-class ScalarWords:
-    """The scalar arguments of a program's ``kernels`` in one int32 buffer on the device:
-    each kernel's words (``PlannedKernel.scalar_values``, as int32 bit patterns) from an
-    offset of its own, a multiple of 4 words (16 bytes: a pointer argument's alignment, on
-    which Triton specializes). ``write(order)`` writes the values of the recording ``order``
-    on the device's stream, only when they differ from the last written (``writes`` counts
-    them): the kernels of the run before have read theirs by then, in stream order."""
-
-    def __init__(self, backend, kernels):
-        self.backend = backend
-        self.start, n = {}, 0
-        slots: dict = {}  # graph position -> [(word index, source)]
-        for k in kernels:
-            self.start[id(k)] = n
-            for i, (s, p) in enumerate(zip(k.spec.scalars, k.scalar_pos), n):
-                slots.setdefault(p, []).append((i, s.source))
-            n += -(-len(k.scalar_pos) // 4) * 4
-        self.slots = list(slots.items())
-        self.words = [0] * n
-        # per position, the node its words were last computed from: a replay of ``lb.jit``
-        # keeps every node but those of the values that change
-        self.nodes: dict = {}
-        self.writes = 0
-        self.buffer = None
-        if n:
-            with backend.on_device():  # (allocated for use on the device's stream)
-                self.buffer = backend.torch.empty(n, dtype=backend.torch.int32,
-                                                  device=backend.device)
-
-    def slot(self, k):
-        """Kernel ``k``'s words: its scalar argument."""
-        start = self.start[id(k)]
-        return self.buffer[start:start + len(k.scalar_pos)]
-
-    def write(self, order) -> None:
-        """Write the scalar arguments of the recording ``order`` (the device and its stream
-        current)."""
-        words, nodes = self.words, self.nodes
-        changed = not nodes  # (the first write)
-        for p, slots in self.slots:
-            n = order[p]
-            if nodes.get(p) is n:
-                continue
-            nodes[p] = n
-            for i, source in slots:
-                w = scalar_value(source, n)
-                if w >= 1 << 31:
-                    w -= 1 << 32
-                if words[i] != w:
-                    words[i], changed = w, True
-        if not changed or self.buffer is None:
-            return
-        torch = self.backend.torch
-        # a page-locked copy, which the caching host allocator keeps until the transfer is done
-        host = torch.tensor(words, dtype=torch.int32, pin_memory=not self.backend.interpret)
-        self.buffer.copy_(host, non_blocking=True)
-        self.writes += 1
-
-
-def _kernel_step(backend, kernel, in_pos, outs, drop, words=None):
+def _kernel_step(backend, kernel, in_pos, outs, drop, scalar_values=None):
     """One kernel's launch: its output buffers allocated, then, once the kernel has launched
     through ``kernel`` (which compiles or tunes it), its compiled launcher called directly.
-    ``words``, when given, is the kernel's scalar argument (``ScalarWords.slot``), after the
-    buffers."""
+    ``scalar_values(order)``, when given, gives the scalar arguments that follow the buffers
+    (as int32 bit patterns: Triton types every one alike)."""
     empty = backend.torch.empty
     device = backend.device
     launch = None
@@ -246,8 +198,8 @@ def _kernel_step(backend, kernel, in_pos, outs, drop, words=None):
             buf = empty(numel, dtype=dtype, device=device)
             values[p] = buf
             args.append(buf)
-        if words is not None:
-            args.append(words)
+        if scalar_values is not None:
+            args += [v - (1 << 32) if v >= 1 << 31 else v for v in scalar_values(order)]
         if launch is not None:
             launch(*args, stream=backend.stream_handle)
         else:
@@ -273,8 +225,7 @@ def _copy_step(backend, src, dst):
 
 
 class GraphReplay:
-    """A plan captured into a CUDA graph (``torch.cuda.CUDAGraph``). Its kernels read their
-    scalar arguments from the program's ``ScalarWords``, written before each replay.
+    """A plan captured into a CUDA graph (``torch.cuda.CUDAGraph``).
 
     The inputs that were the same buffers in the runs before the capture (``same``: a model's
     weights) are read by the graph in place, so that a change of their contents (a weight
@@ -289,6 +240,7 @@ class GraphReplay:
         b = program.backend
         torch = b.torch
         self.program = program
+        self.words = program.scalar_words(order)  # the scalar arguments the graph holds
         self.read_in_place = {p: values[p] for p in program.leaves if p in same}
         self.copied = {p: values[p].clone() for p in program.leaves if p not in same}
         staged = [None] * program.n
@@ -315,20 +267,20 @@ class GraphReplay:
         self.nbytes = max(0, torch.cuda.memory_reserved(b.device) - reserved) + \
             sum(buf.numel() * buf.element_size() for buf in self.copied.values())
 
-    def replay(self, values: list, order) -> list | None:
+    def replay(self, values: list) -> list | None:
         for p, buf in self.read_in_place.items():
             if values[p] is not buf:
                 return None
         b = self.program.backend
         torch = b.torch
         with b.on_device():
-            self.program.scalars.write(order)
             if self.copied:  # (a few launches for them all: many inputs are a model's state)
                 torch._foreach_copy_(list(self.copied.values()),
                                      [values[p] for p in self.copied])
             self.graph.replay()
             out = [torch.empty_like(o) for o in self.outputs]
-            torch._foreach_copy_(out, self.outputs)
+            if out:
+                torch._foreach_copy_(out, self.outputs)
         b.kernels_launched += len(self.program.steps)
         b.graphs_replayed += 1
         return out
