@@ -533,13 +533,6 @@ class CudaBackend(FusedBackend):
                 program.capturable = False
                 break
 
-    @property
-    def graph_memory(self) -> int:
-        """Bytes the live CUDA graphs hold (their temporaries and outputs, and the copies of
-        their inputs): device memory taken beyond what ``torch.cuda.memory_allocated``
-        counts between runs."""
-        return sum(self._graphs.values())
-
     def replayed_graph(self, program) -> None:
         """Note that ``program``'s graph was replayed (the last to be dropped)."""
         self._graphs.move_to_end(program)
