@@ -221,10 +221,12 @@ def test_large_elementwise_kernel_tunes_a_representative_prefix(dev, monkeypatch
     a = rng.standard_normal((300, 1000), dtype=np.float32)
     got = (lb.exp(lb.tensor(a, device=dev)) * 2).numpy()
     np.testing.assert_allclose(got, np.exp(a) * 2, rtol=2e-6)
-    (entry,) = _entries(dev)
-    assert entry.key.shape == (16384,)  # 16 rows of 1000
+    entries = _entries(dev)
+    (entry,) = [e for e in entries if e.key.shape == (16384,)]  # 16 rows of 1000
+    # another winner than the default is timed against it at 300 x 1000, in the real outputs
+    assert len(entries) == (1 if entry.winner == "default" else 2)
     assert sizes == [16000 * 4, 16000 * 4]  # the prefix's reference and its scratch set
-    assert autotune.stats.tunes == 1 and autotune.stats.untuned == 0
+    assert autotune.stats.tunes == len(entries) and autotune.stats.untuned == 0
 
 
 def test_large_reduction_tunes_a_representative_or_keeps_its_default(dev, monkeypatch,
@@ -239,13 +241,15 @@ def test_large_reduction_tunes_a_representative_or_keeps_its_default(dev, monkey
     # rows of the input stored row by row: a prefix of 16 rows represents it
     got = lb.softmax(lb.tensor(a, device=dev), axis=-1).numpy()
     np.testing.assert_allclose(got, softmax(a, -1), rtol=1e-5, atol=1e-7)
-    (entry,) = _entries(dev)
-    assert entry.key.shape == (16, 1024)
+    entries = _entries(dev)
+    (entry,) = [e for e in entries if e.key.shape == (16, 1024)]
+    # another winner than the default is timed against it at the kernel's own size
+    assert len(entries) == (1 if entry.winner == "default" else 2)
     # over axis 0 the broadcast result is stored column by column over the whole output: no
     # prefix of the columns writes a small part of it, so the default runs, untuned
     got = lb.softmax(lb.tensor(a, device=dev), axis=0).numpy()
     np.testing.assert_allclose(got, softmax(a, 0), rtol=1e-5, atol=1e-7)
-    assert autotune.stats.untuned == 1 and len(_entries(dev)) == 1
+    assert autotune.stats.untuned == 1 and len(_entries(dev)) == len(entries)
 
 
 def test_representative_specs():
@@ -267,6 +271,58 @@ def test_representative_specs():
     (mm,) = [k.spec for k in lb.explain(x @ w).kernels]
     assert fused.representative(mm, 2 * 8 * 5000).m == 2
     assert fused.representative(mm, 1000) is None  # B alone is more work than that
+
+
+@pytest.mark.parametrize("faster_at_own_size", [False, True], ids=["default", "winner"])
+def test_a_representatives_winner_is_timed_against_the_default_at_the_kernels_own_size(
+        dev, monkeypatch, small_budget, faster_at_own_size):
+    """A representative's winner other than the default runs the real launch only if it is
+    also faster than the default at the kernel's own size (a launch's speed on a prefix of
+    the work need not carry over). The timer is stubbed: every other candidate takes half
+    the default's time on the prefix and, at the kernel's size, twice it or half it."""
+    backend = runtime.backend(dev)
+    module = _tuning_module(dev)
+    made: dict = {}  # id(kernel) -> (its params, the numel it was built for)
+    build = type(backend).build
+
+    def building(self, k, name, params, origin):
+        kernel = build(self, k, name, params, origin)
+        made[id(kernel)] = (dict(params), k.spec.numel)
+        return kernel
+
+    size = 300 * 1000
+
+    def launch_time(self, kernel, args):
+        params, numel = made[id(kernel)]
+        default = dict(module.candidates(backend, self.k)[0].params)
+        if params == default:
+            return 1e-3
+        if numel < size:  # the representative
+            return 0.5e-3
+        return 0.5e-3 if faster_at_own_size else 2e-3
+
+    monkeypatch.setattr(type(backend), "build", building)
+    monkeypatch.setattr(module.TunedKernel, "launch_time", launch_time)
+    a = np.random.default_rng(14).standard_normal((300, 1000), dtype=np.float32)
+    got = (lb.exp(lb.tensor(a, device=dev)) * 2).numpy()
+    np.testing.assert_allclose(got, np.exp(a) * 2, rtol=2e-6)
+    plan = next(iter(backend.plans._plans.values()))
+    (k,) = plan.kernels
+    params, numel = made[id(k.compiled)]
+    default = module.candidates(backend, k)[0]
+    assert numel == size and (params != dict(default.params)) == faster_at_own_size
+    prefix, own = sorted(_entries(dev), key=lambda e: np.prod(e.key.shape))
+    assert own.key.shape == autotune.shape_bucket((size,)) and prefix.key.shape == (16384,)
+    assert prefix.winner != default.name  # the prefix's search picked another candidate
+    assert set(own.timings) == {default.name, prefix.winner}  # the pair, timed at 300 x 1000
+    assert (own.winner == prefix.winner) == faster_at_own_size
+    assert autotune.stats.tunes == 2
+    backend.plans.clear()  # a new plan: both answers come from the cache
+    y = lb.exp(lb.tensor(a, device=dev)) * 2
+    plan, _ = backend.prepare([y.node])
+    assert plan.kernels[0].compiled.cached_choice().name == own.winner  # what explain says
+    np.testing.assert_allclose(y.numpy(), np.exp(a) * 2, rtol=2e-6)
+    assert autotune.stats.tunes == 2 and autotune.stats.hits >= 2
 
 
 @pytest.mark.skipif("opencl:0" not in FUSED_DEVICES, reason="no OpenCL device")
