@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 import time
+
+from fresh_processes import print_table, run_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,13 +91,13 @@ def torch_process(args, compiled: bool) -> str:
     return f"{times[0]:.2f} {times[1] * 1e3:.1f} - - -"
 
 
-#: (row, lazyburn or torch, settings, whether its caches start empty)
-ROWS = [("lazyburn, empty caches", "lazyburn", {}, True),
-        ("lazyburn, second process", "lazyburn", {}, False),
-        ("lazyburn, third process", "lazyburn", {}, False),
-        ("lazyburn, tuning off", "lazyburn", {"LAZYBURN_AUTOTUNE": "0"}, True),
-        ("torch.compile", "compile", {}, True),
-        ("PyTorch eager", "eager", {}, True)]
+#: (row, the side its process runs, settings, whether its caches start empty)
+ROWS = [("lazyburn, empty caches", ["lazyburn"], {}, True),
+        ("lazyburn, second process", ["lazyburn"], {}, False),
+        ("lazyburn, third process", ["lazyburn"], {}, False),
+        ("lazyburn, tuning off", ["lazyburn"], {"LAZYBURN_AUTOTUNE": "0"}, True),
+        ("torch.compile", ["compile"], {}, True),
+        ("PyTorch eager", ["eager"], {}, True)]
 
 
 def main(argv=None) -> int:
@@ -112,30 +112,12 @@ def main(argv=None) -> int:
             torch_process(args, args.one == "compile")
         print(f"RESULT {line}")
         return 0
-    out = []
-    with tempfile.TemporaryDirectory() as scratch:
-        cache = None
-        for i, (name, side, settings, fresh) in enumerate(ROWS):
-            if fresh:
-                cache = os.path.join(scratch, str(i))
-            env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYBURN_AUTOTUNE")}
-            env.update(settings, LAZYBURN_CACHE_DIR=cache, POCL_KERNEL_CACHE="0",
-                       TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"))
-            cmd = [sys.executable, os.path.abspath(__file__), "--one", side, "--device",
-                   args.device, "--batch", str(args.batch), "--seq", str(args.seq)]
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT")), None)
-            if done.returncode or line is None:
-                print(done.stdout[-2000:], done.stderr[-4000:], file=sys.stderr)
-                return 1
-            out.append((name, *line.split()[1:]))
-            print(f"  {name}: {line}", file=sys.stderr, flush=True)
-    print(f"all-MiniLM-L6-v2, batch {args.batch} x {args.seq}; lazyburn on {args.device}")
-    print(f"{'':26s} {'first call s':>12s} {'second ms':>10s} {'tuned':>6s} {'left':>5s} "
-          f"{'compiled':>9s}")
-    for name, first, second, tuned, left, compiled in out:
-        print(f"{name:26s} {float(first):12.2f} {float(second):10.1f} {tuned:>6s} {left:>5s} "
-              f"{compiled:>9s}")
+    out = run_rows(__file__, ROWS, ["--device", args.device, "--batch", str(args.batch),
+                                    "--seq", str(args.seq)])
+    if out is None:
+        return 1
+    print_table(f"all-MiniLM-L6-v2, batch {args.batch} x {args.seq}; lazyburn on "
+                f"{args.device}", "first call s", out)
     return 0
 
 

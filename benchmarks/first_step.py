@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 import time
+
+from fresh_processes import print_table, run_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,10 +67,10 @@ def one_process(args) -> None:
           f"{autotune.stats.deferred} {getattr(backend, 'compiles', 0) - compiles}")
 
 
-ROWS = [("autotune off", {"LAZYBURN_AUTOTUNE": "0"}, True),
-        ("tuning unbounded", {"LAZYBURN_AUTOTUNE_PROCESS_BUDGET": "inf"}, True),
-        ("tuning, 5 s budget", {}, True),
-        ("second process", {}, False)]
+ROWS = [("autotune off", [], {"LAZYBURN_AUTOTUNE": "0"}, True),
+        ("tuning unbounded", [], {"LAZYBURN_AUTOTUNE_PROCESS_BUDGET": "inf"}, True),
+        ("tuning, 5 s budget", [], {}, True),
+        ("second process", [], {}, False)]
 
 
 def main(argv=None) -> int:
@@ -85,32 +85,14 @@ def main(argv=None) -> int:
     if args.one:
         one_process(args)
         return 0
-    out = []
-    with tempfile.TemporaryDirectory() as scratch:
-        cache = None
-        for i, (name, settings, fresh) in enumerate(ROWS):
-            if fresh:
-                cache = os.path.join(scratch, str(i))
-            env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYBURN_AUTOTUNE")}
-            env.update(settings, LAZYBURN_CACHE_DIR=cache, POCL_KERNEL_CACHE="0",
-                       TRITON_CACHE_DIR=os.path.join(cache, "triton"))
-            cmd = [sys.executable, os.path.abspath(__file__), "--one", "--device", args.device,
-                   "--layers", str(args.layers), "--hidden", str(args.hidden), "--batch",
-                   str(args.batch), "--seq", str(args.seq)]
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT")), None)
-            if done.returncode or line is None:
-                print(done.stdout[-2000:], done.stderr[-4000:], file=sys.stderr)
-                return 1
-            out.append((name, *line.split()[1:]))
-            print(f"  {name}: {line}", file=sys.stderr, flush=True)
-    print(f"{args.device}: BERT masked-LM step, {args.layers} layers, hidden {args.hidden}, "
-          f"vocab 30 522, batch {args.batch} x {args.seq}")
-    print(f"{'':20s} {'first step s':>12s} {'second ms':>10s} {'tuned':>6s} {'left':>5s} "
-          f"{'compiled':>9s}")
-    for name, first, second, tuned, left, compiled in out:
-        print(f"{name:20s} {float(first):12.2f} {float(second):10.1f} {tuned:>6s} {left:>5s} "
-              f"{compiled:>9s}")
+    out = run_rows(__file__, ROWS, [
+        "--device", args.device, "--layers", str(args.layers), "--hidden", str(args.hidden),
+        "--batch", str(args.batch), "--seq", str(args.seq)])
+    if out is None:
+        return 1
+    print_table(f"{args.device}: BERT masked-LM step, {args.layers} layers, hidden "
+                f"{args.hidden}, vocab 30 522, batch {args.batch} x {args.seq}",
+                "first step s", out)
     return 0
 
 
