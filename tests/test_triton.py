@@ -1018,6 +1018,62 @@ def test_first_launch_tuning_runs_checks_and_caches(dev, monkeypatch):
     assert at.stats.hits == hits + 1
 
 
+@pytest.mark.parametrize("faster_whole", [False, True], ids=["default", "winner"])
+def test_a_representatives_winner_is_timed_against_the_default_at_full_size(
+        dev, monkeypatch, tmp_path, faster_whole):
+    """A kernel tuned on a representative prefix runs the prefix's winner only if it is also
+    faster than the default at the kernel's own size. The timer is stubbed: the other
+    candidate takes half the default's time on the prefix and, whole, twice it or half it."""
+    import triton.testing
+
+    from lazyburn import autotune as at
+
+    real = cuda_tuning.candidates
+
+    def with_alternative(spec, interpret=False, sm_count=None, tma=False):
+        base = real(spec, interpret, sm_count, tma)
+        return base + [at.Candidate("BLOCK=64", {**base[0].params, "BLOCK": 64}, 1)]
+
+    size = 30 * 1000
+    last = []  # (candidate's BLOCK, the elements it was built for) of the last launch
+    build = cuda_tuning.TunedKernel._build
+
+    def building(self, c, spec=None):
+        kernel = build(self, c, spec)
+
+        def launch(backend, args):
+            last[:] = [(c.params["BLOCK"], (spec or self.spec).numel)]
+            kernel(backend, args)
+        return launch
+
+    def bench(fn, **kw):  # ms
+        fn()
+        block, numel = last[0]
+        if block != 64:
+            return 1.0
+        return 0.5 if numel < size or faster_whole else 2.0
+
+    monkeypatch.setattr(cuda_tuning, "candidates", with_alternative)
+    monkeypatch.setattr(cuda_tuning.TunedKernel, "_build", building)
+    monkeypatch.setattr(cuda_tuning, "MAX_TUNED_WORK", {"elementwise": 1 << 12})
+    monkeypatch.setattr(triton.testing, "do_bench", bench)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "interpreter")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
+    monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "inf")
+    runtime.backend(dev).plans.clear()
+    runtime.backend(dev)._programs.clear()
+    a = np.random.default_rng(23).standard_normal((30, 1000)).astype(np.float32)
+    tunes = at.stats.tunes
+    got = (lb.exp(lb.asarray(a, device=dev)) * 2).numpy()
+    np.testing.assert_allclose(got, np.exp(a) * 2, rtol=2e-6)
+    entries = sorted(at.default_cache().entries(), key=lambda e: np.prod(e.key.shape))
+    assert [e.winner for e in entries] == ["BLOCK=64", "BLOCK=64" if faster_whole else "default"]
+    assert at.stats.tunes == tunes + 2  # the prefix's search, then the pair at full size
+    block, numel = last[0]  # the real launch
+    assert numel == size and (block == 64) == faster_whole
+
+
 def test_a_half_product_of_few_tiles_takes_narrower_ones():
     """Half-precision products take 128 x 256 tiles by default, 128 x 128 where those would
     be fewer than a GPU has multiprocessors (a 4096 x 384 product over a vocabulary: 64 tiles

@@ -23,8 +23,10 @@ reference on the device (integers and bools exactly, floats within ``fused.toler
 timed with ``triton.testing.do_bench`` (CUDA events; medians of do_bench medians until stable,
 L2 flushed before each run), all within the tuning budget (``LAZYBURN_AUTOTUNE_BUDGET``, which
 counts Triton's compile of each candidate too). A kernel with more work than
-``fused.MAX_TUNED_WORK`` is tuned on a representative prefix (``fused.representative``). The
-median times of the candidates are kept on the kernel (``TunedKernel.timings``).
+``fused.MAX_TUNED_WORK`` is tuned on a representative prefix (``fused.representative``), and
+a winner there other than the default is timed against it at the kernel's own size before it
+runs the kernel. The median times of the candidates are kept on the kernel
+(``TunedKernel.timings``).
 """
 from __future__ import annotations
 
@@ -323,26 +325,61 @@ class TunedKernel:
                             f"{best.name}, the winner at {_shape(spec)}, is not a candidate "
                             f"at {_shape(real)}")
             chosen = self.candidates[0]
+        if chosen.name != self.candidates[0].name:
+            return self._confirm(args, chosen, warmup, rep)
         return self._build(chosen), False
+
+    def _confirm(self, args, chosen, warmup, rep):
+        """``(kernel, False)``: ``chosen`` (a representative's winner, not the default) or the
+        default, whichever runs this kernel at its own size in less time, as
+        ``fused.FirstLaunchTuner._confirm`` decides on the other devices (both run into the
+        kernel's own outputs; the caller runs the winner once more)."""
+        from triton.testing import do_bench
+
+        b = self.backend
+        built: dict = {}
+
+        def kernel_of(c):
+            if c.name not in built:
+                built[c.name] = self._build(c)
+            return built[c.name]
+
+        def run(c):
+            kernel_of(c)(b, args)
+            b.finish()
+
+        def time(c):
+            k = kernel_of(c)
+            return do_bench(lambda: k(b, args), warmup=warmup, rep=rep,
+                            return_mode="median") * 1e-3
+
+        with b.on_device():
+            best = at.tune(self._key(self.spec), [self.candidates[0], chosen], run=run,
+                           time=time, check=lambda expected, actual: True,
+                           defer=self.deferred)
+        return kernel_of(best), False
+
+    def _key(self, spec) -> at.TuneKey:
+        """The autotune key of ``spec`` on this GPU."""
+        import torch
+        import triton
+
+        name = torch.cuda.get_device_name(self.backend.index)
+        driver = torch.version.cuda or getattr(torch.version, "hip", "") or ""
+        return at.TuneKey("cuda", at.device_fingerprint(name, driver, triton.__version__),
+                          spec.structural_hash(), shape=_shape(spec))
 
     def _search_space(self):
         """``(spec, candidates, TuneKey)`` of the search: the kernel's own spec, or a smaller
         representative of it when it has more work than ``MAX_TUNED_WORK``; None when it has
         none (the default runs untuned)."""
-        import torch
-        import triton
-
         real = self.spec
         spec = representative(real, MAX_TUNED_WORK[real.kind])
         if spec is None:
             return None
         cands = self.candidates if spec is real else \
             candidates(spec, self.backend.interpret, *self._gpu())
-        name = torch.cuda.get_device_name(self.backend.index)
-        driver = torch.version.cuda or getattr(torch.version, "hip", "") or ""
-        key = at.TuneKey("cuda", at.device_fingerprint(name, driver, triton.__version__),
-                         spec.structural_hash(), shape=_shape(spec))
-        return spec, cands, key
+        return spec, cands, self._key(spec)
 
     def will_tune(self) -> bool:
         """Whether the first launch will search (tuning on, and a miss in the cache or a
