@@ -238,7 +238,10 @@ def test_zero_size_matrices_need_no_library_call(device):
 
 
 def test_large_matrices(device, rng):
-    a = general(rng, (192, 192), "float32") + 12 * np.eye(192, dtype=np.float32)
+    # Entries of variance 1/n keep the singular values within about [1, 3] at any n; with
+    # standard normal entries plus a diagonal, the condition number grows with n and some seeds
+    # reach thousands, beyond what a float32 tolerance can hold for any library.
+    a = (normal(rng, (192, 192), "float64") / np.sqrt(192) + 2 * np.eye(192)).astype(np.float32)
     x = lb.asarray(a, device=device)
     close(lb.linalg.inv(x).numpy(), np.linalg.inv(a), "float32", 10)
     close(lb.linalg.svdvals(x).numpy(), np.linalg.svd(a, compute_uv=False), "float32", 100)
