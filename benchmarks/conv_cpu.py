@@ -30,12 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import statistics
-import subprocess
 import sys
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import lazyburn as lb  # noqa: E402
 from lazyburn.models import resnet  # noqa: E402
+from cpu_rounds import compare, header  # noqa: E402
 from torch_resnet import TORCH_MODELS, TorchResNet, random_state  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 DEVICE = "opencl:0"
 
 
@@ -89,15 +84,6 @@ def workloads(select: str | None):
     for name, make in table:
         if select is None or select.replace("_", " ") in name.replace("_", " "):
             yield name, make
-
-
-def _median_seconds(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def contenders(name, make):
@@ -148,52 +134,15 @@ def contenders(name, make):
     return rows
 
 
-def machine() -> str:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{cpu}, {os.cpu_count()} cores; torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads); OpenCL device: "
-            f"{lb.runtime.backend(DEVICE).device.name.strip()}")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-k", dest="select", help="only workloads whose name contains this")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=5, help="timed calls per contender per round")
     args = ap.parse_args(argv)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True).stdout.strip()
-    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {head}; {machine()}")
-    print(f"{args.rounds} rounds x {args.reps} calls; medians of round medians in ms "
-          f"(IQR of round medians / median)")
+    header(lb.runtime.backend(DEVICE).device.name.strip(), args.rounds, args.reps)
     for name, make in workloads(args.select):
-        rows = contenders(name, make)
-        results = [check() for _, _, check in rows]  # warm: compiles, tunes, checks
-        want = results[2]
-        for (label, _, _), got in zip(rows, results):
-            err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
-            if err > 1e-3:
-                print(f"  {label} differs from torch eager on {name}: {err:.2g} relative",
-                      file=sys.stderr)
-        per_round = {label: [] for label, _, _ in rows}
-        for _ in range(args.rounds):
-            for label, fn, _ in rows:
-                per_round[label].append(_median_seconds(fn, args.reps))
-        print(f"\n{name}")
-        eager = statistics.median(per_round["torch eager"])
-        for label, _, _ in rows:
-            t = per_round[label]
-            med = statistics.median(t)
-            q = statistics.quantiles(t, n=4) if len(t) > 1 else [med, med, med]
-            print(f"  {label:16s} {med * 1e3:9.2f} ms  (±{(q[2] - q[0]) / med * 100:4.0f} %)"
-                  f"  {eager / med:6.2f}x eager")
+        compare(name, contenders(name, make), args.rounds, args.reps, "torch eager")
     return 0
 
 

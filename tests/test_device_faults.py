@@ -160,6 +160,24 @@ def test_a_fault_at_the_wait_names_the_kernels_in_flight_and_sync_each(device, r
         np.testing.assert_allclose(t.numpy(), w, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("size", [35, 1 << 17], ids=["copied", "mapped"])
+def test_a_fault_in_the_sync_of_a_read_hands_out_nothing(device, rng, monkeypatch, size):
+    """``numpy()`` of a pending value whose kernel faults raises at that read and leaves the
+    tensor pending (OpenCL queues the read before the wait: what it read is dropped); once the
+    device works again the same read gives the right values."""
+    monkeypatch.delenv("LAZYBURN_SYNC_EACH", raising=False)
+    a = rng.standard_normal(size).astype(np.float32)
+    t = lb.exp(lb.tensor(a, device=device)) - 1.0; line = _line()
+    lb.sync(lb.tensor(a, device=device))  # (nothing of t's graph runs here)
+    inject_fault(monkeypatch, device, f"test_device_faults.py:{line}")
+    for _ in range(2):
+        with pytest.raises(lb.DeviceError, match=f"test_device_faults.py:{line}"):
+            t.numpy()
+        assert t.is_pending
+    monkeypatch.undo()
+    np.testing.assert_allclose(t.numpy(), np.exp(a) - 1.0, rtol=1e-5, atol=1e-6)
+
+
 def test_sync_each_gives_the_same_results(device, rng, monkeypatch):
     monkeypatch.setenv("LAZYBURN_SYNC_EACH", "1")
     a = rng.standard_normal((64, 130)).astype(np.float32)

@@ -152,6 +152,41 @@ def test_a_viewed_buffer_is_never_pooled(rng):
     np.testing.assert_array_equal(view, t.numpy())
 
 
+@pytest.mark.skipif("opencl:0" not in HOST_DEVICES, reason="no OpenCL device in host memory")
+@pytest.mark.parametrize("shape", [(7, 5), (512, 160)], ids=["copied", "mapped"])
+def test_reading_a_pending_result_waits_for_the_device_once(rng, monkeypatch, shape):
+    """The sync that computes a value ``numpy()`` (``item()``, ``float()``...) reads queues the
+    read (a copy below 256 KiB, a mapping from there) before it waits: one wait for the
+    kernels and the read, no blocking read after it. Reading it again reads as usual."""
+    b = runtime.backend("opencl:0")
+    cl = b.cl
+    waits, blocking = [], []
+    real_wait, real_copy, real_map = b._wait_queue, cl.enqueue_copy, cl.enqueue_map_buffer
+
+    def copy(*args, is_blocking=True, **kwargs):
+        blocking.append(is_blocking)
+        return real_copy(*args, is_blocking=is_blocking, **kwargs)
+
+    def map_buffer(*args, is_blocking=True, **kwargs):
+        blocking.append(is_blocking)
+        return real_map(*args, is_blocking=is_blocking, **kwargs)
+
+    a = rng.standard_normal(shape, dtype=np.float32)
+    t = lb.exp(lb.tensor(a, device="opencl:0")) - 1.0
+    lb.graph.sync()  # the upload's own wait, before counting
+    t = t * 2.0
+    monkeypatch.setattr(b, "_wait_queue", lambda: waits.append(1) or real_wait())
+    monkeypatch.setattr(cl, "enqueue_copy", copy)
+    monkeypatch.setattr(cl, "enqueue_map_buffer", map_buffer)
+    got = t.numpy()
+    assert (len(waits), blocking) == (1, [False])
+    np.testing.assert_allclose(got, (np.exp(a) - 1) * 2, rtol=1e-6, atol=1e-6)
+    assert not got.flags.writeable
+    again = t.numpy()
+    np.testing.assert_array_equal(again, got)
+    assert np.shares_memory(again, got) == (a.nbytes >= 256 << 10)
+
+
 @pytest.mark.parametrize("device", HOST_DEVICES)
 def test_asarray_shares_and_tensor_copies(device, rng):
     host = rng.standard_normal((256, 300), dtype=np.float32)

@@ -99,10 +99,7 @@ class Tensor:
         as long as the array lives, after the tensor is gone too (it holds the memory); reads
         of one tensor share that memory. On other devices it is a fresh, writable copy.
         ``np.array(t)`` gives a writable copy everywhere."""
-        n = self.node
-        if n.buffer is None:
-            runtime.realize([n])
-        return runtime.download(n)
+        return runtime.read(self.node)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule of this tensor's value (computed first), for ``np.from_dlpack``,

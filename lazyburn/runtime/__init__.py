@@ -141,7 +141,17 @@ def realize(outputs: Sequence[Node]) -> None:
         _realize_on(device, [n for n in outputs if n.device == device])
 
 
-def _realize_on(device: str, nodes: Sequence[Node]) -> None:
+def read(n: Node) -> np.ndarray:
+    """Node ``n``'s value on the host (as ``download`` gives it), computed first when pending.
+    A device whose sync can queue the read before it waits for its kernels
+    (``reads_ahead``: OpenCL) then waits once for both."""
+    if n.buffer is None:
+        note_computed()
+        _realize_on(n.device, [n], read=True)
+    return download(n)
+
+
+def _realize_on(device: str, nodes: Sequence[Node], read: bool = False) -> None:
     b = _backends.get(device)
     if b is None:
         b = backend(device)
@@ -172,6 +182,8 @@ def _realize_on(device: str, nodes: Sequence[Node]) -> None:
                 if device in complex_devices and has_complex(order):
                     buffers = _run_lowered(b, device, nodes)
                     key = order = None
+                elif read and b.reads_ahead:
+                    buffers = b.run(nodes, key, order, read=True)
                 else:
                     buffers = b.run(nodes, key, order)
                 if observer is not None:

@@ -94,6 +94,9 @@ class FusedBackend:
     #: what computes a library call here (``library_call``), per family
     library_engines = linalg_library.HOST_ENGINE
 
+    #: whether ``run`` takes ``read`` (see ``read_ahead``)
+    reads_ahead = False
+
     #: whether the running sync waits after every kernel (``LAZYBURN_SYNC_EACH=1``, read as
     #: the sync starts)
     waits_each = False
@@ -170,13 +173,15 @@ class FusedBackend:
         (``finish``), so that a device fault is reported by the sync that caused it."""
         self.finish()
 
-    def run(self, outputs, key=None, order=None) -> list:
+    def run(self, outputs, key=None, order=None, read: bool = False) -> list:
+        """Compute ``outputs`` (pending nodes of this device); returns their buffers. With
+        ``read``, the caller reads ``outputs[0]``'s value next (``read_ahead``)."""
         with self.lock:
             plan, order = self.prepare(outputs, key, order)
             # a copy's source is brought over by the copy itself, not as a leaf too
             copied = {k.arg_pos[0] for k in plan.kernels if k.kind == "copy"}
             return self.execute(plan, order, {p: self._as_local(order[p]) for p in plan.leaf_pos
-                                              if p not in copied})
+                                              if p not in copied}, read)
 
     def prepare(self, outputs, key=None, order=None):
         """``(plan, order)`` for the pending graph of ``outputs``, compiled."""
@@ -195,13 +200,19 @@ class FusedBackend:
         made by a ``jit`` replay); a backend may take a buffer back once its node is gone
         (the OpenCL backend on host memory does). Nothing here."""
 
-    def execute(self, plan, order, values: dict) -> list:
+    def execute(self, plan, order, values: dict, read: bool = False) -> list:
         """Run a compiled ``plan`` with ``values`` (graph position -> buffer) for its realized
-        inputs; returns the output buffers. ``order`` is needed only by cross-device copies."""
+        inputs; returns the output buffers. ``order`` is needed only by cross-device copies
+        and by ``read`` (as in ``run``)."""
         with self.lock:
-            return self._execute(plan, order, values)
+            return self._execute(plan, order, values, read)
 
-    def _execute(self, plan, order, values: dict) -> list:
+    def read_ahead(self, n, buf) -> None:
+        """Called by a sync whose caller reads result ``n`` (its buffer ``buf``) next, after
+        the sync's kernels are queued and before it waits for them: a backend may queue the
+        read here, so that one wait covers both (the OpenCL backend does). Nothing here."""
+
+    def _execute(self, plan, order, values: dict, read: bool = False) -> list:
         values = dict(values)
         out_set = set(plan.output_pos)
         self.waits_each = sync_each()  # read once a sync, not at every launch
@@ -235,6 +246,9 @@ class FusedBackend:
         except self.device_errors() as e:  # raised by the launch of k itself
             origin = origin_now(k, order) if k is not None else None
             raise DeviceError(f"{self.device_string}: kernel failed: {e}", origin) from None
+        if read:
+            p = plan.output_pos[0]
+            self.read_ahead(order[p], values[p])
         try:
             self.end_sync()
         except self.device_errors() as e:  # any kernel of the plan may have faulted

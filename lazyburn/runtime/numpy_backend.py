@@ -354,6 +354,7 @@ class NumpyBackend:
     name = "numpy"
     device = "numpy"
     unsupported_dtypes: frozenset = frozenset()
+    reads_ahead = False  # its results are host arrays already
     complex_ops = None  # every op: NumPy computes complex numbers itself
     #: every group: its ops one at a time on the host, nothing generated (``execution``)
     HOST = Execution("NumPy on the host, op by op", generated=0)

@@ -49,7 +49,9 @@ reading (PoCL's mapping is the buffer's own memory: measured 0.02 ms for 64 MiB,
 took 3.5 ms into warm memory and 12 ms into a fresh array) and hands out a read-only NumPy view
 of the mapping (``HostMemory``). Results smaller than ``VIEW_MIN_BYTES`` are copied instead,
 into an array flagged read-only alike: mapping a fresh buffer costs more than copying a small
-one (PoCL: 25-35 us against 17-25 us up to 64 KiB, the same from 1 MiB). A computed buffer is
+one (PoCL: 25-35 us against 17-25 us up to 64 KiB, the same from 1 MiB). When ``numpy()`` reads a
+pending value, the sync computing it queues that copy or mapping before it waits
+(``read_ahead``), so that one wait covers the kernels and the read. A computed buffer is
 never written again, so the view never changes; the view holds the buffer and the mapping, so
 it stays valid after the tensor is gone, and a buffer goes back to the ``BufferPool`` (where a
 later sync would write it) only once no view of it is left. ``share`` makes a buffer over a host
@@ -174,6 +176,8 @@ class OpenCLBackend(FusedBackend):
         self._returned: list = []
         self._returned_bytes = [0]
         self._in_flight: list[tuple] = []  # (event, kernel label, user line) since the last wait
+        # (node, its buffer, the value read or mapped) of the last ``read_ahead``
+        self._ahead: tuple | None = None
         super().__init__()
 
     # memory ------------------------------------------------------------------------------------
@@ -265,6 +269,11 @@ class OpenCLBackend(FusedBackend):
         buffer's own memory (``host_view``; a read-only copy below ``VIEW_MIN_BYTES``), else a
         copy. Without the device's lock: a blocking map or read through the thread-safe OpenCL
         API, ordered after every command queued before it."""
+        ahead = self._ahead  # (a read-ahead's mapping, held here, is what host_view finds)
+        if ahead is not None and ahead[0] is n:
+            self._ahead = None
+            if ahead[1] is n.buffer and isinstance(ahead[2], np.ndarray):
+                return ahead[2]
         dtype = np.dtype(n.dtype.np)
         if self.host_memory and n.size * dtype.itemsize >= VIEW_MIN_BYTES:
             return self.host_view(n)
@@ -414,10 +423,40 @@ class OpenCLBackend(FusedBackend):
         d = self.device
         return device_fingerprint(d.name, d.driver_version, d.platform.version)
 
-    def run(self, outputs, key=None, order=None) -> list:
-        buffers = super().run(outputs, key, order)
+    reads_ahead = True
+
+    def run(self, outputs, key=None, order=None, read: bool = False) -> list:
+        buffers = super().run(outputs, key, order, read)
         self.handed_out(outputs, buffers)
         return buffers
+
+    def read_ahead(self, n, buf) -> None:
+        """Queue the read of result ``n`` that ``download`` hands out next (see the module
+        doc's "Host memory"), before the sync waits: the sync's one wait (each wait on PoCL
+        costs some 40 us, the time its worker threads take to wake and report back) then
+        covers the read. Kept for the next ``download`` of ``n`` with this buffer only."""
+        dtype = np.dtype(n.dtype.np)
+        self._ahead = None
+        try:
+            if self.host_memory and n.size * dtype.itemsize >= VIEW_MIN_BYTES:
+                ref = getattr(buf, "host_memory", None)
+                if ref is not None and ref() is not None:  # mapped for a view already
+                    return
+                mapped, _ = self.cl.enqueue_map_buffer(self.queue, buf, self.cl.map_flags.READ,
+                                                       0, (buf.size,), np.uint8,
+                                                       is_blocking=False)
+                data = HostMemory(buf, mapped)
+                buf.host_memory = weakref.ref(data)
+            else:
+                data = np.empty(n.shape, dtype=dtype)
+                if data.nbytes:
+                    view = data.view(np.uint8) if data.dtype == np.bool_ else data
+                    self.cl.enqueue_copy(self.queue, view, buf, is_blocking=False)
+                if self.host_memory:  # read-only whatever the size, as a view is
+                    data.flags.writeable = False
+        except self.cl.Error:  # ``download`` reads it as usual and reports the failure
+            return
+        self._ahead = (n, buf, data)
 
     def handed_out(self, nodes, buffers) -> None:
         """On a host-memory device the buffer of each result of at least
