@@ -36,6 +36,11 @@ def run(fn, *arrays):
     return got, [k.compiled for k in plan.kernels if k.compiled is not None]
 
 
+def final_loop(source: str) -> str:
+    """The source of a row reduction's last loop over the row (the one storing its outputs)."""
+    return source[source.rindex("for (int r = 0;"):]
+
+
 def library(compiled):
     from lazyburn.runtime.opencl import LibraryMatmul
 
@@ -135,6 +140,45 @@ def test_softmax_rows_with_int64_mask_and_nan(backend, rng):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("cols", [1024, 50])  # whole blocks of 16 lanes; a tail of 2
+def test_a_softmax_keeps_its_exp_in_the_output_element_bit_for_bit(backend, rng, cols,
+                                                                   monkeypatch):
+    """A sequential row reduction stores a costly value that its final loop needs again (the
+    softmax's ``exp(x - max)``, summed, then divided by the sum) in the output's element and
+    reads it back: ``exp`` is computed once per element, and the results are those of the
+    kernel that computes it twice, bit for bit."""
+    from lazyburn.codegen import opencl as cl_codegen
+
+    x = 4 * rng.standard_normal((96, cols), dtype=np.float32)
+    x[3, :3] = [np.inf, -np.inf, 80.0]
+    x[5, 1] = np.nan
+    x[6] = -np.inf
+    x[7] = -1e30
+    got, compiled = run(lambda t: lb.softmax(t, axis=-1), x)
+    assert "lb_exp(" not in final_loop(compiled[0].source), compiled[0].source
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+        want = e / e.sum(-1, keepdims=True)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-6,
+                               atol=1e-7)
+    monkeypatch.setattr(cl_codegen, "stashed_value", lambda spec: None)
+    twice, compiled = run(lambda t: lb.softmax(t, axis=-1), x)
+    assert "lb_exp(" in final_loop(compiled[0].source)
+    np.testing.assert_array_equal(got.view(np.uint32), twice.view(np.uint32))
+
+
+def test_a_value_of_another_type_than_its_output_is_computed_twice(backend, rng):
+    """A float16 softmax sums its ``exp`` in float32: its output element cannot hold that
+    value exactly, so the final loop computes it again."""
+    x = rng.standard_normal((32, 300)).astype(np.float16)
+    got, compiled = run(lambda t: lb.softmax(t, axis=-1), x)
+    assert "lb_exp(" in final_loop(compiled[0].source), compiled[0].source
+    e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(got.astype(np.float64), e / e.sum(-1, keepdims=True),
+                               rtol=2e-3, atol=1e-4)
 
 
 def test_elementwise_rows_of_a_permuted_view(backend, rng):

@@ -50,9 +50,7 @@ class ExprPrinter:
         inline text of each expression."""
         names = dict(bound)
         lines = []
-        for e in topo_exprs(roots):
-            if e.id in names:
-                continue
+        for e in topo_exprs(roots, names):
             if e.op == "const":
                 names[e.id] = self.literal(e.value, e.dtype)
                 continue

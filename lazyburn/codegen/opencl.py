@@ -56,6 +56,7 @@ from dataclasses import dataclass
 
 from ..fusion.kernel_ir import (ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, ScanSpec,
                                 SortSpec, Stage)
+from ..fusion.partition import TRANSCENDENTAL_OPS
 from ..fusion.symbolic import Expr, topo_exprs
 from ..ir.shapes import pow2_at_least
 from . import opencl_math, philox
@@ -938,14 +939,16 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
     lanes = max(1, int(width or DEFAULT_LANES))
     if rows:  # a short row: a lane per element is already every partial sum it can use
         lanes = min(lanes, pow2_at_least(spec.reduce_size))
+    stash = None if tree or rows else stashed_value(spec)
     for k, stage in enumerate(spec.stages):
+        kept = stash[1:] if stash is not None and stash[0] == k else None
         acc_t = VALUE[stage.acc_dtype.name]
         arg = stage.op in ("argmax", "argmin")
         keyed = stage.op in ("max", "min") and acc_t in FLOAT_KEYS
         if stage.op in ("sum", "prod") and stage.acc_dtype.is_float:
             body += indent(_pairwise_accumulate(p, stage, k, {**bound}, r.id, spec.reduce_size,
                                                  local if tree else 1, lanes,
-                                                 bool(width) and not rows, bool(rows)), 4)
+                                                 bool(width) and not rows, bool(rows), kept), 4)
         elif keyed:
             p.helpers_used.update({(stage.op, acc_t), ("unkey", acc_t)})
             key_t, key = FLOAT_KEYS[acc_t][0], f"lb_key_{stage.op}_{acc_t}"
@@ -959,7 +962,7 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
             lines, names = p.emit([stage.value], {**bound, r.id: "r"})
             v = names[stage.value.id]
             body.append(row_loop)
-            body += indent(lines, 8)
+            body += indent(lines + _keep(p, kept, {**bound, r.id: "r"}, names), 8)
             cast = f"(({acc_t}){v})" if stage.acc_dtype is not stage.value.dtype else v
             if arg:
                 body.append("        " + _arg_combine(stage, f"acc{k}", f"arg{k}", v, "r",
@@ -988,7 +991,17 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
         body.append("    }")
     if full_outs:
         roots = [o.value for o in full_outs] + [o.index for o in full_outs]
-        lines, names = p.emit(roots, {**bound, r.id: "r"})
+        lines, names = [], {**bound, r.id: "r"}
+        if stash is not None:  # the value kept in the output's own element: read back
+            _, value, out = stash
+            lines, names = p.emit([out.index], names)
+            p.counter += 1
+            kept_name = f"t{p.counter}"
+            lines.append(f"const {VALUE[value.dtype.name]} {kept_name} = "
+                         f"{spec.args[out.arg].name}[{names[out.index.id]}];")
+            names[value.id] = kept_name
+        more, names = p.emit(roots, names)
+        lines += more
         body.append(row_loop)
         body += indent(lines + [p.store(o.arg, names[o.index.id], names[o.value.id])
                                  for o in full_outs], 8)
@@ -1007,6 +1020,46 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
         rendered = RenderedKernel(name, _finish(p, body), (max(spec.rows // max(rows, 1), 1),),
                                   None)
     return rendered
+
+
+def stashed_value(spec: ReductionSpec):
+    """``(k, value, output)`` where a sequential reduction (one work-item per row, its loops
+    over the row in order) can keep a costly value of stage ``k``'s loop for the final loop
+    instead of computing it twice: ``value``, an expression of the row element with a
+    transcendental op (``exp`` in a softmax: ``exp(x - max)`` summed, then divided by the
+    sum), is also part of full ``output``, whose element at that position has ``value``'s
+    exact type. Stage ``k``'s loop stores it there, the final loop reads it back before
+    writing the element: the same value, bit for bit. None where no such pair exists."""
+    r = find_var(spec, "r")
+    for out in spec.outputs:
+        arg = spec.args[out.arg]
+        if out.index is None or arg.dtype.name not in ("float32", "float64"):
+            continue
+        in_output = {e.id for e in topo_exprs([out.value])}
+        for k in reversed(range(len(spec.stages))):
+            found = None
+            dear, reads_r = set(), set()  # ids of expressions with a transcendental / r below
+            for e in topo_exprs([spec.stages[k].value]):
+                below = [a.id for a in e.args if isinstance(a, Expr)]
+                if e.op in TRANSCENDENTAL_OPS or any(a in dear for a in below):
+                    dear.add(e.id)
+                if e.id == r.id or any(a in reads_r for a in below):
+                    reads_r.add(e.id)
+                if e.id in in_output and e.id in dear and e.id in reads_r and \
+                        e.dtype is arg.dtype:
+                    found = e  # the last one found is the largest (operands come first)
+            if found is not None:
+                return k, found, out
+    return None
+
+
+def _keep(p: OpenCLPrinter, kept, bound: dict, names: dict) -> list[str]:
+    """Statements storing ``kept``'s value (named in ``names``) in its output's element."""
+    if kept is None:
+        return []
+    value, out = kept
+    lines, index = p.emit([out.index], {**bound, **names})
+    return lines + [p.store(out.arg, index[out.index.id], names[value.id])]
 
 
 def columns_apply(spec: ReductionSpec) -> bool:
@@ -1122,7 +1175,7 @@ BLOCK_CHUNKS = 16  # terms each partial sum of a block adds before the block is 
 
 def _pairwise_accumulate(p: OpenCLPrinter, stage: Stage, k: int, bound: dict, r_id: int,
                          n: int, local: int, lanes: int, pragma: bool,
-                         unroll: bool = False) -> list[str]:
+                         unroll: bool = False, kept: tuple | None = None) -> list[str]:
     """Statements leaving in ``acc<k>`` a work-item's float sum (or product) of ``stage``'s
     value over its share of a row of ``n`` elements, as pairwise summation bounds its error.
     ``pragma`` asks for the lane loops vectorized, ``unroll`` for them unrolled (a short row
@@ -1151,6 +1204,8 @@ def _pairwise_accumulate(p: OpenCLPrinter, stage: Stage, k: int, bound: dict, r_
     |computed - exact| <= (BLOCK_CHUNKS + log2(lanes) + 2 log2(n / (lanes BLOCK_CHUNKS)) +
     log2(local) + 2) u sum|x_i| (u = 2^-24 for float32) to first order: like log n, as
     NumPy's pairwise sum (blocks of 128 in 8 partial sums) -- about 40 u at n = 2^24.
+
+    ``kept``: ``(value, output)`` of ``stashed_value``, stored as each term is added.
     """
     acc_t = VALUE[stage.acc_dtype.name]
     it = p.index_type
@@ -1166,6 +1221,7 @@ def _pairwise_accumulate(p: OpenCLPrinter, stage: Stage, k: int, bound: dict, r_
 
     def add_term(r_text: str, target: str) -> list[str]:
         lines, names = p.emit([stage.value], {**bound, r_id: "r"})
+        lines += _keep(p, kept, {**bound, r_id: "r"}, names)
         v = names[stage.value.id]
         if stage.acc_dtype is not stage.value.dtype:
             v = f"(({acc_t}){v})"

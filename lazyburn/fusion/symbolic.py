@@ -384,9 +384,10 @@ class ExprBuilder:
         return self.make("cast", (x,), dtype, x.lo, x.hi)
 
 
-def topo_exprs(roots) -> list[Expr]:
-    """Every expression reachable from ``roots``, operands first (each once)."""
-    seen: set[int] = set()
+def topo_exprs(roots, known=()) -> list[Expr]:
+    """Every expression reachable from ``roots``, operands first (each once), without going
+    below (or listing) the expressions whose ids are in ``known``."""
+    seen: set[int] = set(known)
     order: list[Expr] = []
     stack = [(r, False) for r in reversed(list(roots)) if r is not None]
     while stack:
