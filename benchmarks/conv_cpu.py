@@ -15,8 +15,9 @@ turn, so a noisy moment of a shared machine falls on all of them):
 - ``lazyburn e2e``: record the ops and sync (``lb.graph.sync``): planning comes from the plan
   cache, the output stays on the device (as torch's stays in memory).
 - ``lazyburn replay``: the same function through ``lazyburn.jit``: the cached plan's kernels
-  and library calls launched and waited for, no recording. lazyburn's OpenCL backend has no
-  per-kernel profiler, so this is the closest to kernel time it reports.
+  and library calls launched and waited for, no recording.
+- ``lazyburn kernels`` (after each table): the device time of one end-to-end call's kernels
+  (OpenCL profiling events; BLAS calls by the host's clock), the median over ``--reps`` calls.
 - ``torch eager`` and ``torch.compile``: the CPU build's ATen kernels (oneDNN for
   convolutions) and Inductor's generated C++ in its default mode and settings (no weight
   freezing), as a user would call it; both use ``torch.get_num_threads()`` threads.
@@ -43,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import lazyburn as lb  # noqa: E402
 from lazyburn.models import resnet  # noqa: E402
-from cpu_rounds import compare, header  # noqa: E402
+from cpu_rounds import compare, header, kernel_seconds  # noqa: E402
 from torch_resnet import TORCH_MODELS, TorchResNet, random_state  # noqa: E402
 
 DEVICE = "opencl:0"
@@ -142,7 +143,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     header(lb.runtime.backend(DEVICE).device.name.strip(), args.rounds, args.reps)
     for name, make in workloads(args.select):
-        compare(name, contenders(name, make), args.rounds, args.reps, "torch eager")
+        rows = contenders(name, make)
+        compare(name, rows, args.rounds, args.reps, "torch eager")
+        print(f"  lazyburn kernels {kernel_seconds(DEVICE, rows[0][1], args.reps) * 1e3:9.3f} ms"
+              f"  (device time of one e2e call's kernels)")
     return 0
 
 

@@ -79,3 +79,21 @@ def compare(name: str, rows, rounds: int, reps: int, reference: str, rtol: float
         q = statistics.quantiles(t, n=4) if len(t) > 1 else [med, med, med]
         print(f"  {label:16s} {med * 1e3:9.3f} ms  (±{(q[2] - q[0]) / med * 100:4.0f} %)"
               f"  {base / med:6.2f}x {reference}")
+
+
+def kernel_seconds(device: str, fn, reps: int) -> float:
+    """The median over ``reps`` calls of ``fn`` of the device time the kernels it runs on
+    OpenCL ``device`` take (``OpenCLBackend.profile``: profiling events; library calls by
+    the host's clock)."""
+    import lazyburn as lb
+
+    backend = lb.runtime.backend(device)
+    per_call = []
+    for _ in range(reps):
+        profile = backend.profile()
+        try:
+            fn()
+        finally:
+            backend.stop_profile()
+        per_call.append(profile.total())
+    return statistics.median(per_call)

@@ -18,7 +18,9 @@ Every column is end to end as a user sees it: the call, then the result as a Num
   a user would call it, on ``torch.get_num_threads()`` threads.
 - ``numpy``: the same function in NumPy (one thread for element-wise work).
 
-Columns are the median over rounds of each round's median (``cpu_rounds.compare``).
+Columns are the median over rounds of each round's median (``cpu_rounds.compare``). After each
+table, ``lazyburn kernels``: the device time of the kernels of one end-to-end call (OpenCL
+profiling events, ``OpenCLBackend.profile``), the median over ``--reps`` calls.
 ``LAZYBURN_AUTOTUNE`` applies as usual; the first, untimed calls compile and tune (the process's
 tuning budget is unbounded here unless ``LAZYBURN_AUTOTUNE_PROCESS_BUDGET`` is set).
 """
@@ -35,7 +37,7 @@ import torch.nn.functional as TF
 os.environ.setdefault("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "inf")
 
 import lazyburn as lb  # noqa: E402
-from cpu_rounds import compare, header  # noqa: E402
+from cpu_rounds import compare, header, kernel_seconds  # noqa: E402
 from test_bench_fusion_opencl import chain  # noqa: E402
 
 DEVICE = "opencl:0"
@@ -103,8 +105,10 @@ def main(argv=None) -> int:
     with torch.no_grad(), lb.no_grad():
         for name, ours, theirs, reference, arrays in workloads():
             if args.select is None or args.select in name:
-                compare(name, contenders(ours, theirs, reference, arrays), args.rounds,
-                        args.reps, "torch.compile")
+                rows = contenders(ours, theirs, reference, arrays)
+                compare(name, rows, args.rounds, args.reps, "torch.compile")
+                print(f"  lazyburn kernels {kernel_seconds(DEVICE, rows[0][1], args.reps) * 1e3:9.3f} ms"
+                      f"  (device time of one e2e call's kernels)")
     return 0
 
 

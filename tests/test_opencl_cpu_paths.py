@@ -181,6 +181,37 @@ def test_a_value_of_another_type_than_its_output_is_computed_twice(backend, rng)
                                rtol=2e-3, atol=1e-4)
 
 
+def test_a_profile_times_each_kernel_on_the_device_and_blas_on_the_host(rng):
+    """``profile()`` times every launch from then on (OpenCL profiling events; a library
+    matmul's BLAS call by the host's clock) under its kernel's label, and nothing once
+    stopped; results are unchanged and the device's own queue is back."""
+    b = lb.runtime.backend(DEVICE)
+    a = rng.standard_normal((256, 96), dtype=np.float32)
+    w = rng.standard_normal((80, 96), dtype=np.float32)
+    x, y = lb.tensor(a, device=DEVICE), lb.tensor(w, device=DEVICE)
+    lb.graph.sync()
+    queue = b.queue
+    profile = b.profile()
+    try:
+        soft = lb.softmax(x, axis=-1).numpy()
+        prod = (x @ y.mT).numpy()
+    finally:
+        b.stop_profile()
+    assert b.queue is queue and b.profiling is None
+    e = np.exp(a - a.max(-1, keepdims=True))
+    np.testing.assert_allclose(soft, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(prod, a.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-4)
+    reductions = [label for label in profile.times if label.startswith("reduction_")]
+    assert len(reductions) == 1 and len(profile.times[reductions[0]]) == 1
+    library = [label for label in profile.times if label.endswith(", library")]
+    assert len(library) == (1 if b.is_cpu else 0), profile.times
+    assert all(t > 0 for times in profile.times.values() for t in times)
+    total = profile.total()
+    assert total == pytest.approx(sum(sum(t) for t in profile.times.values()))
+    (x + 1).numpy()
+    assert profile.total() == total
+
+
 def test_elementwise_rows_of_a_permuted_view(backend, rng):
     x = rng.standard_normal((8, 64, 6, 32), dtype=np.float32)
     b = rng.standard_normal(32, dtype=np.float32)

@@ -23,6 +23,11 @@ never launched from two threads at once. Downloads read through the thread-safe 
 without the lock, so a sync on another device that copies from this one never waits for this
 device's lock. Devices are opened once per index, under a lock (``open_device``).
 
+Profiling. ``OpenCLBackend.profile()`` times every kernel the device runs from then on with
+OpenCL's profiling events (the device's own clock, start to end of each launch) and every
+library matmul's BLAS call with the host's clock, until ``stop_profile()``; ``KernelProfile``
+holds the times by kernel label. The device's queue is swapped for a profiling one meanwhile.
+
 Faults. Each launch's event is kept until the sync waits; a fault at the wait names the kernel
 whose event reports the error (with its user line), else the kernels that were in flight.
 ``LAZYBURN_SYNC_EACH=1`` waits after every kernel, so a fault names its kernel exactly.
@@ -68,6 +73,7 @@ import hashlib
 import logging
 import sys
 import threading
+import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
@@ -178,6 +184,7 @@ class OpenCLBackend(FusedBackend):
         self._in_flight: list[tuple] = []  # (event, kernel label, user line) since the last wait
         # (node, its buffer, the value read or mapped) of the last ``read_ahead``
         self._ahead: tuple | None = None
+        self.profiling: KernelProfile | None = None  # while ``profile`` runs
         super().__init__()
 
     # memory ------------------------------------------------------------------------------------
@@ -496,6 +503,32 @@ class OpenCLBackend(FusedBackend):
                                    exact=True) from None
         else:
             self._in_flight.append((event, label, origin))
+        if self.profiling is not None:
+            self.profiling.events.append((label, event))
+
+    def profile(self) -> "KernelProfile":
+        """Start timing every kernel and library call this device runs (see the module doc's
+        Profiling); ``stop_profile`` ends it. The device's queue is waited for, then replaced
+        by a queue with profiling enabled until then."""
+        with self.lock:
+            self.finish()
+            self.profiling = KernelProfile()
+            self._plain_queue = self.queue
+            self.queue = self.cl.CommandQueue(
+                self.context, self.device,
+                properties=self.cl.command_queue_properties.PROFILING_ENABLE)
+            return self.profiling
+
+    def stop_profile(self) -> None:
+        """End ``profile``: the times of the kernels run until now are read into its
+        ``KernelProfile`` and the device's own queue is used again."""
+        with self.lock:
+            if self.profiling is None:
+                return
+            self.finish()
+            self.profiling.collect()
+            self.queue = self._plain_queue
+            self.profiling = None
 
     def finish(self) -> None:
         """Wait for the device's queue. Raises DeviceError for a fault of a kernel launched
@@ -629,6 +662,7 @@ class LibraryMatmul:
 
         self.origin = origin
         self.spec = k.spec
+        self.label = k.label
         self.parts = split_matmul(k.spec, follow_source=True)
         self.kernels = {}
         for name, part in self.parts.kernels.items():
@@ -672,8 +706,11 @@ class LibraryMatmul:
                 scratch.append(prod_buf)
             out = maps.write(prod_buf, numel, acc)
             maps.ready()
+            t0 = time.perf_counter()
             _blas_matmul(a.astype(acc, copy=False), b.astype(acc, copy=False),
                          out.reshape(spec.batch, spec.m, spec.n))
+            if backend.profiling is not None:
+                backend.profiling.add(f"{self.label}, library", time.perf_counter() - t0)
         if not parts.product_is_output:
             epi_args = [args[i] for i in parts.inputs["epilogue"]] + [prod_buf] + \
                 list(args[n_in:])
@@ -892,6 +929,32 @@ class _Mappings:
         for buf, host in self.uploads:
             self.backend.cl.enqueue_copy(queue, buf, host)
         return False
+
+
+class KernelProfile:
+    """What ``OpenCLBackend.profile`` measured: ``times``, seconds per launch by label (a
+    generated kernel's name and group, from its OpenCL profiling event: start to end on the
+    device; a library matmul's BLAS call, labelled ``..., library``, by the host's clock).
+    Events are read when the profile stops or ``collect`` is called after a sync."""
+
+    def __init__(self):
+        self.events: list[tuple] = []  # (label, event) not read yet
+        self.times: dict[str, list[float]] = {}
+
+    def add(self, label: str, seconds: float) -> None:
+        self.times.setdefault(label, []).append(seconds)
+
+    def collect(self) -> None:
+        """Read the events of the kernels launched so far (each must have run: after a
+        sync, or ``stop_profile``)."""
+        for label, event in self.events:
+            self.add(label, (event.profile.end - event.profile.start) * 1e-9)
+        self.events.clear()
+
+    def total(self) -> float:
+        """Seconds of every launch timed, in all."""
+        self.collect()
+        return sum(sum(t) for t in self.times.values())
 
 
 class HostMemory:
