@@ -358,11 +358,12 @@ class _HostDelayed:
         self.kernel, self.delay = kernel, delay
         launches = getattr(kernel, "launches", None)
         if launches is not None:  # OpenCL: the timer enqueues these itself
-            self.launches = [(self._delayed(knl), g, loc) for knl, g, loc in launches]
+            self.launches = [(self._delayed(knl), g, loc, offset)
+                             for knl, g, loc, offset in launches]
 
     def _delayed(self, knl):
-        def launch(*args):
-            event = knl(*args)
+        def launch(*args, **kwargs):
+            event = knl(*args, **kwargs)
             time.sleep(self.delay)
             return event
         return launch

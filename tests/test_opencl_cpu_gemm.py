@@ -67,7 +67,7 @@ def run(fn, *arrays):
 def blocked(k) -> bool:
     """Whether the matmul group ran the register-blocked kernel (one work-item per group)."""
     launches = getattr(k.compiled, "launches", None)
-    return bool(launches) and all(local and set(local) == {1} for _, _, local in launches)
+    return bool(launches) and all(local and set(local) == {1} for _, _, local, _ in launches)
 
 
 def check(got, want, a_abs, b_abs, k):
@@ -143,7 +143,7 @@ def test_every_register_block_on_ragged_edges(backend, rng, monkeypatch, form, i
         full_m, full_n = m // rows, n // cols
         edge = (-(-m // rows) if n % cols else 0) + (full_n if m % rows else 0)
         want = ([(full_m, full_n, 1)] if full_m and full_n else []) + [(edge, 1)]
-    assert [g for _, g, _ in kern.compiled.launches] == want
+    assert [g for _, g, _, _ in kern.compiled.launches] == want
     check(got, (a.astype(np.float64) @ wk) * 0.5 - r, np.abs(a) * 0.5, np.abs(wk), k)
 
 

@@ -51,6 +51,7 @@ only when it may assume no NaNs. NaN still wins, as in NumPy.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -298,10 +299,14 @@ class RenderedKernel:
     global_size: tuple
     local_size: tuple | None
     options: tuple = ()
-    launches: list | None = None  # several kernels of the source: (name, global, local)
+    # several launches of the source's kernels: (name, global, local[, global offset])
+    launches: list | None = None
 
     def all_launches(self) -> list:
-        return self.launches or [(self.name, self.global_size, self.local_size)]
+        """``(name, global size, local size, global offset or None)`` of each launch."""
+        if not self.launches:
+            return [(self.name, self.global_size, self.local_size, None)]
+        return [tuple(launch) + (None,) * (4 - len(launch)) for launch in self.launches]
 
 
 class OpenCLPrinter(ExprPrinter):
@@ -754,6 +759,22 @@ def render(spec: KernelSpec, name: str, params: dict | None = None) -> RenderedK
         # already vectorized loop was "not vectorized"
         options.append("-w")
     r.options = tuple(options)
+    return named_by_source(r, name)
+
+
+def named_by_source(r: RenderedKernel, name: str) -> RenderedKernel:
+    """``r`` with its kernels named after their source: ``name`` (``kind_hash``, the hash of a
+    spec, which names its sizes) is replaced by ``kind_`` and a hash of the source without
+    it. Sizes that the source does not spell (a leading batch dimension: element-wise and
+    row-wise kernels take their extent from the launch) then leave the name, and so the
+    program, unchanged: another batch size reuses the compiled program."""
+    stem = name.rsplit("_", 1)[0] if "_" in name else name
+    digest = hashlib.sha1((r.source.replace(name, "\0") + "\0".join(r.options)).encode())
+    shared = f"{stem}_{digest.hexdigest()[:10]}"
+    r.source = r.source.replace(name, shared)
+    r.launches = [(launch[0].replace(name, shared),) + tuple(launch[1:])
+                  for launch in r.all_launches()]
+    r.name = shared
     return r
 
 
@@ -775,20 +796,15 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKe
     if per_item == 1:
         # No bounds check: a branch in the body stops a CPU runtime from vectorizing the
         # work-group loop (measured 4.5x slower on PoCL). The whole work-groups run in one
-        # kernel and the remainder, if any, in a second one over exactly the leftover items.
+        # launch and the remainder, if any, in a second one over exactly the leftover items
+        # (a global offset). The source does not spell the element count.
         group = local or 256
         main = spec.numel - spec.numel % group if spec.numel >= group else 0
-        body = []
-        launches = []
-        for kname, offset, count, lsize in ((name, 0, main, (group,)),
-                                             (name + "_tail", main, spec.numel - main, None)):
-            if count <= 0:
-                continue
-            start = f" + {offset}" if offset else ""
-            body += [_signature(p, kname) + " {",
-                     f"    const {it} i = ({it})get_global_id(0){start};"]
-            body += indent(lines + stores, 4) + ["}", ""]
-            launches.append((kname, (count,), lsize))
+        body = [_signature(p, name) + " {", f"    const {it} i = ({it})get_global_id(0);"]
+        body += indent(lines + stores, 4) + ["}"]
+        launches = [(name, (count,), lsize, (offset,) if offset else None)
+                    for offset, count, lsize in ((0, main, (group,)),
+                                                 (main, spec.numel - main, None)) if count > 0]
         r = RenderedKernel(name, _finish(p, body), launches[0][1], launches[0][2])
         r.launches = launches
         return r

@@ -37,7 +37,10 @@ take the bytes held by this device's live buffers past ``CL_DEVICE_GLOBAL_MEM_SI
 OutOfMemoryError naming the size, the limit and the user line, before anything is allocated:
 PoCL allocates a buffer's memory at its first use and aborts the process when that fails.
 
-Caches. Built programs are kept in memory by source hash, the ``PROGRAM_CACHE_SIZE`` most
+Caches. A kernel is named after its source (``codegen.opencl.named_by_source``): element-wise
+and row-wise kernels take their extent from the launch (the leftover items of the last
+work-group through a global offset), so another batch size of the same graph finds the same
+source, and its program, already built. Built programs are kept in memory by source hash, the ``PROGRAM_CACHE_SIZE`` most
 recently used (a graph whose shapes change at every step would otherwise grow it for ever),
 and their binaries on disk (``binary_cache``: ``programs/opencl/`` in the cache directory), keyed
 by source, build options, platform, device and driver version, so a later process builds them
@@ -633,11 +636,11 @@ class CompiledKernel:
     def __init__(self, program, rendered, origin, label: str = "kernel", spec=None):
         import pyopencl as cl
 
-        self.launches = [(cl.Kernel(program, kname), g, loc)
-                         for kname, g, loc in rendered.all_launches()]
+        self.launches = [(cl.Kernel(program, kname), g, loc, offset)
+                         for kname, g, loc, offset in rendered.all_launches()]
         if spec is not None and spec.scalars:  # PyOpenCL then converts the Python ints
             types = [None] * len(spec.args) + [SCALAR_NP[s.type] for s in spec.scalars]
-            for kernel, _, _ in self.launches:
+            for kernel, _, _, _ in self.launches:
                 kernel.set_scalar_arg_dtypes(types)
         self.rendered = rendered
         self.source = rendered.source
@@ -645,8 +648,8 @@ class CompiledKernel:
         self.label = f"{rendered.name} ({label})"
 
     def __call__(self, backend, args) -> None:
-        for kernel, global_size, local_size in self.launches:
-            event = kernel(backend.queue, global_size, local_size, *args)
+        for kernel, global_size, local_size, offset in self.launches:
+            event = kernel(backend.queue, global_size, local_size, *args, global_offset=offset)
             backend.launched(event, self.label, self.origin)
 
 
