@@ -1,0 +1,70 @@
+"""A new batch size's first call: what compiling costs when a model meets a batch size it has
+not run, on the OpenCL CPU device.
+
+    .venv/bin/python benchmarks/new_batch.py
+
+The model: a BERT encoder of MiniLM-L6's widths (hidden 384, 12 heads, FFN 1536) with 2
+layers (every layer runs the same kernels), random weights, sequence 32, run forward without
+gradients at batch sizes 4, 6, 8, 12 and 16 in turn; each batch size is called twice. Printed
+per batch size: its first call and its second in ms, and the programs the first call built
+(from source or from a stored binary: ``compiles + program_loads``). Autotuning is off and
+every cache starts empty: lazyburn's and PoCL's own (``POCL_CACHE_DIR``) in a temporary folder.
+PoCL also builds a launch's work-group function for each new work-group size it meets, and
+keeps those in its own cache; ``--no-pocl-cache`` (``POCL_KERNEL_CACHE=0``) rebuilds them in
+every process.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BATCHES = (4, 6, 8, 12, 16)
+SEQ = 32
+
+
+def main() -> int:
+    if os.environ.get("_NEW_BATCH_CHILD") != "1":
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, _NEW_BATCH_CHILD="1", LAZYBURN_CACHE_DIR=cache,
+                       LAZYBURN_AUTOTUNE="0", POCL_CACHE_DIR=os.path.join(cache, "pocl"))
+            if "--no-pocl-cache" in sys.argv[1:]:
+                env["POCL_KERNEL_CACHE"] = "0"
+            return subprocess.run([sys.executable, __file__], env=env).returncode
+    import numpy as np
+
+    import lazyburn as lb
+    from lazyburn.models.bert import BertConfig, BertModel
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+    pocl = "off" if os.environ.get("POCL_KERNEL_CACHE") == "0" else "on, empty at the start"
+    print(f"commit {head}; lazyburn from {Path(lb.__file__).parent}; PoCL's cache {pocl}")
+    config = BertConfig(vocab_size=1000, hidden_size=384, num_hidden_layers=2,
+                        num_attention_heads=12, intermediate_size=1536,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertModel(config, device="opencl:0").eval()
+    backend = lb.runtime.backend("opencl:0")
+    rng = np.random.default_rng(0)
+    print(f"{'batch':>5s} {'first call ms':>14s} {'second ms':>10s} {'programs built':>15s}")
+    with lb.no_grad():
+        for batch in BATCHES:
+            ids = lb.tensor(rng.integers(0, 1000, (batch, SEQ)), device="opencl:0")
+            times = []
+            built = backend.compiles + backend.program_loads
+            for call in range(2):
+                t0 = time.perf_counter()
+                model(ids).numpy()
+                times.append((time.perf_counter() - t0) * 1e3)
+                if call == 0:
+                    built = backend.compiles + backend.program_loads - built
+            print(f"{batch:5d} {times[0]:14.1f} {times[1]:10.1f} {built:15d}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
