@@ -29,7 +29,6 @@ usual; the first, untimed calls compile (and tune every kernel: the process's tu
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -44,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import lazyburn as lb  # noqa: E402
 from lazyburn.models import resnet  # noqa: E402
-from cpu_rounds import compare, header, kernel_seconds  # noqa: E402
+from cpu_rounds import arguments, compare_on, header  # noqa: E402
 from torch_resnet import TORCH_MODELS, TorchResNet, random_state  # noqa: E402
 
 DEVICE = "opencl:0"
@@ -136,17 +135,10 @@ def contenders(name, make):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-k", dest="select", help="only workloads whose name contains this")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--reps", type=int, default=5, help="timed calls per contender per round")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, 5, argv)
     header(lb.runtime.backend(DEVICE).device.name.strip(), args.rounds, args.reps)
     for name, make in workloads(args.select):
-        rows = contenders(name, make)
-        compare(name, rows, args.rounds, args.reps, "torch eager")
-        print(f"  lazyburn kernels {kernel_seconds(DEVICE, rows[0][1], args.reps) * 1e3:9.3f} ms"
-              f"  (device time of one e2e call's kernels)")
+        compare_on(DEVICE, name, contenders(name, make), args, "torch eager")
     return 0
 
 

@@ -7,6 +7,7 @@ medians and the interquartile range of those medians relative to it (the machine
 that row)."""
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
@@ -97,3 +98,22 @@ def kernel_seconds(device: str, fn, reps: int) -> float:
             backend.stop_profile()
         per_call.append(profile.total())
     return statistics.median(per_call)
+
+
+def arguments(doc: str, reps: int, argv=None) -> argparse.Namespace:
+    """``-k`` (workloads whose name contains it), ``--rounds`` and ``--reps`` (default
+    ``reps``) of a script whose docstring is ``doc``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("-k", dest="select", help="only workloads whose name contains this")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=reps,
+                    help="timed calls per contender per round")
+    return ap.parse_args(argv)
+
+
+def compare_on(device: str, name: str, rows, args, reference: str) -> None:
+    """``compare`` of ``rows``, then the device time of the kernels of one call of the first
+    row (lazyburn end to end on OpenCL ``device``: ``kernel_seconds``)."""
+    compare(name, rows, args.rounds, args.reps, reference)
+    print(f"  lazyburn kernels {kernel_seconds(device, rows[0][1], args.reps) * 1e3:9.3f} ms"
+          f"  (device time of one e2e call's kernels)")

@@ -26,7 +26,6 @@ tuning budget is unbounded here unless ``LAZYBURN_AUTOTUNE_PROCESS_BUDGET`` is s
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -37,7 +36,7 @@ import torch.nn.functional as TF
 os.environ.setdefault("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "inf")
 
 import lazyburn as lb  # noqa: E402
-from cpu_rounds import compare, header, kernel_seconds  # noqa: E402
+from cpu_rounds import arguments, compare_on, header  # noqa: E402
 from test_bench_fusion_opencl import chain  # noqa: E402
 
 DEVICE = "opencl:0"
@@ -96,19 +95,13 @@ def contenders(ours, theirs, reference, arrays):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-k", dest="select", help="only workloads whose name contains this")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--reps", type=int, default=9, help="timed calls per contender per round")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, 9, argv)
     header(lb.runtime.backend(DEVICE).device.name.strip(), args.rounds, args.reps)
     with torch.no_grad(), lb.no_grad():
         for name, ours, theirs, reference, arrays in workloads():
             if args.select is None or args.select in name:
-                rows = contenders(ours, theirs, reference, arrays)
-                compare(name, rows, args.rounds, args.reps, "torch.compile")
-                print(f"  lazyburn kernels {kernel_seconds(DEVICE, rows[0][1], args.reps) * 1e3:9.3f} ms"
-                      f"  (device time of one e2e call's kernels)")
+                compare_on(DEVICE, name, contenders(ours, theirs, reference, arrays), args,
+                           "torch.compile")
     return 0
 
 

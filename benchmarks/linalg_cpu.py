@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 import torch
 
 import lazyburn as lb
+from cpu_rounds import median_seconds
 
 
 def workloads(rng):
@@ -47,15 +47,6 @@ def workloads(rng):
     ]
 
 
-def median_ms(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -78,7 +69,7 @@ def main(argv=None) -> None:
         rounds = {k: [] for k in contenders}
         for _ in range(args.rounds):
             for k, fn in contenders.items():
-                rounds[k].append(median_ms(fn, args.reps))
+                rounds[k].append(median_seconds(fn, args.reps) * 1e3)
         m = {k: statistics.median(v) for k, v in rounds.items()}
         floor = m["NumPy"]
         print(f"{name:32} {floor:8.3f} {m['torch']:8.3f} {m['lb opencl:0']:9.3f} "
