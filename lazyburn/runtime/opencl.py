@@ -40,15 +40,16 @@ PoCL allocates a buffer's memory at its first use and aborts the process when th
 Caches. A kernel is named after its source (``codegen.opencl.named_by_source``): element-wise
 and row-wise kernels take their extent from the launch (the leftover items of the last
 work-group through a global offset), so another batch size of the same graph finds the same
-source, and its program, already built. Built programs are kept in memory by source hash, the ``PROGRAM_CACHE_SIZE`` most
-recently used (a graph whose shapes change at every step would otherwise grow it for ever),
-and their binaries on disk (``binary_cache``: ``programs/opencl/`` in the cache directory), keyed
-by source, build options, platform, device and driver version, so a later process builds them
-from the binary. Measured on PoCL 3.1 (a CPU, its own kernel cache warm): the three programs of
-an element-wise chain, a softmax and a matmul epilogue take 72 ms to build from source in a
-new process and 3 ms from their binaries (PoCL hashes the preprocessed source even when it has
-the result cached). A binary the driver refuses is dropped and the source compiled instead.
-``compiles`` counts programs built from source, ``program_loads`` those built from a binary.
+source, and its program, already built. Built programs are kept in memory by source hash, the
+``PROGRAM_CACHE_SIZE`` most recently used (a graph whose shapes change at every step would
+otherwise grow it for ever), and their binaries on disk (``binary_cache``: ``programs/opencl/``
+in the cache directory), keyed by source, build options, platform, device and driver version, so
+a later process builds them from the binary. Measured on PoCL 3.1 (a CPU, its own kernel cache
+warm): the three programs of an element-wise chain, a softmax and a matmul epilogue take 72 ms
+to build from source in a new process and 3 ms from their binaries (PoCL hashes the preprocessed
+source even when it has the result cached). A binary the driver refuses is dropped and the
+source compiled instead. ``compiles`` counts programs built from source, ``program_loads`` those
+built from a binary.
 
 Host memory. On a device that computes in host memory (a CPU device, or one reporting
 ``CL_DEVICE_HOST_UNIFIED_MEMORY``; ``host_memory``) buffers are allocated with
