@@ -285,20 +285,13 @@ class OpenCLBackend(FusedBackend):
             self._ahead = None
             if ahead[1] is n.buffer and isinstance(ahead[2], np.ndarray):
                 return ahead[2]
-        dtype = np.dtype(n.dtype.np)
-        if self.host_memory and n.size * dtype.itemsize >= VIEW_MIN_BYTES:
+        if self._viewed(n):
             return self.host_view(n)
-        out = np.empty(n.shape, dtype=dtype)
-        if out.nbytes:
-            view = out.view(np.uint8) if out.dtype == np.bool_ else out
-            try:
-                self.cl.enqueue_copy(self.queue, view, n.buffer)
-            except self.cl.Error as e:
-                raise DeviceError(f"{self.device_string}: reading a result back failed: "
-                                  f"{_first_line(e)}", n.origin) from None
-        if self.host_memory:  # read-only whatever the size, as a view is
-            out.flags.writeable = False
-        return out
+        try:
+            return self._read(n, n.buffer, blocking=True)
+        except self.cl.Error as e:
+            raise DeviceError(f"{self.device_string}: reading a result back failed: "
+                              f"{_first_line(e)}", n.origin) from None
 
     def host_view(self, n) -> np.ndarray:
         """A read-only NumPy array of node ``n``'s shape and dtype over its buffer's memory,
@@ -315,15 +308,34 @@ class OpenCLBackend(FusedBackend):
         memory = ref() if ref is not None else None
         if memory is None:
             try:
-                mapped, _ = self.cl.enqueue_map_buffer(self.queue, buf, self.cl.map_flags.READ,
-                                                       0, (buf.size,), np.uint8,
-                                                       is_blocking=True)
+                memory = self._map(buf, blocking=True)
             except self.cl.Error as e:
                 raise DeviceError(f"{self.device_string}: reading a result back failed: "
                                   f"{_first_line(e)}", n.origin) from None
-            memory = HostMemory(buf, mapped)
-            buf.host_memory = weakref.ref(memory)
         return np.asarray(memory)[:count * dtype.itemsize].view(dtype).reshape(n.shape)
+
+    def _viewed(self, n) -> bool:
+        """Whether ``download`` hands out node ``n``'s value as a view of its buffer."""
+        return self.host_memory and n.size * n.dtype.itemsize >= VIEW_MIN_BYTES
+
+    def _read(self, n, buf, blocking: bool) -> np.ndarray:
+        """A new array of node ``n``'s shape and dtype read from ``buf`` (read-only on a
+        host-memory device, as a view is); not yet written when not ``blocking``."""
+        out = np.empty(n.shape, dtype=n.dtype.np)
+        if out.nbytes:
+            view = out.view(np.uint8) if out.dtype == np.bool_ else out
+            self.cl.enqueue_copy(self.queue, view, buf, is_blocking=blocking)
+        if self.host_memory:
+            out.flags.writeable = False
+        return out
+
+    def _map(self, buf, blocking: bool) -> "HostMemory":
+        """``buf`` mapped for reading, as the ``HostMemory`` its views share (``host_view``)."""
+        mapped, _ = self.cl.enqueue_map_buffer(self.queue, buf, self.cl.map_flags.READ, 0,
+                                               (buf.size,), np.uint8, is_blocking=blocking)
+        memory = HostMemory(buf, mapped)
+        buf.host_memory = weakref.ref(memory)
+        return memory
 
     # compiling ---------------------------------------------------------------------------------
     def _program(self, source: str, kernel, origin, options=()):
@@ -446,25 +458,15 @@ class OpenCLBackend(FusedBackend):
         doc's "Host memory"), before the sync waits: the sync's one wait (each wait on PoCL
         costs some 40 us, the time its worker threads take to wake and report back) then
         covers the read. Kept for the next ``download`` of ``n`` with this buffer only."""
-        dtype = np.dtype(n.dtype.np)
         self._ahead = None
         try:
-            if self.host_memory and n.size * dtype.itemsize >= VIEW_MIN_BYTES:
+            if self._viewed(n):
                 ref = getattr(buf, "host_memory", None)
                 if ref is not None and ref() is not None:  # mapped for a view already
                     return
-                mapped, _ = self.cl.enqueue_map_buffer(self.queue, buf, self.cl.map_flags.READ,
-                                                       0, (buf.size,), np.uint8,
-                                                       is_blocking=False)
-                data = HostMemory(buf, mapped)
-                buf.host_memory = weakref.ref(data)
+                data = self._map(buf, blocking=False)
             else:
-                data = np.empty(n.shape, dtype=dtype)
-                if data.nbytes:
-                    view = data.view(np.uint8) if data.dtype == np.bool_ else data
-                    self.cl.enqueue_copy(self.queue, view, buf, is_blocking=False)
-                if self.host_memory:  # read-only whatever the size, as a view is
-                    data.flags.writeable = False
+                data = self._read(n, buf, blocking=False)
         except self.cl.Error:  # ``download`` reads it as usual and reports the failure
             return
         self._ahead = (n, buf, data)
