@@ -4,6 +4,9 @@ Run:  python -m pytest benchmarks/test_bench_recording.py --benchmark-only -p no
 
 ``us_per_op`` in each benchmark's extra info is the mean time per recorded op. Nothing here is
 computed except in the sync benchmarks: the recorded graphs are dropped unrealized.
+``test_record_encoder_forward`` records a model's forward as users write it (MiniLM-L6's
+encoder: layer norms, linear layers, attention, GELU, in float32 and float16), where most ops
+come from composite functions; ``us_per_node`` there is per node of the recorded graph.
 
 The ``cuda_host_path`` benchmarks are NOT GPU timings. They run ``cuda:0`` under Triton's
 interpreter (torch CPU tensors, only on a machine without a GPU) with the compiled kernel's
@@ -81,6 +84,40 @@ def test_record_many_small_graphs(benchmark, x):
         return chain(x, 500)
 
     _run(benchmark, many, x)
+
+
+@pytest.fixture(scope="module", params=["float32", "float16"])
+def encoder(request):
+    """``(forward, nodes)``: MiniLM-L6's encoder (6 layers, 12 heads, FFN 4x; widths cut to 48,
+    which the recorded graph does not depend on) on the NumPy device, eval mode, and a call
+    recording its forward of a batch of 32 x 128 token ids (no grad, no sync)."""
+    from lazyburn.models.bert import BertConfig, BertModel
+    from lazyburn.nn import additive_attention_mask
+
+    config = BertConfig(vocab_size=1000, hidden_size=48, num_hidden_layers=6,
+                        num_attention_heads=12, intermediate_size=192,
+                        max_position_embeddings=128)
+    model = BertModel(config, dtype=request.param, device="numpy").eval()
+    rng = np.random.default_rng(0)
+    ids = lb.tensor(rng.integers(0, 1000, (32, 128)), device="numpy")
+    mask = additive_attention_mask(lb.tensor(np.ones((32, 128), np.int64), device="numpy"),
+                                   request.param)
+    lb.graph.sync(mask)
+
+    def forward():
+        return model(ids, mask)
+
+    return forward, len(lb.graph.topo_order([forward().node]))
+
+
+def test_record_encoder_forward(benchmark, encoder):
+    """One forward of MiniLM-L6's encoder recorded (graph dropped unsynced)."""
+    forward, nodes = encoder
+    gc.collect()
+    y = benchmark.pedantic(forward, rounds=200, iterations=1, warmup_rounds=5)
+    benchmark.extra_info["nodes"] = nodes
+    benchmark.extra_info["us_per_node"] = round(benchmark.stats.stats.median / nodes * 1e6, 3)
+    assert y.is_pending and y.shape == (32, 128, 48)
 
 
 def test_sync_one_op_graph(benchmark, x):
