@@ -240,6 +240,24 @@ def test_origin_is_the_users_line():
     assert t.origin == f"{__file__}:{line}"
 
 
+def test_every_node_of_a_composite_has_the_callers_line():
+    x, w = fresh(), lb.tensor(np.random.default_rng(5).random(3), "float32")
+    z, line = lb.layer_norm(lb.linear(x, lb.ones((3, 3))), 3, weight=w), lineno()
+    nodes = [n for n in lb.graph.topo_order([z.node]) if n.inputs]
+    assert len(nodes) > 10
+    assert {n.origin for n in nodes} == {f"{__file__}:{line}"}
+
+
+def test_a_composite_that_raises_leaves_later_ops_their_own_lines():
+    x = fresh()
+    with pytest.raises(lb.ShapeError):
+        lb.layer_norm(x, 4)  # fails after the composite took the user's line
+    y, line = x.exp(), lineno()
+    assert y.origin == f"{__file__}:{line}"
+    z, line = helper_in_user_code(x), helper_in_user_code.__code__.co_firstlineno + 1
+    assert z.origin == f"{__file__}:{line}"
+
+
 def helper_in_user_code(x):
     return x.exp()  # the op's own line, in user code, is reported
 

@@ -21,7 +21,7 @@ from .creation import arange
 from .elementwise import where
 from .linalg import matmul
 from .movement import flip, pad, permute_dims, spread, take, window_node
-from .record import Origin, tensor_node, wrap
+from .record import Origin, composite, tensor_node, wrap
 from .reduction import argmax, max as _max, sum as _sum
 
 
@@ -125,6 +125,7 @@ def _conv(op, nsp, x, weight, bias, stride, padding, dilation, groups, origin):
     return y if batched else y.reshape(y.shape[1:])
 
 
+@composite
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
     """1-D convolution (cross-correlation), ``torch.nn.functional.conv1d``.
 
@@ -139,6 +140,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                  Origin())
 
 
+@composite
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
     """2-D convolution (cross-correlation), ``torch.nn.functional.conv2d``.
 
@@ -201,6 +203,7 @@ def _conv_transpose(op, nsp, x, weight, bias, stride, padding, output_padding, g
     return y if batched else y.reshape(y.shape[1:])
 
 
+@composite
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0,  # noqa: A002
                      output_padding=0, groups=1, dilation=1):
     """1-D transposed convolution, ``torch.nn.functional.conv_transpose1d``: the gradient of
@@ -212,6 +215,7 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0,  # noqa: A00
                            output_padding, groups, dilation, Origin())
 
 
+@composite
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0,  # noqa: A002
                      output_padding=0, groups=1, dilation=1):
     """2-D transposed convolution, ``torch.nn.functional.conv_transpose2d``: the gradient of
@@ -289,6 +293,7 @@ def _max_pool(op, nsp, input, kernel_size, stride, padding, dilation, ceil_mode,
     return (y, index) if batched else (y.reshape(y.shape[1:]), index.reshape(index.shape[1:]))
 
 
+@composite
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                ceil_mode=False, return_indices=False):
     """1-D max pooling, ``torch.nn.functional.max_pool1d``; see ``max_pool2d``."""
@@ -296,6 +301,7 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: 
                      ceil_mode, return_indices, Origin())
 
 
+@composite
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                ceil_mode=False, return_indices=False):
     """2-D max pooling, ``torch.nn.functional.max_pool2d``: the maximum over each window of
@@ -349,6 +355,7 @@ def _avg_pool(op, nsp, input, kernel_size, stride, padding, ceil_mode, count_inc
     return y if batched else y.reshape(y.shape[1:])
 
 
+@composite
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
                count_include_pad=True):
     """1-D average pooling, ``torch.nn.functional.avg_pool1d``; see ``avg_pool2d``."""
@@ -356,6 +363,7 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # n
                      count_include_pad, None, Origin())
 
 
+@composite
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
                count_include_pad=True, divisor_override=None):
     """2-D average pooling, ``torch.nn.functional.avg_pool2d``: each window's sum over the
@@ -413,12 +421,14 @@ def _adaptive(op, nsp, input, output_size, reduce_max, origin):
     return y if batched else y.reshape(y.shape[1:])
 
 
+@composite
 def adaptive_avg_pool1d(input, output_size):  # noqa: A002
     """1-D adaptive average pooling, ``torch.nn.functional.adaptive_avg_pool1d``; see
     ``adaptive_avg_pool2d``."""
     return _adaptive("adaptive_avg_pool1d", 1, input, output_size, False, Origin())
 
 
+@composite
 def adaptive_avg_pool2d(input, output_size):  # noqa: A002
     """2-D adaptive average pooling, ``torch.nn.functional.adaptive_avg_pool2d``: output
     (N, C, *output_size) (an entry None keeps the input's extent); bin i of an axis of extent
@@ -428,6 +438,7 @@ def adaptive_avg_pool2d(input, output_size):  # noqa: A002
     return _adaptive("adaptive_avg_pool2d", 2, input, output_size, False, Origin())
 
 
+@composite
 def adaptive_max_pool2d(input, output_size):  # noqa: A002
     """2-D adaptive max pooling, ``torch.nn.functional.adaptive_max_pool2d`` (without
     ``return_indices``): the maximum over PyTorch's bins (see ``adaptive_avg_pool2d``)."""

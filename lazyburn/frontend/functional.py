@@ -17,18 +17,20 @@ from .movement import expand_dims, squeeze, take, take_along_axis
 from .random import default_generator
 from ..errors import AutogradError, DTypeError, ShapeError
 from ..ir.shapes import normalize_axis
-from .record import Origin, is_tensor, rebind, tensor_node, wrap
+from .record import Origin, composite, is_tensor, rebind, tensor_node, wrap
 
 
 def _t(op, x):
     return wrap(tensor_node(op, x, Origin()))
 
 
+@composite
 def relu(x):
     """``maximum(x, 0)``."""
     return _t("relu", x).maximum(0)
 
 
+@composite
 def gelu(x, approximate: str = "none"):
     """Gaussian error linear unit (Hendrycks & Gimpel, 2016).
 
@@ -44,18 +46,21 @@ def gelu(x, approximate: str = "none"):
     raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
+@composite
 def silu(x):
     """``x * sigmoid(x)`` (also called swish)."""
     x = _t("silu", x)
     return x * x.sigmoid()
 
 
+@composite
 def softplus(x):
     """``log(1 + exp(x))``, computed as ``max(x, 0) + log1p(exp(-|x|))`` to avoid overflow."""
     x = _t("softplus", x)
     return x.maximum(0) + (-x.abs()).exp().log1p()
 
 
+@composite
 def clip(x, min=None, max=None):  # noqa: A002 - array-API names
     """``x`` limited to ``[min, max]`` (either bound may be None)."""
     x = _t("clip", x)
@@ -86,6 +91,7 @@ def _shift(m):
     return m.detach() if m.requires_grad else m
 
 
+@composite
 def softmax(x, axis=-1):
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``: one broadcasted multi-reduction.
     Integer inputs give float32; half inputs are computed in float32."""
@@ -99,6 +105,7 @@ def softmax(x, axis=-1):
     return _back(e / e.sum(axis, keepdims=True), x)
 
 
+@composite
 def log_softmax(x, axis=-1):
     """``x - max - log(sum(exp(x - max)))`` along ``axis`` (dtypes as ``softmax``)."""
     origin = Origin()
@@ -111,6 +118,7 @@ def log_softmax(x, axis=-1):
     return _back(shifted - shifted.exp().sum(axis, keepdims=True).log(), x)
 
 
+@composite
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """Layer normalization (Ba, Kiros & Hinton, 2016) over the trailing ``normalized_shape``:
     ``(x - mean) / sqrt(var + eps) * weight + bias`` with the population variance. Half inputs
@@ -162,6 +170,7 @@ def assign(t, value) -> None:
     current_graph().track(t)
 
 
+@composite
 def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa: A002
                training: bool = False, momentum: float = 0.1, eps: float = 1e-5):
     """Batch normalization (Ioffe & Szegedy, 2015) over an input (N, C, *) per channel C, as
@@ -234,6 +243,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
     return _back(y, x)
 
 
+@composite
 def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):  # noqa: A002
     """Group normalization (Wu & He, 2018), as ``torch.nn.functional.group_norm``: the C
     channels of an input (N, C, *) split into ``num_groups`` groups of consecutive channels,
@@ -266,6 +276,7 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
     return _back(y, x)
 
 
+@composite
 def rms_norm(input, normalized_shape, weight=None, eps: float | None = None):  # noqa: A002
     """Root-mean-square normalization (Zhang & Sennrich, 2019) over the trailing
     ``normalized_shape``, as ``torch.nn.functional.rms_norm``: ``x / sqrt(mean(x**2) + eps)``,
@@ -387,6 +398,7 @@ def _linear(x, axis, out_size, step, align_corners, origin):
     return a * (1.0 - weight) + b * weight
 
 
+@composite
 def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
                 align_corners=None, recompute_scale_factor=None, antialias: bool = False):
     """Resampling of an input (N, C, L) or (N, C, H, W) to ``size`` (an int or one per spatial
@@ -436,6 +448,7 @@ def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",  # n
     return y if nearest else _back(y, x)
 
 
+@composite
 def linear(x, weight, bias=None):
     """``x @ weight.T + bias`` with ``weight`` of shape (out_features, in_features), as in
     PyTorch's ``nn.functional.linear``."""
@@ -448,6 +461,7 @@ def linear(x, weight, bias=None):
     return y + (_t("linear", bias) if is_tensor(bias) else bias)
 
 
+@composite
 def embedding(indices, weight, padding_idx: int | None = None):
     """Rows of ``weight`` (num_embeddings, dim) at integer ``indices`` (any shape): result
     shape ``indices.shape + (dim,)``. ``padding_idx`` (as ``torch.nn.functional.embedding``):
@@ -467,6 +481,7 @@ def embedding(indices, weight, padding_idx: int | None = None):
     return take(weight, indices, axis=0, origin=origin)
 
 
+@composite
 def dropout(x, p: float = 0.5, training: bool = False, generator=None):
     """Inverted dropout: identity unless ``training``; then zeroes elements with probability
     ``p`` (drawn from ``generator``) and scales the rest by ``1 / (1 - p)``."""
@@ -544,6 +559,7 @@ def _nll(x, target, weight, ignore_index, reduction):
     return (loss.sum() if reduction == "sum" else loss), w
 
 
+@composite
 def nll_loss(input, target, weight=None, ignore_index: int = -100,  # noqa: A002 - PyTorch's
              reduction: str = "mean"):
     """Negative log-likelihood of class indices: ``-weight[t] * input[n, t]`` for each target
@@ -566,6 +582,7 @@ def nll_loss(input, target, weight=None, ignore_index: int = -100,  # noqa: A002
     return _nll(x, target, w, ignore_index, reduction)[0]
 
 
+@composite
 def cross_entropy(input, target, weight=None, ignore_index: int = -100,  # noqa: A002
                   reduction: str = "mean", label_smoothing: float = 0.0):
     """Cross-entropy of unnormalized scores against class indices: ``nll_loss`` of
@@ -612,6 +629,7 @@ def _pointwise_operands(op, input, target, origin):
     return x, t
 
 
+@composite
 def mse_loss(input, target, reduction: str = "mean"):  # noqa: A002 - PyTorch's name
     """Squared error ``(input - target) ** 2`` (operands broadcast, as in PyTorch), reduced by
     ``reduction`` ("mean", "sum" or "none"). Raises DTypeError for non-floating operands,
@@ -623,6 +641,7 @@ def mse_loss(input, target, reduction: str = "mean"):  # noqa: A002 - PyTorch's 
     return _reduce(d * d, reduction)
 
 
+@composite
 def l1_loss(input, target, reduction: str = "mean"):  # noqa: A002 - PyTorch's name
     """Absolute error ``|input - target|`` (operands broadcast), reduced by ``reduction``;
     errors as ``mse_loss``. The gradient at a zero difference is 0, as in PyTorch."""
@@ -632,6 +651,7 @@ def l1_loss(input, target, reduction: str = "mean"):  # noqa: A002 - PyTorch's n
     return _reduce((x - t).abs(), reduction)
 
 
+@composite
 def binary_cross_entropy_with_logits(input, target, weight=None,  # noqa: A002 - PyTorch's
                                      reduction: str = "mean", pos_weight=None):
     """Binary cross-entropy of logits ``x`` against probabilities ``t`` (same shape):

@@ -51,14 +51,24 @@ def permute_dims(x, axes, origin=None):
     Raises ShapeError when ``axes`` is not a permutation of ``range(x.ndim)``."""
     origin = origin or Origin()
     n = tensor_node("permute_dims", x, origin)
+    return _permute(n, axes, origin)
+
+
+def _permute(n: Node, axes, origin):
     nd = len(n.shape)
-    perm = tuple(normalize_axis("permute_dims", a, n.shape, origin) for a in axes)
-    if sorted(perm) != list(range(nd)):
-        raise ShapeError(f"permute_dims: {tuple(axes)} is not a permutation of the {nd} axes of "
-                         f"a tensor of shape {n.shape}", origin)
-    if perm == tuple(range(nd)):
+    identity = list(range(nd))
+    perm = tuple(axes)
+    if sorted(perm) != identity or any(type(a) is not int for a in perm):
+        # negative axes, NumPy integers, or not a permutation: the checked path
+        given = perm
+        perm = tuple([normalize_axis("permute_dims", a, n.shape, origin) for a in given])
+        if sorted(perm) != identity:
+            raise ShapeError(f"permute_dims: {given} is not a permutation of the {nd} axes of "
+                             f"a tensor of shape {n.shape}", origin)
+    if list(perm) == identity:
         return wrap(n)
-    shape = tuple(n.shape[p] for p in perm)
+    shape = n.shape
+    shape = tuple([shape[p] for p in perm])
     return record("permute", (n,), (perm,), shape, n.dtype, n.device, origin)
 
 
@@ -71,7 +81,7 @@ def transpose(x, dim0=-2, dim1=-1):
     b = normalize_axis("transpose", dim1, n.shape, origin)
     perm = list(range(nd))
     perm[a], perm[b] = perm[b], perm[a]
-    return permute_dims(x, perm, origin)
+    return _permute(n, perm, origin)
 
 
 def matrix_transpose(x):
@@ -82,7 +92,7 @@ def matrix_transpose(x):
         raise ShapeError(f"matrix_transpose: needs rank >= 2, got shape {n.shape}", origin)
     perm = list(range(len(n.shape)))
     perm[-1], perm[-2] = perm[-2], perm[-1]
-    return permute_dims(x, perm, origin)
+    return _permute(n, perm, origin)
 
 
 def broadcast_to(x, shape, origin=None):

@@ -10,6 +10,7 @@ line: the origin is taken once per public call and passed down.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import numbers
 import threading
@@ -102,6 +103,26 @@ def pinned(origin: Origin):
         yield
     finally:
         _PINNED.frame = before
+
+
+def composite(fn):
+    """Decorate a public function recorded from other public ops (``layer_norm`` calling
+    ``mean``, ``-``, ``rsqrt``...): the stack is walked once, when it is called, and every op
+    it records is blamed on that line (as ``pinned`` does) rather than each op walking the
+    stack again through the function's own frames. Only for functions that call no user
+    code. Inside a pinned region (a backward pass, another composite) it adds nothing."""
+    @functools.wraps(fn)
+    def public(*args, **kwargs):
+        pin = _PINNED
+        if pin.frame is not None:
+            return fn(*args, **kwargs)
+        origin = Origin()
+        pin.frame = (origin.code, origin.line)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            pin.frame = None
+    return public
 
 
 def _unsupported(device: str) -> frozenset:

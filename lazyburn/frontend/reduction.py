@@ -20,8 +20,8 @@ from ..ir.shapes import normalize_axes, normalize_axis, pow2_at_least
 from ..ir.shapes import prod as _prod
 from .elementwise import binary, where
 from .movement import concat, pad, range_node, reshape_node
-from .record import (Origin, cast, check_axis_int, const, is_scalar, node, resolve_dtype,
-                     tensor_node, wrap)
+from .record import (Origin, cast, check_axis_int, composite, const, is_scalar, node,
+                     resolve_dtype, tensor_node, wrap)
 
 
 # the value of a reduction over no elements (max and min have none: they raise)
@@ -169,23 +169,26 @@ def _accumulator(x):
     return dt.float32 if x.dtype in (dt.float16, dt.bfloat16) else x.dtype
 
 
+@composite
 def mean(x, axis=None, keepdims=False):
     """Arithmetic mean over ``axis`` (floating result; integers are cast to float32; complex
     kept); nan over an empty axis, as NumPy."""
     origin = Origin()
     x = _float("mean", x, origin, complex_ok=True)
     n = _count("mean", x, axis, origin)
-    acc = _accumulator(x)
-    m = sum(x, axis, keepdims, dtype=acc) * (1.0 / n if n else float("nan"))
-    return m.astype(x.dtype)
+    total = wrap(_reduce("sum", x, axis, keepdims, origin, _accumulator(x)))
+    m = binary("mul", total, 1.0 / n if n else float("nan"), origin)
+    return wrap(cast(m.node, x.dtype, origin))
 
 
+@composite
 def var(x, axis=None, correction=0, keepdims=False):
     """Variance over ``axis`` with ``correction`` (0: population, 1: sample), computed as
     ``sum((x - mean)**2) / (N - correction)`` -- a broadcasted multi-reduction."""
     return _var("var", x, axis, correction, keepdims, Origin())
 
 
+@composite
 def std(x, axis=None, correction=0, keepdims=False):
     """Standard deviation: ``sqrt(var(x, axis, correction))``."""
     return _var("std", x, axis, correction, keepdims, Origin()).sqrt()
@@ -201,6 +204,7 @@ def _var(op, x, axis, correction, keepdims, origin):
     return v.astype(x.dtype)
 
 
+@composite
 def logsumexp(x, axis=None, keepdims=False):
     """``log(sum(exp(x)))`` over ``axis``, computed stably as ``m + log(sum(exp(x - m)))`` with
     ``m`` the maximum (replaced by 0 where it is not finite).

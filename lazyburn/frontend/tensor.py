@@ -374,7 +374,8 @@ class Tensor:
         return movement.matrix_transpose(self)
 
     def reshape(self, *shape) -> "Tensor":
-        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+        if len(shape) == 1 and type(shape[0]) is not int and \
+                not isinstance(shape[0], numbers.Integral):
             shape = tuple(shape[0])
         return movement.reshape(self, shape, Origin())
 
@@ -389,7 +390,8 @@ class Tensor:
         return movement.transpose(self, dim0, dim1)
 
     def expand(self, *shape) -> "Tensor":
-        if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+        if len(shape) == 1 and type(shape[0]) is not int and \
+                not isinstance(shape[0], numbers.Integral):
             shape = tuple(shape[0])
         return movement.broadcast_to(self, shape, Origin())
 

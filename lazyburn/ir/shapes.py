@@ -11,6 +11,21 @@ def broadcast_shapes(op: str, *shapes: tuple, origin=None) -> tuple:
 
     Raises ShapeError naming ``op`` and the shapes when two dimensions differ and neither is 1.
     """
+    if len(shapes) == 2:  # the usual case, without the general loop's generators
+        a, b = shapes
+        if a == b:
+            return a
+        if len(a) == len(b):
+            out = []
+            for x, y in zip(a, b):
+                if x == y or y == 1:
+                    out.append(x)
+                elif x == 1:
+                    out.append(y)
+                else:
+                    break
+            else:
+                return tuple(out)
     first = shapes[0]
     if all(s == first for s in shapes):
         return first
@@ -52,6 +67,8 @@ def normalize_axes(op: str, axis, shape: tuple, origin=None) -> tuple:
     tensor of ``shape``. Raises ShapeError for an axis out of range or repeated."""
     if axis is None:
         return tuple(range(len(shape)))
+    if type(axis) is int and -len(shape) <= axis < len(shape):  # the usual case
+        return (axis % len(shape),)
     if type(axis) is int or isinstance(axis, numbers.Integral) and not isinstance(axis, bool):
         axis = (axis,)
     try:
@@ -69,6 +86,19 @@ def normalize_axes(op: str, axis, shape: tuple, origin=None) -> tuple:
 def infer_reshape(op: str, old: tuple, new, origin=None) -> tuple:
     """Resolve a requested shape (ints, at most one -1) against ``old``'s element count."""
     new = tuple(new)
+    size = 1
+    for d in old:
+        size *= d
+    known = 1
+    for d in new:
+        if type(d) is not int or d < 0:
+            break
+        known *= d
+    else:  # the usual case: every dimension given
+        if known != size:
+            raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) into {new} "
+                             f"({known} elements)", origin)
+        return new
     if any(type(d) is not int for d in new):
         for d in new:
             if not isinstance(d, numbers.Integral) or isinstance(d, bool):
@@ -77,9 +107,6 @@ def infer_reshape(op: str, old: tuple, new, origin=None) -> tuple:
     for d in new:
         if d < -1:
             raise ShapeError(f"{op}: invalid dimension {d!r} in shape {new}", origin)
-    size = 1
-    for d in old:
-        size *= d
     unknown = [i for i, d in enumerate(new) if d == -1]
     if len(unknown) > 1:
         raise ShapeError(f"{op}: only one dimension can be -1, got {new}", origin)
