@@ -20,13 +20,15 @@ from ..ir.shapes import prod
 from .creation import arange
 from .elementwise import where
 from .linalg import matmul
-from .movement import flip, pad, permute_dims, spread, take, window_node
-from .record import Origin, composite, tensor_node, wrap
+from .movement import flip, pad, permute_dims, reshape_node, spread, take, window_node
+from .record import Origin, composite, node, tensor_node, wrap
 from .reduction import argmax, max as _max, sum as _sum
 
 
 def _ints(op, name, value, n, origin, minimum=None) -> tuple:
     """``value`` (an int or a sequence of ``n`` ints) as a tuple of ``n`` ints."""
+    if type(value) is int and (minimum is None or value >= minimum):  # the usual case
+        return (value,) * n
     values = (value,) * n if isinstance(value, (int, np.integer)) else tuple(value)
     if len(values) == 1 and n > 1:
         values = values * n
@@ -114,15 +116,17 @@ def _conv(op, nsp, x, weight, bias, stride, padding, dilation, groups, origin):
     out = cols.shape[2:2 + nsp]
     positions, taps = prod(out), prod(kernel)
     # (N, G, Cg * kernel, positions) @ per group (OCg, Cg * kernel): the result is NCHW already
-    cols = cols.reshape((n, groups, cg) + out + kernel)
-    cols = permute_dims(cols, (0, 1, 2) + tuple(range(3 + nsp, 3 + 2 * nsp)) +
-                        tuple(range(3, 3 + nsp)))
-    cols = cols.reshape((n, groups, cg * taps, positions))
-    w = w.reshape((1, groups, oc // groups, cg * taps))
-    y = matmul(w, cols).reshape((n, oc) + out)
+    # (the shapes below are right by construction: views recorded without the public checks)
+    cols = reshape_node(cols.node, (n, groups, cg) + out + kernel, origin)
+    cols = node("permute", (cols,), ((0, 1, 2) + tuple(range(3 + nsp, 3 + 2 * nsp)) +
+                                    tuple(range(3, 3 + nsp)),),
+                (n, groups, cg) + kernel + out, cols.dtype, cols.device, origin)
+    cols = wrap(reshape_node(cols, (n, groups, cg * taps, positions), origin))
+    w = wrap(reshape_node(w.node, (1, groups, oc // groups, cg * taps), origin))
+    y = wrap(reshape_node(matmul(w, cols).node, (n, oc) + out, origin))
     if bias is not None:
-        y = y + bias.reshape((oc,) + (1,) * nsp)
-    return y if batched else y.reshape(y.shape[1:])
+        y = y + wrap(reshape_node(bias.node, (oc,) + (1,) * nsp, origin))
+    return y if batched else wrap(reshape_node(y.node, y.shape[1:], origin))
 
 
 @composite

@@ -197,14 +197,16 @@ def pad(x, pad_width, mode="constant", constant_values=0):
     if mode != "constant":
         raise ValueError(f"pad: only mode='constant' is supported, got {mode!r}")
     nd = len(n.shape)
-    try:
-        pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (nd, 2))
-    except ValueError:
-        raise ShapeError(f"pad: pad_width {pad_width!r} does not fit a tensor of rank {nd}",
-                         origin) from None
-    if (pw < 0).any():
-        raise ShapeError(f"pad: negative pad width in {pad_width!r}", origin)
-    pads = tuple((int(a), int(b)) for a, b in pw)
+    pads = _pad_pairs(pad_width, nd)
+    if pads is None:
+        try:
+            pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (nd, 2))
+        except ValueError:
+            raise ShapeError(f"pad: pad_width {pad_width!r} does not fit a tensor of rank "
+                             f"{nd}", origin) from None
+        if (pw < 0).any():
+            raise ShapeError(f"pad: negative pad width in {pad_width!r}", origin)
+        pads = tuple((int(a), int(b)) for a, b in pw)
     if all(a == 0 and b == 0 for a, b in pads):
         return wrap(n)
     shape = tuple(d + a + b for d, (a, b) in zip(n.shape, pads))
@@ -213,6 +215,22 @@ def pad(x, pad_width, mode="constant", constant_values=0):
     if n.size == 0:  # all padding
         return wrap(rec.const(value, shape, n.dtype, n.device, origin, "pad"))
     return record("pad", (n,), (pads, value), shape, n.dtype, n.device, origin)
+
+
+def _pad_pairs(pad_width, nd: int):
+    """``pad_width`` as ``nd`` pairs when it is given so (a list or tuple of ``nd`` pairs of
+    non-negative Python ints: the usual case, without NumPy's broadcast), else None."""
+    if type(pad_width) not in (list, tuple) or len(pad_width) != nd:
+        return None
+    pairs = []
+    for pair in pad_width:
+        if type(pair) not in (list, tuple) or len(pair) != 2:
+            return None
+        a, b = pair
+        if type(a) is not int or type(b) is not int or a < 0 or b < 0:
+            return None
+        pairs.append((a, b))
+    return tuple(pairs)
 
 
 def spread(x, axis: int, step: int):
