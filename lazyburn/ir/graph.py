@@ -73,12 +73,13 @@ def structural_key(outputs: Sequence[Node]):
                 if n not in pos:  # (a node reached twice is on the stack twice)
                     pos[n] = len(order)
                     order.append(n)
+                    # inputs' positions spelled out for one and two (no comprehension's frame)
+                    k = len(ins)
+                    at = (pos[ins[0]],) if k == 1 else (pos[ins[0]], pos[ins[1]]) if k == 2 \
+                        else tuple([pos[i] for i in ins])
                     # _entry inlined for the usual node (pending, its attrs structure)
-                    entries.append(
-                        (n.op, n.attrs, n.shape, n.dtype.name, n.device,
-                         tuple([pos[i] for i in ins]))
-                        if n.op not in _SPECIAL_ENTRY else
-                        _entry(n, tuple([pos[i] for i in ins])))
+                    entries.append((n.op, n.attrs, n.shape, n.dtype.name, n.device, at)
+                                   if n.op not in _SPECIAL_ENTRY else _entry(n, at))
     outs = tuple([pos[o] for o in outputs])
     return (tuple(entries), outs), order
 
