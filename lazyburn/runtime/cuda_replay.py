@@ -95,7 +95,8 @@ class Program:
             b.drop_graph(self)
             self.capturable = False
         out = None
-        if self.graph is not None and b.cuda_graphs and not sync_each():
+        each = sync_each()  # read once a run
+        if self.graph is not None and b.cuda_graphs and not each:
             out = self.graph.replay(values)
             if out is None:  # an input the graph reads in place is another buffer now
                 b.drop_graph(self)
@@ -104,7 +105,7 @@ class Program:
                 if b.synchronous:
                     b.finish()
         if out is None:
-            out = self._launch(values, order)
+            out = self._launch(values, order, each)
         if self.dump_env or dump.active():
             b.dump(self.plan)  # after the run: kernels tuned at their first launch are final
         return out
@@ -113,9 +114,8 @@ class Program:
         """Every kernel's scalar arguments for the recording ``order``, in launch order."""
         return [w for k in self.scalar_kernels for w in k.scalar_values(order)]
 
-    def _launch(self, values: list, order) -> list:
+    def _launch(self, values: list, order, each: bool) -> list:
         b = self.backend
-        each = sync_each()
         i = -1
         waiting = False  # the error came from waiting for the stream, not from step i itself
         try:
