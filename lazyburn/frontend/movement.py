@@ -490,6 +490,13 @@ def to_device(x, device, /, *, stream=None):
         runtime.backend(device)
     except DeviceError as e:
         raise DeviceError(f"to_device: {e.args[0]}", origin) from None
+    return record_copy(n, device, origin)
+
+
+def record_copy(n: Node, device: str, origin):
+    """The Tensor of node ``n`` copied to ``device`` (another device): a ``copy`` node, noted
+    so that syncs look for copies from other devices (``runtime.note_copy``)."""
+    runtime.note_copy()
     return record("copy", (n,), (), n.shape, n.dtype, device, origin)
 
 

@@ -19,7 +19,7 @@ from . import elementwise as ew
 from . import functional as F
 from . import assignment, interop, linalg, movement, reduction, searching
 from .capture import current_graph
-from .record import Origin, from_host, rebind, record, resolve_device, set_tensor_class
+from .record import Origin, from_host, rebind, resolve_device, set_tensor_class
 
 
 class Tensor:
@@ -189,7 +189,7 @@ class Tensor:
         if device == n.device:
             return self
         runtime.backend(device)
-        return record("copy", (n,), (), n.shape, n.dtype, device, origin)
+        return movement.record_copy(n, device, origin)
 
     def float(self) -> "Tensor":
         return ew.astype(self, "float32")

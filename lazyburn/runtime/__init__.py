@@ -175,9 +175,11 @@ def _realize_on(device: str, nodes: Sequence[Node], read: bool = False) -> None:
                 return
             key, order = walk(nodes)
             # a copy from another device needs its source realized first, outside this
-            # device's lock (the source's device takes its own)
+            # device's lock (the source's device takes its own); looked for once a copy has
+            # been recorded
             sources = [n.inputs[0] for n in order
-                       if n.op == "copy" and n.inputs[0].device != device and n.inputs[0].pending]
+                       if n.op == "copy" and n.inputs[0].device != device and
+                       n.inputs[0].pending] if copies_recorded else None
             if not sources:
                 if device in complex_devices and has_complex(order):
                     buffers = _run_lowered(b, device, nodes)
@@ -192,6 +194,17 @@ def _realize_on(device: str, nodes: Sequence[Node], read: bool = False) -> None:
                     n.realize_to(buf)
                 return
         realize(sources)
+
+
+# whether any ``copy`` node (between devices) has been recorded (``note_copy``)
+copies_recorded = False
+
+
+def note_copy() -> None:
+    """Note that a copy between devices was recorded: from now on syncs look for copies
+    whose source is pending on another device."""
+    global copies_recorded
+    copies_recorded = True
 
 
 # the fused devices a complex value has been made on (by ``note_complex``): only their syncs
