@@ -124,6 +124,40 @@ def test_eval_batch_norm_and_relu_after_a_matmul_are_its_epilogue(rng):
         close(y, want, 1e-4, 1e-4)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_normalizations_record_the_graph_of_their_formulas(rng, dtype):
+    """layer_norm, batch_norm and group_norm record their statistics and per-channel affine
+    directly as nodes: the graph is the one the public ops of their formulas record."""
+    key = lb.graph.structural_key
+    x = lb.tensor(randn(rng, 2, 6, 5), dtype)
+    w, b = lb.tensor(randn(rng, 6), dtype), lb.tensor(randn(rng, 6), dtype)
+    rm, rv = lb.tensor(randn(rng, 6), dtype), lb.tensor(positive(rng, 6), dtype)
+    lw, lb_ = lb.tensor(randn(rng, 5)), lb.tensor(randn(rng, 5))
+    xc = x.astype("float32")
+
+    def normalized(v, axes):
+        mu = v.mean(axes, keepdims=True)
+        centered = v - mu
+        variance = (centered * centered).mean(axes, keepdims=True)
+        return centered * (variance + 1e-5).rsqrt(), mu, variance
+
+    def same(got, want):
+        assert key([t.node for t in got])[0] == key([t.node for t in want])[0]
+
+    same([F.layer_norm(x, 5, lw, lb_)], [(normalized(xc, (2,))[0] * lw + lb_).astype(dtype)])
+    per_channel = (1, 6, 1)
+    scale = (rv.astype("float32") + 1e-5).rsqrt() * w
+    shift = -rm.astype("float32") * scale + b
+    same([F.batch_norm(x, rm, rv, w, b)],
+         [(xc * scale.reshape(per_channel) + shift.reshape(per_channel)).astype(dtype)])
+    y = normalized(xc, (0, 2))[0]
+    same([F.batch_norm(x, None, None, w, b, training=True)],
+         [(y * w.reshape(per_channel) + b.reshape(per_channel)).astype(dtype)])
+    g = normalized(xc.reshape(2, 3, 10), (2,))[0].reshape(x.shape)
+    same([F.group_norm(x, 3, w, b)],
+         [(g * w.reshape(per_channel) + b.reshape(per_channel)).astype(dtype)])
+
+
 # group_norm and rms_norm ------------------------------------------------------------------------
 @pytest.mark.parametrize("shape, groups", [((3, 6, 5), 3), ((2, 4, 3, 5), 2), ((2, 5), 5)])
 def test_group_norm_matches_pytorch(device, rng, shape, groups):

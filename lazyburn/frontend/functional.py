@@ -13,11 +13,13 @@ from .autograd import no_grad
 from .capture import current_graph
 from .creation import arange
 from .elementwise import where
-from .movement import expand_dims, squeeze, take, take_along_axis
+from .movement import expand_dims, reshape_node, squeeze, take, take_along_axis
 from .random import default_generator
 from ..errors import AutogradError, DTypeError, ShapeError
-from ..ir.shapes import normalize_axis
-from .record import Origin, composite, is_tensor, rebind, tensor_node, wrap
+from ..ir.node import Node
+from ..ir.shapes import normalize_axis, prod
+from .record import (Origin, broadcast_to, composite, const, is_tensor, node, rebind,
+                     tensor_node, wrap)
 
 
 def _t(op, x):
@@ -134,15 +136,42 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
                          f"match the trailing dimensions of {x.shape}", Origin())
     axes = tuple(range(x.ndim - k, x.ndim))
     xc = _upcast(x)
-    mu = xc.mean(axes, keepdims=True)
-    centered = xc - mu
-    variance = (centered * centered).mean(axes, keepdims=True)
-    y = centered * (variance + eps).rsqrt()
+    y = wrap(_normalized(xc.node, axes, eps, Origin())[0])
     if weight is not None:
         y = y * weight
     if bias is not None:
         y = y + bias
     return _back(y, x) if y.dtype is xc.dtype else y
+
+
+def _normalized(x: Node, axes: tuple, eps: float, origin) -> tuple[Node, Node, Node]:
+    """``(normalized, mean, variance)``: ``(x - mean) * rsqrt(variance + eps)`` over ``axes``
+    (``mean`` and the population ``variance`` with those axes kept), ``x`` floating. The
+    normalizations' common core, recorded at every call: the nodes that ``mu = x.mean(axes,
+    keepdims=True)``, ``centered = x - mu``, ``(centered * centered).mean(...)`` and the rest
+    record, recorded directly rather than through the public ops."""
+    shape, d, device = x.shape, x.dtype, x.device
+    kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+    count = prod(shape[a] for a in axes)
+    scale = 1.0 / count if count else float("nan")
+
+    def mean(v: Node) -> Node:
+        # (a sum over no elements is its identity, as ``sum`` records it)
+        total = node("sum", (v,), (axes,), kept, d, device, origin) if count else \
+            const(0, kept, d, device, origin)
+        return node("mul", (total, const(scale, kept, d, device, origin)), (), kept, d, device,
+                    origin)
+
+    def spread(v: Node) -> Node:
+        return broadcast_to(v, shape, origin)
+
+    mu = mean(x)
+    centered = node("sub", (x, spread(mu)), (), shape, d, device, origin)
+    variance = mean(node("mul", (centered, centered), (), shape, d, device, origin))
+    shifted = node("add", (variance, const(eps, kept, d, device, origin)), (), kept, d, device,
+                   origin)
+    inv = node("rsqrt", (shifted,), (), kept, d, device, origin)
+    return node("mul", (centered, spread(inv)), (), shape, d, device, origin), mu, variance
 
 
 def _channel_param(op, what, t, c, origin):
@@ -216,10 +245,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
             raise ShapeError(f"{op}: expected more than 1 value per channel when training, "
                              f"got input of shape {x.shape}", origin)
         axes = (0,) + tuple(range(2, x.ndim))
-        mu = xc.mean(axes, keepdims=True)
-        centered = xc - mu
-        variance = (centered * centered).mean(axes, keepdims=True)
-        y = centered * (variance + eps).rsqrt()
+        y, mu, variance = (wrap(v) for v in _normalized(xc.node, axes, eps, origin))
         if w is not None:
             y = y * w.reshape(per_channel)
         if b is not None:
@@ -239,8 +265,25 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
     shift = -_upcast(stats[0]) * scale
     if b is not None:
         shift = shift + b
-    y = xc * scale.reshape(per_channel) + shift.reshape(per_channel)
+    if scale.dtype is xc.dtype and shift.dtype is xc.dtype:  # (else promoted, below)
+        y = wrap(_channel_affine(xc.node, scale.node, shift.node, origin))
+    else:
+        y = xc * scale.reshape(per_channel) + shift.reshape(per_channel)
     return _back(y, x)
+
+
+def _channel_affine(x: Node, scale: Node, shift: Node, origin) -> Node:
+    """``x * scale.reshape(per_channel) + shift.reshape(per_channel)`` for ``x`` (N, C, *)
+    and ``scale``, ``shift`` (C,) of ``x``'s dtype: the nodes those ops record, recorded
+    directly (a batch norm's, at every call)."""
+    shape, d, device = x.shape, x.dtype, x.device
+    per_channel = (1, shape[1]) + (1,) * (len(shape) - 2)
+
+    def spread(v: Node) -> Node:
+        return broadcast_to(reshape_node(v, per_channel, origin), shape, origin)
+
+    scaled = node("mul", (x, spread(scale)), (), shape, d, device, origin)
+    return node("add", (scaled, spread(shift)), (), shape, d, device, origin)
 
 
 @composite
@@ -265,10 +308,7 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
     b = None if bias is None else _channel_param(op, "bias", bias, c, origin)
     per_channel = (1, c) + (1,) * (x.ndim - 2)
     xg = _upcast(x).reshape(n, num_groups, c // num_groups * math.prod(x.shape[2:]))
-    mu = xg.mean(-1, keepdims=True)
-    centered = xg - mu
-    variance = (centered * centered).mean(-1, keepdims=True)
-    y = (centered * (variance + eps).rsqrt()).reshape(x.shape)
+    y = wrap(_normalized(xg.node, (2,), eps, origin)[0]).reshape(x.shape)
     if w is not None:
         y = y * w.reshape(per_channel)
     if b is not None:
