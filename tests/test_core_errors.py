@@ -7,11 +7,14 @@ import gc
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lazyburn as lb
 from lazyburn import runtime
 from lazyburn.errors import (DeviceError, DTypeError, IndexingError, KernelCompileError,
                              LazyburnError, OutOfMemoryError, ShapeError)
+from lazyburn.ir.shapes import broadcast_shapes
 from lazyburn.runtime.numpy_backend import NumpyBackend
 
 pytestmark = pytest.mark.usefixtures("numpy_device")
@@ -60,6 +63,20 @@ def test_mismatched_broadcast(x23):
     with pytest.raises(ShapeError) as info:
         x23.broadcast_to((3, 3))
     check(info, "broadcast_to", "(2, 3)", "(3, 3)")
+
+
+@settings(max_examples=400, deadline=None)
+@given(a=st.lists(st.integers(0, 3), max_size=4), b=st.lists(st.integers(0, 3), max_size=4))
+def test_broadcast_shapes_are_numpys(a, b):
+    """The shape rule of every broadcasting op agrees with NumPy's, errors included."""
+    try:
+        want = np.broadcast_shapes(tuple(a), tuple(b))
+    except ValueError:
+        with pytest.raises(ShapeError, match=r"cannot be broadcast together"):
+            broadcast_shapes("add", tuple(a), tuple(b))
+        return
+    assert broadcast_shapes("add", tuple(a), tuple(b)) == want
+    assert broadcast_shapes("add", tuple(b), tuple(a)) == want
 
 
 def test_matmul_inner_dimension(x23):

@@ -15,17 +15,19 @@ def broadcast_shapes(op: str, *shapes: tuple, origin=None) -> tuple:
         a, b = shapes
         if a == b:
             return a
-        if len(a) == len(b):
-            out = []
-            for x, y in zip(a, b):
-                if x == y or y == 1:
-                    out.append(x)
-                elif x == 1:
-                    out.append(y)
-                else:
-                    break
+        if len(a) < len(b):
+            a, b = b, a
+        lead = len(a) - len(b)  # b's missing leading dimensions are 1
+        out = list(a[:lead])
+        for x, y in zip(a[lead:], b):
+            if x == y or y == 1:
+                out.append(x)
+            elif x == 1:
+                out.append(y)
             else:
-                return tuple(out)
+                break  # the general loop below raises, naming the shapes as given
+        else:
+            return tuple(out)
     first = shapes[0]
     if all(s == first for s in shapes):
         return first
