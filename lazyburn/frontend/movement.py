@@ -88,11 +88,12 @@ def matrix_transpose(x):
     """The last two dimensions swapped (array API; ``x.mT``). Raises ShapeError below rank 2."""
     origin = Origin()
     n = tensor_node("matrix_transpose", x, origin)
-    if len(n.shape) < 2:
+    nd = len(n.shape)
+    if nd < 2:
         raise ShapeError(f"matrix_transpose: needs rank >= 2, got shape {n.shape}", origin)
-    perm = list(range(len(n.shape)))
-    perm[-1], perm[-2] = perm[-2], perm[-1]
-    return _permute(n, perm, origin)
+    perm = tuple(range(nd - 2)) + (nd - 1, nd - 2)
+    shape = n.shape[:-2] + (n.shape[-1], n.shape[-2])
+    return record("permute", (n,), (perm,), shape, n.dtype, n.device, origin)
 
 
 def broadcast_to(x, shape, origin=None):
