@@ -36,24 +36,21 @@ import time
 
 import numpy as np
 
+from cpu_rounds import median_seconds
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _median_ms(fn, rounds: int, wait, warmup: int = 10) -> float:
+    """Median ms of ``fn()`` and ``wait()`` (the device synchronized), after ``warmup`` calls."""
     for _ in range(warmup):
         fn()
     wait()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        wait()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    return median_seconds(lambda: (fn(), wait()), rounds) * 1e3
 
 
 def _record_ms(record, rounds: int) -> float:
-    """Median time of ``record()`` alone; each recorded graph is dropped outside the timer."""
+    """Median ms of ``record()`` alone; each recorded graph is dropped outside the timer."""
     times = []
     for _ in range(rounds):
         start = time.perf_counter()
