@@ -67,8 +67,7 @@ def _permute(n: Node, axes, origin):
                              f"a tensor of shape {n.shape}", origin)
     if list(perm) == identity:
         return wrap(n)
-    shape = n.shape
-    shape = tuple([shape[p] for p in perm])
+    shape = tuple([n.shape[p] for p in perm])
     return record("permute", (n,), (perm,), shape, n.dtype, n.device, origin)
 
 

@@ -177,9 +177,10 @@ def _realize_on(device: str, nodes: Sequence[Node], read: bool = False) -> None:
             # a copy from another device needs its source realized first, outside this
             # device's lock (the source's device takes its own); looked for once a copy has
             # been recorded
-            sources = [n.inputs[0] for n in order
-                       if n.op == "copy" and n.inputs[0].device != device and
-                       n.inputs[0].pending] if copies_recorded else None
+            sources = None
+            if copies_recorded:
+                sources = [n.inputs[0] for n in order if n.op == "copy" and
+                           n.inputs[0].device != device and n.inputs[0].pending]
             if not sources:
                 if device in complex_devices and has_complex(order):
                     buffers = _run_lowered(b, device, nodes)
