@@ -4,6 +4,10 @@
 #   benchmarks/gpu_run.sh compare   GPU suite with autotune off, WGSL vs Triton
 #   benchmarks/gpu_run.sh minilm    MiniLM-L6 vs PyTorch eager and torch.compile
 #   benchmarks/gpu_run.sh resnet    ResNet-50 b1/b32 fp32/fp16 vs PyTorch eager and torch.compile
+#   benchmarks/gpu_run.sh recorded  MiniLM-L6 and ResNet-50 recorded every call (recording and sync
+#                                   apart) vs PyTorch eager and lazyburn.jit; with .base/ (made with
+#                                   `git archive COMMIT lazyburn | tar -x -C .base`) that tree too,
+#                                   alternating
 #   benchmarks/gpu_run.sh graphs    MiniLM replayed through CUDA graphs, then WGSL vs Triton
 #   benchmarks/gpu_run.sh wgsl      WGSL tests on the GPU through Vulkan, then WGSL vs Triton
 #   benchmarks/gpu_run.sh sanitize N  the op sweep on cuda:0 under compute-sanitizer (memcheck),
@@ -78,6 +82,12 @@ case "${1:-check}" in
   minilm)
     LAZYBURN_AUTOTUNE=1 timeout 540 python3 benchmarks/minilm_gpu.py --weights .weights/minilm \
       2>&1 | tee "$OUT/minilm.txt" || failed benchmarks/minilm_gpu.py
+    ;;
+  recorded)
+    base=(); [ -d .base/lazyburn ] && base=(--base .base)
+    LAZYBURN_AUTOTUNE=0 timeout 540 python3 benchmarks/recorded_gpu.py ${base[@]+"${base[@]}"} \
+      --weights .weights/minilm --rounds 60 --repeat 3 2>&1 | tee "$OUT/recorded.txt" \
+      || failed benchmarks/recorded_gpu.py
     ;;
   resnet)
     # four configurations of some 50 kernels each: the default 2-second tuning budget per
