@@ -7,6 +7,7 @@ computed except in the sync benchmarks: the recorded graphs are dropped unrealiz
 ``test_record_encoder_forward`` records a model's forward as users write it (MiniLM-L6's
 encoder: layer norms, linear layers, attention, GELU, in float32 and float16), where most ops
 come from composite functions; ``us_per_node`` there is per node of the recorded graph.
+``test_structural_key_of_encoder_forward`` times the structural key of that graph.
 
 The ``cuda_host_path`` benchmarks are NOT GPU timings. They run ``cuda:0`` under Triton's
 interpreter (torch CPU tensors, only on a machine without a GPU) with the compiled kernel's
@@ -118,6 +119,17 @@ def test_record_encoder_forward(benchmark, encoder):
     benchmark.extra_info["nodes"] = nodes
     benchmark.extra_info["us_per_node"] = round(benchmark.stats.stats.median / nodes * 1e6, 3)
     assert y.is_pending and y.shape == (32, 128, 48)
+
+
+def test_structural_key_of_encoder_forward(benchmark, encoder):
+    """The structural key (the plan cache's key, computed at every sync) of one recorded
+    forward of MiniLM-L6's encoder."""
+    forward, nodes = encoder
+    y = forward()
+    key, order = benchmark(lb.graph.structural_key, [y.node])
+    benchmark.extra_info["nodes"] = nodes
+    benchmark.extra_info["us_per_node"] = round(benchmark.stats.stats.median / nodes * 1e6, 3)
+    assert len(order) == nodes and len(key[0]) == nodes
 
 
 def test_sync_one_op_graph(benchmark, x):
