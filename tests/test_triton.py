@@ -22,6 +22,7 @@ triton = pytest.importorskip("triton")
 import lazyburn as lb  # noqa: E402
 from lazyburn import runtime  # noqa: E402
 from lazyburn.codegen import triton as tr  # noqa: E402
+from lazyburn.codegen.triton_reduction import rereads_rows  # noqa: E402
 from lazyburn.fusion.kernel_ir import KernelArg  # noqa: E402
 from lazyburn.ir import dtypes as dt  # noqa: E402
 from lazyburn.runtime import cuda_tuning, fused  # noqa: E402
@@ -643,6 +644,52 @@ def test_a_reduction_reading_a_value_per_row_or_per_column_keeps_its_layout():
                [o.shape for o in k.ops if o.role == "anchor"] == [(1, 3000)]]
     assert tr.outer_reduction(sums.spec), str(plan)
     assert tr.default_params(sums.spec)["RBLOCK"] == 32  # 32 rows a step, in wide row tiles
+
+
+def test_a_vocabulary_wide_softmax_holds_its_rows_in_registers(dev):
+    """Rows of 30 522 (a vocabulary): the cross-entropy's max and sum of exp, which a looped
+    reduction would read from memory twice, are held in registers (32 warps, 32 elements a
+    thread); its gradient, whose one walk over the row reads it once, stays looped. Values
+    as NumPy's, with the launch parameters a GPU takes (the interpreter's own are smaller)."""
+    rng = np.random.default_rng(11)
+    vocab = 30522
+    x = rng.standard_normal((3, vocab)).astype(np.float32) * 4
+    logits = lb.tensor(x, device=dev, requires_grad=True)
+    loss = lb.cross_entropy(logits, lb.tensor(np.array([5, -100, vocab - 1]), device=dev))
+    (grad,) = lb.autograd.grad(loss, [logits])
+    plan = lb.explain(loss, grad)
+    long = [k for k in plan.kernels if k.kind == "reduction" and k.spec.reduce_size == vocab]
+    assert [rereads_rows(k.spec) for k in long] == [True, False], str(plan)
+    forward, backward = long
+    assert tr.default_params(forward.spec) == {"XBLOCK": 1, "RBLOCK": 32768, "looped": False,
+                                               "num_warps": 32}
+    assert tr.default_params(backward.spec)["looped"]
+    (softmax,) = lb.explain(lb.softmax(logits.detach(), axis=-1)).kernels
+    assert not tr.default_params(softmax.spec)["looped"]
+    (sums,) = lb.explain(logits.detach().sum(axis=-1)).kernels  # one walk: looped
+    assert tr.default_params(sums.spec)["looped"]
+
+    # the values, computed with a GPU's parameters (on 2 rows: a plan of its own)
+    x = rng.standard_normal((2, vocab)).astype(np.float32) * 4
+    target = np.array([vocab - 1, -100])
+    shifted = x.astype(np.float64) - x.max(axis=1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    kept = target != -100
+    want_grad = np.exp(log_p)
+    want_grad[kept, target[kept]] -= 1
+    want_grad *= kept[:, None] / kept.sum()
+    want_loss = np.float32(-log_p[kept, target[kept]].mean())
+    base = tr.default_params
+    tr.default_params = lambda spec, interpret=False: base(
+        spec, interpret and not (spec.kind == "reduction" and spec.reduce_size == vocab))
+    try:
+        logits = lb.tensor(x, device=dev, requires_grad=True)
+        loss = lb.cross_entropy(logits, lb.tensor(target, device=dev))
+        (grad,) = lb.autograd.grad(loss, [logits])
+        compare(loss.numpy(), np.array(want_loss), rtol=1e-5)
+        compare(grad.numpy(), want_grad.astype(np.float32), rtol=1e-4, atol=1e-9)
+    finally:
+        tr.default_params = base
 
 
 # (kind, graph, shape of x, tolerance): graphs of every group kind whose tuning candidates run

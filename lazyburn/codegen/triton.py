@@ -67,8 +67,8 @@ from ..ir.shapes import pow2_at_least
 from .common import indent
 from .triton_matmul import matmul_params, render_matmul, tma_operands, uses_dot
 from .triton_printer import TL_MATH, RenderedKernel, TritonPrinter, cdiv, loop_vars, program_id
-from .triton_reduction import (PERSISTENT_MAX, outer_reduction, reduction_params,
-                               render_reduction, stage_groups)
+from .triton_reduction import (PERSISTENT_MAX, REREAD_PERSISTENT_MAX, outer_reduction,
+                               reduction_params, render_reduction, stage_groups)
 from .triton_scan import render_scan, scan_params
 from .triton_sort import render_sort, sort_params
 
@@ -82,8 +82,9 @@ from .triton_sort import render_sort, sort_params
 #: more).
 LLVM_OPT_LEVEL = 1
 
-__all__ = ["LLVM_OPT_LEVEL", "PERSISTENT_MAX", "TL_MATH", "RenderedKernel", "TritonPrinter",
-           "cdiv", "default_params", "outer_reduction", "render", "tma_operands", "uses_dot"]
+__all__ = ["LLVM_OPT_LEVEL", "PERSISTENT_MAX", "REREAD_PERSISTENT_MAX", "TL_MATH",
+           "RenderedKernel", "TritonPrinter", "cdiv", "default_params", "outer_reduction",
+           "render", "tma_operands", "uses_dot"]
 
 
 def render(spec: KernelSpec, name: str, params: dict | None = None,

@@ -27,6 +27,10 @@ from .triton_printer import (HALF, INF, VALUE, TritonPrinter, cdiv, expr_ids, lo
                              number_text, program_id, tile_index)
 
 PERSISTENT_MAX = 16384  # longest row a persistent reduction holds in registers
+# longest row held in registers (32 warps, 32 elements a thread) where the looped form would
+# read it from memory more than once (``rereads_rows``): a cross-entropy's max and sum of
+# exp over a vocabulary of 30 522
+REREAD_PERSISTENT_MAX = 32768
 
 
 def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
@@ -54,7 +58,29 @@ def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
             x //= 2
         warps = min(16, max(2, x * r // 512))
         return {"XBLOCK": x, "RBLOCK": r, "looped": False, "num_warps": pow2_at_least(warps)}
+    if size <= REREAD_PERSISTENT_MAX and rereads_rows(spec):
+        return {"XBLOCK": 1, "RBLOCK": pow2_at_least(size), "looped": False, "num_warps": 32}
     return {"XBLOCK": 1, "RBLOCK": 2048, "looped": True, "num_warps": 8}
+
+
+def rereads_rows(spec: ReductionSpec) -> bool:
+    """Whether a looped form of ``spec`` reads one buffer along ``r`` in more than one of its
+    walks (one per stage, then one for the per-element outputs): a softmax's max, sum and
+    output each read the row. A persistent reduction reads it once."""
+    walks = [[s.value] for s in spec.stages] + \
+        [[e for o in spec.outputs if o.index is not None for e in (o.value, o.index)]]
+    read: set[int] = set()
+    for roots in walks:
+        here = {e.args[0] for e in topo_exprs(roots)
+                if e.op == "load" and "r" in _variables(e.args[1])}
+        if here & read:
+            return True
+        read |= here
+    return False
+
+
+def _variables(e: Expr) -> set:
+    return {x.args[0] for x in topo_exprs([e]) if x.op == "var"}
 
 
 def outer_reduction(spec: ReductionSpec) -> bool:

@@ -123,6 +123,9 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
                         if x * r >= 32 * warps:  # at least one element per thread
                             add({"XBLOCK": x, "RBLOCK": r, "looped": False,
                                  "num_warps": warps}, 1 if x == default["XBLOCK"] else 2)
+        elif size <= tr.REREAD_PERSISTENT_MAX:  # a long row held in registers
+            add({"XBLOCK": 1, "RBLOCK": pow2_at_least(size), "looped": False, "num_warps": 32},
+                2)
         for rblock, warps in ((1024, 4), (2048, 8), (4096, 8), (4096, 16)):
             if rblock < size:
                 add({"XBLOCK": 1, "RBLOCK": rblock, "looped": True, "num_warps": warps},
