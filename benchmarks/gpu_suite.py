@@ -12,6 +12,7 @@ Workloads (float32 unless noted):
              z = log1p(|z|)+sin(y)                    on 64M elements
   layernorm  (x - mean) / sqrt(var + 1e-5) * w + b written out by hand, 16384 x 4096
   softmax    softmax(x * 0.125) over the last axis,   16384 x 4096
+  vocab_softmax  the same over rows of a vocabulary,  4096 x 30522 (MiniLM's masked LM)
   gelu_mm    gelu(A @ B + bias), float16, M=4096 K=1024 N=4096
   sort       a stable sort of one row of 16M (values), argsort (int64 positions), and
   argsort,   cumsum (the running sum) of the same row
@@ -49,6 +50,7 @@ if ROOT not in sys.path:
 import lazyburn as lb  # noqa: E402
 
 ROTATE = 3  # input copies cycled through in timed loops
+VOCAB = 30522  # BERT's vocabulary
 
 
 @dataclass
@@ -182,6 +184,7 @@ def workloads(quick: bool) -> list[Workload]:
     n = (16 if quick else 64) * 2 ** 20
     long_row = (4 if quick else 16) * 2 ** 20
     rows, cols = (4096, 4096) if quick else (16384, 4096)
+    vocab_rows = 1024 if quick else 4096
     m, k, nn = (2048, 1024, 2048) if quick else (4096, 1024, 4096)
     f4, f2 = 4, 2
     return [
@@ -193,6 +196,9 @@ def workloads(quick: bool) -> list[Workload]:
                  layernorm_torch, layernorm_lb, rtol=1e-4, atol=1e-4),
         Workload("softmax", f"{rows}x{cols}", 2 * rows * cols * f4, 0,
                  [((rows, cols), "float32")], softmax_torch, softmax_lb, rtol=1e-4, atol=1e-6),
+        Workload("vocab_softmax", f"{vocab_rows}x{VOCAB}", 2 * vocab_rows * VOCAB * f4, 0,
+                 [((vocab_rows, VOCAB), "float32")], softmax_torch, softmax_lb, rtol=1e-4,
+                 atol=1e-7),
         Workload("gelu_mm", f"{m}x{k}x{nn} fp16", (m * k + k * nn + m * nn + nn) * f2,
                  2 * m * k * nn, [((m, k), "float16"), ((k, nn), "float16"),
                                   ((nn,), "float16")],
