@@ -1,5 +1,6 @@
-"""The library matmul candidate on the CUDA device: ``torch.matmul`` (cuBLAS, hipBLAS) with the
-matmul group's prologue and epilogue as Triton element-wise kernels, as Inductor does.
+"""The library matmul candidate on the CUDA device: ``torch.mm`` (``torch.bmm`` for a batch of
+products; cuBLAS, hipBLAS) with the matmul group's prologue and epilogue as Triton element-wise
+kernels, as Inductor does.
 
 Operands that are plain strided loads of one buffer go to the library as ``as_strided`` views
 (no copy); other operands are computed by a prologue kernel first, which stores them in the
@@ -9,7 +10,7 @@ be). float16/bfloat16 operands are multiplied in their own type (the library
 accumulates in float32 and rounds the product to the operand type); the epilogue kernel reads
 that product and widens it itself, so the library candidate costs the library call and one
 element-wise pass; where the epilogue would only store a float32 product, the library writes
-the output itself (``torch.matmul(..., out=)``) and no epilogue runs.
+the output itself (``out=``) and no epilogue runs.
 """
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ class LibraryMatmul:
         # the product's type as the library returns it: the operands' for 16-bit operands
         self.prod_dtype = spec.a.dtype if spec.a.dtype.name in HALF else spec.acc_dtype
         self.writes_output = writes_output(spec, self.parts)
+        # one product (a batch of 1): the operands are matrices and torch.mm multiplies them
+        self.single = spec.batch == 1
+        self.out_shape = (spec.m, spec.n) if self.single else (spec.batch, spec.m, spec.n)
+        # the torch dtypes of the operands and of the product's buffer (read at every call)
+        self.operand_t = {"a": backend.dtypes[spec.a.dtype.name],
+                          "b": backend.dtypes[spec.b.dtype.name]}
+        self.prod_t = backend.dtypes[self.prod_dtype.name]
         self.kernels = {}
         for part_name, part in self.parts.kernels.items():
             if part_name == "epilogue" and self.writes_output:
@@ -50,7 +58,7 @@ class LibraryMatmul:
                 part, f"{name}_{part_name}", tr.default_params(part, backend.interpret), origin)
         self.source = "\n".join(f"# {part_name}: library matmul part\n{k.source}"
                                 for part_name, k in self.kernels.items()) or \
-            "# library matmul: torch.matmul writes the output; no generated kernel\n"
+            "# library matmul: the library writes the output; no generated kernel\n"
         self.execution = library_execution(backend, spec, self.parts)
 
     def __call__(self, backend, args) -> None:
@@ -59,24 +67,30 @@ class LibraryMatmul:
         a = self._operand(backend, args, "a", (spec.m, spec.k))
         b = self._operand(backend, args, "b", (spec.k, spec.n))
         n_in = len(spec.inputs)
+        product = torch.mm if self.single else torch.bmm  # (cheaper calls than torch.matmul)
         if self.writes_output:
             with _tf32(torch, self.allow_tf32):
-                torch.matmul(a, b, out=args[n_in].view(spec.batch, spec.m, spec.n))
+                product(a, b, out=args[n_in].view(self.out_shape))
             return
         with _tf32(torch, self.allow_tf32):
-            prod = torch.matmul(a, b)
-        prod = prod.reshape(-1).to(backend.dtypes[self.prod_dtype.name])  # a no-op normally
+            prod = product(a, b)
+        prod = prod.reshape(-1)
+        if prod.dtype != self.prod_t:  # (not in the usual case)
+            prod = prod.to(self.prod_t)
         epi_args = [args[i] for i in parts.inputs["epilogue"]] + [prod] + list(args[n_in:])
         self.kernels["epilogue"](backend, epi_args)
 
     def _operand(self, backend, args, which, matrix):
+        """Operand ``which`` as the library takes it: a ``matrix``-shaped view, or a batch of
+        them when the spec has several products."""
         spec, parts = self.spec, self.parts
-        shape = (spec.batch,) + matrix
-        operand_t = backend.dtypes[(spec.a if which == "a" else spec.b).dtype.name]
+        single = self.single
+        operand_t = self.operand_t[which]
         direct = parts.direct[which]
         if direct is not None:
             arg, strides, offset = direct
-            view = args[arg].as_strided(shape, strides, offset)
+            view = args[arg].as_strided(matrix, strides[1:], offset) if single else \
+                args[arg].as_strided((spec.batch,) + matrix, strides, offset)
             return view if view.dtype == operand_t else view.to(operand_t)
         out = parts.kernels[which].args[-1]
         operand = spec.a if which == "a" else spec.b
@@ -84,8 +98,9 @@ class LibraryMatmul:
         self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf] +
                             list(args[len(spec.args):]))  # the scalar arguments
         if parts.transposed[which]:  # stored (batch, cols, rows): the library reads it so
-            return buf.reshape(spec.batch, matrix[1], matrix[0]).transpose(1, 2)
-        return buf.reshape(shape)
+            return buf.reshape(matrix[1], matrix[0]).T if single else \
+                buf.reshape(spec.batch, matrix[1], matrix[0]).transpose(1, 2)
+        return buf.reshape(matrix if single else (spec.batch,) + matrix)
 
 
 def writes_output(spec, parts) -> bool:
@@ -97,8 +112,8 @@ def writes_output(spec, parts) -> bool:
 
 def library_execution(backend, spec, parts=None) -> Execution:
     """A ``LibraryMatmul`` of ``spec`` on ``backend`` as explain and the dump state it: one
-    ``torch.matmul`` (cuBLAS, hipBLAS; PyTorch's CPU matmul under Triton's interpreter) and its
-    element-wise Triton kernels (the prologues that compute an operand; the epilogue unless
+    ``torch.mm`` or ``torch.bmm`` (cuBLAS, hipBLAS; PyTorch's CPU product under Triton's
+    interpreter) and its element-wise Triton kernels (the prologues that compute an operand; the epilogue unless
     the library writes the output itself, ``writes_output``)."""
     parts = parts or split_matmul(spec)
     if backend.interpret:

@@ -59,7 +59,7 @@ class Program:
             drop = [p for p in in_pos if plan.last_use.get(p) == i and p not in out_set
                     and order[p].buffer is None]
             self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop,
-                                           k.scalar_values if k.scalar_pos else None))
+                                           k if k.scalar_pos else None))
         self.leaves = sorted(p for p in read if order[p].buffer is not None)
         # a graph replays the scalar arguments it was captured with: it is replayed only for
         # the same values, and a plan whose values change (a training step's bias correction,
@@ -182,24 +182,33 @@ def direct_launch(kernel):
     return None if getattr(k, "empty", True) else getattr(k, "fast", None)
 
 
-def _kernel_step(backend, kernel, in_pos, outs, drop, scalar_values=None):
+def _kernel_step(backend, kernel, in_pos, outs, drop, scalars=None):
     """One kernel's launch: its output buffers allocated, then, once the kernel has launched
     through ``kernel`` (which compiles or tunes it), its compiled launcher called directly.
-    ``scalar_values(order)``, when given, gives the scalar arguments that follow the buffers
-    (as int32 bit patterns: Triton types every one alike)."""
+    ``scalars``, when given, is the planned kernel whose scalar arguments follow the buffers
+    (as int32 bit patterns: Triton types every one alike); they are computed again only when
+    a node they come from is another than at the last launch (a jitted function's replays
+    keep most of them: only the values it replays, a step count, change)."""
     empty = backend.torch.empty
     device = backend.device
     launch = None
+    sources: list = []  # the nodes the last launch's scalar arguments came from
+    words: list = []  # and those arguments
 
     def step(values, order):
-        nonlocal launch
+        nonlocal launch, sources, words
         args = [values[p] for p in in_pos]
         for p, numel, dtype in outs:
             buf = empty(numel, dtype=dtype, device=device)
             values[p] = buf
             args.append(buf)
-        if scalar_values is not None:
-            args += [v - (1 << 32) if v >= 1 << 31 else v for v in scalar_values(order)]
+        if scalars is not None:
+            nodes = [order[p] for p in scalars.scalar_pos]
+            if nodes != sources:  # (Node compares by identity)
+                sources = nodes
+                words = [v - (1 << 32) if v >= 1 << 31 else v
+                         for v in scalars.scalar_values(order)]
+            args += words
         if launch is not None:
             launch(*args, stream=backend.stream_handle)
         else:

@@ -7,10 +7,10 @@ Candidates (``lazyburn.autotune.Candidate``), the heuristic default first:
   4096 lanes;
   matmul: the tile configurations of Triton's matmul tutorials for H100 (``BLOCK_M/N/K``,
   ``num_warps``, ``num_stages``; the epilogue sliced to fit registers), the library candidate
-  (``torch.matmul``: cuBLAS, hipBLAS, with the prologue and the epilogue as element-wise
-  kernels) at the same priority (first for float32 products without TF32, and the default
-  from ``LIBRARY_DEFAULT_WORK`` multiply-adds on, or ``FEW_ROWS_LIBRARY_WORK`` for a product of
-  ``FEW_ROWS`` rows or fewer: Triton multiplies those on the CUDA cores; and for
+  (``torch.mm``, ``torch.bmm``: cuBLAS, hipBLAS, with the prologue and the epilogue as
+  element-wise kernels) at the same priority (first for float32 products without TF32, and the
+  default from ``LIBRARY_DEFAULT_WORK`` multiply-adds on, or ``FEW_ROWS_LIBRARY_WORK`` for a
+  product of ``FEW_ROWS`` rows or fewer: Triton multiplies those on the CUDA cores; and for
   half-precision products of few tiles over a long K, where the library splits K:
   ``library_by_default``),
   and, at level 2, persistent kernels of one or two programs per SM.
