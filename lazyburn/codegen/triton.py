@@ -10,12 +10,13 @@ pointers; the grid and the compile options (``num_warps``, ``num_stages``) come 
 * Reduction: a [XBLOCK, RBLOCK] tile per program (XBLOCK rows, RBLOCK reduced elements).
   *Persistent* when the row fits one tile (``RBLOCK`` = the next power of two of the reduced
   size; rows up to ``PERSISTENT_MAX``, and up to ``REREAD_PERSISTENT_MAX`` where a looped
-  form would read the row more than once): every input is loaded once, all loads that need no stage result before the first
-  reduction, and all stages (softmax's max and sum, layer_norm's mean and variance) run on
-  registers; *looped* otherwise: each stage walks the row in chunks of RBLOCK, accumulating
-  per lane, and reduces the lanes at the end (Inductor's scheme). Loads carry Inductor's L2
-  eviction hints: ``evict_last`` for data every row reads (weights) and for row data a later
-  walk reads again, ``evict_first`` for row data read for the last time.
+  form would read the row more than once): every input is loaded once, all loads that need
+  no stage result before the first reduction, and all stages (softmax's max and sum,
+  layer_norm's mean and variance) run on registers; *looped* otherwise: each stage walks the
+  row in chunks of RBLOCK, accumulating per lane, and reduces the lanes at the end
+  (Inductor's scheme). Loads carry Inductor's L2 eviction hints: ``evict_last`` for data every
+  row reads (weights) and for row data a later walk reads again, ``evict_first`` for row data
+  read for the last time.
 * Scan: a [XBLOCK, RBLOCK] tile per program scanned along the row by
   ``tl.associative_scan``, long rows walked tile by tile with the prefix carried
   (:mod:`.triton_scan`).

@@ -113,8 +113,8 @@ def writes_output(spec, parts) -> bool:
 def library_execution(backend, spec, parts=None) -> Execution:
     """A ``LibraryMatmul`` of ``spec`` on ``backend`` as explain and the dump state it: one
     ``torch.mm`` or ``torch.bmm`` (cuBLAS, hipBLAS; PyTorch's CPU product under Triton's
-    interpreter) and its element-wise Triton kernels (the prologues that compute an operand; the epilogue unless
-    the library writes the output itself, ``writes_output``)."""
+    interpreter) and its element-wise Triton kernels (the prologues that compute an operand;
+    the epilogue unless the library writes the output itself, ``writes_output``)."""
     parts = parts or split_matmul(spec)
     if backend.interpret:
         library = "library: PyTorch's CPU matmul (Triton interpreter)"
