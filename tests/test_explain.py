@@ -2,9 +2,10 @@
 
 Generated kernels on every fused device; on the OpenCL CPU device a matmul above the library
 threshold runs NumPy's BLAS (its prologue and epilogue as generated kernels), or what the
-autotuner chose; on the CUDA device a library matmul is ``torch.matmul``. A plan over two
-devices lists every kernel of both and the transfer between them. Every value is checked
-against NumPy, and what explain claims is checked against what ran (BLAS calls, uploads).
+autotuner chose; on the CUDA device a library matmul is ``torch.mm`` (``torch.bmm`` for a
+batch). A plan over two devices lists every kernel of both and the transfer between them.
+Every value is checked against NumPy, and what explain claims is checked against what ran
+(BLAS calls, uploads).
 """
 from __future__ import annotations
 
@@ -216,7 +217,7 @@ def test_cuda_library_matmul_is_named_as_such(tmp_path):
                 np.testing.assert_allclose(y.numpy(), a @ w, rtol=1e-5, atol=1e-5)
             assert backend.kernels_launched == launched + 1
             (source,) = [f.read_text() for f in tmp_path.glob("*.py")]
-            assert "torch.matmul writes the output; no generated kernel" in source
+            assert "torch.mm writes the output; no generated kernel" in source
     finally:
         backend.plans.clear()
 

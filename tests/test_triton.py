@@ -957,7 +957,7 @@ def test_tilings_compile_for_sm90(kind, params):
     for j, k in enumerate(kernels):
         if k.spec.kind != kind:
             compile_for_sm90(k.spec, f"k{j}", {})
-        elif params.get("library"):  # the element-wise parts around torch.matmul
+        elif params.get("library"):  # the element-wise parts around torch.mm
             for part_name, part in split_matmul(k.spec).kernels.items():
                 compile_for_sm90(part, f"k{j}_{part_name}", {})
         else:

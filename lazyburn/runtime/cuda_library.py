@@ -58,7 +58,8 @@ class LibraryMatmul:
                 part, f"{name}_{part_name}", tr.default_params(part, backend.interpret), origin)
         self.source = "\n".join(f"# {part_name}: library matmul part\n{k.source}"
                                 for part_name, k in self.kernels.items()) or \
-            "# library matmul: the library writes the output; no generated kernel\n"
+            f"# library matmul: torch.{'mm' if self.single else 'bmm'} writes the output; " \
+            "no generated kernel\n"
         self.execution = library_execution(backend, spec, self.parts)
 
     def __call__(self, backend, args) -> None:
