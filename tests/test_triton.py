@@ -646,7 +646,7 @@ def test_a_reduction_reading_a_value_per_row_or_per_column_keeps_its_layout():
     assert tr.default_params(sums.spec)["RBLOCK"] == 32  # 32 rows a step, in wide row tiles
 
 
-def test_a_vocabulary_wide_softmax_holds_its_rows_in_registers(dev):
+def test_a_vocabulary_wide_softmax_holds_its_rows_in_registers(dev, monkeypatch):
     """Rows of 30 522 (a vocabulary): the cross-entropy's max and sum of exp, which a looped
     reduction would read from memory twice, are held in registers (32 warps, 32 elements a
     thread); its gradient, whose one walk over the row reads it once, stays looped. Values
@@ -680,16 +680,13 @@ def test_a_vocabulary_wide_softmax_holds_its_rows_in_registers(dev):
     want_grad *= kept[:, None] / kept.sum()
     want_loss = np.float32(-log_p[kept, target[kept]].mean())
     base = tr.default_params
-    tr.default_params = lambda spec, interpret=False: base(
-        spec, interpret and not (spec.kind == "reduction" and spec.reduce_size == vocab))
-    try:
-        logits = lb.tensor(x, device=dev, requires_grad=True)
-        loss = lb.cross_entropy(logits, lb.tensor(target, device=dev))
-        (grad,) = lb.autograd.grad(loss, [logits])
-        compare(loss.numpy(), np.array(want_loss), rtol=1e-5)
-        compare(grad.numpy(), want_grad.astype(np.float32), rtol=1e-4, atol=1e-9)
-    finally:
-        tr.default_params = base
+    monkeypatch.setattr(tr, "default_params", lambda spec, interpret=False: base(
+        spec, interpret and not (spec.kind == "reduction" and spec.reduce_size == vocab)))
+    logits = lb.tensor(x, device=dev, requires_grad=True)
+    loss = lb.cross_entropy(logits, lb.tensor(target, device=dev))
+    (grad,) = lb.autograd.grad(loss, [logits])
+    compare(loss.numpy(), np.array(want_loss), rtol=1e-5)
+    compare(grad.numpy(), want_grad.astype(np.float32), rtol=1e-4, atol=1e-9)
 
 
 # (kind, graph, shape of x, tolerance): graphs of every group kind whose tuning candidates run
