@@ -416,6 +416,163 @@ def test_library_matmul_stores_an_operand_transposed_where_its_reads_run_along_r
     assert library.parts.transposed == {"a": True, "b": False}
 
 
+@pytest.mark.parametrize("form", ["epilogue", "writes_output", "transposed_prologue"])
+def test_library_matmul_relaunched_through_its_one_call_launcher(dev, monkeypatch, form):
+    """After its first run, a plan launches a library product through one call
+    (``LibraryMatmul.fast``) that makes its views and launches its prologues and epilogue
+    through their compiled launchers: the same values as the first run's path, for new data
+    and a new scalar (a kernel argument). Under Triton's interpreter, which compiles no
+    launcher, each part kernel gets one that runs it through the interpreter."""
+    from lazyburn.runtime.cuda import TritonKernel
+    from lazyburn.runtime.cuda_library import LibraryMatmul
+
+    if runtime.backend(dev).interpret:
+        base_call = TritonKernel.__call__
+
+        def interpreted(self, backend, args):
+            fast, self.fast = self.fast, None  # (the original call would launch through it)
+            try:
+                base_call(self, backend, args)
+            finally:
+                self.fast = fast
+
+        def call_and_stand_in_a_launcher(self, backend, args):
+            interpreted(self, backend, args)
+            if self.fast is None and not self.empty:
+                self.fast = lambda *a, stream=None: interpreted(self, backend, list(a))
+        monkeypatch.setattr(TritonKernel, "__call__", call_and_stand_in_a_launcher)
+    calls = []
+    first_path = LibraryMatmul.__call__
+    monkeypatch.setattr(LibraryMatmul, "__call__",
+                        lambda self, backend, args: (calls.append(self),
+                                                     first_path(self, backend, args)))
+
+    def graph(a, b, c, s):
+        if form == "epilogue":  # a batch: torch.bmm, then the epilogue kernel
+            return lb.tanh(a @ b) * s + c
+        if form == "writes_output":  # both operands direct: the library writes the output
+            return a[0] @ b
+        return (a[0] * s).mT @ (b * 3.0 + 1.0)  # A's prologue stores it transposed
+
+    m = 26 + ["epilogue", "writes_output", "transposed_prologue"].index(form)
+    shapes = ((2, m, 40), (40, 50), (50,)) if form != "transposed_prologue" else \
+        ((2, 40, m), (40, 50), (50,))
+    with launch_params("matmul", library=True):
+        for run in range(4):
+            rng = np.random.default_rng(900 + run)
+            arrays = [rand(rng, shape) for shape in shapes]
+            s = float(rng.uniform(0.5, 2.0))
+            check(dev, lambda a, b, c: graph(a, b, c, s), *arrays, rtol=1e-4, atol=1e-4)
+    (library,) = calls  # the first run's; the later ones went through its launcher
+    assert library.fast is not None
+    assert library.writes_output == (form != "epilogue")
+    assert library.parts.transposed["a"] == (form == "transposed_prologue")
+
+
+def test_arena_layout_shares_bytes_only_between_values_not_alive_together():
+    """Random lifetimes: no two temporaries alive at one step overlap in the arena, offsets
+    are aligned, and the arena is at least the most bytes alive at one step and at most
+    their sum."""
+    from lazyburn.runtime.cuda_replay import ARENA_ALIGN, arena_layout
+
+    rng = np.random.default_rng()
+    for _ in range(50):
+        temps = {}
+        for p in range(int(rng.integers(1, 40))):
+            first = int(rng.integers(0, 30))
+            temps[p] = (first, first + int(rng.integers(0, 8)), int(rng.integers(1, 5000)))
+        offsets, size = arena_layout(temps)
+        assert set(offsets) == set(temps)
+        rounded = {p: -(-t[2] // ARENA_ALIGN) * ARENA_ALIGN for p, t in temps.items()}
+        for p, (offset, nbytes) in offsets.items():
+            assert offset % ARENA_ALIGN == 0 and nbytes == temps[p][2]
+            assert offset + rounded[p] <= size
+            for q, (other, _) in offsets.items():
+                alive_together = not (temps[p][1] < temps[q][0] or temps[q][1] < temps[p][0])
+                if q != p and alive_together:
+                    assert offset + rounded[p] <= other or other + rounded[q] <= offset
+        peak = max(sum(rounded[p] for p, t in temps.items() if t[0] <= step <= t[1])
+                   for step in range(40))
+        assert peak <= size <= sum(rounded.values())
+
+
+def test_a_plan_run_a_kernel_at_a_time_keeps_its_temporaries_in_an_arena(dev, monkeypatch):
+    """From its ``ARENA_AFTER_RUNS``-th run on, a plan that is not captured as a CUDA graph
+    writes its temporaries into one buffer it keeps (``Program.arena``): its results stay
+    NumPy's for new data, including a library product reading two temporaries straight from
+    the arena (views past the storage's start). An allocation that fails while arenas are
+    held drops them and runs the plan again (which then gets its arena anew)."""
+    from lazyburn.errors import OutOfMemoryError
+    from lazyburn.runtime import cuda as lb_cuda
+    from lazyburn.runtime.cuda_replay import ARENA_AFTER_RUNS, Program
+
+    monkeypatch.setattr(lb_cuda, "cuda_graphs", False)
+    backend = runtime.backend(dev)
+
+    def graph(a, b, c):
+        return lb.softmax(a, axis=-1) @ lb.softmax(b, axis=0) + c
+
+    with launch_params("matmul", library=True):
+        for run in range(ARENA_AFTER_RUNS + 2):
+            rng = np.random.default_rng(950 + run)
+            check(dev, graph, rand(rng, (21, 30)), rand(rng, (30, 19)), rand(rng, (19,)),
+                  rtol=1e-5, atol=1e-6)
+            plan = next(reversed(backend.plans._plans.values()))
+            program = backend.program(plan, None)
+            assert (program.arena[0] is not None) == (run >= ARENA_AFTER_RUNS - 1), run
+    (library,) = [getattr(k.compiled, "kernel", k.compiled) for k in plan.kernels
+                  if k.kind == "matmul"]
+    assert library.parts.direct["a"] is not None and library.parts.direct["b"] is not None
+    views = program.arena[0]
+    assert len(views) == 2 and sorted(v.storage_offset() for v in views.values())[1] > 0
+    assert program in backend._arenas
+
+    launch = Program._launch
+    failed = []
+
+    def fail_once(self, values, order, each):
+        if not failed:
+            failed.append(1)
+            raise OutOfMemoryError("cuda:0: out of memory (a test's)")
+        return launch(self, values, order, each)
+    monkeypatch.setattr(Program, "_launch", fail_once)
+    with launch_params("matmul", library=True):
+        rng = np.random.default_rng(960)
+        check(dev, graph, rand(rng, (21, 30)), rand(rng, (30, 19)), rand(rng, (19,)),
+              rtol=1e-5, atol=1e-6)
+    assert failed == [1] and program.arena[0] is not views  # dropped; made again after the run
+
+
+def test_arenas_are_bounded_in_memory(dev, monkeypatch):
+    """Arenas hold at most ``ARENA_MEMORY_FRACTION`` of the device's memory together: the
+    least recently run goes first, and a plan whose arena alone needs more gets none."""
+    from lazyburn.runtime import cuda as lb_cuda
+
+    class Planned:  # what the backend asks of a Program
+        def __init__(self, nbytes):
+            self.arena, self.arena_bytes = [None], nbytes
+
+        def make_arena(self, torch, device):
+            self.arena[0] = {}
+
+    backend = runtime.backend(dev)
+    monkeypatch.setattr(lb_cuda, "ARENA_MEMORY_FRACTION", 0.5)
+    monkeypatch.setattr(backend, "max_alloc", 1000)
+    monkeypatch.setattr(backend, "_arenas", type(backend._arenas)())
+
+    def held(nbytes):
+        program = Planned(nbytes)
+        backend.hold_arena(program)
+        return program
+
+    a, b = held(200), held(200)
+    backend.used_arena(a)  # b is now the least recently run
+    c = held(200)  # 600 bytes: b goes
+    assert list(backend._arenas) == [a, c] and b.arena[0] is None and a.arena[0] == {}
+    d = held(600)  # alone past 500: none, nothing else dropped, and not asked again
+    assert d.arena[0] is None and d.arena_bytes == 0 and list(backend._arenas) == [a, c]
+
+
 MATMUL_VARIANTS = [
     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2},
     {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "EPILOGUE_SUBTILES": 4},

@@ -61,6 +61,11 @@ class LibraryMatmul:
             f"# library matmul: torch.{'mm' if self.single else 'bmm'} writes the output; " \
             "no generated kernel\n"
         self.execution = library_execution(backend, spec, self.parts)
+        # once every part kernel has compiled: the whole product as one call taking the
+        # spec's buffers and scalar arguments, as a compiled Triton kernel's launcher does
+        # (``cuda_replay.direct_launch`` calls it at every later launch)
+        self.fast = None
+        self.empty = False
 
     def __call__(self, backend, args) -> None:
         torch = backend.torch
@@ -72,14 +77,94 @@ class LibraryMatmul:
         if self.writes_output:
             with _tf32(torch, self.allow_tf32):
                 product(a, b, out=args[n_in].view(self.out_shape))
-            return
-        with _tf32(torch, self.allow_tf32):
-            prod = product(a, b)
-        prod = prod.reshape(-1)
-        if prod.dtype != self.prod_t:  # (not in the usual case)
-            prod = prod.to(self.prod_t)
-        epi_args = [args[i] for i in parts.inputs["epilogue"]] + [prod] + list(args[n_in:])
-        self.kernels["epilogue"](backend, epi_args)
+        else:
+            with _tf32(torch, self.allow_tf32):
+                prod = product(a, b)
+            prod = prod.reshape(-1)
+            if prod.dtype != self.prod_t:  # (not in the usual case)
+                prod = prod.to(self.prod_t)
+            epi_args = [args[i] for i in parts.inputs["epilogue"]] + [prod] + list(args[n_in:])
+            self.kernels["epilogue"](backend, epi_args)
+        if self.fast is None:
+            self.fast = self._launcher(backend)
+
+    def _launcher(self, backend):
+        """``launch(*args, stream=None)``: what ``__call__`` does, with every choice that does
+        not depend on the arguments made here, once, and the part kernels launched through
+        their compiled launchers; None while one of them has none (before its first launch;
+        always under Triton's interpreter)."""
+        torch = backend.torch
+        spec, parts = self.spec, self.parts
+        kernels = {}
+        for part_name, k in self.kernels.items():
+            if k.empty:
+                return None  # (an empty product: left to __call__)
+            if k.fast is None:
+                return None
+            kernels[part_name] = k.fast
+        n_in = len(spec.inputs)
+        n_buf = len(spec.args)
+        product = torch.mm if self.single else torch.bmm
+        allow_tf32 = self.allow_tf32
+        prod_t = self.prod_t
+        operand_of = [self._operand_launcher(backend, which, shape, kernels.get(which), n_buf)
+                      for which, shape in (("a", (spec.m, spec.k)), ("b", (spec.k, spec.n)))]
+        operand_a, operand_b = operand_of
+        if self.writes_output:
+            out_shape = self.out_shape
+
+            def launch(*args, stream=None):
+                a, b = operand_a(args, stream), operand_b(args, stream)
+                with _tf32(torch, allow_tf32):
+                    product(a, b, out=args[n_in].view(out_shape))
+            return launch
+        epilogue = kernels["epilogue"]
+        epi_inputs = parts.inputs["epilogue"]
+
+        def launch(*args, stream=None):
+            a, b = operand_a(args, stream), operand_b(args, stream)
+            with _tf32(torch, allow_tf32):
+                prod = product(a, b)
+            prod = prod.reshape(-1)
+            if prod.dtype != prod_t:
+                prod = prod.to(prod_t)
+            epilogue(*[args[i] for i in epi_inputs], prod, *args[n_in:], stream=stream)
+        return launch
+
+    def _operand_launcher(self, backend, which, matrix, prologue, n_buf):
+        """``operand(args, stream)``: ``_operand``'s result for the spec's buffers and scalar
+        arguments ``args``, its prologue (if any) launched through its compiled launcher
+        ``prologue``."""
+        spec, parts = self.spec, self.parts
+        single = self.single
+        operand_t = self.operand_t[which]
+        direct = parts.direct[which]
+        if direct is not None:
+            arg, strides, offset = direct
+            shape = matrix if single else (spec.batch,) + matrix
+            strides = strides[1:] if single else strides
+
+            def operand(args, stream):
+                buf = args[arg]  # (a view into a plan's arena starts past its storage's start)
+                view = buf.as_strided(shape, strides, buf.storage_offset() + offset)
+                return view if view.dtype == operand_t else view.to(operand_t)
+            return operand
+        empty = backend.torch.empty
+        device = backend.device
+        size = parts.kernels[which].args[-1].size
+        inputs = parts.inputs[which]
+        if parts.transposed[which]:  # stored (batch, cols, rows): the library reads it so
+            stored = (matrix[1], matrix[0]) if single else (spec.batch, matrix[1], matrix[0])
+            dims = (1, 0) if single else (0, 2, 1)
+        else:
+            stored, dims = (matrix if single else (spec.batch,) + matrix), None
+
+        def operand(args, stream):
+            buf = empty(size, dtype=operand_t, device=device)
+            prologue(*[args[i] for i in inputs], buf, *args[n_buf:], stream=stream)
+            buf = buf.view(stored)
+            return buf if dims is None else buf.permute(dims)
+        return operand
 
     def _operand(self, backend, args, which, matrix):
         """Operand ``which`` as the library takes it: a ``matrix``-shaped view, or a batch of
@@ -90,8 +175,10 @@ class LibraryMatmul:
         direct = parts.direct[which]
         if direct is not None:
             arg, strides, offset = direct
-            view = args[arg].as_strided(matrix, strides[1:], offset) if single else \
-                args[arg].as_strided((spec.batch,) + matrix, strides, offset)
+            buf = args[arg]  # (a view into a plan's arena starts past its storage's start)
+            offset += buf.storage_offset()
+            view = buf.as_strided(matrix, strides[1:], offset) if single else \
+                buf.as_strided((spec.batch,) + matrix, strides, offset)
             return view if view.dtype == operand_t else view.to(operand_t)
         out = parts.kernels[which].args[-1]
         operand = spec.a if which == "a" else spec.b
