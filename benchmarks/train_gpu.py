@@ -16,10 +16,12 @@ update, and the sync; PyTorch: the same calls, then ``torch.cuda.synchronize()``
 ms; then the same ``--timed`` steps run back to back and waited for once (*pipelined*, as a
 training loop runs: the host records the next step while the device computes this one;
 lazyburn's syncs then return once their kernels are queued,
-``lazyburn.runtime.cuda.synchronous = False``), ms per step; kernels per step (lazyburn's
-launch counter, PyTorch's from its profiler) and the peak of device memory a step allocates
-beyond what is held between steps (``torch.cuda.max_memory_allocated``: lazyburn's buffers
-come from PyTorch's allocator).
+``lazyburn.runtime.cuda.synchronous = False``), ms per step, and the median time the host
+spends in a step's call there (less than the pipelined step: the device sets the pace);
+kernels per step (lazyburn's launch counter, PyTorch's from its profiler), the peak of device
+memory a step allocates beyond what is held between steps (``torch.cuda.max_memory_allocated``:
+lazyburn's buffers come from PyTorch's allocator) and what is held (``memory_allocated``: the
+models, the optimizers' state, lazyburn's arenas of temporaries).
 Both sides run in one process, with PyTorch and transformers imported: Python's cyclic
 collector then makes a full collection (about 140 ms on an H200's host) every few lazyburn
 steps, whose recorded graphs (some 9 000 objects a step) count towards its threshold; the
@@ -210,11 +212,14 @@ def main(argv=None) -> int:
           f"{first:.1f} s (planning and compiling), the next {args.steps - 1} {rest:.1f} s" +
           (f" ({jitted.recordings} recorded, {jitted.replays} replayed)" if args.jit else ""))
 
-    def timed(step) -> tuple[float, float, float]:
+    def timed(step) -> tuple[float, float, float, float, float]:
         """Median ms per step, each step waited for; ms per step of ``--timed`` steps run back
         to back and waited for once (pipelined: lazyburn's syncs return once their kernels
         are queued, ``lazyburn.runtime.cuda.synchronous = False``, as PyTorch's ops do); the
-        peak MB a step allocates beyond what is held."""
+        median ms the host spends in a step's call there (until its work is queued: when it
+        is less than the pipelined step, the device sets the pace); the peak MB a step
+        allocates beyond what is held; the MB held between steps (the models, the optimizers'
+        state, and what the libraries keep: lazyburn's arenas of temporaries)."""
         torch.cuda.synchronize()
         held = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
@@ -226,15 +231,20 @@ def main(argv=None) -> int:
             times.append((time.perf_counter() - t) * 1e3)
         peak = (torch.cuda.max_memory_allocated() - held) / 2**20
         lb.runtime.cuda.synchronous = False
+        host = []
         try:
             t = time.perf_counter()
             for k in range(args.steps, args.steps + args.timed):
+                called = time.perf_counter()
                 step(k)
+                host.append((time.perf_counter() - called) * 1e3)
             torch.cuda.synchronize()
             pipelined = (time.perf_counter() - t) * 1e3 / args.timed
         finally:
             lb.runtime.cuda.synchronous = True
-        return statistics.median(times), pipelined, peak
+        torch.cuda.synchronize()
+        return (statistics.median(times), pipelined, statistics.median(host), peak,
+                torch.cuda.memory_allocated() / 2**20)
 
     def profiled_kernels(step) -> int:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -287,11 +297,11 @@ def main(argv=None) -> int:
         compiled = lambda k: torch_step(k, compiled_model)  # noqa: E731
         compiled(args.steps)  # compiles
         rows.append(("torch.compile", *timed(compiled), profiled_kernels(compiled)))
-    print(f"{'':16s} {'ms/step':>9s} {'pipelined':>9s} {'step MB':>9s} {'kernels':>8s}  "
-          f"vs lazyburn (step, pipelined)")
-    for name, ms, pipe, mb, kernels in rows:
-        print(f"{name:16s} {ms:9.3f} {pipe:9.3f} {mb:9.1f} {kernels:8d}  "
-              f"{ms / rows[0][1]:.2f}x {pipe / rows[0][2]:.2f}x")
+    print(f"{'':16s} {'ms/step':>9s} {'pipelined':>9s} {'host ms':>8s} {'step MB':>9s} "
+          f"{'held MB':>8s} {'kernels':>8s}  vs lazyburn (step, pipelined)")
+    for name, ms, pipe, host, mb, held, kernels in rows:
+        print(f"{name:16s} {ms:9.3f} {pipe:9.3f} {host:8.2f} {mb:9.1f} {held:8.0f} "
+              f"{kernels:8d}  {ms / rows[0][1]:.2f}x {pipe / rows[0][2]:.2f}x")
     print(f"floor {max(comp, mem) * 1e3:.2f} ms; lazyburn at {flops / rows[0][1] / 1e9:.1f} "
           f"TFLOP/s ({flops / rows[0][2] / 1e9:.1f} pipelined)")
     return 0
