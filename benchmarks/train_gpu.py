@@ -21,7 +21,7 @@ spends in a step's call there (less than the pipelined step: the device sets the
 kernels per step (lazyburn's launch counter, PyTorch's from its profiler), the peak of device
 memory a step allocates beyond what is held between steps (``torch.cuda.max_memory_allocated``:
 lazyburn's buffers come from PyTorch's allocator) and what is held (``memory_allocated``: the
-models, the optimizers' state, lazyburn's arenas of temporaries).
+models, the optimizers' state, what lazyburn and PyTorch keep between steps).
 Both sides run in one process, with PyTorch and transformers imported: Python's cyclic
 collector then makes a full collection (about 140 ms on an H200's host) every few lazyburn
 steps, whose recorded graphs (some 9 000 objects a step) count towards its threshold; the
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
         median ms the host spends in a step's call there (until its work is queued: when it
         is less than the pipelined step, the device sets the pace); the peak MB a step
         allocates beyond what is held; the MB held between steps (the models, the optimizers'
-        state, and what the libraries keep: lazyburn's arenas of temporaries)."""
+        state, and what either library keeps)."""
         torch.cuda.synchronize()
         held = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()

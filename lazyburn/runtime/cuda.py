@@ -9,12 +9,8 @@ cache, ``$LAZYBURN_CACHE_DIR/kernels/``, by content hash, and imported from ther
 reads real source and ``LAZYBURN_DUMP`` shows exactly what ran), then replays the plan through
 precomputed launch steps: after a kernel's first launch, the compiled Triton kernel is called
 directly, skipping the JIT's argument binding and cache lookup (a library product, through
-one call that makes its views and launches its element-wise parts). A plan run a kernel at a
-time (not captured as a CUDA graph: a training step whose bias corrections change its scalar
-arguments) keeps its temporaries, from its third run on, in one buffer laid out by their
-lifetimes (``cuda_replay.arena_layout``), so that a run allocates only its outputs; arenas
-hold at most ``ARENA_MEMORY_FRACTION`` of the device's memory together, the least recently
-run dropped first, and an allocation that fails drops them all and runs the plan again.
+one call that makes its views and launches its element-wise parts through their compiled
+kernels).
 
 A copy to another GPU (``t.to("cuda:1")``) is ordered after the source device's stream and
 before later work on the destination's (PyTorch's cross-device copy between the two streams).
@@ -102,7 +98,6 @@ cuda_graphs = True
 synchronous = True
 MAX_CUDA_GRAPHS = 16  # captured plans kept per device ...
 CUDA_GRAPH_MEMORY_FRACTION = 0.25  # ... holding at most this fraction of its memory
-ARENA_MEMORY_FRACTION = 0.25  # of the device's memory that plans' arenas may hold together
 KERNEL_CACHE_SIZE = 512  # kernel modules, and plans' launch programs, kept per process / device
 
 # (uint16, uint32 and uint64 are storage types in PyTorch: buffers, copies and views only, which
@@ -336,8 +331,6 @@ class CudaBackend(FusedBackend):
         self._programs: collections.OrderedDict[int, object] = collections.OrderedDict()
         # Program -> bytes its CUDA graph holds, the most recently replayed last
         self._graphs: collections.OrderedDict[object, int] = collections.OrderedDict()
-        # Program -> bytes of its arena (cuda_replay.arena_layout), the most recently run last
-        self._arenas: collections.OrderedDict[object, int] = collections.OrderedDict()
         self.compiles = 0
         super().__init__()
         # CUDA graph launches; ``kernels_launched`` counts the kernels inside them too
@@ -522,9 +515,7 @@ class CudaBackend(FusedBackend):
             self.compile(plan, order)
             program = programs[id(plan)] = Program(self, plan, order)
             while len(programs) > KERNEL_CACHE_SIZE:
-                old = programs.popitem(last=False)[1]
-                self.drop_graph(old)
-                self.drop_arena(old)
+                self.drop_graph(programs.popitem(last=False)[1])
         else:
             programs.move_to_end(id(plan))
         return program
@@ -552,41 +543,6 @@ class CudaBackend(FusedBackend):
         """Release ``program``'s CUDA graph, if it has one (it may be captured again)."""
         self._graphs.pop(program, None)
         program.graph, program.last_leaves = None, None
-
-    def hold_arena(self, program) -> None:
-        """Give ``program`` its arena, dropping the least recently run ones past
-        ``ARENA_MEMORY_FRACTION`` of the device's memory; nothing when it alone needs more, or
-        when the device has no room for it (the plan's runs then allocate as before)."""
-        nbytes = program.arena_bytes
-        limit = ARENA_MEMORY_FRACTION * self.max_alloc if self.max_alloc else float("inf")
-        arenas = self._arenas
-        if nbytes <= limit:
-            while arenas and sum(arenas.values()) + nbytes > limit:
-                self.drop_arena(next(iter(arenas)))
-            try:
-                program.make_arena(self.torch, self.device)
-                arenas[program] = nbytes
-                return
-            except self.torch.cuda.OutOfMemoryError:
-                pass
-        program.arena_bytes = 0  # (not asked again)
-
-    def used_arena(self, program) -> None:
-        """Note that ``program`` ran with its arena (the last to be dropped)."""
-        self._arenas.move_to_end(program)
-
-    def drop_arena(self, program) -> None:
-        """Release ``program``'s arena, if it has one (its runs allocate their temporaries,
-        and it may get one again)."""
-        if self._arenas.pop(program, None) is not None:
-            program.arena[0] = None
-
-    def drop_arenas(self) -> bool:
-        """Release every arena; whether there was one (called when an allocation fails)."""
-        held = bool(self._arenas)
-        for program in list(self._arenas):
-            self.drop_arena(program)
-        return held
 
     def execute(self, plan, order, values) -> list:
         """Replay ``plan``; ``values`` (graph position -> buffer) gives its realized inputs,

@@ -145,8 +145,7 @@ class LibraryMatmul:
             strides = strides[1:] if single else strides
 
             def operand(args, stream):
-                buf = args[arg]  # (a view into a plan's arena starts past its storage's start)
-                view = buf.as_strided(shape, strides, buf.storage_offset() + offset)
+                view = args[arg].as_strided(shape, strides, offset)
                 return view if view.dtype == operand_t else view.to(operand_t)
             return operand
         empty = backend.torch.empty
@@ -175,10 +174,8 @@ class LibraryMatmul:
         direct = parts.direct[which]
         if direct is not None:
             arg, strides, offset = direct
-            buf = args[arg]  # (a view into a plan's arena starts past its storage's start)
-            offset += buf.storage_offset()
-            view = buf.as_strided(matrix, strides[1:], offset) if single else \
-                buf.as_strided((spec.batch,) + matrix, strides, offset)
+            view = args[arg].as_strided(matrix, strides[1:], offset) if single else \
+                args[arg].as_strided((spec.batch,) + matrix, strides, offset)
             return view if view.dtype == operand_t else view.to(operand_t)
         out = parts.kernels[which].args[-1]
         operand = spec.a if which == "a" else spec.b

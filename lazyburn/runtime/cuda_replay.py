@@ -6,9 +6,7 @@ that die after it. Running the plan again on fresh data is a walk over those clo
 ``lazyburn.runtime.cuda.cuda_graphs`` set (the default), a plan run a second time is captured
 into a CUDA graph (:class:`GraphReplay`) and replayed as one launch from its third run on,
 while its scalar arguments (recorded Python scalars, random seeds) keep the values it was
-captured with and its unchanging inputs (a model's weights) stay the same buffers. A plan
-that is not captured keeps its temporaries in an arena from its ``ARENA_AFTER_RUNS``-th run on
-(:func:`arena_layout`).
+captured with and its unchanging inputs (a model's weights) stay the same buffers.
 
 A kernel's fault may surface at a later launch or at the wait for the stream; the error then
 lists the kernels launched so far with their user lines. With ``LAZYBURN_SYNC_EACH=1`` the
@@ -40,10 +38,6 @@ class Program:
         out_set = set(plan.output_pos)
         read: set[int] = set()
         self.capturable = True
-        # the views of the plan's temporaries into its arena while it has one (see
-        # ``arena_layout``), shared with the steps: ``arena[0]`` is None or a dict
-        self.arena: list = [None]
-        temporaries = {}  # graph position -> (first step, last step, bytes, torch dtype)
         for i, k in enumerate(plan.kernels):
             self.origins.append(kernel_origin(k))
             self.stored.append(k.arg_pos[-1] if k.kind in ("copy", "library") else
@@ -63,19 +57,11 @@ class Program:
                 continue
             outs = [(p, a.size, backend.dtypes[a.dtype.name])
                     for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:])]
-            for (p, size, dtype), a in zip(outs, k.spec.args[n_in:]):
-                if p not in out_set and size:
-                    temporaries[p] = (i, plan.last_use.get(p, i), size * a.dtype.itemsize,
-                                      dtype)
             drop = [p for p in in_pos if plan.last_use.get(p) == i and p not in out_set
                     and order[p].buffer is None]
             self.steps.append(_kernel_step(backend, k.compiled, in_pos, outs, drop,
-                                           k if k.scalar_pos else None, self.arena))
+                                           k if k.scalar_pos else None))
         self.leaves = sorted(p for p in read if order[p].buffer is not None)
-        self.arena_offsets, self.arena_bytes = arena_layout(
-            {p: t[:3] for p, t in temporaries.items()})
-        self.arena_dtypes = {p: t[3] for p, t in temporaries.items()}
-        self.kernel_runs = 0  # runs a kernel at a time, counted for ARENA_AFTER_RUNS
         # a graph replays the scalar arguments it was captured with: it is replayed only for
         # the same values, and a plan whose values change (a training step's bias correction,
         # a dropout seed) is not captured again. Kernels that read their scalars from a device
@@ -120,17 +106,7 @@ class Program:
                 if b.synchronous:
                     b.finish()
         if out is None:
-            try:
-                out = self._launch(values, order, each)
-            except OutOfMemoryError:
-                if not b.drop_arenas():
-                    raise
-                # the memory the arenas held is free again: once more, from the inputs (the
-                # steps never write a leaf's position)
-                fresh = [None] * self.n
-                for p in self.leaves:
-                    fresh[p] = values[p]
-                out = self._launch(fresh, order, each)
+            out = self._launch(values, order, each)
         if self.dump_env or dump.active():
             b.dump(self.plan)  # after the run: kernels tuned at their first launch are final
         return out
@@ -165,29 +141,16 @@ class Program:
             raise self._fault(e, i, order,
                               exact=each or not waiting and (b.interpret or i == 0)) \
                 from None
-        self.kernel_runs += 1
         if b.cuda_graphs and self.capturable and not b.interpret and not each:
             # captured at the second run with cuda_graphs set (the first compiles), reading
             # in place the inputs that were the same buffers in the run before
             if self.last_leaves is not None:
-                b.drop_arena(self)  # (the graph allocates its temporaries in its own pool)
                 same = {p for p in self.leaves if self.last_leaves.get(p) is values[p]}
                 self.graph, self.last_leaves = GraphReplay(self, values, order, same), None
                 b.hold_graph(self, self.graph.nbytes)
             else:
                 self.last_leaves = {p: values[p] for p in self.leaves}
-        elif self.arena[0] is not None:
-            b.used_arena(self)
-        elif self.kernel_runs >= ARENA_AFTER_RUNS and self.arena_bytes:
-            b.hold_arena(self)
         return [values[p] for p in self.output_pos]
-
-    def make_arena(self, torch, device) -> None:
-        """Allocate the arena (raises torch's OutOfMemoryError) and give the steps its views."""
-        buf = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
-        dtypes = self.arena_dtypes
-        self.arena[0] = {p: buf[offset:offset + nbytes].view(dtypes[p])
-                         for p, (offset, nbytes) in self.arena_offsets.items()}
 
     def _origin(self, i: int, order) -> str | None:
         """The user line of step ``i`` in the recording ``order`` being run."""
@@ -220,14 +183,13 @@ def direct_launch(kernel):
     return None if getattr(k, "empty", True) else getattr(k, "fast", None)
 
 
-def _kernel_step(backend, kernel, in_pos, outs, drop, scalars=None, arena=(None,)):
+def _kernel_step(backend, kernel, in_pos, outs, drop, scalars=None):
     """One kernel's launch: its output buffers allocated, then, once the kernel has launched
     through ``kernel`` (which compiles or tunes it), its compiled launcher called directly.
     ``scalars``, when given, is the planned kernel whose scalar arguments follow the buffers
     (as int32 bit patterns: Triton types every one alike); an argument is computed again only
     when the node it comes from is another than at the last launch (a jitted function's
-    replays keep most of them: only the values it replays, a step count, change). While
-    ``arena[0]`` holds views (``Program.arena``), a temporary output is its view."""
+    replays keep most of them: only the values it replays, a step count, change)."""
     empty = backend.torch.empty
     device = backend.device
     launch = None
@@ -240,11 +202,8 @@ def _kernel_step(backend, kernel, in_pos, outs, drop, scalars=None, arena=(None,
     def step(values, order):
         nonlocal launch
         args = [values[p] for p in in_pos]
-        views = arena[0]
         for p, numel, dtype in outs:
-            buf = views.get(p) if views is not None else None
-            if buf is None:
-                buf = empty(numel, dtype=dtype, device=device)
+            buf = empty(numel, dtype=dtype, device=device)
             values[p] = buf
             args.append(buf)
         if scalars is not None:
@@ -277,42 +236,6 @@ def _copy_step(backend, src, dst):
     def step(values, order):
         values[dst] = backend.import_buffer(order[src])
     return step
-
-
-#: A plan run a kernel at a time (not captured as a CUDA graph) gets its arena after this many
-#: runs: its first compiles and tunes, and one run is often all a plan gets.
-ARENA_AFTER_RUNS = 3
-ARENA_ALIGN = 512  # bytes, as PyTorch's caching allocator rounds (Triton assumes 16)
-
-
-def arena_layout(temporaries: dict) -> tuple[dict, int]:
-    """Offsets of a plan's temporaries in one buffer, the arena, that a plan replayed a kernel
-    at a time keeps from run to run (``Program.arena``), so that a run allocates only its
-    outputs. ``temporaries``: graph position -> (first step, last step, bytes): the value is
-    written by the first step and last read by the last. Two values share bytes only when
-    their steps do not overlap. Greedy by size, largest first, each at the lowest offset free
-    over its steps (the "greedy by size" offset assignment of Pisarchyk and Lee, "Efficient
-    Memory Management for Deep Neural Net Inference", 2020). Returns (graph position ->
-    (offset, bytes), the arena's bytes); offsets are multiples of ``ARENA_ALIGN``.
-
-    The arena is reused by every run: stream order makes that safe, as one stream runs the
-    plan's kernels in launch order, and a temporary never leaves its run."""
-    placed: list = []  # (offset, end, first, last)
-    offsets = {}
-    size = 0
-    for p, (first, last, nbytes) in sorted(temporaries.items(), key=lambda t: -t[1][2]):
-        need = -(-nbytes // ARENA_ALIGN) * ARENA_ALIGN
-        offset = 0
-        for lo, hi, f, la in sorted(placed):
-            if la < first or f > last:  # not alive together
-                continue
-            if offset + need <= lo:
-                break
-            offset = max(offset, hi)
-        placed.append((offset, offset + need, first, last))
-        offsets[p] = (offset, nbytes)
-        size = max(size, offset + need)
-    return offsets, size
 
 
 class GraphReplay:
