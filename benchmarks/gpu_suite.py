@@ -14,6 +14,8 @@ Workloads (float32 unless noted):
   softmax    softmax(x * 0.125) over the last axis,   16384 x 4096
   vocab_softmax  the same over rows of a vocabulary,  4096 x 30522 (MiniLM's masked LM)
   gelu_mm    gelu(A @ B + bias), float16, M=4096 K=1024 N=4096
+  max_pool_k2, max_pool_k3  max_pool2d of (2, 32, 512, 512), kernel 2 stride 2, and
+             kernel 3 stride 1 padding 1
   sort       a stable sort of one row of 16M (values), argsort (int64 positions), and
   argsort,   cumsum (the running sum) of the same row
   cumsum
@@ -147,6 +149,26 @@ def gelu_mm_lb(a, b, bias):
     return lb.gelu(a @ b + bias)
 
 
+def max_pool_k2_torch(x):
+    import torch
+
+    return torch.nn.functional.max_pool2d(x, 2, 2)
+
+
+def max_pool_k2_lb(x):
+    return lb.max_pool2d(x, 2, 2)
+
+
+def max_pool_k3_torch(x):
+    import torch
+
+    return torch.nn.functional.max_pool2d(x, 3, 1, 1)
+
+
+def max_pool_k3_lb(x):
+    return lb.max_pool2d(x, 3, 1, 1)
+
+
 def sort_torch(x):
     import torch
 
@@ -186,6 +208,8 @@ def workloads(quick: bool) -> list[Workload]:
     rows, cols = (4096, 4096) if quick else (16384, 4096)
     vocab_rows = 1024 if quick else 4096
     m, k, nn = (2048, 1024, 2048) if quick else (4096, 1024, 4096)
+    pool = (2, 32, 256, 256) if quick else (2, 32, 512, 512)
+    pool_numel = pool[0] * pool[1] * pool[2] * pool[3]
     f4, f2 = 4, 2
     return [
         Workload("chain10", f"{n // 2**20}M", 3 * n * f4, 0,
@@ -203,6 +227,15 @@ def workloads(quick: bool) -> list[Workload]:
                  2 * m * k * nn, [((m, k), "float16"), ((k, nn), "float16"),
                                   ((nn,), "float16")],
                  gelu_mm_torch, gelu_mm_lb, rtol=2e-2, atol=2e-2),
+        # max pooling reads the input once and writes the output once: (2, 32, 512, 512)
+        # is the CPU max_pool2d figure of Burn's benchmarks; a maximum is exact, so the check
+        # asks for equality
+        Workload("max_pool_k2", f"{pool[0]}x{pool[1]}x{pool[2]}x{pool[3]} k2 s2",
+                 pool_numel * f4 + pool_numel // 4 * f4, 0, [(pool, "float32")],
+                 max_pool_k2_torch, max_pool_k2_lb, rtol=0, atol=0),
+        Workload("max_pool_k3", f"{pool[0]}x{pool[1]}x{pool[2]}x{pool[3]} k3 s1 p1",
+                 2 * pool_numel * f4, 0, [(pool, "float32")],
+                 max_pool_k3_torch, max_pool_k3_lb, rtol=0, atol=0),
         Workload("sort", f"{long_row // 2**20}M", 2 * long_row * f4, 0,
                  [((long_row,), "float32")], sort_torch, sort_lb, rtol=0, atol=0),
         Workload("argsort", f"{long_row // 2**20}M", long_row * (f4 + 8), 0,

@@ -96,9 +96,13 @@ def inject_fault(monkeypatch, device, target: str):
         monkeypatch.setattr(b, "launched", launched)
         monkeypatch.setattr(b, "_submit_and_wait", submit_and_wait)
     else:
-        from lazyburn.runtime import cuda
+        from lazyburn.runtime import cuda, cuda_replay
 
         real_call, real_finish = cuda.TritonKernel.__call__, b.finish
+        # every launch through the kernel's call: launch programs built from here on call no
+        # compiled launcher directly, and those built before are set aside
+        monkeypatch.setattr(cuda_replay, "direct_launch", lambda kernel: None)
+        monkeypatch.setattr(b, "_programs", type(b._programs)())
 
         def call(self, backend, args):
             real_call(self, backend, args)
