@@ -189,7 +189,7 @@ def _kernel_step(backend, kernel, in_pos, outs, drop, scalars=None):
     ``scalars``, when given, is the planned kernel whose scalar arguments follow the buffers
     (as int32 bit patterns: Triton types every one alike); an argument is computed again only
     when the node it comes from is another than at the last launch (a jitted function's
-    replays keep most of them: only the values it replays, a step count, change)."""
+    replay keeps the nodes of every constant it does not replay)."""
     empty = backend.torch.empty
     device = backend.device
     launch = None
