@@ -10,7 +10,10 @@ be). float16/bfloat16 operands are multiplied in their own type (the library
 accumulates in float32 and rounds the product to the operand type); the epilogue kernel reads
 that product and widens it itself, so the library candidate costs the library call and one
 element-wise pass; where the epilogue would only store a float32 product, the library writes
-the output itself (``out=``) and no epilogue runs.
+the output itself (``out=``) and no epilogue runs. After the first launch, which compiles the
+part kernels, the product's views, the library call and the parts' compiled launchers are one
+call (``LibraryMatmul.fast``), made once with every choice that does not depend on the
+arguments.
 """
 from __future__ import annotations
 
@@ -63,53 +66,35 @@ class LibraryMatmul:
         self.execution = library_execution(backend, spec, self.parts)
         # once every part kernel has compiled: the whole product as one call taking the
         # spec's buffers and scalar arguments, as a compiled Triton kernel's launcher does
-        # (``cuda_replay.direct_launch`` calls it at every later launch)
+        # (``cuda_replay.direct_launch`` calls it at every later launch; ``empty``: there is
+        # always a launch, as it asks of a kernel)
         self.fast = None
         self.empty = False
 
     def __call__(self, backend, args) -> None:
-        torch = backend.torch
-        spec, parts = self.spec, self.parts
-        a = self._operand(backend, args, "a", (spec.m, spec.k))
-        b = self._operand(backend, args, "b", (spec.k, spec.n))
-        n_in = len(spec.inputs)
-        product = torch.mm if self.single else torch.bmm  # (cheaper calls than torch.matmul)
-        if self.writes_output:
-            with _tf32(torch, self.allow_tf32):
-                product(a, b, out=args[n_in].view(self.out_shape))
-        else:
-            with _tf32(torch, self.allow_tf32):
-                prod = product(a, b)
-            prod = prod.reshape(-1)
-            if prod.dtype != self.prod_t:  # (not in the usual case)
-                prod = prod.to(self.prod_t)
-            epi_args = [args[i] for i in parts.inputs["epilogue"]] + [prod] + list(args[n_in:])
-            self.kernels["epilogue"](backend, epi_args)
-        if self.fast is None:
-            self.fast = self._launcher(backend)
+        """The first launches, which compile the part kernels (every launch under Triton's
+        interpreter, which compiles no launcher)."""
+        def through_call(kernel):
+            return lambda *a, stream=None: kernel(backend, list(a))
+        self._launcher(backend, {name: through_call(k) for name, k in self.kernels.items()})(
+            *args)
+        if self.fast is None and all(not k.empty and k.fast is not None
+                                     for k in self.kernels.values()):
+            self.fast = self._launcher(backend, {name: k.fast
+                                                 for name, k in self.kernels.items()})
 
-    def _launcher(self, backend):
-        """``launch(*args, stream=None)``: what ``__call__`` does, with every choice that does
-        not depend on the arguments made here, once, and the part kernels launched through
-        their compiled launchers; None while one of them has none (before its first launch;
-        always under Triton's interpreter)."""
+    def _launcher(self, backend, parts: dict):
+        """``launch(*args, stream=None)`` computing the product for the spec's buffers and
+        scalar arguments ``args``, every choice that does not depend on them made here, once;
+        ``parts``: part name -> a launch ``(*args, stream=None)`` of that part's kernel."""
         torch = backend.torch
-        spec, parts = self.spec, self.parts
-        kernels = {}
-        for part_name, k in self.kernels.items():
-            if k.empty:
-                return None  # (an empty product: left to __call__)
-            if k.fast is None:
-                return None
-            kernels[part_name] = k.fast
+        spec = self.spec
         n_in = len(spec.inputs)
         n_buf = len(spec.args)
-        product = torch.mm if self.single else torch.bmm
+        product = torch.mm if self.single else torch.bmm  # (cheaper calls than torch.matmul)
         allow_tf32 = self.allow_tf32
-        prod_t = self.prod_t
-        operand_of = [self._operand_launcher(backend, which, shape, kernels.get(which), n_buf)
-                      for which, shape in (("a", (spec.m, spec.k)), ("b", (spec.k, spec.n)))]
-        operand_a, operand_b = operand_of
+        operand_a = self._operand(backend, "a", (spec.m, spec.k), parts.get("a"), n_buf)
+        operand_b = self._operand(backend, "b", (spec.k, spec.n), parts.get("b"), n_buf)
         if self.writes_output:
             out_shape = self.out_shape
 
@@ -118,23 +103,25 @@ class LibraryMatmul:
                 with _tf32(torch, allow_tf32):
                     product(a, b, out=args[n_in].view(out_shape))
             return launch
-        epilogue = kernels["epilogue"]
-        epi_inputs = parts.inputs["epilogue"]
+        epilogue = parts["epilogue"]
+        epi_inputs = self.parts.inputs["epilogue"]
+        prod_t = self.prod_t
 
         def launch(*args, stream=None):
             a, b = operand_a(args, stream), operand_b(args, stream)
             with _tf32(torch, allow_tf32):
                 prod = product(a, b)
             prod = prod.reshape(-1)
-            if prod.dtype != prod_t:
+            if prod.dtype != prod_t:  # (not in the usual case)
                 prod = prod.to(prod_t)
             epilogue(*[args[i] for i in epi_inputs], prod, *args[n_in:], stream=stream)
         return launch
 
-    def _operand_launcher(self, backend, which, matrix, prologue, n_buf):
-        """``operand(args, stream)``: ``_operand``'s result for the spec's buffers and scalar
-        arguments ``args``, its prologue (if any) launched through its compiled launcher
-        ``prologue``."""
+    def _operand(self, backend, which, matrix, prologue, n_buf):
+        """``operand(args, stream)``: operand ``which`` as the library takes it, a
+        ``matrix``-shaped view (a batch of them when the spec has several products) of a
+        buffer of ``args``, or of the buffer its prologue kernel (launched by ``prologue``)
+        computes."""
         spec, parts = self.spec, self.parts
         single = self.single
         operand_t = self.operand_t[which]
@@ -148,9 +135,9 @@ class LibraryMatmul:
                 view = args[arg].as_strided(shape, strides, offset)
                 return view if view.dtype == operand_t else view.to(operand_t)
             return operand
-        empty = backend.torch.empty
-        device = backend.device
+        empty, origin = backend.empty, self.origin  # (OutOfMemoryError names the origin)
         size = parts.kernels[which].args[-1].size
+        dtype = (spec.a if which == "a" else spec.b).dtype
         inputs = parts.inputs[which]
         if parts.transposed[which]:  # stored (batch, cols, rows): the library reads it so
             stored = (matrix[1], matrix[0]) if single else (spec.batch, matrix[1], matrix[0])
@@ -159,33 +146,11 @@ class LibraryMatmul:
             stored, dims = (matrix if single else (spec.batch,) + matrix), None
 
         def operand(args, stream):
-            buf = empty(size, dtype=operand_t, device=device)
+            buf = empty(size, dtype, origin)
             prologue(*[args[i] for i in inputs], buf, *args[n_buf:], stream=stream)
             buf = buf.view(stored)
             return buf if dims is None else buf.permute(dims)
         return operand
-
-    def _operand(self, backend, args, which, matrix):
-        """Operand ``which`` as the library takes it: a ``matrix``-shaped view, or a batch of
-        them when the spec has several products."""
-        spec, parts = self.spec, self.parts
-        single = self.single
-        operand_t = self.operand_t[which]
-        direct = parts.direct[which]
-        if direct is not None:
-            arg, strides, offset = direct
-            view = args[arg].as_strided(matrix, strides[1:], offset) if single else \
-                args[arg].as_strided((spec.batch,) + matrix, strides, offset)
-            return view if view.dtype == operand_t else view.to(operand_t)
-        out = parts.kernels[which].args[-1]
-        operand = spec.a if which == "a" else spec.b
-        buf = backend.empty(out.size, operand.dtype, self.origin)
-        self.kernels[which](backend, [args[i] for i in parts.inputs[which]] + [buf] +
-                            list(args[len(spec.args):]))  # the scalar arguments
-        if parts.transposed[which]:  # stored (batch, cols, rows): the library reads it so
-            return buf.reshape(matrix[1], matrix[0]).T if single else \
-                buf.reshape(spec.batch, matrix[1], matrix[0]).transpose(1, 2)
-        return buf.reshape(matrix if single else (spec.batch,) + matrix)
 
 
 def writes_output(spec, parts) -> bool:
