@@ -420,9 +420,9 @@ def test_library_matmul_stores_an_operand_transposed_where_its_reads_run_along_r
 def test_library_matmul_relaunched_through_its_one_call_launcher(dev, monkeypatch, form):
     """After its first run, a plan launches a library product through one call
     (``LibraryMatmul.fast``) that makes its views and launches its prologues and epilogue
-    through their compiled launchers: the same values as the first run's path, for new data
-    and a new scalar (a kernel argument). Under Triton's interpreter, which compiles no
-    launcher, each part kernel gets one that runs it through the interpreter."""
+    through their compiled launchers: NumPy's values at every run, for new data and a new
+    scalar (a kernel argument). Under Triton's interpreter, which compiles no launcher, each
+    part kernel gets one that runs it through the interpreter."""
     from lazyburn.runtime.cuda import TritonKernel
     from lazyburn.runtime.cuda_library import LibraryMatmul
 
