@@ -7,7 +7,8 @@ computed except in the sync benchmarks: the recorded graphs are dropped unrealiz
 ``test_record_encoder_forward`` records a model's forward as users write it (MiniLM-L6's
 encoder: layer norms, linear layers, attention, GELU, in float32 and float16), where most ops
 come from composite functions; ``us_per_node`` there is per node of the recorded graph.
-``test_structural_key_of_encoder_forward`` times the structural key of that graph.
+``test_structural_key_of_encoder_forward`` times the structural key of that graph, and
+``test_plan_cache_hit_of_encoder_forward`` the plan-cache lookup of a known one.
 
 The ``cuda_host_path`` benchmarks are NOT GPU timings. They run ``cuda:0`` under Triton's
 interpreter (torch CPU tensors, only on a machine without a GPU) with the compiled kernel's
@@ -130,6 +131,29 @@ def test_structural_key_of_encoder_forward(benchmark, encoder):
     benchmark.extra_info["nodes"] = nodes
     benchmark.extra_info["us_per_node"] = round(benchmark.stats.stats.median / nodes * 1e6, 3)
     assert len(order) == nodes and len(key[0]) == nodes
+
+
+def test_plan_cache_hit_of_encoder_forward(benchmark, encoder):
+    """A plan-cache lookup that hits (the dict lookup and the LRU update of a sync of a known
+    plan, its structural key computed beforehand) for one recorded forward of MiniLM-L6's
+    encoder: the key is hashed and compared with the stored one's."""
+    from lazyburn.fusion.plan import PlanCache
+
+    forward, nodes = encoder
+    cache = PlanCache()
+    y = forward()
+    key, order = lb.graph.structural_key([y.node])
+    cache.lookup([y.node], key=key, order=order, built=object())  # stored, not planned
+
+    def setup():  # a new recording's key: equal to the stored one, another tuple
+        return (lb.graph.structural_key([forward().node]),), {}
+
+    def hit(key_order):
+        return cache.lookup(None, key=key_order[0], order=key_order[1])
+
+    plan, _ = benchmark.pedantic(hit, setup=setup, rounds=300, iterations=1, warmup_rounds=5)
+    benchmark.extra_info["nodes"] = nodes
+    assert cache.hits >= 300 and cache.misses == 1 and plan is not None
 
 
 def test_sync_one_op_graph(benchmark, x):

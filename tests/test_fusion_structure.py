@@ -244,6 +244,29 @@ def test_second_sync_of_identical_graph_hits_the_plan_cache(device, rng):
     np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True) + 1, rtol=1e-5)
 
 
+
+def test_plan_cache_keys_of_one_hash_are_compared_whole():
+    """Two recordings of one graph give equal keys (another tuple each), which share one
+    tuple once found equal; keys whose hashes collide but whose graphs differ stay unequal,
+    so a collision never hands out another graph's plan."""
+    from lazyburn.fusion.plan import PlanCache, _HashedKey
+
+    def key(rows):
+        x = lb.tensor(np.ones((rows, 4), np.float32), device="numpy")
+        return lb.graph.structural_key([(lb.exp(x) * 2.0).node])[0]
+
+    a, b = _HashedKey(key(3)), _HashedKey(key(3))
+    assert a.key is not b.key and a.hash == b.hash
+    assert a == b and a.key is b.key
+    cache = PlanCache()
+    five = _HashedKey((key(5), True, None))  # as the cache keys a plan (fuse, no arg limit)
+    five.hash = hash((key(3), True, None))  # a collision with the key of 3 rows
+    cache._plans[five] = "the plan of 5 rows"
+    plan, _ = cache.lookup(None, key=key(3), order=[], built="the plan of 3 rows")
+    assert plan == "the plan of 3 rows" and cache.misses == 1
+    assert cache.lookup(None, key=key(3), order=[])[0] == "the plan of 3 rows"
+    assert cache.hits == 1 and len(cache) == 2
+
 def test_unfused_execution_gives_the_reference_values_with_more_kernels(device, rng):
     x, y = rng.standard_normal((2, 40, 50), dtype=np.float32)
     x[np.abs(x * 1.5 + y) < 0.2] = 2.0  # keep z away from chain10's where threshold

@@ -167,7 +167,10 @@ def _unfused_bytes(order) -> int:
 
 class _HashedKey:
     """A structural key hashed once: a dict lookup and the LRU update that follows it would
-    each hash the whole tuple (thousands of entries for a training step) again."""
+    each hash the whole tuple (thousands of entries for a training step) again. Two keys
+    found equal share one tuple from then on, so the LRU update's comparison is an identity
+    test where it was a second walk of both tuples; keys of equal hashes are still compared
+    whole (a collision never gives another graph's plan)."""
 
     __slots__ = ("key", "hash")
 
@@ -179,7 +182,14 @@ class _HashedKey:
         return self.hash
 
     def __eq__(self, other) -> bool:
-        return self.hash == other.hash and self.key == other.key
+        if self.hash != other.hash:
+            return False
+        if self.key is other.key:
+            return True
+        if self.key == other.key:
+            other.key = self.key
+            return True
+        return False
 
 
 class PlanCache:
