@@ -256,6 +256,55 @@ def test_a_jitted_training_step_replays_what_the_step_does(device, schedule_insi
     assert mine[4] == offset
 
 
+def test_a_replay_keeps_a_replayed_constant_while_its_value_stays(device):
+    """A replay remakes each replayed constant (a learning rate a schedule sets) only when its
+    value changed: the node of the last replay is kept while the value stays, so a kernel's
+    scalar argument computed from it is reused, and a new value always gets a new node. Under
+    a schedule whose rate stays, halves, returns and quarters, every step's parameters are
+    the recorded steps' bit for bit and the NumPy device's."""
+    rng = np.random.default_rng(21)
+    batches = [(rng.standard_normal((8, 12), dtype=np.float32), rng.integers(0, 4, 8))
+               for _ in range(8)]
+    factors = [1.0, 1.0, 0.5, 0.5, 1.0, 1.0, 0.25, 0.25]
+    runs = {}
+    for jitted, on in ((False, "numpy"), (False, device), (True, device)):
+        lb.manual_seed(3)
+        model = lb.nn.Sequential(lb.nn.Linear(12, 16, device=on), lb.nn.ReLU(),
+                                 lb.nn.Linear(16, 4, device=on))
+        opt = lb.optim.SGD(model.parameters(), lr=0.1)
+        schedule = lb.optim.lr_scheduler.LambdaLR(opt, lambda k: factors[min(k, 7)])
+
+        def step(x, t):
+            opt.zero_grad()
+            loss = lb.cross_entropy(model(x), t)
+            loss.backward()
+            opt.step()
+            return loss
+
+        step = lb.jit(device=device)(step) if jitted else step
+        weights, kept = [], []
+        for x, t in batches:
+            args = (x, t) if jitted else (lb.tensor(x, device=on), lb.tensor(t, device=on))
+            step(*args)
+            schedule.step()
+            weights.append([p.numpy() for p in model.parameters()])
+            if jitted and step.replays:
+                (entry,) = step.cache.values()
+                kept.append(dict(entry.made))
+        runs[jitted, on] = weights
+    for k, (mine, recorded, reference) in enumerate(zip(
+            runs[True, device], runs[False, device], runs[False, "numpy"])):
+        for a, b, c in zip(mine, recorded, reference):
+            np.testing.assert_array_equal(a, b, err_msg=f"step {k}")  # (one plan for both)
+            np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6, err_msg=f"step {k}")
+    # the rate each replay read: factors[k] at step k; a node is kept when it is the same
+    same = [all(before.get(p) is n for p, n in after.items())
+            for before, after in zip(kept, kept[1:])]
+    rates = factors[len(factors) - len(kept):]
+    assert len(kept) >= 6 and all(kept)
+    assert same == [a == b for a, b in zip(rates, rates[1:])], (same, rates)
+
+
 def test_a_jitted_sgd_step_with_momentum_and_what_it_keeps_alive(device):
     """SGD with momentum: its first step makes the momentum buffer (a replay of that step would
     never read it), so the first call is not kept; the next steps replay bit for bit as

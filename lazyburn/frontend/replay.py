@@ -33,6 +33,7 @@ other than the above happen in the recording call only.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -78,6 +79,10 @@ class _Replay:
         self.grads: list = []
         self.rebinds = record.rebinds
         self.calls = 0
+        # position -> the const node the last call made for a replayed value: kept while the
+        # value stays the same, so that a kernel's scalar argument computed from it last time
+        # is still its argument (``PlannedKernel.scalar_values`` caches by node)
+        self.made: dict = {}
 
     def current(self) -> bool:
         """Whether every tensor the recording read as a fixed input still holds the value it
@@ -112,7 +117,12 @@ class _Replay:
                     origin = origin or Origin()
                     got = attrs[action, n.dtype] = \
                         const(action(), (), n.dtype, n.device, origin).attrs
-                order[p] = Node("const", (), got, n.shape, n.dtype, n.device, n.code, n.line)
+                last = self.made.get(p)
+                if last is not None and last.attrs == got and _same_bits(got[0]):
+                    order[p] = last
+                else:
+                    order[p] = self.made[p] = Node("const", (), got, n.shape, n.dtype, n.device,
+                                                   n.code, n.line)
             for gen, size, p in self.draws:
                 g = gen or default_generator()
                 if p is not None:
@@ -162,6 +172,14 @@ class _Replay:
         nodes = list(made.values()) + leaves
         self.backend.handed_out(nodes, [n.buffer for n in nodes])
         return results[0] if self.single else tuple(results)
+
+
+def _same_bits(value) -> bool:
+    """Whether a constant equal to ``value`` (``ExactFloat``'s equality: the same IEEE value)
+    has its bits too: not for a nan, whose payloads may differ, nor a complex value."""
+    if isinstance(value, complex):
+        return False
+    return not isinstance(value, float) or not math.isnan(value)
 
 
 def jit(fn=None, *, device=None):

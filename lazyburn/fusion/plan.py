@@ -51,9 +51,21 @@ class PlannedKernel:
 
     def scalar_values(self, order) -> list:
         """The scalar arguments' values for the recording ``order`` (the plan's graph
-        positions), each an int in [0, 2**32): passed after the buffers at every launch."""
-        return [scalar_value(s.source, order[p])
-                for s, p in zip(self.spec.scalars, self.scalar_pos)]
+        positions), each an int in [0, 2**32): passed after the buffers at every launch. A
+        value is computed again only when its node is another than at the last call (a
+        jitted function's replay keeps the nodes of the values that stay the same)."""
+        cache = self.__dict__.get("_scalar_cache")
+        if cache is None:
+            cache = self._scalar_cache = [(None, 0)] * len(self.scalar_pos)
+        out = []
+        for i, (s, p) in enumerate(zip(self.spec.scalars, self.scalar_pos)):
+            n = order[p]
+            last, value = cache[i]
+            if n is not last:
+                value = scalar_value(s.source, n)
+                cache[i] = (n, value)
+            out.append(value)
+        return out
 
     @cached_property  # read at every launch (a representative spec has the same inputs)
     def n_inputs(self) -> int:
