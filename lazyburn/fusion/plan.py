@@ -51,21 +51,26 @@ class PlannedKernel:
 
     def scalar_values(self, order) -> list:
         """The scalar arguments' values for the recording ``order`` (the plan's graph
-        positions), each an int in [0, 2**32): passed after the buffers at every launch. A
-        value is computed again only when its node is another than at the last call (a
-        jitted function's replay keeps the nodes of the values that stay the same)."""
+        positions), each an int in [0, 2**32): passed after the buffers at every launch."""
+        return [value for _, value, _ in self._scalars(order)]
+
+    def scalar_words(self, order) -> list:
+        """``scalar_values`` as signed 32-bit ints (the same bits), as Triton takes them."""
+        return [word for _, _, word in self._scalars(order)]
+
+    def _scalars(self, order) -> list:
+        """Per scalar argument ``(node, value, word)`` for ``order``: computed again only
+        when its node is another than at the last call (a jitted function's replay keeps the
+        node of every value that stays the same)."""
         cache = self.__dict__.get("_scalar_cache")
         if cache is None:
-            cache = self._scalar_cache = [(None, 0)] * len(self.scalar_pos)
-        out = []
+            cache = self._scalar_cache = [(None, 0, 0)] * len(self.scalar_pos)
         for i, (s, p) in enumerate(zip(self.spec.scalars, self.scalar_pos)):
             n = order[p]
-            last, value = cache[i]
-            if n is not last:
+            if n is not cache[i][0]:
                 value = scalar_value(s.source, n)
-                cache[i] = (n, value)
-            out.append(value)
-        return out
+                cache[i] = (n, value, value - (1 << 32) if value >= 1 << 31 else value)
+        return cache
 
     @cached_property  # read at every launch (a representative spec has the same inputs)
     def n_inputs(self) -> int:

@@ -19,7 +19,6 @@ import contextlib
 import os
 
 from ..errors import DeviceError, LazyburnError, OutOfMemoryError, kernel_fault, sync_each
-from ..fusion.kernel_ir import scalar_value
 from . import dump
 from .fused import kernel_name, kernel_origin
 
@@ -187,17 +186,10 @@ def _kernel_step(backend, kernel, in_pos, outs, drop, scalars=None):
     """One kernel's launch: its output buffers allocated, then, once the kernel has launched
     through ``kernel`` (which compiles or tunes it), its compiled launcher called directly.
     ``scalars``, when given, is the planned kernel whose scalar arguments follow the buffers
-    (as int32 bit patterns: Triton types every one alike); an argument is computed again only
-    when the node it comes from is another than at the last launch (a jitted function's
-    replay keeps the nodes of every constant it does not replay)."""
+    (as int32 bit patterns: Triton types every one alike; ``PlannedKernel.scalar_words``)."""
     empty = backend.torch.empty
     device = backend.device
     launch = None
-    if scalars is not None:
-        scalar_pos = list(enumerate(zip(scalars.scalar_pos,
-                                        (s.source for s in scalars.spec.scalars))))
-        sources: list = [None] * len(scalar_pos)  # the nodes of the last launch's arguments
-        words: list = [0] * len(scalar_pos)  # and those arguments
 
     def step(values, order):
         nonlocal launch
@@ -207,13 +199,7 @@ def _kernel_step(backend, kernel, in_pos, outs, drop, scalars=None):
             values[p] = buf
             args.append(buf)
         if scalars is not None:
-            for i, (p, source) in scalar_pos:
-                n = order[p]
-                if n is not sources[i]:
-                    sources[i] = n
-                    v = scalar_value(source, n)
-                    words[i] = v - (1 << 32) if v >= 1 << 31 else v
-            args += words
+            args += scalars.scalar_words(order)
         if launch is not None:
             launch(*args, stream=backend.stream_handle)
         else:
