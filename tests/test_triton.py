@@ -1103,6 +1103,7 @@ def test_first_launch_tuning_runs_checks_and_caches(dev, monkeypatch):
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (fn(), 1.0)[1])
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "interpreter")
     monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "inf")  # (whatever the caller set)
     rng = np.random.default_rng(22)
     x = rand(rng, (9, 31))
     tunes, benchmarks = at.stats.tunes, at.stats.benchmarks
