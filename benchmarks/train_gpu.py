@@ -242,7 +242,6 @@ def main(argv=None) -> int:
             pipelined = (time.perf_counter() - t) * 1e3 / args.timed
         finally:
             lb.runtime.cuda.synchronous = True
-        torch.cuda.synchronize()
         return (statistics.median(times), pipelined, statistics.median(host), peak,
                 torch.cuda.memory_allocated() / 2**20)
 

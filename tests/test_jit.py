@@ -199,6 +199,25 @@ def _classifier(device, seed):
                             lb.nn.Dropout(0.3), lb.nn.Linear(16, 4, device=device))
 
 
+def _training_step(model, opt, loss_fn, jit_on=None, after=None):
+    """One training step of ``model`` under ``opt`` (``loss_fn(output, target)``, then
+    ``after()`` if given), jitted for device ``jit_on`` when given; called with NumPy arrays,
+    which a recorded step puts on ``model``'s device."""
+    def step(x, t):
+        opt.zero_grad()
+        loss = loss_fn(model(x), t)
+        loss.backward()
+        opt.step()
+        if after is not None:
+            after()
+        return loss
+
+    if jit_on is not None:
+        return lb.jit(device=jit_on)(step)
+    device = next(iter(model.parameters())).device
+    return lambda x, t: step(lb.tensor(x, device=device), lb.tensor(t, device=device))
+
+
 @pytest.mark.parametrize("schedule_inside", [False, True], ids=["schedule_outside",
                                                                  "schedule_inside"])
 def test_a_jitted_training_step_replays_what_the_step_does(device, schedule_inside):
@@ -216,22 +235,12 @@ def test_a_jitted_training_step_replays_what_the_step_does(device, schedule_insi
         opt = lb.optim.AdamW(model.parameters(), lr=0.01)
         schedule = lb.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (k + 1))
 
-        def step(x, t):
-            opt.zero_grad()
-            loss = lb.cross_entropy(model(x), t)
-            loss.backward()
-            opt.step()
-            if schedule_inside:
-                schedule.step()
-            return loss
-
-        step = lb.jit(device=device)(step) if jitted else step
+        step = _training_step(model, opt, lb.cross_entropy, device if jitted else None,
+                              schedule.step if schedule_inside else None)
         lb.manual_seed(1)  # dropout's masks
         losses = []
         for x, t in batches:
-            args = (x, t) if jitted else (lb.tensor(x, device=device),
-                                          lb.tensor(t, device=device))
-            losses.append(float(step(*args)))
+            losses.append(float(step(x, t)))
             if not schedule_inside:
                 schedule.step()
         state = [(opt.state[id(p)]["step"], opt.state[id(p)]["exp_avg"].numpy(),
@@ -274,18 +283,10 @@ def test_a_replay_keeps_a_replayed_constant_while_its_value_stays(device):
         opt = lb.optim.SGD(model.parameters(), lr=0.1)
         schedule = lb.optim.lr_scheduler.LambdaLR(opt, lambda k: factors[min(k, 7)])
 
-        def step(x, t):
-            opt.zero_grad()
-            loss = lb.cross_entropy(model(x), t)
-            loss.backward()
-            opt.step()
-            return loss
-
-        step = lb.jit(device=device)(step) if jitted else step
+        step = _training_step(model, opt, lb.cross_entropy, device if jitted else None)
         weights, kept = [], []
         for x, t in batches:
-            args = (x, t) if jitted else (lb.tensor(x, device=on), lb.tensor(t, device=on))
-            step(*args)
+            step(x, t)
             schedule.step()
             weights.append([p.numpy() for p in model.parameters()])
             if jitted and step.replays:
@@ -322,18 +323,10 @@ def test_a_jitted_sgd_step_with_momentum_and_what_it_keeps_alive(device):
         layer = lb.nn.Linear(6, 3, device=device)
         opt = lb.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9, nesterov=True)
 
-        def step(x, y):
-            opt.zero_grad()
-            loss = lb.mse_loss(layer(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-
-        step = lb.jit(device=device)(step) if jitted else step
+        step = _training_step(layer, opt, lb.mse_loss, device if jitted else None)
         losses, seen = [], []
         for x, y in batches:
-            args = (x, y) if jitted else (lb.tensor(x, device=device), lb.tensor(y, device=device))
-            losses.append(float(step(*args)))
+            losses.append(float(step(x, y)))
             seen.append(weakref.ref(layer.weight.node))
         if jitted:
             assert (step.recordings, step.replays) == (2, 3) and step.why_not_kept is None
