@@ -22,11 +22,6 @@ def device(request):
     return request.param
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(1234)
-
-
 def randn(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 

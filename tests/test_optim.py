@@ -18,11 +18,6 @@ from lazyburn import nn, optim
 DEVICES = ["numpy"] + FUSED_DEVICES
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
-
 def mlp_weights(rng, sizes=(6, 12, 4)):
     w = {}
     for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
@@ -75,7 +70,7 @@ OPTIMIZERS = {
     "sgd-nesterov": ("SGD", dict(lr=0.2, momentum=0.9, nesterov=True, weight_decay=0.01)),
     "sgd-dampening": ("SGD", dict(lr=0.1, momentum=0.8, dampening=0.3, weight_decay=0.05)),
     "sgd-plain": ("SGD", dict(lr=0.3)),
-    "adam": ("Adam", dict(lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.01)),
+    "adam": ("Adam", dict(lr=0.02, betas=(0.8, 0.99), eps=1e-3, weight_decay=0.01)),
     "adamw": ("AdamW", dict(lr=0.02, weight_decay=0.1)),
     # a short second-moment memory: exp_avg_sq falls below its running maximum within steps
     "adam-amsgrad": ("Adam", dict(lr=0.02, betas=(0.9, 0.3), amsgrad=True)),
@@ -93,9 +88,11 @@ def test_five_steps_match_torch_optim(device, case, rng):
     ours = our_steps(model, getattr(optim, name)(model.parameters(), **kw), data, device)
     tmodel = torch_mlp(w)
     theirs = torch_steps(tmodel, getattr(torch.optim, name)(tmodel.parameters(), **kw), data)
-    # Adam divides by the gradient's own scale: an entry whose gradient is a cancellation
-    # (a sum of terms far larger than itself, rounded in another order than PyTorch's) moves
-    # by up to lr per step whatever its relative error, so its error is a fraction of lr
+    # Adam divides by the gradient's own scale: an entry moves by lr * g / (|g| + eps), whose
+    # slope at g = 0 is lr / eps, so a gradient that is a cancellation (a sum of terms far
+    # larger than itself, rounded in another order than PyTorch's, 1e-8 apart) moves by up to
+    # 1e-8 lr / eps. With eps = 1e-6 that was 4e-3 lr at one seed in 200; eps = 1e-3 keeps it
+    # below 1e-5 lr and makes eps change the updates of small gradients by tenths
     atol = 2e-6 if name == "SGD" else 1e-3 * kw["lr"]
     for k in w:
         assert np.abs(ours[k] - w[k]).max() > 1e-3  # the parameters moved

@@ -77,11 +77,6 @@ def _graph_ops(y) -> int:
     return sum(1 for n in topo_order([y.node]) if n.buffer is None)
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
-
 @pytest.mark.parametrize("device", FUSED_DEVICES)
 def test_views_and_reductions_chain(device, rng):
     """600 ops (deeper than the 96-op kernel depth bound): the row means stay fused in

@@ -51,11 +51,6 @@ def state18():
     return random_state("resnet18", 18)
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
-
 def images(rng, n=1, size=SIZE):
     return rng.standard_normal((n, 3, size, size)).astype(np.float32)
 
