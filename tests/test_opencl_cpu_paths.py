@@ -279,3 +279,19 @@ def test_column_sums_reduce_blocks_of_adjacent_rows(backend, rng, shape, axes):
         (np.abs(flat.astype(np.float64)) * 0.5).sum(0) + np.abs(want) * 2.0 ** -24
     assert (np.abs(got[finite] - want[finite]) <= bound[finite]).all()
     assert got[6] == b[6]
+
+
+@pytest.mark.parametrize("count,offset", [(1, None), (15, None), (16, None), (191, None),
+                                          (4097, (1024,)), (7, (2048,))])
+def test_free_work_group_sizes_become_fixed_ones_over_the_same_items(count, offset):
+    from lazyburn.codegen.opencl import FREE_GROUP_SIZES, fixed_groups
+
+    launches = [("tiled", (64, 8), (8, 8), None), ("free", (count,), None, offset)]
+    got = fixed_groups(launches)
+    assert got[0] == launches[0]  # a launch with its own work-group size is left as it is
+    start = offset[0] if offset else 0
+    items = []
+    for name, (n,), (size,), at in got[1:]:
+        assert name == "free" and size in FREE_GROUP_SIZES and n % size == 0 and n > 0
+        items += range(at[0] if at else 0, (at[0] if at else 0) + n)
+    assert items == list(range(start, start + count))  # each item once, in order

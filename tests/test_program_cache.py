@@ -223,12 +223,25 @@ def test_ten_batch_sizes_share_the_element_wise_and_row_wise_programs(rng, monke
     """A layer norm, a softmax and a GELU of a bias add over (batch, 24, 40) at ten batch sizes:
     their kernels' sources do not spell the batch (a launch's extent, an offset for the
     leftover items), so the programs of the first size serve the other nine: nothing is
-    built, from source or from a stored binary, after the first. Values against NumPy."""
+    built, from source or from a stored binary, after the first. On a CPU device no launch
+    leaves its work-group size to the runtime, which compiles a work-group function for each
+    size it picks (``fixed_groups``). Values against NumPy."""
     import lazyburn as lb
+    from lazyburn.codegen.opencl import FREE_GROUP_SIZES
+    from lazyburn.runtime.opencl import CompiledKernel
 
     monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
     backend = lb.runtime.backend("opencl:0")
     backend._programs.clear()
+    groups = {}  # kernel name -> the work-group sizes of its launches
+    call = CompiledKernel.__call__
+
+    def noting(kernel, backend, args):
+        for k, _, local, _ in kernel.launches:
+            groups.setdefault(k.function_name, set()).add(local)
+        return call(kernel, backend, args)
+
+    monkeypatch.setattr(CompiledKernel, "__call__", noting)
     w = rng.standard_normal(40).astype(np.float32)
     b = rng.standard_normal(40).astype(np.float32)
     W, B = lb.tensor(w, device="opencl:0"), lb.tensor(b, device="opencl:0")
@@ -251,3 +264,8 @@ def test_ten_batch_sizes_share_the_element_wise_and_row_wise_programs(rng, monke
         np.testing.assert_allclose(act, 0.5 * h * (1 + scipy_erf(h / np.sqrt(2))), rtol=1e-5,
                                    atol=1e-6)
     assert built[0] >= 3 and built[1:] == [0] * 9, built
+    if backend.is_cpu:
+        assert len(groups) >= 3 and all(None not in sizes for sizes in groups.values()), groups
+        # beside a kernel's own size, only the fixed ones: those of the leftover items
+        assert all(len(sizes - {(n,) for n in FREE_GROUP_SIZES}) <= 1
+                   for sizes in groups.values()), groups

@@ -292,7 +292,8 @@ FLOAT_BITS = {"float": ("as_int", "as_float", "0x7FFFFFFF", "0x7F800000", "(INT_
 @dataclass
 class RenderedKernel:
     """OpenCL C ``source`` for kernel ``name``, its NDRange (``global_size``, ``local_size``;
-    None lets the runtime choose) and its build ``options``."""
+    None lets the runtime choose, on a GPU: a CPU device takes ``fixed_groups``) and its build
+    ``options``."""
 
     name: str
     source: str
@@ -307,6 +308,34 @@ class RenderedKernel:
         if not self.launches:
             return [(self.name, self.global_size, self.local_size, None)]
         return [tuple(launch) + (None,) * (4 - len(launch)) for launch in self.launches]
+
+
+#: The work-group sizes of a launch whose kernel leaves its work-group size free (``None``),
+#: on a CPU device (``fixed_groups``)
+FREE_GROUP_SIZES = (16, 1)
+
+
+def fixed_groups(launches: list, sizes: tuple = FREE_GROUP_SIZES) -> list:
+    """``launches`` (``RenderedKernel.all_launches``) with every one-dimensional launch whose
+    work-group size is free split into launches of the fixed work-group ``sizes`` (largest
+    first; the last must be 1), each over whole groups at a global offset.
+
+    A CPU runtime compiles a kernel's work-group function once per work-group size it meets
+    (PoCL: some 0.1 s each); a free size is the runtime's choice from the global size, so
+    every new extent (another batch size) compiled it again. Fixed sizes compile once. The
+    kernels of free launches index by ``get_global_id``, which counts the offset."""
+    out = []
+    for name, global_size, local_size, offset in launches:
+        if local_size is not None or len(global_size) != 1:
+            out.append((name, global_size, local_size, offset))
+            continue
+        start, left = (offset[0] if offset else 0), global_size[0]
+        for size in sizes:
+            count = left - left % size
+            if count:
+                out.append((name, (count,), (size,), (start,) if start else None))
+                start, left = start + count, left - count
+    return out
 
 
 class OpenCLPrinter(ExprPrinter):

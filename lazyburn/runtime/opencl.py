@@ -40,7 +40,11 @@ PoCL allocates a buffer's memory at its first use and aborts the process when th
 Caches. A kernel is named after its source (``codegen.opencl.named_by_source``): element-wise
 and row-wise kernels take their extent from the launch (the leftover items of the last
 work-group through a global offset), so another batch size of the same graph finds the same
-source, and its program, already built. Built programs are kept in memory by source hash, the
+source, and its program, already built. On a CPU device no launch leaves its work-group size
+to the runtime: PoCL compiles a kernel's work-group function once per work-group size, and the
+size it picks follows the extent, so each new batch size compiled every such kernel again (some
+0.1 s each); ``codegen.opencl.fixed_groups`` splits those launches into work-groups of fixed
+sizes. Built programs are kept in memory by source hash, the
 ``PROGRAM_CACHE_SIZE`` most recently used (a graph whose shapes change at every step would
 otherwise grow it for ever), and their binaries on disk (``binary_cache``: ``programs/opencl/``
 in the cache directory), keyed by source, build options, platform, device and driver version, so
@@ -433,12 +437,20 @@ class OpenCLBackend(FusedBackend):
             return LibraryMatmul(self, k, params, origin)
         if k.kind == "matmul" and params.get("b_written"):
             return WrittenOperandMatmul(self, k, name, params, origin)
-        r = cl_codegen.render(k.spec, name, params)
-        prg = self._program(r.source, k, origin, r.options)
-        kernel = CompiledKernel(prg, r, origin, k.label, k.spec)
+        kernel = self.kernel(cl_codegen.render(k.spec, name, params), k, origin, k.label,
+                             k.spec)
         if k.kind == "matmul":
             kernel.execution = self.params_execution(k, params)
         return kernel
+
+    def kernel(self, rendered, k, origin, label: str, spec) -> CompiledKernel:
+        """``rendered`` (of planned kernel ``k``, or a part of it: ``spec``) built; on a CPU
+        device its launches of a free work-group size take fixed ones (``fixed_groups``)."""
+        prg = self._program(rendered.source, k, origin, rendered.options)
+        launches = rendered.all_launches()
+        if self.is_cpu:
+            launches = cl_codegen.fixed_groups(launches)
+        return CompiledKernel(prg, rendered, origin, label, spec, launches)
 
     @property
     def fingerprint(self) -> str:
@@ -636,11 +648,12 @@ class CompiledKernel:
     suffix, comment = ".cl", "//"
     execution = Execution(OpenCLBackend.generated)
 
-    def __init__(self, program, rendered, origin, label: str = "kernel", spec=None):
+    def __init__(self, program, rendered, origin, label: str = "kernel", spec=None,
+                 launches=None):
         import pyopencl as cl
 
         self.launches = [(cl.Kernel(program, kname), g, loc, offset)
-                         for kname, g, loc, offset in rendered.all_launches()]
+                         for kname, g, loc, offset in launches or rendered.all_launches()]
         if spec is not None and spec.scalars:  # PyOpenCL then converts the Python ints
             types = [None] * len(spec.args) + [SCALAR_NP[s.type] for s in spec.scalars]
             for kernel, _, _, _ in self.launches:
@@ -678,8 +691,7 @@ class LibraryMatmul:
             # change from one process to the next
             r = cl_codegen.render(part, f"{name}_{k.spec.structural_hash()}",
                                   elementwise_params(backend, part))
-            prg = backend._program(r.source, k, origin, r.options)
-            self.kernels[name] = CompiledKernel(prg, r, origin, f"{k.label}, {name}", part)
+            self.kernels[name] = backend.kernel(r, k, origin, f"{k.label}, {name}", part)
         self.execution = library_execution(self.parts)
 
     suffix, comment = ".cl", "//"
@@ -771,13 +783,11 @@ class WrittenOperandMatmul:
         # names from the spec's structural hash: the same source, and program, in every process
         r = cl_codegen.render(part, f"b_{spec.structural_hash()}",
                               elementwise_params(backend, part))
-        self.write_b = CompiledKernel(backend._program(r.source, k, origin, r.options), r,
-                                      origin, f"{k.label}, b", part)
+        self.write_b = backend.kernel(r, k, origin, f"{k.label}, b", part)
         gemm_spec = with_b_written(spec)
         gemm_params = {key: v for key, v in params.items() if key != "b_written"}
         r = cl_codegen.render(gemm_spec, name, gemm_params)
-        self.gemm = CompiledKernel(backend._program(r.source, k, origin, r.options), r,
-                                   origin, k.label, gemm_spec)
+        self.gemm = backend.kernel(r, k, origin, k.label, gemm_spec)
         self.source = (f"// ---- b (element-wise: B written out)\n{self.write_b.source}\n"
                        f"// ---- the register-blocked GEMM reading it\n{self.gemm.source}")
 
