@@ -320,10 +320,10 @@ def fixed_groups(launches: list, sizes: tuple = FREE_GROUP_SIZES) -> list:
     work-group size is free split into launches of the fixed work-group ``sizes`` (largest
     first; the last must be 1), each over whole groups at a global offset.
 
-    A CPU runtime compiles a kernel's work-group function once per work-group size it meets
-    (PoCL: some 0.1 s each); a free size is the runtime's choice from the global size, so
-    every new extent (another batch size) compiled it again. Fixed sizes compile once. The
-    kernels of free launches index by ``get_global_id``, which counts the offset."""
+    A CPU runtime (PoCL) compiles a kernel's work-group function once per work-group size it
+    meets; a free size is the runtime's choice from the global size, so every new extent
+    (another batch size) compiled it again. Fixed sizes compile once. The kernels of free
+    launches index by ``get_global_id``, which counts the offset."""
     out = []
     for name, global_size, local_size, offset in launches:
         if local_size is not None or len(global_size) != 1:

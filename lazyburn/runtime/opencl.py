@@ -42,8 +42,8 @@ and row-wise kernels take their extent from the launch (the leftover items of th
 work-group through a global offset), so another batch size of the same graph finds the same
 source, and its program, already built. On a CPU device no launch leaves its work-group size
 to the runtime: PoCL compiles a kernel's work-group function once per work-group size, and the
-size it picks follows the extent, so each new batch size compiled every such kernel again (some
-0.1 s each); ``codegen.opencl.fixed_groups`` splits those launches into work-groups of fixed
+size it picks follows the extent, so each new batch size compiled every such kernel again
+(``benchmarks/new_batch.py``); ``codegen.opencl.fixed_groups`` splits those launches into work-groups of fixed
 sizes. Built programs are kept in memory by source hash, the
 ``PROGRAM_CACHE_SIZE`` most recently used (a graph whose shapes change at every step would
 otherwise grow it for ever), and their binaries on disk (``binary_cache``: ``programs/opencl/``
