@@ -291,3 +291,28 @@ def test_a_dropped_result_gives_its_memory_back_and_a_held_one_keeps_it(device, 
         np.testing.assert_array_equal(z.numpy(), want_weight)
     assert b.pool.reused >= reused + 3
     np.testing.assert_array_equal(view, kept)
+
+
+@pytest.mark.parametrize("device", OPENCL_HOST)
+def test_a_result_read_at_once_gives_its_memory_back_when_its_view_goes(device, rng):
+    """``f(x).numpy()``: the result's node goes at once and its view later; the buffer goes
+    back to the pool when the view goes, so the next call computes into the memory of the one
+    before (one buffer for six calls), and a view still held keeps its values."""
+    from lazyburn.runtime.opencl import RECYCLE_MIN_BYTES
+
+    b = runtime.backend(device)
+    shape = (RECYCLE_MIN_BYTES // 4 // 256, 256)
+    host = rng.standard_normal(shape, dtype=np.float32)
+    x = lb.tensor(host, device=device)
+    lb.graph.sync()
+    held = lb.sqrt(x * x + 0.5).numpy()  # a view kept through the calls below
+    kept = held.copy()
+    reused, memory = b.pool.reused, set()
+    for k in range(6):
+        view = lb.sqrt(x * x + float(k)).numpy()
+        np.testing.assert_allclose(view, np.sqrt(host * host + k), rtol=1e-6)
+        memory.add(view.__array_interface__["data"][0])
+        del view
+    assert b.pool.reused >= reused + 5 and len(memory) == 1, (b.pool.reused - reused, memory)
+    np.testing.assert_array_equal(held, kept)
+    assert held.__array_interface__["data"][0] not in memory

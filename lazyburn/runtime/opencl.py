@@ -339,6 +339,8 @@ class OpenCLBackend(FusedBackend):
                                                (buf.size,), np.uint8, is_blocking=blocking)
         memory = HostMemory(buf, mapped)
         buf.host_memory = weakref.ref(memory)
+        if getattr(buf, "recyclable", False):  # (a result's: see handed_out)
+            self._give_back_after(memory, buf)
         return memory
 
     # compiling ---------------------------------------------------------------------------------
@@ -489,15 +491,26 @@ class OpenCLBackend(FusedBackend):
         holds it (a view of it, another node, a ``jit`` replay's inputs): a steady-state loop
         (a model's outputs, an optimizer's new parameters) then writes memory it has written
         before instead of fresh memory, whose page faults the kernel that first writes it
-        pays (a 64 MiB result: some 20 ms on PoCL)."""
+        pays (a 64 MiB result: some 20 ms on PoCL). Whichever of the node and the views'
+        ``HostMemory`` goes last gives the buffer back (``_map``): ``f(x).numpy()`` drops the
+        node at once and the view later."""
         if not self.host_memory:
             return
         # (a result's node never takes another buffer, so the one the finalizer holds is the
         # node's own up to its end)
         for n, buf in zip(nodes, buffers):
             if buf is not None and buf.size >= RECYCLE_MIN_BYTES:
-                weakref.finalize(n, _output_gone, self._returned, buf, self._returned_bytes,
-                                 self.pool.max_bytes).atexit = False
+                buf.recyclable = True
+                self._give_back_after(n, buf)
+                memory = buf.host_memory() if hasattr(buf, "host_memory") else None
+                if memory is not None:  # mapped already, by the sync's read_ahead
+                    self._give_back_after(memory, buf)
+
+    def _give_back_after(self, holder, buf) -> None:
+        """When ``holder`` (a result's node, or its views' ``HostMemory``) goes, ``buf`` goes
+        back to the pool if nothing else holds it (``_output_gone``)."""
+        weakref.finalize(holder, _output_gone, self._returned, buf, self._returned_bytes,
+                         self.pool.max_bytes).atexit = False
 
     def release(self, buf) -> None:
         """Give a buffer back: kept for the next allocation of its size (see BufferPool),
@@ -977,7 +990,10 @@ class HostMemory:
     """A device buffer's memory as the host sees it: a read mapping of the whole buffer, as a
     read-only array of bytes (``np.asarray(memory)``; arrays made from it hold this object).
     It holds the buffer object, so that the buffer is neither freed nor handed out again while
-    an array over it lives; PyOpenCL unmaps the mapping when this object goes."""
+    an array over it lives; PyOpenCL unmaps the mapping when this object goes. (Slots, as a
+    node's: ``_output_gone`` counts the references of a buffer held by either.)"""
+
+    __slots__ = ("buffer", "mapped", "__array_interface__", "__weakref__")
 
     def __init__(self, buf, mapped: np.ndarray):
         self.buffer = buf
@@ -1019,8 +1035,8 @@ _UNSHARED: list[int] = []
 
 
 def _output_gone(returned: list | None, buf, held: list, limit: int) -> None:
-    """The finalizer of a result's node: ``buf`` goes to ``returned`` when nothing else holds
-    it (no other node, no view, no replay) and the bytes there (``held[0]``) stay within
+    """The finalizer of a result's node, and of its views' ``HostMemory``: ``buf`` goes to
+    ``returned`` when nothing else holds it (no other node, no view, no replay) and the bytes there (``held[0]``) stay within
     ``limit`` (else it is freed, as is all memory the pool could not keep); ``returned`` None
     measures ``_UNSHARED``."""
     refs = sys.getrefcount(buf)
