@@ -43,8 +43,8 @@ work-group through a global offset), so another batch size of the same graph fin
 source, and its program, already built. On a CPU device no launch leaves its work-group size
 to the runtime: PoCL compiles a kernel's work-group function once per work-group size, and the
 size it picks follows the extent, so each new batch size compiled every such kernel again
-(``benchmarks/new_batch.py``); ``codegen.opencl.fixed_groups`` splits those launches into work-groups of fixed
-sizes. Built programs are kept in memory by source hash, the
+(``benchmarks/new_batch.py``); ``codegen.opencl.fixed_groups`` splits those launches into
+work-groups of fixed sizes. Built programs are kept in memory by source hash, the
 ``PROGRAM_CACHE_SIZE`` most recently used (a graph whose shapes change at every step would
 otherwise grow it for ever), and their binaries on disk (``binary_cache``: ``programs/opencl/``
 in the cache directory), keyed by source, build options, platform, device and driver version, so
@@ -502,7 +502,8 @@ class OpenCLBackend(FusedBackend):
             if buf is not None and buf.size >= RECYCLE_MIN_BYTES:
                 buf.recyclable = True
                 self._give_back_after(n, buf)
-                memory = buf.host_memory() if hasattr(buf, "host_memory") else None
+                ref = getattr(buf, "host_memory", None)
+                memory = ref() if ref is not None else None
                 if memory is not None:  # mapped already, by the sync's read_ahead
                     self._give_back_after(memory, buf)
 
@@ -1036,9 +1037,9 @@ _UNSHARED: list[int] = []
 
 def _output_gone(returned: list | None, buf, held: list, limit: int) -> None:
     """The finalizer of a result's node, and of its views' ``HostMemory``: ``buf`` goes to
-    ``returned`` when nothing else holds it (no other node, no view, no replay) and the bytes there (``held[0]``) stay within
-    ``limit`` (else it is freed, as is all memory the pool could not keep); ``returned`` None
-    measures ``_UNSHARED``."""
+    ``returned`` when nothing else holds it (no other node, no view, no replay) and the bytes
+    there (``held[0]``) stay within ``limit`` (else it is freed, as is all memory the pool
+    could not keep); ``returned`` None measures ``_UNSHARED``."""
     refs = sys.getrefcount(buf)
     if returned is None:
         _UNSHARED.append(refs)
