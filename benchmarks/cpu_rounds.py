@@ -38,11 +38,16 @@ def machine(device_name: str) -> str:
             f"({torch.get_num_threads()} threads); OpenCL device: {device_name}")
 
 
-def header(device_name: str, rounds: int, reps: int) -> None:
+def header_line(device_name: str) -> str:
+    """The date (UTC), the checkout's commit and ``machine``."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                           capture_output=True, text=True).stdout.strip()
-    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {head}; "
-          f"{machine(device_name)}")
+    return f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {head}; " \
+        f"{machine(device_name)}"
+
+
+def header(device_name: str, rounds: int, reps: int) -> None:
+    print(header_line(device_name))
     print(f"{rounds} rounds x {reps} calls; medians of round medians in ms "
           f"(IQR of round medians / median)")
 
