@@ -68,7 +68,9 @@ def main(argv=None) -> int:
         finally:
             profile.events.clear()
             backend.stop_profile()
-    ms = lambda v: statistics.median(v) * 1e3  # noqa: E731
+    def ms(seconds: list) -> float:
+        return statistics.median(seconds) * 1e3
+
     print(f"ResNet-50 b1, {len(events)} launches a sync: wall {ms(walls):.2f} ms, kernels busy "
           f"{ms(busy):.2f} ms, first start to last end {ms(span):.2f} ms")
     rows = sorted(((ms([g for g, _ in v]), ms([q for _, q in v]), k) for k, v in gaps.items()),
