@@ -8,7 +8,8 @@ Printed: the sync's wall time, the kernels' busy time (the sum of each launch's 
 and the span from the first start to the last end, medians over ``--syncs`` syncs; then the
 largest gaps between one launch's end and the next one's start (median over the syncs, by the
 launch's place in the plan), each with how long after the previous launch's end the host
-queued the next one, and the library calls' time (a matmul the autotuner gave to BLAS runs on
+queued the next one; the kernels by device time (``--kernels`` rows: per sync, with each
+matmul's product sizes and rate); and the library calls' time (a matmul the autotuner gave to BLAS runs on
 the host once the kernels before it are done, and the device waits meanwhile). A gap whose
 launch was queued late is the host's: a library call before it, or the host's own work.
 ``LAZYBURN_AUTOTUNE`` and ``LAZYBURN_CACHE_DIR`` apply as usual (the first, untimed syncs
@@ -38,6 +39,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--syncs", type=int, default=8, help="timed syncs")
     ap.add_argument("--top", type=int, default=6, help="gaps listed")
+    ap.add_argument("--kernels", type=int, default=12, help="kernels listed")
     args = ap.parse_args(argv)
     backend = lb.runtime.backend(DEVICE)
     print(header_line(backend.device.name.strip()))
@@ -45,7 +47,7 @@ def main(argv=None) -> int:
         random_state(TorchResNet(*TORCH_MODELS["resnet50"]), 2))
     x = lb.asarray(np.random.default_rng(2).standard_normal((1, 3, 224, 224),
                                                            dtype=np.float32), device=DEVICE)
-    walls, busy, span = [], [], []
+    walls, busy, span, times = [], [], [], {}
     gaps: dict[tuple, list] = {}  # (place, launch, next launch) -> [(gap, queued after), ...]
     with lb.no_grad():
         for _ in range(3):  # compiled, tuned, the pool filled
@@ -59,6 +61,8 @@ def main(argv=None) -> int:
                 walls.append(time.perf_counter() - t0)
                 events = [(label, e.profile) for label, e in profile.events]
                 busy.append(sum(p.end - p.start for _, p in events) * 1e-9)
+                for label, p in events:
+                    times[label] = times.get(label, 0.0) + (p.end - p.start) * 1e-9 / args.syncs
                 span.append((events[-1][1].end - events[0][1].start) * 1e-9)
                 for i, ((a, pa), (b, pb)) in enumerate(zip(events, events[1:])):
                     gaps.setdefault((i, a, b), []).append(
@@ -81,7 +85,32 @@ def main(argv=None) -> int:
     for gap, queued, (i, a, b) in rows[:args.top]:
         print(f"  {gap:6.2f} ms before launch {i + 1} ({b}), after {a}; "
               f"queued {queued:+.2f} ms after that one ended")
+    products = matmul_sizes(backend)
+    print("kernels by device time a sync:")
+    for label, t in sorted(times.items(), key=lambda item: -item[1])[:args.kernels]:
+        sizes = products.get(label, [])
+        rate = f", {sum(2 * b * m * n * k for b, m, n, k in sizes) / t * 1e-9:6.1f} GFLOP/s" \
+            if sizes else ""
+        shape = f"  M x N x K {' '.join(f'{m}x{n}x{k}' for _, m, n, k in sizes[:1])}" \
+            f"{f' (x{len(sizes)})' if len(sizes) > 1 else ''}" if sizes else ""
+        print(f"  {t * 1e3:7.2f} ms  {label}{shape}{rate}")
     return 0
+
+
+def matmul_sizes(backend) -> dict:
+    """Launch label -> the (batch, M, N, K) of each product of the last plan run that the
+    launch computes (a generated GEMM, or the GEMM of a written-out operand)."""
+    plan = next(reversed(backend.plans._plans.values()))
+    sizes: dict[str, list] = {}
+    for k in plan.kernels:
+        if k.kind != "matmul":
+            continue
+        gemm = getattr(k.compiled, "gemm", k.compiled)  # WrittenOperandMatmul's own GEMM
+        label = getattr(gemm, "label", None)
+        if label is not None:
+            s = k.spec
+            sizes.setdefault(label, []).append((s.batch, s.m, s.n, s.k))
+    return sizes
 
 
 if __name__ == "__main__":
