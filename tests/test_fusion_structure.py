@@ -244,7 +244,6 @@ def test_second_sync_of_identical_graph_hits_the_plan_cache(device, rng):
     np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True) + 1, rtol=1e-5)
 
 
-
 def test_plan_cache_keys_of_one_hash_are_compared_whole():
     """Two recordings of one graph give equal keys (another tuple each), which share one
     tuple once found equal; keys whose hashes collide but whose graphs differ stay unequal,
@@ -266,6 +265,7 @@ def test_plan_cache_keys_of_one_hash_are_compared_whole():
     assert plan == "the plan of 3 rows" and cache.misses == 1
     assert cache.lookup(None, key=key(3), order=[])[0] == "the plan of 3 rows"
     assert cache.hits == 1 and len(cache) == 2
+
 
 def test_unfused_execution_gives_the_reference_values_with_more_kernels(device, rng):
     x, y = rng.standard_normal((2, 40, 50), dtype=np.float32)

@@ -656,18 +656,18 @@ SCALAR_NP = {"uint32": np.uint32}
 
 
 class CompiledKernel:
-    """A built OpenCL kernel with its NDRange; ``source`` is what the dump shows. Called
-    with the buffers of ``spec``, then its scalar arguments' values (ints)."""
+    """A built OpenCL kernel with its ``launches`` (``OpenCLBackend.kernel`` makes them);
+    ``source`` is what the dump shows. Called with the buffers of ``spec``, then its scalar
+    arguments' values (ints)."""
 
     suffix, comment = ".cl", "//"
     execution = Execution(OpenCLBackend.generated)
 
-    def __init__(self, program, rendered, origin, label: str = "kernel", spec=None,
-                 launches=None):
+    def __init__(self, program, rendered, origin, label: str, spec, launches: list):
         import pyopencl as cl
 
         self.launches = [(cl.Kernel(program, kname), g, loc, offset)
-                         for kname, g, loc, offset in launches or rendered.all_launches()]
+                         for kname, g, loc, offset in launches]
         if spec is not None and spec.scalars:  # PyOpenCL then converts the Python ints
             types = [None] * len(spec.args) + [SCALAR_NP[s.type] for s in spec.scalars]
             for kernel, _, _, _ in self.launches:
