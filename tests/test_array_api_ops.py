@@ -75,6 +75,21 @@ def test_signbit_copysign_are_exact_to_the_bit(device, rng):
                                       [False, True, False, True, True, False])
 
 
+def test_casts_and_negation_keep_a_nans_sign(device, rng):
+    """NumPy's conversions between float types (ml_dtypes' for bfloat16) keep a nan's sign, as
+    negation and a store do; a GPU's own conversion to a narrower type gives the positive
+    canonical nan."""
+    dtypes = floats(device) + ["float16", "bfloat16"]
+    values = np.concatenate([[np.nan, -np.nan, -np.inf, -0.0], rng.standard_normal(12)])
+    for src in dtypes:
+        x = lb.tensor(values.astype(np_dtype(src)), device=device)
+        for dst in dtypes:
+            got = x.astype(dst).numpy().astype(np.float32)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(values), err_msg=(src, dst))
+        got = (-x).numpy().astype(np.float32)
+        np.testing.assert_array_equal(np.signbit(got), ~np.signbit(values), err_msg=src)
+
+
 def test_signbit_of_integers_and_bool(device, rng):
     x = rng.integers(-50, 50, 200).astype(np.int32)
     np.testing.assert_array_equal(lb.signbit(lb.tensor(x, device=device)).numpy(), x < 0)

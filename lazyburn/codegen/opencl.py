@@ -92,6 +92,23 @@ static inline int lb_wrap16(uint x) { return as_short((ushort)x); }
 static inline int lb_wrap8(uint x) { return as_char((uchar)x); }
 #endif
 static inline float lb_bf16_load(__global const ushort* p, long i) { return as_float(((uint)p[i]) << 16); }
+/* float16 by its bits, both ways, so that a nan keeps its sign (NVIDIA's vload_half and
+   vstore_half give the positive nan): the value exactly (2^-24 a for a subnormal, the bias
+   moved by 112 for a normal, a nan's payload kept), then the sign bit */
+static inline float lb_f16_load(__global const half* p, long i) {
+    uint h = ((__global const ushort*)p)[i];
+    uint a = h & 0x7FFFu;
+    uint m = a >= 0x7C00u ? 0x7F800000u | ((a & 0x3FFu) << 13)
+           : a >= 0x400u ? (a << 13) + 0x38000000u : as_uint((float)a * 5.9604644775390625e-8f);
+    return as_float(m | ((h & 0x8000u) << 16));
+}
+static inline void lb_f16_store(__global half* p, long i, float f) {
+    uint b = as_uint(f);
+    if (isnan(f))  /* the quiet nan of its sign, its payload's high bits kept (as NumPy's) */
+        ((__global ushort*)p)[i] = (ushort)(((b >> 16) & 0x8000u) | 0x7E00u | ((b >> 13) & 0x3FFu));
+    else
+        vstore_half_rte(f, i, p);
+}
 static inline ushort lb_bf16_bits(float f) {
     uint b = as_uint(f);
     /* a nan keeps its sign (as ml_dtypes converts it: the quiet nan of that sign) */
@@ -117,15 +134,30 @@ static inline float lb_round_bf16(float x) {
 }
 """
 
+# float32 log10 within an ulp: log2 in double times log10(2), rounded once (as the Triton
+# kernels' lb_log10_f32), where the device has doubles; OpenCL allows its built-in 3 ulps, and
+# NVIDIA's is more than one off
+LOG10_FLOAT = r"""
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+static inline float lb_log10f(float x) { return (float)(log2((double)x) * 0.30102999566398119521); }
+#else
+static inline float lb_log10f(float x) { return log10(x); }
+#endif
+"""
+
 # the same roundings from a double in one step (no double rounding through float)
 HALF_FROM_DOUBLE = r"""
+/* a double nan as the float nan of its sign: its high word (NVIDIA's (float)x gives the
+   positive nan) */
+static inline float lb_nan_f(double x) { return as_float((uint)(as_ulong(x) >> 32)); }
 static inline float lb_round_f16_d(double x) {
     double a = fabs(x);
     ulong b = as_ulong(a);
     double n = as_double((b + 0x1FFFFFFFFFFUL + ((b >> 42) & 1UL)) & ~0x3FFFFFFFFFFUL);
     n = n > 65504.0 ? INFINITY : n;
     double r = a < 6.103515625e-05 ? (a + 268435456.0) - 268435456.0 : n;
-    return isnan(x) ? (float)x : (float)copysign(r, x);
+    return isnan(x) ? lb_nan_f(x) : (float)copysign(r, x);
 }
 static inline float lb_round_bf16_d(double x) {
     double a = fabs(x);
@@ -134,7 +166,7 @@ static inline float lb_round_bf16_d(double x) {
     n = n > 3.3895313892515355e38 ? INFINITY : n;
     const double c = 4.1359030627651384e-25;  /* 2^-81: its ulp is 2^-133 */
     double r = a < 1.1754943508222875e-38 ? (a + c) - c : n;
-    return isnan(x) ? (float)x : (float)copysign(r, x);
+    return isnan(x) ? lb_nan_f(x) : (float)copysign(r, x);
 }
 """
 
@@ -390,7 +422,7 @@ class OpenCLPrinter(ExprPrinter):
         arg = self.spec.args[e.args[0]].name
         t = e.dtype.name
         if t == "float16":
-            text = f"vload_half({index}, {arg})"
+            text = f"lb_f16_load({arg}, {index})"
         elif t == "bfloat16":
             text = f"lb_bf16_load({arg}, {index})"
         elif t == "bool":
@@ -405,7 +437,7 @@ class OpenCLPrinter(ExprPrinter):
         a = self.spec.args[arg_index]
         t = a.dtype.name
         if t == "float16":
-            return f"vstore_half_rte({value}, {index}, {a.name});"
+            return f"lb_f16_store({a.name}, {index}, {value});"
         if t == "bfloat16":
             return f"{a.name}[{index}] = lb_bf16_bits({value});"
         if t == "bool":
@@ -415,16 +447,19 @@ class OpenCLPrinter(ExprPrinter):
     # value ops needing more than a format string -------------------------------------------
     def _math(self, op, x, e):
         t = e.dtype.name
+        if op == "log10" and t != "float64":
+            self.helpers_used.add(("log10", "float"))
+            return self._builtin(op, x, e.dtype, call=f"lb_log10f({x})")
         if self.fast_math and t in ("float32", "float16", "bfloat16") and \
                 op in opencl_math.FUNCTIONS:
             self.math_used.add(op)
             return f"{opencl_math.FUNCTIONS[op].name}({x})"
         return self._builtin(op, x, e.dtype)
 
-    def _builtin(self, op, x, dtype) -> str:
-        """OpenCL's built-in ``op`` of ``x`` (of float ``dtype``), called on finite arguments
-        only (see AT_INFINITY)."""
-        call = f"{UNARY_BUILTIN[op]}({x})"
+    def _builtin(self, op, x, dtype, call: str | None = None) -> str:
+        """OpenCL's built-in ``op`` of ``x`` (of float ``dtype``), or ``call`` in its place,
+        called on finite arguments only (see AT_INFINITY)."""
+        call = call or f"{UNARY_BUILTIN[op]}({x})"
         if op == "sqrt":  # the compiler's own correctly rounded operation, folded by IEEE rules
             return call
         if op in ("floor", "ceil", "round"):
@@ -495,6 +530,9 @@ class OpenCLPrinter(ExprPrinter):
                 (src.itemsize > dst.itemsize or (src.kind == "u" and src.itemsize == dst.itemsize)):
             # narrowed modulo, without a conversion to a signed type out of its range
             return FROM_UNSIGNED[t].format(f"({WRAP[t]})({x})")
+        if src.name == "float64" and dst.name == "float32":
+            self.helpers_used.add(("half64", "double"))
+            return f"(isnan({x}) ? lb_nan_f({x}) : (float)({x}))"  # a nan keeps its sign
         return f"(({t}){x})"
 
     def op_abs(self, e, x):
@@ -717,6 +755,9 @@ class OpenCLPrinter(ExprPrinter):
                 continue
             if kind == "half64":
                 parts.append(HALF_FROM_DOUBLE)
+                continue
+            if kind == "log10":
+                parts.append(LOG10_FLOAT)
                 continue
             if kind == "philox":
                 parts.append(philox.source(philox.PROGRAMS[t], "opencl"))

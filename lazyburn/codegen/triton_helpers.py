@@ -171,6 +171,31 @@ def lb_to_bf16(x):
     bits = lb_round_bf16(x).to(tl.uint32, bitcast=True)
     return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 '''),
+    # a nan's sign kept through a GPU's conversions, which give the positive canonical nan
+    # where NumPy's (and ml_dtypes') keep the sign. lb_keep_nan: ``r`` (``x`` converted to
+    # float32, or rounded to a half type and held in float32), the float32 nan of ``x``'s sign
+    # where ``x`` is a nan. lb_half_bits: float32 ``x`` as the bits of its float16 (bfloat16)
+    # value, stored as int16: a float op after the conversion (a sign bit or-ed into its bits
+    # reads as fneg(fabs(r)) to LLVM) gives the positive nan again
+    "lb_keep_nan": ((), '''
+def lb_keep_nan(x, r, F64: tl.constexpr):
+    if F64:
+        neg = x.to(tl.int64, bitcast=True) < 0
+    else:
+        neg = x.to(tl.int32, bitcast=True) < 0
+    nan = tl.where(neg, -4194304, 2143289344).to(tl.float32, bitcast=True)
+    return tl.where(x != x, nan, r)
+'''),
+    "lb_half_bits": ((), '''
+def lb_half_bits(x, BF16: tl.constexpr):
+    if BF16:
+        r = x.to(tl.bfloat16).to(tl.int16, bitcast=True)
+        nan = tl.full([], -64, tl.int16)
+    else:
+        r = x.to(tl.float16).to(tl.int16, bitcast=True)
+        nan = tl.full([], -512, tl.int16)
+    return tl.where((x != x) & (x.to(tl.int32, bitcast=True) < 0), nan, r)
+'''),
     # float32 exp on a GPU (never under the interpreter): libdevice's expf flushes a subnormal
     # result (below -87.34, 2**-126) to 0. There exp(x) = expf(x + C) * exp(-C), C = 64 ln 2
     # rounded to float32 (11629080 * 2**-18): for -108 < x < -87, x is a multiple of 2**-17
@@ -285,6 +310,16 @@ def lb_copysign(a, b, F64: tl.constexpr):
         m = ia & 0x7FFFFFFF
         sign = tl.full([], -2147483648, tl.int32)
     return tl.where(ib < 0, m | sign, m).to(a.dtype, bitcast=True)
+'''),
+    # -x by its sign bit, as NumPy negates (Triton spells -x as 0 - x, which is +0.0 for
+    # x = +0.0, and x * -1 keeps a nan's sign, or gives the canonical nan on a GPU)
+    "lb_neg": ((), '''
+def lb_neg(x, F64: tl.constexpr):
+    if F64:
+        r = x.to(tl.int64, bitcast=True) ^ tl.full([], -9223372036854775808, tl.int64)
+    else:
+        r = x.to(tl.int32, bitcast=True) ^ tl.full([], -2147483648, tl.int32)
+    return r.to(x.dtype, bitcast=True)
 '''),
     # NumPy's nextafter: a nan operand is the result (b where both are, as NumPy's build
     # gives); equal values (+0 and -0 too) give b; from a zero, the smallest subnormal with

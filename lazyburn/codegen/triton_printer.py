@@ -259,6 +259,11 @@ class TritonPrinter(ExprPrinter):
         if not value.is_const and VALUE[value.dtype.name] != TL[a.dtype.name]:
             if a.dtype.name == "bfloat16" and self.target == "interpret":
                 value_text = self.helper("lb_to_bf16", value_text)  # the interpreter truncates
+            elif a.dtype.name in HALF:  # by its bits, a nan's sign kept
+                bits = self.helper("lb_half_bits", value_text, a.dtype.name == "bfloat16")
+                opts = f", mask={mask}" if mask else ""
+                return (f"tl.store(({a.name} + {index}).to(tl.pointer_type(tl.int16)), "
+                        f"{bits}{opts})")
             else:
                 value_text = f"{value_text}.to({TL[a.dtype.name]})"
         opts = f", mask={mask}" if mask else ""
@@ -460,13 +465,19 @@ class TritonPrinter(ExprPrinter):
         if e.dtype.name in HALF and src.dtype.name != e.dtype.name:
             # rounded to the half type here, not only at the store: the value computes on in
             # float32 (x.astype(float16).astype(float32) is NumPy's, overflow to inf included)
+            # (a nan keeps its sign, as NumPy's and ml_dtypes' conversions keep it)
+            wide = VALUE[src.dtype.name] != "tl.float32"
             if e.dtype.name == "float16":
-                return f"{x}.to(tl.float16).to(tl.float32)"
-            if VALUE[src.dtype.name] != "tl.float32":
-                x = f"{x}.to(tl.float32)"  # as ml_dtypes converts: through float32
-            return self.round_half("bfloat16", x)
+                r = f"{x}.to(tl.float16).to(tl.float32)"
+            else:  # as ml_dtypes converts: through float32
+                r = self.round_half("bfloat16", f"{x}.to(tl.float32)" if wide else x)
+            if not src.dtype.is_float:
+                return r
+            return self.helper("lb_keep_nan", x, r, wide)
         if VALUE[src.dtype.name] == VALUE[e.dtype.name]:
             return x
+        if src.dtype.name == "float64" and e.dtype.name == "float32":
+            return self.helper("lb_keep_nan", x, f"{x}.to(tl.float32)", True)
         return f"{x}.to({VALUE[e.dtype.name]})"
 
     def _float_to_int(self, dtype, x) -> str:
@@ -489,8 +500,9 @@ class TritonPrinter(ExprPrinter):
         return f"tl.where({x} >= 0, {pos}, {neg})"
 
     def op_neg(self, e, x):
-        # Triton spells -x as 0 - x, which is +0.0 for x = +0.0
-        return f"({x} * -1.0)" if e.dtype.is_float else f"(-{x})"
+        if e.dtype.is_float:
+            return self.helper("lb_neg", x, VALUE[e.dtype.name] == "tl.float64")
+        return f"(-{x})"
 
     def op_floor(self, e, x):
         # libdevice's floorf flushes subnormals: floor(-1e-40) would be -0.0, not -1.0
