@@ -636,6 +636,10 @@ class OpenCLPrinter(ExprPrinter):
         return self._wrapping(e, "({0} * {0})", a)
 
     def op_neg(self, e, a):
+        if e.dtype.name == "float64":  # by the sign bit: NVIDIA's -x of a nan is the positive nan
+            return f"as_double(as_ulong({a}) ^ 0x8000000000000000UL)"
+        if e.dtype.is_float:
+            return f"as_float(as_uint({a}) ^ 0x80000000u)"
         return self._wrapping(e, "(-{0})", a)
 
     def _typed_helper(self, kind, e):

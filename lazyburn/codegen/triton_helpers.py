@@ -174,7 +174,8 @@ def lb_to_bf16(x):
     # a nan's sign kept through a GPU's conversions, which give the positive canonical nan
     # where NumPy's (and ml_dtypes') keep the sign. lb_keep_nan: ``r`` (``x`` converted to
     # float32, or rounded to a half type and held in float32), the float32 nan of ``x``'s sign
-    # where ``x`` is a nan. lb_half_bits: float32 ``x`` as the bits of its float16 (bfloat16)
+    # where ``x`` is a nan. lb_widen_half: a float16 (bfloat16) value as float32, likewise.
+    # lb_half_bits: float32 ``x`` as the bits of its float16 (bfloat16)
     # value, stored as int16: a float op after the conversion (a sign bit or-ed into its bits
     # reads as fneg(fabs(r)) to LLVM) gives the positive nan again
     "lb_keep_nan": ((), '''
@@ -185,6 +186,11 @@ def lb_keep_nan(x, r, F64: tl.constexpr):
         neg = x.to(tl.int32, bitcast=True) < 0
     nan = tl.where(neg, -4194304, 2143289344).to(tl.float32, bitcast=True)
     return tl.where(x != x, nan, r)
+'''),
+    "lb_widen_half": ((), '''
+def lb_widen_half(x):
+    nan = tl.where(x.to(tl.int16, bitcast=True) < 0, -4194304, 2143289344)
+    return tl.where(x != x, nan.to(tl.float32, bitcast=True), x.to(tl.float32))
 '''),
     "lb_half_bits": ((), '''
 def lb_half_bits(x, BF16: tl.constexpr):

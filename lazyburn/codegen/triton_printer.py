@@ -251,7 +251,7 @@ class TritonPrinter(ExprPrinter):
         if half == "bfloat16" and self.target == "interpret":
             # by its bits: the interpreter's conversion loses subnormals and infinities
             return self.helper("lb_from_bf16", x)
-        return f"{x}.to(tl.float32)"
+        return self.helper("lb_widen_half", x)  # a nan's sign kept
 
     def store(self, arg_index: int, index: str, value: Expr, value_text: str,
               mask: str | None) -> str:
