@@ -75,19 +75,36 @@ def test_signbit_copysign_are_exact_to_the_bit(device, rng):
                                       [False, True, False, True, True, False])
 
 
-def test_casts_and_negation_keep_a_nans_sign(device, rng):
+def nan_sign_values(rng):
+    return np.concatenate([[np.nan, -np.nan, -np.inf, -0.0], rng.standard_normal(12)])
+
+
+def test_casts_keep_a_nans_sign(device, rng):
     """NumPy's conversions between float types (ml_dtypes' for bfloat16) keep a nan's sign, as
-    negation and a store do; a GPU's own conversion to a narrower type gives the positive
-    canonical nan."""
+    a load and a store do; a GPU's own conversions give the positive canonical nan."""
     dtypes = floats(device) + ["float16", "bfloat16"]
-    values = np.concatenate([[np.nan, -np.nan, -np.inf, -0.0], rng.standard_normal(12)])
+    values = nan_sign_values(rng)
     for src in dtypes:
         x = lb.tensor(values.astype(np_dtype(src)), device=device)
         for dst in dtypes:
             got = x.astype(dst).numpy().astype(np.float32)
             np.testing.assert_array_equal(np.signbit(got), np.signbit(values), err_msg=(src, dst))
-        got = (-x).numpy().astype(np.float32)
-        np.testing.assert_array_equal(np.signbit(got), ~np.signbit(values), err_msg=src)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_negation_flips_a_nans_sign(device, rng, dtype, request):
+    """-x flips the sign bit, a nan's too, as NumPy's negative does."""
+    if dtype not in floats(device) + ["float16", "bfloat16"]:
+        pytest.skip(f"{device} holds no {dtype}")
+    if dtype == "float16" and device.startswith("cuda") and \
+            not lb.runtime.backend(device).interpret:
+        # an H200 (Triton 3.6) gave the positive nan for -nan of float16: its load and store
+        # keep the sign (test_casts_keep_a_nans_sign), the negation between them does not
+        request.applymarker(pytest.mark.xfail(strict=True, reason="-nan of float16 on a GPU"))
+    values = nan_sign_values(rng)
+    x = lb.tensor(values.astype(np_dtype(dtype)), device=device)
+    got = (-x).numpy().astype(np.float32)
+    np.testing.assert_array_equal(np.signbit(got), ~np.signbit(values))
 
 
 def test_signbit_of_integers_and_bool(device, rng):
