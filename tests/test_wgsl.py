@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy.special import erf
 
 import lazyburn as lb
 from lazyburn import runtime
@@ -291,7 +292,9 @@ def test_elementwise_elements_per_invocation(monkeypatch, per_item, rng):
     assert r.workgroups == (-(-37 * 29 // (64 * per_item)), 1, 1)
     assert r.source[r.source.index("@compute"):].count("exp(") == per_item
     assert "for (" not in r.source
-    assert r.source.count(f"< {37 * 29}i) {{") == per_item  # only the stores are guarded
+    # only the stores are guarded, by the count read from the uniform buffer (not spelled)
+    assert r.extents == (37 * 29,) and str(37 * 29) not in r.source
+    assert r.source.count("< i32(lb_scalars.v[0].x)) {") == per_item
 
 
 def test_launch_defaults_and_candidates(rng):
@@ -601,3 +604,35 @@ def test_random_integer_graphs_match_numpy(program, seed):
     rng = np.random.default_rng(seed)
     arrays = [data(rng, d, (3, 7)) for d in dtypes]
     compare(lambda *ts: _run_int_program(dtypes, steps, ts), DEV, *arrays)
+
+
+def test_ten_batch_sizes_share_the_element_wise_and_row_wise_pipelines(rng, monkeypatch):
+    """A layer norm, a softmax and a GELU of a bias add over (batch, 24, 40) at ten batch sizes:
+    their shaders read the element and row counts from the uniform buffer and the workgroup's
+    place from the dispatch, so the pipelines of the first size serve the other nine. Values
+    against NumPy."""
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
+    b = lb.runtime.backend(DEV)
+    b._pipelines.clear()
+    w = rng.standard_normal(40).astype(np.float32)
+    bias = rng.standard_normal(40).astype(np.float32)
+    W, B = lb.tensor(w, device=DEV), lb.tensor(bias, device=DEV)
+    built = []
+    for batch in (3, 8, 1, 13, 5, 30, 2, 17, 9, 64):
+        x = rng.standard_normal((batch, 24, 40)).astype(np.float32)
+        X = lb.tensor(x, device=DEV)
+        before = b.compiles
+        norm = lb.layer_norm(X, (40,), W, B).numpy()
+        soft = lb.softmax(X * 1.5, axis=-1).numpy()
+        act = lb.gelu(X + B).numpy()
+        built.append(b.compiles - before)
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        np.testing.assert_allclose(norm, (x - mean) / np.sqrt(var + 1e-5) * w + bias,
+                                   rtol=1e-4, atol=1e-5)
+        e = np.exp(x * 1.5 - (x * 1.5).max(-1, keepdims=True))
+        np.testing.assert_allclose(soft, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+        z = x + bias
+        np.testing.assert_allclose(act, 0.5 * z * (1 + erf(z / np.sqrt(2))), rtol=1e-5,
+                                   atol=1e-6)
+    assert built[0] >= 3 and built[1:] == [0] * 9, built

@@ -7,7 +7,9 @@ The walk, the naming and the choice of what to inline are written once, here.
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 
 import numpy as np
 
@@ -22,6 +24,24 @@ INFIX = {
     "idx_add": "({0} + {1})", "idx_mul": "({0} * {1})", "idx_lt": "({0} < {1})",
     "idx_ge": "({0} >= {1})",
 }
+
+
+def renamed(source: str, name: str, new: str) -> str:
+    """``source`` with kernel name ``name`` spelled ``new``: where it starts an identifier and
+    is followed by no letter or digit (``name_edge``, another kernel of the same source, is
+    renamed with it)."""
+    return re.sub(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9])", new, source)
+
+
+def source_name(source: str, name: str, salt: str = "") -> str:
+    """The name kernel ``name`` (``kind_hash``, the hash of a spec, which names its sizes) takes
+    in ``source``: ``kind_`` and a hash of the source without the name (and of ``salt``: build
+    options). Sizes that the source does not spell (a leading batch dimension: element-wise and
+    row-wise kernels take their extents from the launch) then leave the name, and so the
+    compiled program, unchanged: another batch size reuses it."""
+    stem = name.rsplit("_", 1)[0] if "_" in name else name
+    digest = hashlib.sha1((renamed(source, name, "\0") + salt).encode())
+    return f"{stem}_{digest.hexdigest()[:10]}"
 
 
 class ExprPrinter:

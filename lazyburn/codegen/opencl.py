@@ -51,7 +51,6 @@ only when it may assume no NaNs. NaN still wins, as in NumPy.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
@@ -63,7 +62,7 @@ from ..ir.shapes import pow2_at_least
 from . import opencl_math, philox
 from .common import (INFIX, ExprPrinter, acc_expr_id, find_var, float_literal, indent,
                      reduced_expr_id, reduction_identity, rounded_to, scan_identity,
-                     scanned_expr_id)
+                     renamed, scanned_expr_id, source_name)
 
 STORAGE = {"bool": "uchar", "int8": "char", "int16": "short", "int32": "int", "int64": "long",
            "uint8": "uchar", "uint16": "ushort", "uint32": "uint", "uint64": "ulong",
@@ -837,16 +836,10 @@ def render(spec: KernelSpec, name: str, params: dict | None = None) -> RenderedK
 
 
 def named_by_source(r: RenderedKernel, name: str) -> RenderedKernel:
-    """``r`` with its kernels named after their source: ``name`` (``kind_hash``, the hash of a
-    spec, which names its sizes) is replaced by ``kind_`` and a hash of the source without
-    it. Sizes that the source does not spell (a leading batch dimension: element-wise and
-    row-wise kernels take their extent from the launch) then leave the name, and so the
-    program, unchanged: another batch size reuses the compiled program."""
-    stem = name.rsplit("_", 1)[0] if "_" in name else name
-    digest = hashlib.sha1((r.source.replace(name, "\0") + "\0".join(r.options)).encode())
-    shared = f"{stem}_{digest.hexdigest()[:10]}"
-    r.source = r.source.replace(name, shared)
-    r.launches = [(launch[0].replace(name, shared),) + tuple(launch[1:])
+    """``r`` with its kernels named after their source (``common.source_name``)."""
+    shared = source_name(r.source, name, "\0".join(r.options))
+    r.source = renamed(r.source, name, shared)
+    r.launches = [(renamed(launch[0], name, shared),) + tuple(launch[1:])
                   for launch in r.all_launches()]
     r.name = shared
     return r

@@ -111,7 +111,8 @@ from ..fusion.symbolic import Expr, topo_exprs
 from . import philox, wgsl_functions
 from ..ir.shapes import pow2_at_least, pow2_at_most
 from .common import (INFIX, INT_LIMITS, ExprPrinter, acc_expr_id, find_var, float_literal, indent,
-                     reduced_expr_id, reduction_identity, scan_identity, scanned_expr_id)
+                     reduced_expr_id, reduction_identity, renamed, scan_identity,
+                     scanned_expr_id, source_name)
 
 VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "uint16": "i32",
          "int32": "i32", "uint32": "u32", "int64": "vec2<u32>", "uint64": "vec2<u32>",
@@ -225,9 +226,10 @@ class Target:
 SCALARS = "lb_scalars"
 
 
-def scalar_vectors(spec) -> int:
-    """The vec4<u32> elements of ``spec``'s scalar uniform buffer."""
-    return -(-len(spec.scalars) // 4)
+def scalar_vectors(spec, extents: int = 0) -> int:
+    """The vec4<u32> elements of the uniform buffer holding ``spec``'s scalars and a kernel's
+    ``extents`` launch extents."""
+    return -(-(len(spec.scalars) + extents) // 4)
 
 
 def scalar_ref(j: int) -> str:
@@ -240,7 +242,9 @@ class RenderedKernel:
     """WGSL ``source`` with entry point ``name``; ``workgroups`` is the ``(x, y, z)`` to
     dispatch (a zero means nothing to run); ``read_only`` says, per kernel argument in binding
     order, whether the kernel only reads it; ``loop_trips`` bounds the loop iterations one
-    invocation runs, all its loops together (see the module doc, "Loops")."""
+    invocation runs, all its loops together (see the module doc, "Loops"). ``extents``
+    are the launch extents the kernel reads from its uniform buffer after the spec's scalars
+    (``WGSLPrinter.extent``)."""
 
     name: str
     source: str
@@ -248,6 +252,7 @@ class RenderedKernel:
     workgroup_size: int
     read_only: list
     loop_trips: int = 0
+    extents: tuple = ()
 
 
 def value_type(dtype) -> str:
@@ -285,11 +290,20 @@ class WGSLPrinter(ExprPrinter):
                 raise UnsupportedKernel(f"WGSL has no {a.dtype.name} ({a.name})")
         self.target = target
         self.used: set[str] = set()
+        self.extents: list[int] = []  # launch extents read from the uniform buffer (extent())
         # int64 and uint64 indices of gathers saturate into i32 (an index beyond it is clamped
         # anyway)
         self.index_casts = {e.args[0].id for e in spec.exprs()
                             if e.op == "wrap_clamp" and e.args[0].op == "cast"
                             and e.args[0].args[0].dtype.name in WIDE}
+
+    def extent(self, value: int) -> str:
+        """Launch extent ``value`` (a row or element count) as an i32 read from the uniform
+        buffer, after the spec's scalars, where the source would spell it: one pipeline then
+        serves every batch size (``RenderedKernel.extents`` holds the values)."""
+        j = len(self.spec.scalars) + len(self.extents)
+        self.extents.append(int(value))
+        return f"i32({scalar_ref(j)})"
 
     def emit(self, roots, bound: dict) -> tuple[list[str], dict]:
         """``ExprPrinter.emit``, computing nothing that only expressions already ``bound`` need
@@ -674,8 +688,9 @@ class WGSLPrinter(ExprPrinter):
             access = "read_write" if a.is_output else "read"
             lines.append(f"@group(0) @binding({k}) var<storage, {access}> {a.name}: "
                          f"array<{element}>;")
-        if self.spec.scalars:  # a uniform buffer: storage bindings are the scarce kind
-            lines += [f"struct LbScalars {{ v: array<vec4<u32>, {scalar_vectors(self.spec)}>, }}",
+        if self.spec.scalars or self.extents:  # a uniform buffer: storage bindings are scarce
+            vectors = scalar_vectors(self.spec, len(self.extents))
+            lines += [f"struct LbScalars {{ v: array<vec4<u32>, {vectors}>, }}",
                       f"@group(0) @binding({len(self.spec.args)}) var<uniform> {SCALARS}: "
                       f"LbScalars;"]
         return lines
@@ -724,12 +739,14 @@ def grid(groups: int, max_dim: int) -> tuple:
 
 
 def linear_group(dims: tuple) -> str:
+    """The workgroup's place in a dispatch of ``dims`` groups, through the dispatch's own size
+    (``num_workgroups``), which the source then need not spell."""
     x, y, z = dims
     if y == 1 and z == 1:
         return "wid.x"
     if z == 1:
-        return f"(wid.x + {x}u * wid.y)"
-    return f"(wid.x + {x}u * (wid.y + {y}u * wid.z))"
+        return "(wid.x + lb_groups.x * wid.y)"
+    return "(wid.x + lb_groups.x * (wid.y + lb_groups.y * wid.z))"
 
 
 def entry_point(name: str, size: int, subgroups: bool = False) -> str:
@@ -1006,14 +1023,14 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
         dims = grid(spec.rows, target.max_groups_per_dim)
         body = [entry_point(name, size, any(subgroup_ops)),
                 f"    let row = i32({linear_group(dims)});",
-                f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = i32(lid_u);"]
+                f"    if (row >= {p.extent(spec.rows)}) {{ return; }}", "    let lid = i32(lid_u);"]
         if any(subgroup_ops):
             body.append(f"    let subgroups = ({size}u + sg_size - 1u) / sg_size;")
         start, step = "lid", size
     else:
         dims = grid(-(-spec.rows // size), target.max_groups_per_dim)
         body = [entry_point(name, size), f"    let row = i32({linear_group(dims)} * {size}u + lid_u);",
-                f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = 0i;"]
+                f"    if (row >= {p.extent(spec.rows)}) {{ return; }}", "    let lid = 0i;"]
         start, step = "0i", 1
     row_outs = [o for o in spec.outputs if o.index is None]
     full_outs = [o for o in spec.outputs if o.index is not None]
@@ -1130,7 +1147,7 @@ def _render_reduction(spec: ReductionSpec, name, params, target) -> RenderedKern
             p.store(o.arg, names[o.index.id], names[o.value.id]) for o in full_outs])
     body.append("}")
     return RenderedKernel(name, p.module(shared, body), dims, size, read_only(spec),
-                          loop_trips=trips[0])
+                          loop_trips=trips[0], extents=tuple(p.extents))
 
 
 def _tree_combine(stage: Stage, p: WGSLPrinter, k: int, size: int) -> list[str]:
@@ -1217,9 +1234,16 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
     """WGSL for ``spec`` as entry point ``name`` with launch ``params`` (see the module doc) on
     a device allowing ``target``. Raises UnsupportedKernel for what WGSL cannot express, and
     LoopLimitError (a DeviceError) for a kernel whose invocations would loop more than the
-    target's ``loop_cap`` allows."""
-    params = dict(params or {})
-    target = target or Target()
+    target's ``loop_cap`` allows. The entry point is named after the source
+    (``common.source_name``), so that a batch size the source does not spell shares the
+    pipeline."""
+    r = _render_any(spec, name, dict(params or {}), target or Target())
+    shared = source_name(r.source, name)
+    r.source, r.name = renamed(r.source, name, shared), shared
+    return r
+
+
+def _render_any(spec: KernelSpec, name: str, params: dict, target: Target) -> RenderedKernel:
     if isinstance(spec, ElementwiseSpec):
         r = _render_elementwise(spec, name, params, target)
         if r.loop_trips > form_budget(target):
@@ -1271,7 +1295,7 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, target) -> Rendered
     i = find_var(spec, "i")
     body = [entry_point(name, size), f"    let g = {linear_group(dims)};"]
     if dims[0] * dims[1] * dims[2] != groups:
-        body.append(f"    if (g >= {groups}u) {{ return; }}")
+        body.append(f"    if (g >= u32({p.extent(groups)})) {{ return; }}")
     body.append(f"    let i0 = i32(g * {block}u + lid_u);")
     body += [f"    let i{j} = i0 + {j * size}i;" for j in range(1, per_item)]
     stores = []
@@ -1279,15 +1303,19 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, target) -> Rendered
         lines, names = p.emit([o.value for o in spec.outputs], {i.id: f"i{j}"})
         body += indent(lines, 4)
         stores.append([p.store(o.arg, f"i{j}", names[o.value.id]) for o in spec.outputs])
-    ragged = spec.numel % block != 0
+    # every element past the last whole block is checked, the count read at run time: one
+    # pipeline for every batch size
+    numel = p.extent(spec.numel) if spec.numel > block else None
     for j, lines in enumerate(stores):
-        if ragged:
+        if numel:
+            body += [f"    if (i{j} < {numel}) {{"] + indent(lines, 8) + ["    }"]
+        elif spec.numel % block:
             body += [f"    if (i{j} < {spec.numel}i) {{"] + indent(lines, 8) + ["    }"]
         else:
             body += indent(lines, 4)
     body.append("}")
     return RenderedKernel(name, p.module([], body), dims, size, read_only(spec),
-                          loop_trips=p.loop_trips(body))
+                          loop_trips=p.loop_trips(body), extents=tuple(p.extents))
 
 
 # matmul ----------------------------------------------------------------------------------------
@@ -1388,7 +1416,8 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
             body += ["        }", "    }"]
     body.append("}")
     return RenderedKernel(name, p.module(shared, body), dims, threads, read_only(spec),
-                          loop_trips=-(-K // tile) * per_tile + 1 + epilogue)
+                          loop_trips=-(-K // tile) * per_tile + 1 + epilogue,
+                          extents=tuple(p.extents))
 
 
 # --- scans ---------------------------------------------------------------------------------
@@ -1469,20 +1498,20 @@ def _render_scan(spec: ScanSpec, name, params, target) -> RenderedKernel:
         lines, v = value("r")
         body = [entry_point(name, local),
                 f"    let row = i32({linear_group(dims)} * {local}u + lid_u);",
-                f"    if (row >= {spec.rows}i) {{ return; }}",
+                f"    if (row >= {p.extent(spec.rows)}) {{ return; }}",
                 f"    var acc: {acc_t} = {ident};",
                 f"    for (var r = 0i; r < {n}i; r = r + 1i) {{"]
         body += indent(lines + [f"acc = {comb('acc', v)};"] + element("acc", "r"), 8)
         body += ["    }", "}"]
         trips[0] = (trips[0] + 1) * n + 1  # the library's loops and the loop's own, per element
         return RenderedKernel(name, p.module(shared, body), dims, local, read_only(spec),
-                              loop_trips=trips[0])
+                              loop_trips=trips[0], extents=tuple(p.extents))
     tile = size * per_item
     dims = grid(spec.rows, target.max_groups_per_dim)
     shared.append(f"var<workgroup> part: array<{acc_t}, {size}>;")
     body = [entry_point(name, size),
             f"    let row = i32({linear_group(dims)});",
-            f"    if (row >= {spec.rows}i) {{ return; }}", "    let lid = i32(lid_u);",
+            f"    if (row >= {p.extent(spec.rows)}) {{ return; }}", "    let lid = i32(lid_u);",
             f"    var carry: {acc_t} = {ident};",
             f"    for (var base = 0i; base < {n}i; base = base + {tile}i) {{",
             f"        var own: {acc_t} = {ident};"]
@@ -1513,7 +1542,7 @@ def _render_scan(spec: ScanSpec, name, params, target) -> RenderedKernel:
     tiles = -(-n // tile)
     trips[0] = tiles * (trips[0] + 1) + 1
     return RenderedKernel(name, p.module(shared, body), dims, size, read_only(spec),
-                          loop_trips=trips[0])
+                          loop_trips=trips[0], extents=tuple(p.extents))
 
 
 # --- sorts ---------------------------------------------------------------------------------
@@ -1569,7 +1598,7 @@ def _render_sort(spec: SortSpec, name, params, target) -> RenderedKernel:
     swap = f"{lt(first, second)} || (!{lt(second, first)} && ib < ia)"
     body = [entry_point(name, size),
             f"    let row = i32({linear_group(dims)});",
-            f"    if (row >= {spec.rows}i) {{ return; }}",
+            f"    if (row >= {p.extent(spec.rows)}) {{ return; }}",
             "    let lid = i32(lid_u);",
             f"    let base = row * {n}i;",
             f"    for (var a = lid; a < {n}i; a = a + {size}i) {{ {pos}[base + a] = a; }}",
@@ -1601,7 +1630,7 @@ def _render_sort(spec: SortSpec, name, params, target) -> RenderedKernel:
     trips = -(-n // size) + 1 + steps * (-(-half // size) * (1 + key_trips[0]) + 1) + \
         log * (log + 1) + log + 1
     return RenderedKernel(name, p.module([], body), dims, size, read_only(spec),
-                          loop_trips=trips)
+                          loop_trips=trips, extents=tuple(p.extents))
 
 
 MERGE_PER_ITEM = 8  # the outputs each invocation of a merge kernel writes
@@ -1638,7 +1667,7 @@ def _render_merge(spec: SortSpec, name, params, target) -> RenderedKernel:
     b_first = lt("kb", "ka") if not spec.descending else lt("ka", "kb")
     body = [entry_point(name, size),
             f"    let gid = i32({linear_group(dims)}) * {size}i + i32(lid_u);",
-            f"    if (gid >= {spec.rows * items}i) {{ return; }}",
+            f"    if (gid >= {p.extent(spec.rows * items)}) {{ return; }}",
             f"    let row = gid / {items}i;",
             f"    let first = (gid % {items}i) * {per_item}i;",
             f"    let base = first / {2 * run}i * {2 * run}i;",
@@ -1679,4 +1708,4 @@ def _render_merge(spec: SortSpec, name, params, target) -> RenderedKernel:
     trips = search * (1 + 2 * read_trips[0]) + 2 * read_trips[0] + \
         (per_item + 1) * (1 + read_trips[0])
     return RenderedKernel(name, p.module([], body), dims, size, read_only(spec),
-                          loop_trips=trips)
+                          loop_trips=trips, extents=tuple(p.extents))

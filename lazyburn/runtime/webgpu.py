@@ -486,7 +486,8 @@ class WebGPUBackend(FusedBackend):
             raise DeviceError(f"{self.device_string}: {k.label} kernel: {e}", origin) from None
         pipeline, layout = self._pipeline(r, k, origin)
         return CompiledKernel(pipeline, layout, r, origin, params, k.label,
-                              scalar_bytes=16 * wgsl.scalar_vectors(k.spec), backend=self)
+                              scalar_bytes=16 * wgsl.scalar_vectors(k.spec, len(r.extents)),
+                              backend=self)
 
     def _pipeline(self, r, kernel, origin) -> tuple:
         key = hashlib.sha256((r.name + "\0" + r.source + repr(r.read_only)).encode()).hexdigest()
@@ -501,7 +502,7 @@ class WebGPUBackend(FusedBackend):
                         "buffer": {"type": wgpu.BufferBindingType.read_only_storage if ro
                                    else wgpu.BufferBindingType.storage}}
                        for i, ro in enumerate(r.read_only)]
-            if kernel.spec.scalars:  # the scalar arguments' uniform buffer, bound last
+            if kernel.spec.scalars or r.extents:  # the uniform buffer, bound last
                 entries.append({"binding": len(r.read_only),
                                 "visibility": wgpu.ShaderStage.COMPUTE,
                                 "buffer": {"type": wgpu.BufferBindingType.uniform}})
@@ -618,8 +619,9 @@ class CompiledKernel:
     holds its buffers, so they stay alive (and their ids unique) while it is kept; the pool's
     ``clear`` (which destroys buffers) empties every kernel's entries.
 
-    A kernel with scalar arguments (``scalar_bytes`` > 0: a random draw's seed words) owns a
-    uniform buffer bound after its storage buffers; a launch with new values writes them
+    A kernel with scalar arguments (a random draw's seed words, a recorded constant) or launch
+    extents (``scalar_bytes`` > 0) owns a uniform buffer bound after its storage buffers,
+    holding the scalars, then the extents; a launch with new values writes them
     into it (``queue.write_buffer``, ordered before the next submission), submitting first
     when this kernel's previous dispatch is still in the unsubmitted encoder, which would
     otherwise read the new values."""
@@ -639,6 +641,7 @@ class CompiledKernel:
         self._groups: list[tuple] = []  # (GPUBuffers, bind group), the latest last
         self._clears = 0  # the pool's clears when the entries were made
         self.n_buffers = len(rendered.read_only)
+        self.extents = list(rendered.extents)  # after the scalars in the uniform buffer
         self.uniform = None
         self._values = None  # the scalar values the uniform buffer holds
         self._encoder = None  # the encoder of this kernel's latest dispatch
@@ -679,7 +682,7 @@ class CompiledKernel:
             return
         t0 = time.perf_counter()
         if self.uniform is not None:
-            self.set_scalars(backend, list(args[self.n_buffers:]))
+            self.set_scalars(backend, list(args[self.n_buffers:]) + self.extents)
             self._encoder = backend.encoder()
         group = self.bind_group(backend, args)
         compute = backend.begin_pass()
