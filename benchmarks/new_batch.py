@@ -1,13 +1,14 @@
 """A new batch size's first call: what compiling costs when a model meets a batch size it has
-not run, on the OpenCL CPU device.
+not run, on the OpenCL CPU device (or ``--device``, e.g. ``webgpu:0``).
 
-    .venv/bin/python benchmarks/new_batch.py
+    .venv/bin/python benchmarks/new_batch.py [--device webgpu:0]
 
 The model: a BERT encoder of MiniLM-L6's widths (hidden 384, 12 heads, FFN 1536) with 2
 layers (every layer runs the same kernels), random weights, sequence 32, run forward without
 gradients at batch sizes 4, 6, 8, 12 and 16 in turn; each batch size is called twice. Printed
 per batch size: its first call and its second in ms, and the programs the first call built
-(from source or from a stored binary: ``compiles + program_loads``). Autotuning is off and
+(from source or from a stored binary: ``compiles + program_loads``; on WebGPU the compute
+pipelines created, ``compiles``). Autotuning is off and
 every cache starts empty: lazyburn's and PoCL's own (``POCL_CACHE_DIR``) in a temporary folder.
 PoCL also builds a launch's work-group function for each new work-group size it meets, and
 keeps those in its own cache; ``--no-pocl-cache`` (``POCL_KERNEL_CACHE=0``) rebuilds them in
@@ -34,7 +35,8 @@ def main() -> int:
                        LAZYBURN_AUTOTUNE="0", POCL_CACHE_DIR=os.path.join(cache, "pocl"))
             if "--no-pocl-cache" in sys.argv[1:]:
                 env["POCL_KERNEL_CACHE"] = "0"
-            return subprocess.run([sys.executable, __file__], env=env).returncode
+            return subprocess.run([sys.executable, __file__, *sys.argv[1:]],
+                                  env=env).returncode
     import numpy as np
 
     import lazyburn as lb
@@ -47,21 +49,27 @@ def main() -> int:
     config = BertConfig(vocab_size=1000, hidden_size=384, num_hidden_layers=2,
                         num_attention_heads=12, intermediate_size=1536,
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model = BertModel(config, device="opencl:0").eval()
-    backend = lb.runtime.backend("opencl:0")
+    device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "opencl:0"
+    print(f"device {device}")
+    model = BertModel(config, device=device).eval()
+    backend = lb.runtime.backend(device)
+
+    def built_so_far() -> int:
+        return backend.compiles + getattr(backend, "program_loads", 0)
+
     rng = np.random.default_rng(0)
     print(f"{'batch':>5s} {'first call ms':>14s} {'second ms':>10s} {'programs built':>15s}")
     with lb.no_grad():
         for batch in BATCHES:
-            ids = lb.tensor(rng.integers(0, 1000, (batch, SEQ)), device="opencl:0")
+            ids = lb.tensor(rng.integers(0, 1000, (batch, SEQ)), device=device)
             times = []
-            built = backend.compiles + backend.program_loads
+            built = built_so_far()
             for call in range(2):
                 t0 = time.perf_counter()
                 model(ids).numpy()
                 times.append((time.perf_counter() - t0) * 1e3)
                 if call == 0:
-                    built = backend.compiles + backend.program_loads - built
+                    built = built_so_far() - built
             print(f"{batch:5d} {times[0]:14.1f} {times[1]:10.1f} {built:15d}")
     return 0
 

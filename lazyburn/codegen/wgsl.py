@@ -1341,12 +1341,16 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
     zero = p.literal(0, spec.acc_dtype)
     shared = [f"var<workgroup> As: array<{acc_t}, {tile * block}>;",
               f"var<workgroup> Bs: array<{acc_t}, {tile * block}>;"]
+    # M, its tiles and the batch read from the uniform buffer (a new batch size changes only
+    # them where the operands' strides do not name it: x @ w over (batch * rows, k) rows)
+    groups, tm, m_rows = (p.extent(v) for v in (tiles_m * tiles_n * spec.batch, tiles_m, M))
     body = [entry_point(name, threads),
             f"    let g = {linear_group(dims)};",
-            f"    if (g >= {tiles_m * tiles_n * spec.batch}u) {{ return; }}",
+            f"    if (g >= u32({groups})) {{ return; }}",
             f"    let n0 = i32(g % {tiles_n}u) * {block}i;",
-            f"    let m0 = i32((g / {tiles_n}u) % {tiles_m}u) * {block}i;",
-            f"    let b = i32(g / {tiles_n * tiles_m}u);",
+            f"    let m0 = i32((g / {tiles_n}u) % u32({tm})) * {block}i;",
+            f"    let b = i32(g / ({tiles_n}u * u32({tm})));",
+            f"    let rows_m = {m_rows};",
             "    let lid = i32(lid_u);",
             f"    let tx = lid % {tile}i;",
             f"    let ty = lid / {tile}i;"]
@@ -1358,7 +1362,7 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
     write_out = bool(params.get("write_out_k"))
     body.append(f"    for (var k0 = 0i; k0 < {K}i; k0 = k0 + {tile}i) {{")
     loads = [(a_lines, a_names, spec.a, "kk", f"e % {tile}i", "mm", f"e / {tile}i",
-              "m = m0 + mm", f"m < {M}i && k < {K}i", "As", "mm"),
+              "m = m0 + mm", f"m < rows_m && k < {K}i", "As", "mm"),
              (b_lines, b_names, spec.b, "nn", f"e % {block}i", "kk", f"e / {block}i",
               "n = n0 + nn", f"k < {K}i && n < {N}i", "Bs", "nn")]
     for lines, names, operand, v1, e1, v2, e2, pos, inside, array, col in loads:
@@ -1408,9 +1412,9 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
             epilogue += p.loop_trips(e_lines)
             body += ["    {", f"        let m = m0 + ty + {i * tile}i;",
                      f"        let n = n0 + tx + {j * tile}i;",
-                     f"        if (m < {M}i && n < {N}i) {{",
+                     f"        if (m < rows_m && n < {N}i) {{",
                      f"            let acc = acc_{i}_{j};",
-                     f"            let flat = (b * {M}i + m) * {N}i + n;"]
+                     f"            let flat = (b * rows_m + m) * {N}i + n;"]
             body += indent(e_lines + [p.store(o.arg, "flat", e_names[o.value.id])
                                        for o in spec.outputs], 12)
             body += ["        }", "    }"]
