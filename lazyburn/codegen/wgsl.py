@@ -1,7 +1,11 @@
 """Rendering kernel specs to WGSL, the shading language of WebGPU.
 
 Each spec becomes one ``@compute`` entry point with its sizes baked in as constants (shapes are
-part of the plan's key). The expression walk is the shared ``ExprPrinter``; what differs from
+part of the plan's key), but for the counts a new batch size changes: an element-wise kernel's
+element count, a row-wise kernel's row count, a matmul's M, its tiles and the batch are read
+from the uniform buffer (``WGSLPrinter.extent``), and the workgroup's place is rebuilt from the
+dispatch's own size (``num_workgroups``). The entry point is named after the source, so a graph
+run at another batch size finds its pipelines built. The expression walk is the shared ``ExprPrinter``; what differs from
 OpenCL C is spelled here: the type and intrinsic names, ``select`` for ``?:``, and the hooks
 below for storage and for what WGSL leaves undefined (``wgsl_functions`` holds the functions).
 
@@ -48,7 +52,8 @@ relies on a fused multiply-add being exact.
 
 Dispatch. A device allows at most ``Target.max_groups_per_dim`` workgroups per grid dimension
 (65535 by default), so the workgroup count is spread over x, y and z and the kernel rebuilds the
-linear workgroup id; invocations past the end store nothing. Launch parameters:
+linear workgroup id; invocations past the end store nothing (the count they are checked against
+read at run time, as above). Launch parameters:
 
 * element-wise: ``workgroup`` (invocations per workgroup) and ``per_item`` (elements per
   invocation, unrolled and strided by the workgroup, so that neighbouring invocations touch
