@@ -172,12 +172,12 @@ def lb_to_bf16(x):
     return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 '''),
     # a nan's sign kept through a GPU's conversions, which give the positive canonical nan
-    # where NumPy's (and ml_dtypes') keep the sign. lb_keep_nan: ``r`` (``x`` converted to
-    # float32, or rounded to a half type and held in float32), the float32 nan of ``x``'s sign
-    # where ``x`` is a nan. lb_widen_half: a float16 (bfloat16) value as float32, likewise.
-    # lb_half_bits: float32 ``x`` as the bits of its float16 (bfloat16)
-    # value, stored as int16: a float op after the conversion (a sign bit or-ed into its bits
-    # reads as fneg(fabs(r)) to LLVM) gives the positive nan again
+    # where NumPy's (and ml_dtypes') keep the sign (an H200, Triton 3.6). lb_keep_nan: ``r``
+    # (``x`` converted to float32, or rounded to a half type and held in float32), the float32
+    # nan of ``x``'s sign where ``x`` is a nan. lb_widen_half: a float16 (bfloat16) value as
+    # float32, likewise. lb_half_bits: float32 ``x`` as the bits of its float16 (bfloat16)
+    # value, stored as int16: a float op after the conversion (a sign bit or-ed into its bits,
+    # which LLVM reads as fneg(fabs(r))) gave the positive nan again
     "lb_keep_nan": ((), '''
 def lb_keep_nan(x, r, F64: tl.constexpr):
     if F64:
@@ -318,7 +318,7 @@ def lb_copysign(a, b, F64: tl.constexpr):
     return tl.where(ib < 0, m | sign, m).to(a.dtype, bitcast=True)
 '''),
     # -x by its sign bit, as NumPy negates (Triton spells -x as 0 - x, which is +0.0 for
-    # x = +0.0, and x * -1 keeps a nan's sign, or gives the canonical nan on a GPU)
+    # x = +0.0, and x * -1 keeps a nan's sign under the interpreter)
     "lb_neg": ((), '''
 def lb_neg(x, F64: tl.constexpr):
     if F64:
