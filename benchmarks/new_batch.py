@@ -1,12 +1,13 @@
 """A new batch size's first call: what compiling costs when a model meets a batch size it has
 not run, on the OpenCL CPU device (or ``--device``, e.g. ``webgpu:0``).
 
-    .venv/bin/python benchmarks/new_batch.py [--device webgpu:0]
+    .venv/bin/python benchmarks/new_batch.py [--device webgpu:0] [--calls N]
 
 The model: a BERT encoder of MiniLM-L6's widths (hidden 384, 12 heads, FFN 1536) with 2
 layers (every layer runs the same kernels), random weights, sequence 32, run forward without
-gradients at batch sizes 4, 6, 8, 12 and 16 in turn; each batch size is called twice. Printed
-per batch size: its first call and its second in ms, and the programs the first call built
+gradients at batch sizes 4, 6, 8, 12 and 16 in turn; each batch size is called twice
+(``--calls N``: N times). Printed per batch size: its first call and its second (the median
+of the later ones) in ms, and the programs the first call built
 (from source or from a stored binary: ``compiles + program_loads``; on WebGPU the compute
 pipelines created, ``compiles``). Autotuning is off and
 every cache starts empty: lazyburn's and PoCL's own (``POCL_CACHE_DIR``) in a temporary folder.
@@ -17,6 +18,7 @@ every process.
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,13 +46,14 @@ def main() -> int:
 
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                           capture_output=True, text=True).stdout.strip()
+    device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "opencl:0"
+    calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else 2
     pocl = "off" if os.environ.get("POCL_KERNEL_CACHE") == "0" else "on, empty at the start"
-    print(f"commit {head}; lazyburn from {Path(lb.__file__).parent}; PoCL's cache {pocl}")
+    print(f"commit {head}; lazyburn from {Path(lb.__file__).parent}; device {device}"
+          + (f"; PoCL's cache {pocl}" if device.startswith("opencl") else ""))
     config = BertConfig(vocab_size=1000, hidden_size=384, num_hidden_layers=2,
                         num_attention_heads=12, intermediate_size=1536,
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "opencl:0"
-    print(f"device {device}")
     model = BertModel(config, device=device).eval()
     backend = lb.runtime.backend(device)
 
@@ -58,19 +61,21 @@ def main() -> int:
         return backend.compiles + getattr(backend, "program_loads", 0)
 
     rng = np.random.default_rng(0)
-    print(f"{'batch':>5s} {'first call ms':>14s} {'second ms':>10s} {'programs built':>15s}")
+    later = "second ms" if calls == 2 else f"median of {calls - 1} more"
+    print(f"{'batch':>5s} {'first call ms':>14s} {later:>18s} {'programs built':>15s}")
     with lb.no_grad():
         for batch in BATCHES:
             ids = lb.tensor(rng.integers(0, 1000, (batch, SEQ)), device=device)
             times = []
             built = built_so_far()
-            for call in range(2):
+            for call in range(calls):
                 t0 = time.perf_counter()
                 model(ids).numpy()
                 times.append((time.perf_counter() - t0) * 1e3)
                 if call == 0:
                     built = built_so_far() - built
-            print(f"{batch:5d} {times[0]:14.1f} {times[1]:10.1f} {built:15d}")
+            print(f"{batch:5d} {times[0]:14.1f} {statistics.median(times[1:]):18.1f} "
+                  f"{built:15d}")
     return 0
 
 
