@@ -5,9 +5,10 @@ part of the plan's key), but for the counts a new batch size changes: an element
 element count, a row-wise kernel's row count, a matmul's M, its tiles and the batch are read
 from the uniform buffer (``WGSLPrinter.extent``), and the workgroup's place is rebuilt from the
 dispatch's own size (``num_workgroups``). The entry point is named after the source, so a graph
-run at another batch size finds its pipelines built. The expression walk is the shared ``ExprPrinter``; what differs from
-OpenCL C is spelled here: the type and intrinsic names, ``select`` for ``?:``, and the hooks
-below for storage and for what WGSL leaves undefined (``wgsl_functions`` holds the functions).
+run at another batch size finds its pipelines built. The expression walk is the shared
+``ExprPrinter``; what differs from OpenCL C is spelled here: the type and intrinsic names,
+``select`` for ``?:``, and the hooks below for storage and for what WGSL leaves undefined
+(``wgsl_functions`` holds the functions).
 
 Storage. WGSL has 32-bit storage types only (``f16`` behind the ``shader-f16`` feature), so
 8- and 16-bit elements (bool, int8, uint8, int16, uint16, bfloat16, and float16 without the
@@ -1308,8 +1309,8 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, target) -> Rendered
         lines, names = p.emit([o.value for o in spec.outputs], {i.id: f"i{j}"})
         body += indent(lines, 4)
         stores.append([p.store(o.arg, f"i{j}", names[o.value.id]) for o in spec.outputs])
-    # every element past the last whole block is checked, the count read at run time: one
-    # pipeline for every batch size
+    # the stores checked against the element count read at run time (one pipeline for every
+    # batch size); a kernel of one block at most spells it
     numel = p.extent(spec.numel) if spec.numel > block else None
     for j, lines in enumerate(stores):
         if numel:
@@ -1346,8 +1347,8 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
     zero = p.literal(0, spec.acc_dtype)
     shared = [f"var<workgroup> As: array<{acc_t}, {tile * block}>;",
               f"var<workgroup> Bs: array<{acc_t}, {tile * block}>;"]
-    # M, its tiles and the batch read from the uniform buffer (a new batch size changes only
-    # them where the operands' strides do not name it: x @ w over (batch * rows, k) rows)
+    # M, its tiles and the batch read from the uniform buffer: for x @ w over rows of x (a
+    # batch of sequences), a new batch size changes nothing else the source spells
     groups, tm, m_rows = (p.extent(v) for v in (tiles_m * tiles_n * spec.batch, tiles_m, M))
     body = [entry_point(name, threads),
             f"    let g = {linear_group(dims)};",
