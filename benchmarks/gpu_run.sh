@@ -15,6 +15,8 @@
 #   benchmarks/gpu_run.sh trust     the op sweep, the trust, scalar-argument, scan, complex and
 #                                   BERT training tests on cuda:0, then 2 000 random programs
 #   benchmarks/gpu_run.sh trust-opencl  the same on NVIDIA's OpenCL (1 000 programs)
+#   benchmarks/gpu_run.sh api       the array API, interop, complex, linalg, sort, scan, random
+#                                   and structure tests on cuda:0 and NVIDIA's OpenCL
 #   benchmarks/gpu_run.sh linalg    the decompositions and Fourier transforms (library calls):
 #                                   the linalg and fft tests on cuda:0 (torch.linalg, torch.fft)
 #                                   and NVIDIA's OpenCL, then the decompositions' timing
@@ -147,6 +149,28 @@ case "${1:-check}" in
     seq "$base" 125 $((base + 1875)) | timeout 170 xargs -P 16 -I{} python3 tests/fuzz_graphs.py --n 125 \
       --start {} --device cuda:0 --out "$OUT/fuzz-cuda" 2>&1 | grep -E "FAIL|programs on" \
       | tee "$OUT/fuzz_cuda.txt" || failed tests/fuzz_graphs.py
+    ;;
+  api)
+    # the array API, interop, complex, linear algebra, sort, scan, random and structure tests on
+    # cuda:0 and on NVIDIA's OpenCL (registered as in trust-opencl), side by side
+    echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
+    api_tests="tests/test_array_api.py tests/test_array_api_ops.py tests/test_interop.py
+      tests/test_complex.py tests/test_linalg.py tests/test_linalg_decompositions.py
+      tests/test_fft.py tests/test_sort.py tests/test_scan.py tests/test_random.py
+      tests/test_searching.py tests/test_setitem.py tests/test_zero_copy.py
+      tests/test_fusion_structure.py tests/test_threads.py tests/test_explain.py"
+    # shellcheck disable=SC2086
+    timeout 420 python3 -m pytest -q -p no:cacheprovider -rfEx --tb=short -n 8 $api_tests \
+      -k cuda > "$OUT/api_cuda.txt" 2>&1 &
+    on_cuda=$!
+    # shellcheck disable=SC2086
+    timeout 420 python3 -m pytest -q -p no:cacheprovider -rfEx --tb=short -n 6 $api_tests \
+      -k "opencl:0" > "$OUT/api_opencl.txt" 2>&1 &
+    on_opencl=$!
+    wait $on_cuda || failed "api tests on cuda:0"
+    wait $on_opencl || failed "api tests on opencl:0"
+    grep -hE "^(FAILED|ERROR|XFAIL)|passed|failed" "$OUT/api_cuda.txt" "$OUT/api_opencl.txt" \
+      | cut -c1-300 | tail -40
     ;;
   trust-opencl)
     # NVIDIA's OpenCL driver is installed but not registered with the ICD loader; registered,
