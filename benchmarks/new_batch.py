@@ -7,10 +7,10 @@ The model: a BERT encoder of MiniLM-L6's widths (hidden 384, 12 heads, FFN 1536)
 layers (every layer runs the same kernels), random weights, sequence 32, run forward without
 gradients at batch sizes 4, 6, 8, 12 and 16 in turn; each batch size is called twice
 (``--calls N``: N times). Printed per batch size: its first call and its second (the median
-of the later ones) in ms, and the programs the first call built
-(from source or from a stored binary: ``compiles + program_loads``; on WebGPU the compute
-pipelines created, ``compiles``). Autotuning is off and
-every cache starts empty: lazyburn's and PoCL's own (``POCL_CACHE_DIR``) in a temporary folder.
+of the later ones) in ms, and the programs the first call built (from source or from a stored
+binary: ``compiles + program_loads``; on WebGPU the compute pipelines created, ``compiles``).
+Autotuning is off and every cache starts empty: lazyburn's and PoCL's own (``POCL_CACHE_DIR``)
+in a temporary folder.
 PoCL also builds a launch's work-group function for each new work-group size it meets, and
 keeps those in its own cache; ``--no-pocl-cache`` (``POCL_KERNEL_CACHE=0``) rebuilds them in
 every process.
