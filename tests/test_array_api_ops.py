@@ -92,15 +92,10 @@ def test_casts_keep_a_nans_sign(device, rng):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
-def test_negation_flips_a_nans_sign(device, rng, dtype, request):
+def test_negation_flips_a_nans_sign(device, rng, dtype):
     """-x flips the sign bit, a nan's too, as NumPy's negative does."""
     if dtype not in floats(device) + ["float16", "bfloat16"]:
         pytest.skip(f"{device} holds no {dtype}")
-    if dtype == "float16" and device.startswith("cuda") and \
-            not lb.runtime.backend(device).interpret:
-        # an H200 (Triton 3.6) gave the positive nan for -nan of float16: its load and store
-        # keep the sign (test_casts_keep_a_nans_sign), the negation between them does not
-        request.applymarker(pytest.mark.xfail(strict=True, reason="-nan of float16 on a GPU"))
     values = nan_sign_values(rng)
     x = lb.tensor(values.astype(np_dtype(dtype)), device=device)
     got = (-x).numpy().astype(np.float32)

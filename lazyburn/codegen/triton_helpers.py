@@ -318,7 +318,8 @@ def lb_copysign(a, b, F64: tl.constexpr):
     return tl.where(ib < 0, m | sign, m).to(a.dtype, bitcast=True)
 '''),
     # -x by its sign bit, as NumPy negates (Triton spells -x as 0 - x, which is +0.0 for
-    # x = +0.0, and x * -1 keeps a nan's sign under the interpreter)
+    # x = +0.0, and x * -1 keeps a nan's sign under the interpreter); the interpreter's only:
+    # on a GPU the xor is inline PTX (TritonPrinter.op_neg)
     "lb_neg": ((), '''
 def lb_neg(x, F64: tl.constexpr):
     if F64:

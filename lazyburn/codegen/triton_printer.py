@@ -500,9 +500,22 @@ class TritonPrinter(ExprPrinter):
         return f"tl.where({x} >= 0, {pos}, {neg})"
 
     def op_neg(self, e, x):
-        if e.dtype.is_float:
-            return self.helper("lb_neg", x, VALUE[e.dtype.name] == "tl.float64")
-        return f"(-{x})"
+        """-x; of a float by its sign bit, a nan's too (NumPy's negative flips it).
+
+        On a GPU the xor is inline PTX: written in Triton, LLVM reads the xor of the sign bit
+        as ``fneg`` and emits ``neg.f32``, whose nan result PTX leaves unspecified; on an H200
+        (Triton 3.6) a half type's store then tested the sign of -nan as positive and wrote
+        the positive nan."""
+        if not e.dtype.is_float:
+            return f"(-{x})"
+        value = VALUE[e.dtype.name]
+        if self.target != "cuda":
+            return self.helper("lb_neg", x, value == "tl.float64")
+        bits, reg, sign = ("64", "l", "0x8000000000000000") if value == "tl.float64" else \
+            ("32", "r", "0x80000000")
+        return (f'tl.inline_asm_elementwise("xor.b{bits} $0, $1, {sign};", "={reg},{reg}", '
+                f'[({x}).to(tl.int{bits}, bitcast=True)], dtype=tl.int{bits}, is_pure=True, '
+                f'pack=1).to({value}, bitcast=True)')
 
     def op_floor(self, e, x):
         # libdevice's floorf flushes subnormals: floor(-1e-40) would be -0.0, not -1.0
