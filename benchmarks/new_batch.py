@@ -1,5 +1,5 @@
 """A new batch size's first call: what compiling costs when a model meets a batch size it has
-not run, on the OpenCL CPU device (or ``--device``, e.g. ``webgpu:0``).
+not run, on the OpenCL CPU device (or ``--device``, e.g. ``webgpu:0``, ``cuda:0``).
 
     .venv/bin/python benchmarks/new_batch.py [--device webgpu:0] [--calls N]
 
@@ -8,9 +8,10 @@ layers (every layer runs the same kernels), random weights, sequence 32, run for
 gradients at batch sizes 4, 6, 8, 12 and 16 in turn; each batch size is called twice
 (``--calls N``: N times). Printed per batch size: its first call and its second (the median
 of the later ones) in ms, and the programs the first call built (from source or from a stored
-binary: ``compiles + program_loads``; on WebGPU the compute pipelines created, ``compiles``).
-Autotuning is off and every cache starts empty: lazyburn's and PoCL's own (``POCL_CACHE_DIR``)
-in a temporary folder.
+binary: ``compiles + program_loads``; on WebGPU the compute pipelines created, ``compiles``;
+on CUDA Triton's compilations, from source or from its cache: ``runtime.cuda.triton_builds``).
+Autotuning is off and every cache starts empty: lazyburn's, PoCL's own (``POCL_CACHE_DIR``)
+and Triton's (``TRITON_CACHE_DIR``) in a temporary folder.
 PoCL also builds a launch's work-group function for each new work-group size it meets, and
 keeps those in its own cache; ``--no-pocl-cache`` (``POCL_KERNEL_CACHE=0``) rebuilds them in
 every process.
@@ -34,7 +35,8 @@ def main() -> int:
     if os.environ.get("_NEW_BATCH_CHILD") != "1":
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, _NEW_BATCH_CHILD="1", LAZYBURN_CACHE_DIR=cache,
-                       LAZYBURN_AUTOTUNE="0", POCL_CACHE_DIR=os.path.join(cache, "pocl"))
+                       LAZYBURN_AUTOTUNE="0", POCL_CACHE_DIR=os.path.join(cache, "pocl"),
+                       TRITON_CACHE_DIR=os.path.join(cache, "triton"))
             if "--no-pocl-cache" in sys.argv[1:]:
                 env["POCL_KERNEL_CACHE"] = "0"
             return subprocess.run([sys.executable, __file__, *sys.argv[1:]],
@@ -58,6 +60,9 @@ def main() -> int:
     backend = lb.runtime.backend(device)
 
     def built_so_far() -> int:
+        if device.startswith("cuda"):
+            from lazyburn.runtime.cuda import triton_builds
+            return sum(triton_builds.values())
         return backend.compiles + getattr(backend, "program_loads", 0)
 
     rng = np.random.default_rng(0)

@@ -807,9 +807,10 @@ def compile_for_sm90(spec, name: str, params: dict) -> None:
     from lazyburn.runtime.cuda import load_kernel
 
     r = tr.render(spec, name, params, target="cuda")
-    fn, _ = load_kernel(r.source, name, interpret=False)
+    fn, _ = load_kernel(r.source, r.name, interpret=False)
     sig = {a.name: POINTER[a.dtype.name] for a in spec.args}
     sig.update({s.name: "i32" for s in spec.scalars})  # int32 bit patterns (cuda_replay)
+    sig.update({arg: "i32" for arg, _ in r.extents})
     try:
         triton.compile(ASTSource(fn, sig), target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": r.num_warps, "num_stages": r.num_stages})
@@ -828,6 +829,53 @@ def test_compiles_for_sm90():
     for j, spec in enumerate(specs):
         params = {"looped": True, "RBLOCK": 128} if j == len(specs) - 1 else {}
         compile_for_sm90(spec, f"k{j}", params)
+
+
+def test_ten_batch_sizes_share_every_kernel(dev, rng, monkeypatch):
+    """A layer norm, a softmax, a GELU of a bias add and a product with a weight over
+    (batch, length, 64) at ten batch sizes: the kernels take their element and row counts (a
+    product's rows and its tiles of them) as arguments and are named after their source, so
+    the kernel modules of the first size serve the other nine (every size here has the same
+    launch parameters and ragged last blocks: the interpreter's larger tiles need fewer
+    rows than a GPU's). Values against NumPy."""
+    from scipy.special import erf
+
+    from lazyburn.runtime import cuda
+
+    loaded = []
+    real = cuda.load_kernel
+
+    def load_kernel(source, name, interpret):
+        loaded[-1].add(name)
+        return real(source, name, interpret)
+
+    monkeypatch.setattr(cuda, "load_kernel", load_kernel)
+    w, bias = (rng.standard_normal(64).astype(np.float32) for _ in range(2))
+    # (a product's columns few enough that at every size here it stays below the work from
+    # which a GPU's default is the library's product, cuda_tuning.LIBRARY_DEFAULT_WORK)
+    m = rng.standard_normal((64, 24)).astype(np.float32)
+    W, B, Mat = (lb.tensor(a, device=dev) for a in (w, bias, m))
+    batches, length = (range(10, 20), 7) if runtime.backend(dev).interpret else \
+        (range(17, 27), 257)
+    for batch in batches:
+        x = rng.standard_normal((batch, length, 64)).astype(np.float32)
+        X = lb.tensor(x, device=dev)
+        loaded.append(set())
+        norm = lb.layer_norm(X, (64,), W, B).numpy()
+        soft = lb.softmax(X * 1.5, axis=-1).numpy()
+        act = lb.gelu(X + B).numpy()
+        lin = (X @ Mat).numpy()
+        np.testing.assert_allclose(lin, x @ m, rtol=1e-4, atol=1e-4)
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        np.testing.assert_allclose(norm, (x - mean) / np.sqrt(var + 1e-5) * w + bias,
+                                   rtol=1e-4, atol=1e-5)
+        e = np.exp(x * 1.5 - (x * 1.5).max(-1, keepdims=True))
+        np.testing.assert_allclose(soft, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+        z = x + bias
+        np.testing.assert_allclose(act, 0.5 * z * (1 + erf(z / np.sqrt(2))), rtol=1e-5,
+                                   atol=1e-6)
+    assert len(loaded[0]) >= 4 and all(names == loaded[0] for names in loaded[1:]), loaded
 
 
 def test_the_gpu_compiler_runs_llvm_at_the_chosen_level(monkeypatch, tmp_path):
@@ -855,6 +903,8 @@ def test_the_gpu_compiler_runs_llvm_at_the_chosen_level(monkeypatch, tmp_path):
     assert seen and all(level is getattr(llvm, f"OPTIMIZE_O{tr.LLVM_OPT_LEVEL}")
                         for level in seen)
     assert llvm.optimize_module is recording
+    # (the same source: named after it, its binary would be found in the first directory)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "default"))
     compile_for_sm90(spec, "k_default", {})
     assert seen[-1] is llvm.OPTIMIZE_O3
 

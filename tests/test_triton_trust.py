@@ -507,11 +507,12 @@ def run_cuda_spelling_flushing(fn, x: np.ndarray) -> np.ndarray:
 
     (k,) = lb.explain(fn(lb.tensor(x, device="numpy"))).kernels
     assert k.spec.kind == "elementwise" and len(k.spec.args) == 2
-    src = tr.render(k.spec, "k", {"BLOCK": 256}, target="cuda").source
+    r = tr.render(k.spec, "k", {"BLOCK": 256}, target="cuda")
+    src = r.source
     for name in ("exp2", "exp", "sin", "cos", "erf"):
         src = src.replace(f"tl.{name}(", f"ftz.{name}(")
     src = src.replace("libdevice.", "ftz.")
-    kernel, _ = load_kernel(src, "k", interpret=True)
+    kernel, _ = load_kernel(src, r.name, interpret=True)
     kernel.fn.__globals__["ftz"] = types.SimpleNamespace(**FTZ_FUNCTIONS)
     out_dtype = k.spec.args[1].dtype
 
@@ -521,7 +522,7 @@ def run_cuda_spelling_flushing(fn, x: np.ndarray) -> np.ndarray:
         return torch.from_numpy(a.copy())
 
     out = bits(np.zeros(x.size, out_dtype.np))
-    kernel[(-(-x.size // 256),)](bits(x), out)
+    kernel[(-(-x.size // 256),)](bits(x), out, *[value for _, value in r.extents])
     if out_dtype.name == "bfloat16":
         return out.view(torch.int16).numpy().view(out_dtype.np)
     return out.numpy()

@@ -33,13 +33,14 @@ def renamed(source: str, name: str, new: str) -> str:
     return re.sub(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9])", new, source)
 
 
-def source_name(source: str, name: str, salt: str = "") -> str:
+def source_name(source: str, name: str, salt: str = "", stem: str | None = None) -> str:
     """The name kernel ``name`` (``kind_hash``, the hash of a spec, which names its sizes) takes
-    in ``source``: ``kind_`` and a hash of the source without the name (and of ``salt``: build
-    options). Sizes that the source does not spell (a leading batch dimension: element-wise and
-    row-wise kernels take their extents from the launch) then leave the name, and so the
-    compiled program, unchanged: another batch size reuses it."""
-    stem = name.rsplit("_", 1)[0] if "_" in name else name
+    in ``source``: ``kind_`` (or ``stem_``) and a hash of the source without the name (and of
+    ``salt``: build options). Sizes that the source does not spell (a leading batch dimension:
+    element-wise and row-wise kernels take their extents from the launch) then leave the name,
+    and so the compiled program, unchanged: another batch size reuses it."""
+    if stem is None:
+        stem = name.rsplit("_", 1)[0] if "_" in name else name
     digest = hashlib.sha1((renamed(source, name, "\0") + salt).encode())
     return f"{stem}_{digest.hexdigest()[:10]}"
 

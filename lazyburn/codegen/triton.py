@@ -1,8 +1,14 @@
 """Rendering kernel specs to Triton: one Python module holding one ``@triton.jit`` kernel.
 
 Sizes are baked into the source as constants, and so are the launch parameters (block sizes),
-so the module that Triton compiles is exactly what a dump shows. The kernels take only buffer
-pointers; the grid and the compile options (``num_warps``, ``num_stages``) come back in
+so the module that Triton compiles is exactly what a dump shows, except the extents that a
+batch size changes: an element-wise kernel's element count, a row-wise kernel's rows and a
+product's rows (M) and batch are arguments (``TritonPrinter.extent``), and the kernel is named
+after its source (``common.source_name``), so that another batch size, where the source
+spells no other size it changes, loads the same module and Triton's compiled kernel (which
+Triton specializes on those arguments only as on any integer: 1, multiples of 16). The
+kernels take buffer pointers, then scalar arguments, then the extents; the grid, the extents'
+values and the compile options (``num_warps``, ``num_stages``) come back in
 :class:`RenderedKernel`.
 
 * Element-wise: a 1-D blocked kernel, ``i = pid * BLOCK + tl.arange(0, BLOCK)``, masked only
@@ -66,7 +72,7 @@ from __future__ import annotations
 from ..fusion.kernel_ir import (ElementwiseSpec, KernelSpec, MatmulSpec, ReductionSpec, ScanSpec,
                                 SortSpec)
 from ..ir.shapes import pow2_at_least
-from .common import indent
+from .common import indent, source_name
 from .triton_matmul import matmul_params, render_matmul, tma_operands, uses_dot
 from .triton_printer import TL_MATH, RenderedKernel, TritonPrinter, cdiv, loop_vars, program_id
 from .triton_reduction import (PERSISTENT_MAX, REREAD_PERSISTENT_MAX, outer_reduction,
@@ -113,17 +119,20 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
     else:
         raise TypeError(f"cannot render {type(spec).__name__}")
     params_text = ", ".join(f"{k}={v}" for k, v in sorted(full.items()))
-    params_list = [a.name for a in spec.args] + [sc.name for sc in spec.scalars]
+    params_list = [a.name for a in spec.args] + [sc.name for sc in spec.scalars] + \
+        list(p.extents)
     # a scalar argument is a runtime value (a random draw's seed words): Triton must not
     # specialize on it (a value of 1 or a multiple of 16 would compile another kernel)
     jit = "@triton.jit" if not spec.scalars else \
         f"@triton.jit(do_not_specialize={[sc.name for sc in spec.scalars]!r})"
     head = [jit, f"def {name}({', '.join(params_list)}):",
-            f"    # launch: grid={grid}, num_warps={warps}, num_stages={stages}; {params_text}"]
+            f"    # launch: num_warps={warps}, num_stages={stages}; {params_text}"]
     if target == "cuda":
         head.append(f"    # compiled with LLVM -O{LLVM_OPT_LEVEL}")
     source = p.module(head + indent(body))
-    return RenderedKernel(name, source, grid, warps, stages, full)
+    shared = source_name(source, name, stem=spec.kind)
+    source = source.replace(f"def {name}(", f"def {shared}(", 1)
+    return RenderedKernel(shared, source, grid, warps, stages, full, tuple(p.extents.items()))
 
 
 def default_params(spec: KernelSpec, interpret: bool = False) -> dict:
@@ -162,7 +171,7 @@ def _elementwise(p: TritonPrinter, spec: ElementwiseSpec, params):
     i = loop_vars(spec).get("i")
     body = [f"i = {program_id(p)} * {block} + tl.arange(0, {block})"]
     if not even:
-        body.append(f"xmask = i < {spec.numel}")
+        body.append(f"xmask = i < {p.extent('numel', spec.numel)}")
     lines, names = p.emit([o.value for o in spec.outputs], {i.id: "i"} if i else {})
     body += lines
     for o in spec.outputs:

@@ -178,7 +178,7 @@ def render_matmul(p: TritonPrinter, spec: MatmulSpec, params):
     head = _descriptors(p, spec, params, tma)
     if programs <= 0 or programs >= tiles:
         body = head + ["tile = tl.program_id(0)"]
-        body += _tile_position(spec, params, "tile", "")
+        body += _tile_position(p, spec, params, "tile", "")
         body += _main_loop(p, spec, params, ragged, tma)
         body += _epilogue(p, spec, params, ragged, "")
         return body, (tiles,), int(params["num_warps"]), int(params["num_stages"])
@@ -186,28 +186,30 @@ def render_matmul(p: TritonPrinter, spec: MatmulSpec, params):
     # flattened loop lets the pipeliner load the next tile's operands during this epilogue.
     # The epilogue finds its tile from a counter of its own, as the tutorial does: a value
     # used both before the K loop and after it is what the flattening pipeliner mishandles
-    loop = _tile_position(spec, params, "tile", "")
+    loop = _tile_position(p, spec, params, "tile", "")
     loop += _main_loop(p, spec, params, ragged, tma)
     loop += [f"tile_c += {programs}"]
-    loop += _tile_position(spec, params, "tile_c", "_c")
+    loop += _tile_position(p, spec, params, "tile_c", "_c")
     loop += _epilogue(p, spec, params, ragged, "_c")
     body = head + [f"tile_c = tl.program_id(0) - {programs}",
-            f"for tile in tl.range(tl.program_id(0), {tiles}, {programs}, flatten=True):"]
+                   f"for tile in tl.range(tl.program_id(0), {p.extent('tiles', tiles)}, "
+                   f"{programs}, flatten=True):"]
     body += indent(loop)
     return body, (programs,), int(params["num_warps"]), int(params["num_stages"])
 
 
-def _tile_position(spec: MatmulSpec, params, tile: str, suffix: str) -> list[str]:
+def _tile_position(p: TritonPrinter, spec: MatmulSpec, params, tile: str, suffix: str
+                   ) -> list[str]:
     """Lines finding the batch ``pid_b``, the rows ``rm`` and the columns ``rn`` of tile number
     ``tile`` (names get ``suffix``), with the program swizzle of Triton's matmul tutorial:
     GROUP_M rows of tiles run together and share their B columns in L2."""
     BM, BN, G = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["GROUP_M"])
-    tiles_m, tiles_n = cdiv(spec.m, BM), cdiv(spec.n, BN)
+    tiles_m, tiles_n = p.extent("tiles_m", cdiv(spec.m, BM)), cdiv(spec.n, BN)
     cast = ".to(tl.int64)" if spec.index_dtype.name == "int64" else ""
     t = f"t_in{suffix}"
     if spec.batch > 1:
-        lines = [f"pid_b{suffix} = ({tile} // {tiles_m * tiles_n}){cast}",
-                 f"{t} = {tile} % {tiles_m * tiles_n}"]
+        lines = [f"pid_b{suffix} = ({tile} // ({tiles_m} * {tiles_n})){cast}",
+                 f"{t} = {tile} % ({tiles_m} * {tiles_n})"]
     else:
         lines = [f"pid_b{suffix} = 0", f"{t} = {tile}"]
     group_m = f"group_m{suffix}"
@@ -231,7 +233,7 @@ def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, tma: di
     v = loop_vars(spec)
     body = ["a_m = rm[:, None]", "b_n = rn[None, :]"]
     if ragged["m"]:
-        body.append(f"a_mmask = a_m < {M}")
+        body.append(f"a_mmask = a_m < {p.extent('m', M)}")
     if ragged["n"]:
         body.append(f"b_nmask = b_n < {N}")
     dot = uses_dot(spec)  # else: integers and float64 multiply and sum tiles
@@ -331,7 +333,7 @@ def _epilogue(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, suffix: 
                         f"tl.arange(0, {width}))[None, :]")
         p.var_masks = {}
         if ragged["m"]:
-            body.append(f"m_mask = m < {M}")
+            body.append(f"m_mask = m < {p.extent('m', M)}")
             p.var_masks["m"] = "m_mask"
         if ragged["n"]:
             body.append(f"n_mask = n < {N}")
@@ -347,7 +349,7 @@ def _epilogue(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, suffix: 
                 scope[acc_ids[0]] = f"{part}_h"
         lines, names = p.emit([o.value for o in spec.outputs], scope)
         body += lines
-        body.append(f"flat = (pid_b{suffix} * {M} + m) * {N} + n")
+        body.append(f"flat = (pid_b{suffix} * {p.extent('m', M)} + m) * {N} + n")
         mask = " & ".join(p.var_masks[x] for x in ("m", "n") if x in p.var_masks) or None
         for o in spec.outputs:
             body.append(p.store(o.arg, "flat", o.value, names[o.value.id], mask))

@@ -123,7 +123,9 @@ def saturate(value: float, dtype) -> int:
 @dataclass
 class RenderedKernel:
     """Triton ``source`` (a whole module) defining the ``@triton.jit`` function ``name``, the
-    ``grid`` to launch it on (programs along axes 0..2), and its compile options."""
+    ``grid`` to launch it on (programs along axes 0..2), its compile options, and
+    ``extents``: the ``(argument, value)`` pairs of the launch extents it takes after the
+    buffers and scalars (``TritonPrinter.extent``)."""
 
     name: str
     source: str
@@ -131,6 +133,7 @@ class RenderedKernel:
     num_warps: int = 4
     num_stages: int = 1
     params: dict | None = None
+    extents: tuple = ()
 
 
 def cdiv(a: int, b: int) -> int:
@@ -159,6 +162,17 @@ class TritonPrinter(ExprPrinter):
         self.eviction: dict[int, str] = {}  # load id -> L2 eviction policy hint
         self._deps: dict[int, frozenset] = {}
         self.named: dict[int, str] = {}  # expression id -> the name a statement bound it to
+        self.extents: dict[str, int] = {}  # launch extent arguments (extent()) -> values
+
+    def extent(self, name: str, value: int) -> str:
+        """Launch extent ``value`` (an element-wise kernel's element count, a row-wise
+        kernel's rows, a product's rows) as the kernel argument ``ext_<name>``, not a literal:
+        a kernel whose source spells no other size that a batch size changes then serves
+        every batch size (as in the WGSL and OpenCL kernels). Triton specializes the argument
+        as it does any integer: on a value of 1 and on divisibility by 16."""
+        arg = f"ext_{name}"
+        self.extents[arg] = int(value)
+        return arg
 
     # dependence on loop variables ----------------------------------------------------------
     def deps(self, e: Expr) -> frozenset:

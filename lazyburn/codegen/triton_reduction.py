@@ -218,7 +218,7 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
     shape = f"[{X}, {R}]"
     body = [f"row = {program_id(p)} * {X} + tl.arange(0, {X})[:, None]"]
     if xmask:
-        body.append(f"xmask = row < {rows}")
+        body.append(f"xmask = row < {p.extent('rows', rows)}")
     r_lines = [f"r = {'r0 + ' if looped else ''}{_lane_range(p, R)}[None, :]"]
     if rmask:
         r_lines.append(f"rmask = r < {size}")

@@ -61,7 +61,7 @@ def render_scan(p: TritonPrinter, spec: ScanSpec, params):
     combine = p.use("lb_add" if spec.op == "sum" else "lb_mul")
     body = [f"row = {program_id(p)} * {X} + tl.arange(0, {X})[:, None]"]
     if xmask:
-        body.append(f"xmask = row < {rows}")
+        body.append(f"xmask = row < {p.extent('rows', rows)}")
     tile = [f"r = {'r0 + ' if looped else ''}tl.arange(0, {R})[None, :]"]
     if rmask:
         tile.append(f"rmask = r < {n}")

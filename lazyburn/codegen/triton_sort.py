@@ -156,7 +156,7 @@ def render_merge(p: TritonPrinter, spec: SortSpec, params):
     head = "tl.where(take_b, vb, va)" + (" != 0" if spec.carried.dtype.is_bool else "")
     stored = p.store(out.arg, "dst + q", spec.carried, head, "act")
     body = [f"t = {program_id(p)} * {block} + tl.arange(0, {block})",
-            f"live = t < {total}",
+            f"live = t < {p.extent('lanes', total)}",
             f"row = t // {items}",
             f"first = (t % {items}) * {per_item}",
             f"base = first // {2 * run} * {2 * run}",

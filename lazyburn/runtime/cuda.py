@@ -490,7 +490,7 @@ class CudaBackend(FusedBackend):
             return LibraryMatmul(self, spec, name, params, origin)
         target = "interpret" if self.interpret else "cuda"
         r = tr.render(spec, name, params, target)
-        fn, path = load_kernel(r.source, name, self.interpret)
+        fn, path = load_kernel(r.source, r.name, self.interpret)
         self.compiles += 1
         return TritonKernel(self, fn, r, origin, path, label)
 
@@ -572,8 +572,12 @@ class TritonKernel:
     The first launch goes through ``JITFunction[grid](...)`` (which compiles, or finds the
     binary in Triton's cache); later launches call the compiled kernel directly. This is safe
     because every buffer argument is a whole buffer from the caching allocator (aligned like
-    the first one), sizes are baked into the source, and the only scalar arguments (a random
-    draw's seed words, int32 bit patterns) are excluded from Triton's specialization."""
+    the first one), the scalar arguments (int32 bit patterns) are excluded from Triton's
+    specialization, and the launch extents (``RenderedKernel.extents``, which Triton does
+    specialize) are this kernel's own: they follow the buffers and scalars at every launch,
+    always the same values. A kernel of another batch size with the same source shares the
+    module, so Triton compiles it again only where an extent's coarse properties differ
+    (1, a multiple of 16)."""
 
     suffix, comment = ".py", "#"
     execution = Execution(CudaBackend.generated)
@@ -588,6 +592,7 @@ class TritonKernel:
         self.label = label
         self.grid = tuple(rendered.grid) + (1,) * (3 - len(rendered.grid))
         self.empty = any(g == 0 for g in self.grid)
+        self.extents = tuple(value for _, value in rendered.extents)
         # No multiply-add contraction: an FMA rounds once where the reference rounds twice, so
         # a fused a * b + c differs from NumPy's (Triton contracts by default).
         self.options = {"num_warps": rendered.num_warps, "num_stages": rendered.num_stages,
@@ -602,7 +607,7 @@ class TritonKernel:
             return
         try:
             with _NO_CONTEXT if backend.interpret else llvm_opt_level(tr.LLVM_OPT_LEVEL):
-                compiled = self.fn[self.grid](*args, **self.options)
+                compiled = self.fn[self.grid](*args, *self.extents, **self.options)
         except Exception as e:
             if _is_compile_error(e):
                 raise KernelCompileError(f"Triton kernel {self.rendered.name} failed to compile: "
@@ -614,7 +619,18 @@ class TritonKernel:
                                   self.origin) from None
             raise
         if not backend.interpret and compiled is not None and hasattr(compiled, "__getitem__"):
-            self.fast = compiled[self.grid]
+            self.fast = _with_extents(compiled[self.grid], self.extents)
+
+
+def _with_extents(launch, extents: tuple):
+    """``launch(*args, stream=None)`` of a compiled kernel, the launch ``extents`` appended
+    to its arguments (``launch`` itself when there are none)."""
+    if not extents:
+        return launch
+
+    def with_extents(*args, stream=None):
+        launch(*args, *extents, stream=stream)
+    return with_extents
 
 
 _NO_CONTEXT = contextlib.nullcontext()
