@@ -360,6 +360,7 @@ class _HostDelayed:
         if launches is not None:  # OpenCL: the timer enqueues these itself
             self.launches = [(self._delayed(knl), g, loc, offset)
                              for knl, g, loc, offset in launches]
+            self.extents = kernel.extents
 
     def _delayed(self, knl):
         def launch(*args, **kwargs):

@@ -315,3 +315,36 @@ def test_the_autotuner_chooses_between_register_blocks_and_blas(backend, rng, mo
         assert blocked(kern) and names.get(id(kern.compiled)) == winner
     h = a.astype(np.float64) @ w + bias
     np.testing.assert_allclose(got, gelu(h), rtol=1e-4, atol=1e-4)
+
+
+def test_ten_batch_sizes_share_the_register_blocked_programs(backend, rng, monkeypatch):
+    """A product with a weight (its rows the batch's) and a strided convolution (its
+    columns the batch's positions) at ten batch sizes: the register-blocked kernels take C's
+    rows and columns as arguments, so the programs of the first size serve the other nine,
+    the ragged last blocks included. Values against float64 references."""
+    from lazyburn.runtime import opencl
+
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
+    w = rng.standard_normal((33, 20), dtype=np.float32)
+    kernel = (rng.standard_normal((40, 16, 3, 3)) / 12).astype(np.float32)
+    bias = rng.standard_normal(40).astype(np.float32)
+    W, K, C = (lb.tensor(a, device=DEVICE) for a in (w, kernel, bias))
+    backend.plans.clear()
+    built = []
+    for batch in (3, 8, 5, 13, 6, 30, 2, 17, 9, 11):
+        a = rng.standard_normal((batch, 7, 33), dtype=np.float32)
+        x = rng.standard_normal((batch, 16, 15, 13)).astype(np.float32)
+        before = backend.compiles + backend.program_loads
+        got = lb.relu(lb.tensor(a, device=DEVICE) @ W).numpy()
+        conv = lb.relu(lb.conv2d(lb.tensor(x, device=DEVICE), K, C, 2, 1)).numpy()
+        built.append(backend.compiles + backend.program_loads - before)
+        check(got, np.maximum(a.astype(np.float64) @ w, 0), np.abs(a), np.abs(w), 33)
+        want = _conv_reference(x.astype(np.float64), kernel.astype(np.float64), 2, 1, 1)
+        np.testing.assert_allclose(conv, np.maximum(want + bias[:, None, None], 0),
+                                   rtol=1e-4, atol=1e-4)
+    products = [k for plan in backend.plans._plans.values() for k in plan.kernels
+                if k.kind == "matmul"]
+    assert len(products) == 20 and all(
+        blocked(k) or isinstance(k.compiled, opencl.WrittenOperandMatmul) for k in products)
+    assert sum(isinstance(k.compiled, opencl.WrittenOperandMatmul) for k in products) == 10
+    assert built[1:] == [0] * 9, built

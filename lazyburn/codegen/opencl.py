@@ -1,7 +1,10 @@
 """Rendering kernel specs to OpenCL C.
 
 Each spec becomes one ``__kernel`` with its sizes baked in as constants (shapes are part of the
-plan's key, so a kernel never needs to be general). Launch parameters come from the autotuner:
+plan's key, so a kernel never needs to be general), except those a batch size changes where
+a kernel would spell them: element-wise and row-wise kernels leave their counts to the launch,
+and a product takes C's rows and columns as arguments (``OpenCLPrinter.extent``), so that
+another batch size finds the same source. Launch parameters come from the autotuner:
 
 * element-wise: ``local`` (work-group size, None = the runtime's choice) and ``per_item``
   (elements per work-item, grid-strided so neighbouring work-items touch neighbouring elements,
@@ -333,6 +336,10 @@ class RenderedKernel:
     options: tuple = ()
     # several launches of the source's kernels: (name, global, local[, global offset])
     launches: list | None = None
+    # launch extents every kernel of the source takes after the scalars: (argument, value)
+    # pairs, of ``extent_type`` (``OpenCLPrinter.extent``)
+    extents: tuple = ()
+    extent_type: str = "int"
 
     def all_launches(self) -> list:
         """``(name, global size, local size, global offset or None)`` of each launch."""
@@ -388,6 +395,17 @@ class OpenCLPrinter(ExprPrinter):
         self.math_used: set[str] = set()
         self.helpers_used: set[tuple] = set()
         self.named: dict[int, str] = {}  # expression id -> the name a statement bound it to
+        # launch extents the kernel takes as arguments after the scalars (``extent``)
+        self.extents: dict[str, int] = {}
+
+    def extent(self, name: str, value: int) -> str:
+        """Launch extent ``value`` (a product's rows or columns) as the kernel argument
+        ``ext_<name>`` of the index type, not a literal: a kernel whose source spells no other
+        size that a batch size changes then serves every batch size. Every kernel of the
+        source takes the extents registered before its signature (``_signature``)."""
+        arg = f"ext_{name}"
+        self.extents[arg] = int(value)
+        return arg
 
     def assign(self, name, e, rhs):
         self.named[e.id] = name
@@ -803,6 +821,7 @@ def _signature(p: OpenCLPrinter, name: str, attrs: str = "") -> str:
         qual = "" if a.is_output else "const "
         params.append(f"__global {qual}{STORAGE[a.dtype.name]}* restrict {a.name}")
     params += [f"const {SCALAR_TYPE[s.type]} {s.name}" for s in p.spec.scalars]
+    params += [f"const {p.index_type} {arg}" for arg in p.extents]
     return f"__kernel {attrs}void {name}({', '.join(params)})"
 
 
@@ -1417,7 +1436,7 @@ def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
     base = {vb.id: "b"}
     a_lines, a_names = p.emit([spec.a], {**base, vm.id: "m", vk.id: "k"})
     b_lines, b_names = p.emit([spec.b], {**base, vk.id: "k", vn.id: "n"})
-    M, N, K = spec.m, spec.n, spec.k
+    M, N, K = p.extent("m", spec.m), p.extent("n", spec.n), spec.k
     # products accumulate in an explicit fma (one rounding per step, as BLAS's kernels);
     # FP_CONTRACT is off for everything else
     step = ("acc = fma(As[tm][kk], Bs[kk][tn], acc);" if spec.acc_dtype.is_float else
@@ -1453,8 +1472,14 @@ def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
     body += indent(e_lines + [p.store(o.arg, "flat", e_names[o.value.id])
                                for o in spec.outputs], 8)
     body += ["    }", "}"]
-    grid = (-(-N // tile) * tile, -(-M // tile) * tile, spec.batch)
-    return RenderedKernel(name, _finish(p, body), grid, (tile, tile, 1))
+    grid = (-(-spec.n // tile) * tile, -(-spec.m // tile) * tile, spec.batch)
+    return _with_extents(p, RenderedKernel(name, _finish(p, body), grid, (tile, tile, 1)))
+
+
+def _with_extents(p: OpenCLPrinter, r: RenderedKernel) -> RenderedKernel:
+    """``r`` with the launch extents ``p`` registered."""
+    r.extents, r.extent_type = tuple(p.extents.items()), p.index_type
+    return r
 
 
 # The register-blocked GEMM for CPU devices -------------------------------------------------------
@@ -1581,7 +1606,8 @@ def _render_matmul_blocked(spec: MatmulSpec, name, params, fast) -> RenderedKern
     p = _GemmPrinter(spec, fast)
     p.width = w
     it = p.index_type
-    M, N, K = spec.m, spec.n, spec.k
+    M, N = spec.m, spec.n
+    em, en = p.extent("m", M), p.extent("n", N)  # (the text's; M and N decide its form)
     launches, body = [], []
     # blocks down a column of C are neighbours (the runtime hands out work-groups in order of
     # the first dimension): they share B's panel, which stays in cache (measured 1.8x faster
@@ -1592,8 +1618,8 @@ def _render_matmul_blocked(spec: MatmulSpec, name, params, fast) -> RenderedKern
         # check (measured on PoCL, 512 x 4608 x 49 in 12 x 32 blocks: 3.0 ms with an edge
         # kernel, 1.6 ms so; 1.6 ms at N = 64)
         body += _blocked_kernel(p, spec, form, rows, cols, w, name, False, [
-            f"const {it} m0 = min(({it})get_global_id(0) * {rows}, ({it}){M - rows});",
-            f"const {it} n0 = min(({it})get_global_id(1) * {cols}, ({it}){N - cols});",
+            f"const {it} m0 = min(({it})get_global_id(0) * {rows}, {em} - {rows});",
+            f"const {it} n0 = min(({it})get_global_id(1) * {cols}, {en} - {cols});",
             f"const {it} b = ({it})get_global_id(2);"])
         launches.append((name, (-(-M // rows), -(-N // cols), spec.batch), (1, 1, 1)))
     else:
@@ -1601,6 +1627,7 @@ def _render_matmul_blocked(spec: MatmulSpec, name, params, fast) -> RenderedKern
         # the edge kernel's blocks: the last column of blocks (every row), then the last row
         edge_col = -(-M // rows) if N % cols else 0
         edge_row = full_n if M % rows else 0
+        cols_at = f"(({em} + {rows - 1}) / {rows})" if N % cols else "0"  # edge_col, as text
         if full_m and full_n:
             body += _blocked_kernel(p, spec, form, rows, cols, w, name, False, [
                 f"const {it} m0 = ({it})get_global_id(0) * {rows};",
@@ -1609,8 +1636,8 @@ def _render_matmul_blocked(spec: MatmulSpec, name, params, fast) -> RenderedKern
             launches.append((name, (full_m, full_n, spec.batch), (1, 1, 1)))
         body += _blocked_kernel(p, spec, form, rows, cols, w, name + "_edge", True, [
             f"const {it} e = ({it})get_global_id(0);",
-            f"const {it} m0 = (e < {edge_col} ? e : ({it}){full_m}) * {rows};",
-            f"const {it} n0 = (e < {edge_col} ? ({it}){full_n} : e - {edge_col}) * {cols};",
+            f"const {it} m0 = (e < {cols_at} ? e : {em} / {rows}) * {rows};",
+            f"const {it} n0 = (e < {cols_at} ? {en} / {cols} : e - {cols_at}) * {cols};",
             f"const {it} b = ({it})get_global_id(1);"])
         launches.append((name + "_edge", (edge_col + edge_row, spec.batch), (1, 1)))
     what = "B along n" if form == "outer" else "A and B along k"
@@ -1618,7 +1645,7 @@ def _render_matmul_blocked(spec: MatmulSpec, name, params, fast) -> RenderedKern
             f"per work-item, {w} float lanes */\n")
     r = RenderedKernel(name, head + _finish(p, body), launches[0][1], launches[0][2])
     r.launches = launches
-    return r
+    return _with_extents(p, r)
 
 
 def _blocked_kernel(p, spec, form, rows, cols, w, name, edge, coords) -> list[str]:
@@ -1630,7 +1657,7 @@ def _blocked_kernel(p, spec, form, rows, cols, w, name, edge, coords) -> list[st
     store around every fma, 2.5x slower)."""
     it = p.index_type
     vt = f"float{w}"
-    M, N, K = spec.m, spec.n, spec.k
+    M, N, K = p.extent("m", spec.m), p.extent("n", spec.n), spec.k
     vb, vm, vn, vk = (find_var(spec, v) for v in ("b", "m", "n", "k"))
     attrs = "__attribute__((reqd_work_group_size(1, 1, 1))) "
 
@@ -1647,7 +1674,7 @@ def _blocked_kernel(p, spec, form, rows, cols, w, name, edge, coords) -> list[st
         return ["{"] + indent(lines + [f"{into} = {value};"], 4) + ["}"]
 
     def clamp(index, size):
-        return f"min({index}, ({it}){size - 1})" if edge else index
+        return f"min({index}, {size} - 1)" if edge else index
 
     nv = cols // w if form == "outer" else cols  # vectors across the block's columns
     body = [_signature(p, name, attrs) + " {"] + indent(coords, 4)
@@ -1686,11 +1713,11 @@ def _blocked_kernel(p, spec, form, rows, cols, w, name, edge, coords) -> list[st
         # past N, a vector of B is loaded where it ends at N and its lanes moved into place
         # (``shuffle``; measured on PoCL, 256 x 2304 x 196: 2.3 ms with a load per lane,
         # 1.3 ms at N = 192, where no block reaches past N); for N < lanes, a load per lane
-        shifted = N >= w
+        shifted = spec.n >= w
         if edge:  # a block past M but not past N still loads B in vectors
             ut = f"uint{w}"
             lanes = ", ".join(str(x) for x in range(w))
-            moved = [f"const {it} nb{j} = min(n0 + {j * w}, ({it}){N - w});\n"
+            moved = [f"const {it} nb{j} = min(n0 + {j * w}, {N} - {w});\n"
                      f"const {ut} sh{j} = min(({ut})(n0 + {j * w} - nb{j}) + ({ut})({lanes}), "
                      f"({ut})({w - 1}));" for j in range(nv)] if shifted else []
             body += [f"    if (n0 + {cols} <= {N}) {{"] + indent(k_loop(False), 8) + \

@@ -39,7 +39,8 @@ PoCL allocates a buffer's memory at its first use and aborts the process when th
 
 Caches. A kernel is named after its source (``codegen.opencl.named_by_source``): element-wise
 and row-wise kernels take their extent from the launch (the leftover items of the last
-work-group through a global offset), so another batch size of the same graph finds the same
+work-group through a global offset) and products take C's rows and columns as arguments
+(``CompiledKernel.extents``), so another batch size of the same graph finds the same
 source, and its program, already built. On a CPU device no launch leaves its work-group size
 to the runtime: PoCL compiles a kernel's work-group function once per work-group size, and the
 size it picks follows the extent, so each new batch size compiled every such kernel again
@@ -658,7 +659,8 @@ SCALAR_NP = {"uint32": np.uint32}
 class CompiledKernel:
     """A built OpenCL kernel with its ``launches`` (``OpenCLBackend.kernel`` makes them);
     ``source`` is what the dump shows. Called with the buffers of ``spec``, then its scalar
-    arguments' values (ints)."""
+    arguments' values (ints); the launch extents of the rendered kernel
+    (``RenderedKernel.extents``, this kernel's own) follow them at every launch."""
 
     suffix, comment = ".cl", "//"
     execution = Execution(OpenCLBackend.generated)
@@ -668,8 +670,12 @@ class CompiledKernel:
 
         self.launches = [(cl.Kernel(program, kname), g, loc, offset)
                          for kname, g, loc, offset in launches]
-        if spec is not None and spec.scalars:  # PyOpenCL then converts the Python ints
-            types = [None] * len(spec.args) + [SCALAR_NP[s.type] for s in spec.scalars]
+        self.extents = tuple(value for _, value in rendered.extents)
+        if spec is not None and (spec.scalars or self.extents):
+            # PyOpenCL then converts the Python ints
+            extent_np = np.int64 if rendered.extent_type == "long" else np.int32
+            types = [None] * len(spec.args) + [SCALAR_NP[s.type] for s in spec.scalars] + \
+                [extent_np] * len(self.extents)
             for kernel, _, _, _ in self.launches:
                 kernel.set_scalar_arg_dtypes(types)
         self.rendered = rendered
@@ -678,8 +684,10 @@ class CompiledKernel:
         self.label = f"{rendered.name} ({label})"
 
     def __call__(self, backend, args) -> None:
+        extents = self.extents
         for kernel, global_size, local_size, offset in self.launches:
-            event = kernel(backend.queue, global_size, local_size, *args, global_offset=offset)
+            event = kernel(backend.queue, global_size, local_size, *args, *extents,
+                           global_offset=offset)
             backend.launched(event, self.label, self.origin)
 
 

@@ -291,7 +291,8 @@ class TunedKernel(FirstLaunchTuner):
         backend = self.backend
         queue = _profiling_queue(backend)
         backend.finish()  # the inputs are written, and nothing else shares the device
-        events = [knl(queue, global_size, local_size, *args, global_offset=offset)
+        extents = getattr(kernel, "extents", ())  # (CompiledKernel.extents)
+        events = [knl(queue, global_size, local_size, *args, *extents, global_offset=offset)
                   for knl, global_size, local_size, offset in launches]
         events[-1].wait()  # an in-order queue: the last launch ends after the others
         # each launch's own time: the span from the first start to the last end would count
