@@ -318,10 +318,13 @@ def test_the_autotuner_chooses_between_register_blocks_and_blas(backend, rng, mo
 
 
 def test_ten_batch_sizes_share_the_register_blocked_programs(backend, rng, monkeypatch):
-    """A product with a weight (its rows the batch's) and a strided convolution (its
-    columns the batch's positions) at ten batch sizes: the register-blocked kernels take C's
-    rows and columns as arguments, so the programs of the first size serve the other nine,
-    the ragged last blocks included. Values against float64 references."""
+    """A product with a weight (its rows the batch's), one by a weight (its columns the
+    batch's, that operand a transposed view, which the tiled kernel reads) and a strided
+    convolution (a product per image) at ten batch sizes: the register-blocked and the tiled
+    kernels take C's rows and columns as arguments, so the programs of the first size serve
+    the other nine, the ragged last blocks included. (An operand stored with the batch's
+    columns along its rows spells their count in its strides: its program is built again.)
+    Values against float64 references."""
     from lazyburn.runtime import opencl
 
     monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
@@ -336,15 +339,21 @@ def test_ten_batch_sizes_share_the_register_blocked_programs(backend, rng, monke
         x = rng.standard_normal((batch, 16, 15, 13)).astype(np.float32)
         before = backend.compiles + backend.program_loads
         got = lb.relu(lb.tensor(a, device=DEVICE) @ W).numpy()
+        viewed = lb.relu(W.mT @ lb.tensor(a, device=DEVICE).reshape(-1, 33).mT).numpy()
         conv = lb.relu(lb.conv2d(lb.tensor(x, device=DEVICE), K, C, 2, 1)).numpy()
         built.append(backend.compiles + backend.program_loads - before)
         check(got, np.maximum(a.astype(np.float64) @ w, 0), np.abs(a), np.abs(w), 33)
+        flat = a.reshape(-1, 33).T
+        check(viewed, np.maximum(w.T.astype(np.float64) @ flat, 0), np.abs(w.T), np.abs(flat),
+              33)
         want = _conv_reference(x.astype(np.float64), kernel.astype(np.float64), 2, 1, 1)
         np.testing.assert_allclose(conv, np.maximum(want + bias[:, None, None], 0),
                                    rtol=1e-4, atol=1e-4)
     products = [k for plan in backend.plans._plans.values() for k in plan.kernels
                 if k.kind == "matmul"]
-    assert len(products) == 20 and all(
-        blocked(k) or isinstance(k.compiled, opencl.WrittenOperandMatmul) for k in products)
-    assert sum(isinstance(k.compiled, opencl.WrittenOperandMatmul) for k in products) == 10
+    written = [isinstance(k.compiled, opencl.WrittenOperandMatmul) for k in products]
+    tiled = [not w and not blocked(k) and isinstance(k.compiled, opencl.CompiledKernel)
+             for k, w in zip(products, written)]
+    assert len(products) == 30 and sum(written) == sum(tiled) == 10
+    assert sum(blocked(k) for k in products) == 10
     assert built[1:] == [0] * 9, built

@@ -832,12 +832,13 @@ def test_compiles_for_sm90():
 
 
 def test_ten_batch_sizes_share_every_kernel(dev, rng, monkeypatch):
-    """A layer norm, a softmax, a GELU of a bias add and a product with a weight over
-    (batch, length, 64) at ten batch sizes: the kernels take their element and row counts (a
-    product's rows and its tiles of them) as arguments and are named after their source, so
-    the kernel modules of the first size serve the other nine (every size here has the same
-    launch parameters and ragged last blocks: the interpreter's larger tiles need fewer
-    rows than a GPU's). Values against NumPy."""
+    """A layer norm, a softmax, a GELU of a bias add, a product with a weight (its rows the
+    batch's) and one by a weight (its columns the batch's) over (batch, length, 64), and a
+    convolution (a product per image) at ten batch sizes: the kernels take their element and
+    row counts (a product's rows, columns and tiles of them) as arguments and are named after
+    their source, so the kernel modules of the first size serve the other nine (every size
+    here has the same launch parameters and ragged last blocks: the interpreter's larger
+    tiles need fewer rows than a GPU's). Values against NumPy and PyTorch."""
     from scipy.special import erf
 
     from lazyburn.runtime import cuda
@@ -855,6 +856,8 @@ def test_ten_batch_sizes_share_every_kernel(dev, rng, monkeypatch):
     # which a GPU's default is the library's product, cuda_tuning.LIBRARY_DEFAULT_WORK)
     m = rng.standard_normal((64, 24)).astype(np.float32)
     W, B, Mat = (lb.tensor(a, device=dev) for a in (w, bias, m))
+    kernel = (rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32)
+    Kernel = lb.tensor(kernel, device=dev)
     batches, length = (range(10, 20), 7) if runtime.backend(dev).interpret else \
         (range(17, 27), 257)
     for batch in batches:
@@ -865,7 +868,14 @@ def test_ten_batch_sizes_share_every_kernel(dev, rng, monkeypatch):
         soft = lb.softmax(X * 1.5, axis=-1).numpy()
         act = lb.gelu(X + B).numpy()
         lin = (X @ Mat).numpy()
+        cols = (Mat.mT @ X.reshape(-1, 64).mT).numpy()
+        image = rng.standard_normal((batch, 4, 9, 9)).astype(np.float32)
+        conv = lb.conv2d(lb.tensor(image, device=dev), Kernel, padding=1).numpy()
         np.testing.assert_allclose(lin, x @ m, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(cols, m.T @ x.reshape(-1, 64).T, rtol=1e-4, atol=1e-4)
+        want = torch.nn.functional.conv2d(torch.from_numpy(image), torch.from_numpy(kernel),
+                                          padding=1).numpy()
+        np.testing.assert_allclose(conv, want, rtol=1e-4, atol=1e-5)
         mean = x.mean(-1, keepdims=True)
         var = ((x - mean) ** 2).mean(-1, keepdims=True)
         np.testing.assert_allclose(norm, (x - mean) / np.sqrt(var + 1e-5) * w + bias,
@@ -875,7 +885,7 @@ def test_ten_batch_sizes_share_every_kernel(dev, rng, monkeypatch):
         z = x + bias
         np.testing.assert_allclose(act, 0.5 * z * (1 + erf(z / np.sqrt(2))), rtol=1e-5,
                                    atol=1e-6)
-    assert len(loaded[0]) >= 4 and all(names == loaded[0] for names in loaded[1:]), loaded
+    assert len(loaded[0]) >= 6 and all(names == loaded[0] for names in loaded[1:]), loaded
 
 
 def test_the_gpu_compiler_runs_llvm_at_the_chosen_level(monkeypatch, tmp_path):

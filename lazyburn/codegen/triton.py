@@ -3,13 +3,13 @@
 Sizes are baked into the source as constants, and so are the launch parameters (block sizes),
 so the module that Triton compiles is exactly what a dump shows, except the extents that a
 batch size changes: an element-wise kernel's element count, a row-wise kernel's rows and a
-product's rows (M) and batch are arguments (``TritonPrinter.extent``), and the kernel is named
-after its source (``common.source_name``), so that another batch size, where the source
-spells no other size it changes, loads the same module and Triton's compiled kernel (which
-Triton specializes on those arguments only as on any integer: 1, multiples of 16). The
-kernels take buffer pointers, then scalar arguments, then the extents; the grid, the extents'
-values and the compile options (``num_warps``, ``num_stages``) come back in
-:class:`RenderedKernel`.
+product's rows and columns (M and N) and their tiles are arguments (``TritonPrinter.extent``),
+and the kernel is named after its source (``common.source_name``), so that another batch
+size, where the source spells no other size it changes, loads the same module and Triton's
+compiled kernel (which Triton specializes on those arguments only as on any integer: 1,
+multiples of 16). The kernels take buffer pointers, then scalar arguments, then the extents;
+the grid, the extents' values and the compile options (``num_warps``, ``num_stages``) come
+back in :class:`RenderedKernel`.
 
 * Element-wise: a 1-D blocked kernel, ``i = pid * BLOCK + tl.arange(0, BLOCK)``, masked only
   when ``BLOCK`` does not divide the element count.

@@ -204,7 +204,8 @@ def _tile_position(p: TritonPrinter, spec: MatmulSpec, params, tile: str, suffix
     ``tile`` (names get ``suffix``), with the program swizzle of Triton's matmul tutorial:
     GROUP_M rows of tiles run together and share their B columns in L2."""
     BM, BN, G = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["GROUP_M"])
-    tiles_m, tiles_n = p.extent("tiles_m", cdiv(spec.m, BM)), cdiv(spec.n, BN)
+    tiles_m = p.extent("tiles_m", cdiv(spec.m, BM))
+    tiles_n = p.extent("tiles_n", cdiv(spec.n, BN))
     cast = ".to(tl.int64)" if spec.index_dtype.name == "int64" else ""
     t = f"t_in{suffix}"
     if spec.batch > 1:
@@ -213,10 +214,10 @@ def _tile_position(p: TritonPrinter, spec: MatmulSpec, params, tile: str, suffix
     else:
         lines = [f"pid_b{suffix} = 0", f"{t} = {tile}"]
     group_m = f"group_m{suffix}"
-    lines += [f"first_m{suffix} = ({t} // {G * tiles_n}) * {G}",
+    lines += [f"first_m{suffix} = ({t} // ({G} * {tiles_n})) * {G}",
               f"{group_m} = tl.minimum({tiles_m} - first_m{suffix}, {G})",
               f"pid_m{suffix} = first_m{suffix} + ({t} % {group_m})",
-              f"pid_n{suffix} = ({t} % {G * tiles_n}) // {group_m}",
+              f"pid_n{suffix} = ({t} % ({G} * {tiles_n})) // {group_m}",
               f"rm{suffix} = pid_m{suffix}{cast} * {BM} + tl.arange(0, {BM})",
               f"rn{suffix} = pid_n{suffix}{cast} * {BN} + tl.arange(0, {BN})"]
     return lines
@@ -235,7 +236,7 @@ def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, tma: di
     if ragged["m"]:
         body.append(f"a_mmask = a_m < {p.extent('m', M)}")
     if ragged["n"]:
-        body.append(f"b_nmask = b_n < {N}")
+        body.append(f"b_nmask = b_n < {p.extent('n', N)}")
     dot = uses_dot(spec)  # else: integers and float64 multiply and sum tiles
     acc_t = _acc_type(spec)
     body.append(f"acc = tl.full(({BM}, {BN}), 0, {acc_t})")
@@ -336,7 +337,7 @@ def _epilogue(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, suffix: 
             body.append(f"m_mask = m < {p.extent('m', M)}")
             p.var_masks["m"] = "m_mask"
         if ragged["n"]:
-            body.append(f"n_mask = n < {N}")
+            body.append(f"n_mask = n < {p.extent('n', N)}")
             p.var_masks["n"] = "n_mask"
         scope = {v["b"].id: f"pid_b{suffix}"} if "b" in v else {}
         scope.update({v[var].id: var for var in ("m", "n") if var in v})
@@ -349,7 +350,7 @@ def _epilogue(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, suffix: 
                 scope[acc_ids[0]] = f"{part}_h"
         lines, names = p.emit([o.value for o in spec.outputs], scope)
         body += lines
-        body.append(f"flat = (pid_b{suffix} * {p.extent('m', M)} + m) * {N} + n")
+        body.append(f"flat = (pid_b{suffix} * {p.extent('m', M)} + m) * {p.extent('n', N)} + n")
         mask = " & ".join(p.var_masks[x] for x in ("m", "n") if x in p.var_masks) or None
         for o in spec.outputs:
             body.append(p.store(o.arg, "flat", o.value, names[o.value.id], mask))

@@ -166,10 +166,10 @@ class TritonPrinter(ExprPrinter):
 
     def extent(self, name: str, value: int) -> str:
         """Launch extent ``value`` (an element-wise kernel's element count, a row-wise
-        kernel's rows, a product's rows) as the kernel argument ``ext_<name>``, not a literal:
-        a kernel whose source spells no other size that a batch size changes then serves
-        every batch size (as in the WGSL and OpenCL kernels). Triton specializes the argument
-        as it does any integer: on a value of 1 and on divisibility by 16."""
+        kernel's rows, a product's rows and columns) as the kernel argument ``ext_<name>``,
+        not a literal: a kernel whose source spells no other size that a batch size changes
+        then serves every batch size (as in the WGSL and OpenCL kernels). Triton specializes
+        the argument as it does any integer: on a value of 1 and on divisibility by 16."""
         arg = f"ext_{name}"
         self.extents[arg] = int(value)
         return arg
