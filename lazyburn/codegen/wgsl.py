@@ -2,8 +2,8 @@
 
 Each spec becomes one ``@compute`` entry point with its sizes baked in as constants (shapes are
 part of the plan's key), but for the counts a new batch size changes: an element-wise kernel's
-element count, a row-wise kernel's row count, a matmul's M, its tiles and the batch are read
-from the uniform buffer (``WGSLPrinter.extent``), and the workgroup's place is rebuilt from the
+element count, a row-wise kernel's row count, a matmul's M, N, their tiles and the batch are
+read from the uniform buffer (``WGSLPrinter.extent``), and the workgroup's place is rebuilt from the
 dispatch's own size (``num_workgroups``). The entry point is named after the source, so a graph
 run at another batch size finds its pipelines built. The expression walk is the shared
 ``ExprPrinter``; what differs from OpenCL C is spelled here: the type and intrinsic names,
@@ -1347,16 +1347,19 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
     zero = p.literal(0, spec.acc_dtype)
     shared = [f"var<workgroup> As: array<{acc_t}, {tile * block}>;",
               f"var<workgroup> Bs: array<{acc_t}, {tile * block}>;"]
-    # M, its tiles and the batch read from the uniform buffer: for x @ w over rows of x (a
-    # batch of sequences), a new batch size changes nothing else the source spells
-    groups, tm, m_rows = (p.extent(v) for v in (tiles_m * tiles_n * spec.batch, tiles_m, M))
+    # M, N, their tiles and the batch read from the uniform buffer: for x @ w over rows of x
+    # (a batch of sequences), or w @ x over its columns, a new batch size changes nothing
+    # else the source spells
+    groups, tm, tn, m_rows, n_cols = (p.extent(v) for v in (
+        tiles_m * tiles_n * spec.batch, tiles_m, tiles_n, M, N))
     body = [entry_point(name, threads),
             f"    let g = {linear_group(dims)};",
             f"    if (g >= u32({groups})) {{ return; }}",
-            f"    let n0 = i32(g % {tiles_n}u) * {block}i;",
-            f"    let m0 = i32((g / {tiles_n}u) % u32({tm})) * {block}i;",
-            f"    let b = i32(g / ({tiles_n}u * u32({tm})));",
+            f"    let n0 = i32(g % u32({tn})) * {block}i;",
+            f"    let m0 = i32((g / u32({tn})) % u32({tm})) * {block}i;",
+            f"    let b = i32(g / (u32({tn}) * u32({tm})));",
             f"    let rows_m = {m_rows};",
+            f"    let cols_n = {n_cols};",
             "    let lid = i32(lid_u);",
             f"    let tx = lid % {tile}i;",
             f"    let ty = lid / {tile}i;"]
@@ -1370,7 +1373,7 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
     loads = [(a_lines, a_names, spec.a, "kk", f"e % {tile}i", "mm", f"e / {tile}i",
               "m = m0 + mm", f"m < rows_m && k < {K}i", "As", "mm"),
              (b_lines, b_names, spec.b, "nn", f"e % {block}i", "kk", f"e / {block}i",
-              "n = n0 + nn", f"k < {K}i && n < {N}i", "Bs", "nn")]
+              "n = n0 + nn", f"k < {K}i && n < cols_n", "Bs", "nn")]
     for lines, names, operand, v1, e1, v2, e2, pos, inside, array, col in loads:
         load = [f"let {v1} = {e1};", f"let {v2} = {e2};", f"let {pos};", "let k = k0 + kk;",
                 f"var v: {acc_t} = {zero};", f"if ({inside}) {{"] + \
@@ -1418,9 +1421,9 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
             epilogue += p.loop_trips(e_lines)
             body += ["    {", f"        let m = m0 + ty + {i * tile}i;",
                      f"        let n = n0 + tx + {j * tile}i;",
-                     f"        if (m < rows_m && n < {N}i) {{",
+                     f"        if (m < rows_m && n < cols_n) {{",
                      f"            let acc = acc_{i}_{j};",
-                     f"            let flat = (b * rows_m + m) * {N}i + n;"]
+                     f"            let flat = (b * rows_m + m) * cols_n + n;"]
             body += indent(e_lines + [p.store(o.arg, "flat", e_names[o.value.id])
                                        for o in spec.outputs], 12)
             body += ["        }", "    }"]
