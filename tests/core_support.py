@@ -212,3 +212,26 @@ def outputs_off_in_a_few_places(d, n: int, far: int, rng):
         a[:6] = [np.nan, np.inf, -np.inf, -0.0, e.dtype.type(1e4), np.nan]  # 4, 5 differ
         a[far] = e[far] * 2 + 1
     return e, a
+
+
+def row_ops(X, W, B) -> tuple:
+    """``layer_norm(X)`` over the last axis with weight ``W`` and bias ``B``,
+    ``softmax(X * 1.5)`` and ``gelu(X + B)``, read back as NumPy arrays: the row-wise and
+    element-wise kernels of a transformer layer (``check_row_ops`` checks them)."""
+    return (lb.layer_norm(X, (X.shape[-1],), W, B).numpy(), lb.softmax(X * 1.5, axis=-1).numpy(),
+            lb.gelu(X + B).numpy())
+
+
+def check_row_ops(got: tuple, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> None:
+    """``row_ops`` of float32 ``x``, ``w``, ``b`` against NumPy (SciPy's erf)."""
+    from scipy.special import erf
+
+    norm, soft, act = got
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    np.testing.assert_allclose(norm, (x - mean) / np.sqrt(var + 1e-5) * w + b, rtol=1e-4,
+                               atol=1e-5)
+    e = np.exp(x * 1.5 - (x * 1.5).max(-1, keepdims=True))
+    np.testing.assert_allclose(soft, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+    h = (x + b).astype(np.float64)
+    np.testing.assert_allclose(act, 0.5 * h * (1 + erf(h / np.sqrt(2))), rtol=1e-5, atol=1e-6)
