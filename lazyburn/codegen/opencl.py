@@ -1607,7 +1607,9 @@ def _render_matmul_blocked(spec: MatmulSpec, name, params, fast) -> RenderedKern
     p.width = w
     it = p.index_type
     M, N = spec.m, spec.n
-    em, en = p.extent("m", M), p.extent("n", N)  # (the text's; M and N decide its form)
+    # C's rows and columns as the source spells them: arguments; their values still choose
+    # the form (the last blocks moved back, or an edge kernel) and the launches
+    em, en = p.extent("m", M), p.extent("n", N)
     launches, body = [], []
     # blocks down a column of C are neighbours (the runtime hands out work-groups in order of
     # the first dimension): they share B's panel, which stays in cache (measured 1.8x faster
@@ -1627,7 +1629,7 @@ def _render_matmul_blocked(spec: MatmulSpec, name, params, fast) -> RenderedKern
         # the edge kernel's blocks: the last column of blocks (every row), then the last row
         edge_col = -(-M // rows) if N % cols else 0
         edge_row = full_n if M % rows else 0
-        cols_at = f"(({em} + {rows - 1}) / {rows})" if N % cols else "0"  # edge_col, as text
+        edge_col_text = f"(({em} + {rows - 1}) / {rows})" if N % cols else "0"
         if full_m and full_n:
             body += _blocked_kernel(p, spec, form, rows, cols, w, name, False, [
                 f"const {it} m0 = ({it})get_global_id(0) * {rows};",
@@ -1636,8 +1638,9 @@ def _render_matmul_blocked(spec: MatmulSpec, name, params, fast) -> RenderedKern
             launches.append((name, (full_m, full_n, spec.batch), (1, 1, 1)))
         body += _blocked_kernel(p, spec, form, rows, cols, w, name + "_edge", True, [
             f"const {it} e = ({it})get_global_id(0);",
-            f"const {it} m0 = (e < {cols_at} ? e : {em} / {rows}) * {rows};",
-            f"const {it} n0 = (e < {cols_at} ? {en} / {cols} : e - {cols_at}) * {cols};",
+            f"const {it} m0 = (e < {edge_col_text} ? e : {em} / {rows}) * {rows};",
+            f"const {it} n0 = (e < {edge_col_text} ? {en} / {cols} : e - {edge_col_text}) * "
+            f"{cols};",
             f"const {it} b = ({it})get_global_id(1);"])
         launches.append((name + "_edge", (edge_col + edge_row, spec.batch), (1, 1)))
     what = "B along n" if form == "outer" else "A and B along k"

@@ -3,9 +3,9 @@
 Each spec becomes one ``@compute`` entry point with its sizes baked in as constants (shapes are
 part of the plan's key), but for the counts a new batch size changes: an element-wise kernel's
 element count, a row-wise kernel's row count, a matmul's M, N, their tiles and the batch are
-read from the uniform buffer (``WGSLPrinter.extent``), and the workgroup's place is rebuilt from the
-dispatch's own size (``num_workgroups``). The entry point is named after the source, so a graph
-run at another batch size finds its pipelines built. The expression walk is the shared
+read from the uniform buffer (``WGSLPrinter.extent``), and the workgroup's place is rebuilt
+from the dispatch's own size (``num_workgroups``). The entry point is named after the source,
+so a graph run at another batch size finds its pipelines built. The expression walk is the shared
 ``ExprPrinter``; what differs from OpenCL C is spelled here: the type and intrinsic names,
 ``select`` for ``?:``, and the hooks below for storage and for what WGSL leaves undefined
 (``wgsl_functions`` holds the functions).

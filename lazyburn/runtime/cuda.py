@@ -619,10 +619,10 @@ class TritonKernel:
                                   self.origin) from None
             raise
         if not backend.interpret and compiled is not None and hasattr(compiled, "__getitem__"):
-            self.fast = _with_extents(compiled[self.grid], self.extents)
+            self.fast = _launch_with_extents(compiled[self.grid], self.extents)
 
 
-def _with_extents(launch, extents: tuple):
+def _launch_with_extents(launch, extents: tuple):
     """``launch(*args, stream=None)`` of a compiled kernel, the launch ``extents`` appended
     to its arguments (``launch`` itself when there are none)."""
     if not extents:
