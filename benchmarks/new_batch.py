@@ -18,6 +18,7 @@ every process.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -32,12 +33,17 @@ SEQ = 32
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="opencl:0")
+    ap.add_argument("--calls", type=int, default=2, help="calls per batch size (at least 2)")
+    ap.add_argument("--no-pocl-cache", action="store_true")
+    args = ap.parse_args()
     if os.environ.get("_NEW_BATCH_CHILD") != "1":
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, _NEW_BATCH_CHILD="1", LAZYBURN_CACHE_DIR=cache,
                        LAZYBURN_AUTOTUNE="0", POCL_CACHE_DIR=os.path.join(cache, "pocl"),
                        TRITON_CACHE_DIR=os.path.join(cache, "triton"))
-            if "--no-pocl-cache" in sys.argv[1:]:
+            if args.no_pocl_cache:
                 env["POCL_KERNEL_CACHE"] = "0"
             return subprocess.run([sys.executable, __file__, *sys.argv[1:]],
                                   env=env).returncode
@@ -48,8 +54,7 @@ def main() -> int:
 
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                           capture_output=True, text=True).stdout.strip()
-    device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "opencl:0"
-    calls = int(sys.argv[sys.argv.index("--calls") + 1]) if "--calls" in sys.argv else 2
+    device, calls = args.device, max(args.calls, 2)
     pocl = "off" if os.environ.get("POCL_KERNEL_CACHE") == "0" else "on, empty at the start"
     print(f"commit {head}; lazyburn from {Path(lb.__file__).parent}; device {device}"
           + (f"; PoCL's cache {pocl}" if device.startswith("opencl") else ""))
