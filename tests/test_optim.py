@@ -168,6 +168,24 @@ def test_step_skips_parameters_without_gradients_and_keeps_grad(rng):
     assert a.grad is None
 
 
+@pytest.mark.skipif(not FUSED_DEVICES, reason="no second device on this machine")
+def test_step_computes_its_devices_pending_work_and_leaves_another_devices(rng):
+    """The step realizes what is pending on its parameters' devices (the loss comes out of
+    the step's plan); another device's pending tensor shares no plan with it, so it stays
+    pending (and a failure there cannot fail the step)."""
+    a = lb.tensor(rng.standard_normal(3).astype(np.float32), requires_grad=True)
+    elsewhere = rng.standard_normal(4).astype(np.float32)
+    other = lb.tensor(elsewhere, device=FUSED_DEVICES[0]) * 3
+    loss = (a * a).sum()
+    loss.backward()
+    start = a.numpy()
+    optim.SGD([a], lr=0.5).step()
+    assert not loss.is_pending and other.is_pending
+    np.testing.assert_allclose(loss.numpy(), (start * start).sum(), rtol=1e-6)
+    np.testing.assert_allclose(a.numpy(), start - 0.5 * 2 * start, rtol=1e-6)
+    np.testing.assert_allclose(other.numpy(), elsewhere * 3, rtol=1e-6)
+
+
 def test_the_update_is_blamed_on_the_step_line(rng):
     a = lb.tensor(rng.standard_normal(3).astype(np.float32), requires_grad=True)
     opt = optim.SGD([a], lr=0.5, momentum=0.9)

@@ -74,9 +74,9 @@ class Graph:
         return out
 
     # sync ------------------------------------------------------------------------------------
-    def sync(self, *tensors) -> None:
+    def sync(self, *tensors, devices=None) -> None:
         """Realize every pending tensor of this graph that is still referenced (or only
-        ``tensors`` when given).
+        ``tensors`` when given; or only those on ``devices``, a collection of device strings).
 
         Raises whatever the device raises (KernelCompileError, OutOfMemoryError, DeviceError),
         naming the user's line; on error no tensor is changed and the next sync can try again.
@@ -85,6 +85,8 @@ class Graph:
             outputs = [t.node for t in tensors if t.node.buffer is None]
         else:
             outputs = self.pending_nodes()
+            if devices is not None:
+                outputs = [n for n in outputs if n.device in devices]
         if outputs:
             runtime.realize(outputs)
         if not tensors:
@@ -135,16 +137,20 @@ def default_graph() -> Graph:
     return _default
 
 
-def sync(*tensors) -> None:
-    """Realize every pending tensor still referenced, in every graph (or just ``tensors``)."""
+def sync(*tensors, devices=None) -> None:
+    """Realize every pending tensor still referenced, in every graph (or just ``tensors``; or
+    just those on ``devices``, a collection of device strings such as ``{"cuda:0"}``).
+
+    Raises what ``Graph.sync`` raises."""
     if tensors:
         outputs = [t.node for t in tensors if t.node.buffer is None]
         if outputs:
             runtime.realize(outputs)
         return
     for g in list(dict.fromkeys(scopes + list(_exited))):
-        g.sync()
-        _exited.pop(g, None)
+        g.sync(devices=devices)
+        if devices is None or not g.has_pending():
+            _exited.pop(g, None)
 
 
 def key(*tensors):

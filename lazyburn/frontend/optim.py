@@ -2,7 +2,8 @@
 
 ``step()`` records each parameter's update (moments, bias correction, weight decay) with grad
 mode off, then computes the new parameters, the optimizer state, the gradients and every other
-pending tensor still referenced in one realize (``lazyburn.graph.sync()``). As the forward and
+pending tensor still referenced on the parameters' devices in one realize
+(``lazyburn.graph.sync(devices=...)``). As the forward and
 backward that produced the gradients are usually still pending, the whole training step
 (forward, backward, update, and the loss or a gradient norm the caller holds) is planned and
 fused as one graph there, and reading the loss after the step computes nothing again.
@@ -131,10 +132,11 @@ class Optimizer:
                     updated.append((p, self._update(p, g, state, group, scalar), g))
         if not updated:
             return loss
-        # every pending tensor still referenced, not only the update's: the loss and anything
-        # else computed from the same forward (a gradient norm) come out of the same plan
-        # instead of computing that forward again when read
-        sync()
+        # every pending tensor still referenced on the parameters' devices, not only the
+        # update's: the loss and anything else computed from the same forward (a gradient
+        # norm) come out of the same plan instead of computing that forward again when read;
+        # another device's pending work shares no plan with the step and stays pending
+        sync(devices={p.device for p, _, _ in updated})
         for p, new, g in updated:
             rebind(p, new.node)
             p.requires_grad_()
