@@ -862,7 +862,15 @@ class Partitioner:
         same questions again and again as the stored set grows. Given the group's anchors
         (its ``mask``, part of the key), only the answers about values computed from them
         can change (whether they are stored, and where): only those are kept and asked
-        again."""
+        again.
+
+        The trial lowers the anchors and ``n`` alone, not the outputs ``g`` already has: a
+        group lowers when each of its outputs does (``lower`` checks each output's value at
+        its own index; the stages are the anchors'), and each of ``g``'s outputs lowered when
+        it was added, under the same answers (homes are given in topological order, so no
+        later home changes what an earlier output's value computes inline; the stored set
+        is fixed within a round). So the answer depends on ``n`` and the anchors only, and a
+        trial is kept across the outputs ``g`` gathers in each round."""
         anc, mask = self.anc, g.mask
 
         def varies(x) -> bool:
@@ -877,7 +885,7 @@ class Partitioner:
                 return True
             return id(x) in stored and x is not n and home.get(id(x)) is not g
 
-        key = (id(g.anchors[0]), mask, tuple([id(o) for o in g.outputs]), id(n))
+        key = (id(g.anchors[0]), mask, id(n))
         for ok, asked in self._trials.get(key, ()):
             if all(external(x) == was for x, was in asked):
                 return ok
@@ -888,7 +896,7 @@ class Partitioner:
             if varies(x):
                 asked[id(x)] = (x, answer)
             return answer
-        trial = FusionGroup(g.kind, list(g.anchors), list(g.outputs) + [n], g.space)
+        trial = FusionGroup(g.kind, list(g.anchors), [n], g.space)
         try:
             lower(trial, recording)
             ok = True
