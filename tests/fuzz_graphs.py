@@ -16,8 +16,8 @@ Comparisons stay meaningful:
   check allows ``4 E`` plus four roundings at ``B``. Ops that would push ``B`` past 1e4 are
   replaced by a squashing ``tanh``.
 - Discontinuous ops (comparisons, floor/ceil/round, sign, casts to integers, argmax) take only
-  *exact* values -- inputs and what views, negation, abs, max/min and selects make of them -- so
-  a one-ulp difference upstream cannot flip them (DESIGN.md, "Testing").
+  *exact* values -- inputs and what views, negation, abs, max/min, max pooling and selects make
+  of them -- so a one-ulp difference upstream cannot flip them (DESIGN.md, "Testing").
 - Integer programs are exact: wrapping arithmetic, divisors kept nonzero, shift counts in range.
 - Some float32/float64 steps pass through complex values and back (``lb.real(lb.log(v3 + 1j))``):
   the fused devices' lowering of complex numbers to their parts, fused with its neighbours.
@@ -289,6 +289,10 @@ def _float_step(g: _Gen, kind, name, a: Value, vals) -> Value | None:
     if kind == "matmul" and a.dtype in ("float32", "float64") and a.shape and \
             g.rng.random() < 0.4:
         v = _library_step(g, name, a)
+        if v is not None:
+            return v
+    if kind == "matmul" and len(a.shape) in (3, 4) and g.rng.random() < 0.5:
+        v = _window_step(g, name, a)
         if v is not None:
             return v
     if kind == "unary" or (kind == "matmul" and len(a.shape) < 2) or \
@@ -613,6 +617,54 @@ def _matmul_step(g: _Gen, name, a: Value, vals) -> Value | None:
                  2 * k * B * E + levels * u * k * B * B, False)
 
 
+def _window_step(g: _Gen, name, a: Value, ops=("conv2d", "max_pool2d", "avg_pool2d")):
+    """A convolution or a pooling over the last two axes of a (C, H, W) or (N, C, H, W) value:
+    kernel sides 1 to 3, stride and dilation 1 or 2, padding up to half the kernel, ceil_mode
+    and count_include_pad either way, grouped and depthwise convolutions. A convolution's
+    weight is ``(arange % 7 - 3) / 4``: exact in every float type, and no two neighbouring
+    taps alike, so a weight read at another tap or channel shows. None where the window does
+    not fit (or the work would be too large)."""
+    op = g.choice(list(ops))
+    c, h, w = a.shape[-3:]
+    kh, kw = int(g.rng.integers(1, 4)), int(g.rng.integers(1, 4))
+    stride = int(g.rng.integers(1, 3))
+    dilation = int(g.rng.integers(1, 3)) if op != "avg_pool2d" else 1
+    pad = int(g.rng.integers(0, min(kh, kw) // 2 + 1))
+    ceil = bool(g.rng.random() < 0.3) and op != "conv2d"
+    out_hw = []
+    for side, k in ((h, kh), (w, kw)):
+        span = side + 2 * pad - dilation * (k - 1) - 1
+        if span < 0:
+            return None
+        n = (-(-span // stride) if ceil else span // stride) + 1
+        if ceil and (n - 1) * stride >= side + pad:  # PyTorch's rule: no window starts in the pad
+            n -= 1
+        out_hw.append(n)
+    lead = a.shape[:-3]
+    u, levels = _u(a.dtype), math.ceil(math.log2(max(kh * kw, 2))) + 2
+    B, E = a.bound, a.err
+    if op == "max_pool2d":
+        return Value(f"lb.max_pool2d({name}, ({kh}, {kw}), {stride}, {pad}, {dilation}, "
+                     f"ceil_mode={ceil})", lead + (c, *out_hw), a.dtype, B, E, a.exact)
+    if op == "avg_pool2d":
+        include = bool(g.rng.random() < 0.5)
+        return Value(f"lb.avg_pool2d({name}, ({kh}, {kw}), {stride}, {pad}, ceil_mode={ceil}, "
+                     f"count_include_pad={include})", lead + (c, *out_hw), a.dtype, B,
+                     E + (levels + 1) * u * B, False)
+    groups = g.choice([1, c] + [d for d in range(2, c) if c % d == 0][:2])
+    c_out = groups * int(g.rng.integers(1, 3))
+    taps = c // groups * kh * kw
+    if _size(lead + (c_out, *out_hw)) * taps > (1 << 22) or B * taps > 1e5:
+        return None
+    levels = math.ceil(math.log2(max(taps, 2))) + 2
+    shape = (c_out, c // groups, kh, kw)
+    weight = (f"((lb.arange({_size(shape)}, dtype='float32') % 7 - 3) / 4)"
+              f".astype('{a.dtype}').reshape({shape})")
+    return Value(f"lb.conv2d({name}, {weight}, stride={stride}, padding={pad}, "
+                 f"dilation={dilation}, groups={groups})", lead + (c_out, *out_hw), a.dtype,
+                 0.75 * taps * B, 0.75 * taps * E + levels * u * 0.75 * taps * B, False)
+
+
 # library calls (decompositions, Fourier transforms) of well-conditioned operands: M is the
 # identity plus c * tanh(a) on a's leading k x k block, c = 0.4 / k, so every eigenvalue and
 # singular value of M (and of the symmetric matrix of its lower triangle) lies in [0.6, 1.4]:
@@ -699,6 +751,8 @@ def _int_step(g: _Gen, kind, name, a: Value, vals) -> Value | None:
         return _reduce_step(g, name, a)
     if kind == "view" and s:
         return _view_step(g, name, a)
+    if kind == "matmul" and len(s) in (3, 4) and g.rng.random() < 0.5:
+        return _window_step(g, name, a, ops=("max_pool2d",))
     if kind == "matmul" and len(s) >= 2:
         return _matmul_step(g, name, replace(a, bound=min(a.bound, 2 ** 15)), vals) \
             if a.dtype == "int64" else None

@@ -2,9 +2,9 @@
 
 ``test_generated_programs``: programs of tests/fuzz_graphs.py (all ops: transcendental functions,
 pow, erf, casts, comparisons and selects, every view including flip/tile/repeat/pad/concat/take,
-reductions, matmul; shapes up to 2^20 elements and zero-size ones; up to 60 steps), reproducible
-by seed, compared within error bounds carried through each program. A failure is shrunk and
-printed as a standalone reproducer (``make fuzz`` runs the long campaign).
+reductions, matmul, convolutions and pooling; shapes up to 2^20 elements and zero-size ones; up
+to 60 steps), reproducible by seed, compared within error bounds carried through each program. A
+failure is shrunk and printed as a standalone reproducer (``make fuzz`` runs the long campaign).
 
 ``test_random_graphs_match_numpy``: hypothesis programs of continuous ops on fresh float32
 data, which hypothesis shrinks itself.
