@@ -185,6 +185,24 @@ def test_gathers_and_concat_and_pad_fuse(device, rng):
     check(f, device, x, kernels=1)
 
 
+def test_a_gather_another_kernel_stores_is_loaded_not_listed_as_computed(device, rng):
+    """A gather read by two reductions is stored by the first (fused on read there) and loaded
+    by the second: the second kernel's ops name what it computes, the multiply, and not the
+    gather, which it does not compute."""
+    x = rng.standard_normal((10, 6), dtype=np.float32)
+    idx = np.array([3, 0, 9, 2])
+
+    def f(t):
+        rows = lb.take(t, idx, axis=0)
+        return rows.sum(0), (rows * 2).max(1)
+
+    plan = check(f, device, x, kernels=2)
+    storing, loading = plan.kernels
+    assert [(o.op, o.role) for o in storing.ops if o.op == "take"] == \
+        [("take", "fused on read, stored")], str(plan)
+    assert [o.op for o in loading.ops] == ["mul", "max", "reshape"], str(plan)
+
+
 def test_a_reshape_maps_merged_dimensions_without_division(device, rng):
     """A padded pooling window read through a reshape that merges two dimensions (a matmul's
     (C, H*W) result seen as (C, H, W)): the load's index is the merged coordinate itself,

@@ -178,8 +178,10 @@ class Lowering:
                 stack.pop()
                 e = done.value
                 memo[key] = e
-                if e.op != "load" or node.op in ("take", "take_along_axis"):
-                    # (a gather is computed even where it ends in a load: its indices are)
+                if e.op != "load" or node.op in ("take", "take_along_axis") and \
+                        id(node) not in self.arg_of:
+                    # (a gather is computed even where it ends in a load: its indices are;
+                    # not one another kernel stores, which this one loads)
                     self.computed.setdefault(id(node), node)
                 continue
             x, x_index, x_mask = need
