@@ -243,3 +243,45 @@ def test_a_fusion_trial_is_kept_while_the_group_gathers_outputs(monkeypatch):
     part = partition.partition(order, outputs)
     assert len(part.groups) > 20 and len(trials) > 30
     assert sum(trials.values()) - len(trials) <= 3
+
+
+def test_the_layers_of_a_model_share_their_lowerings(monkeypatch):
+    """Lowering is a function of a group's structure, kept by it: a BERT encoder's forward
+    lowers one layer's groups, however many layers it has, and each layer's kernels load
+    their own layer's weights. The table of lowerings stays within its bound."""
+    from lazyburn.fusion import lower
+    from lazyburn.fusion.plan import build_plan
+    from lazyburn.ir.graph import structural_key
+    from lazyburn.models.bert import BertConfig, BertModel
+
+    lowered = []
+    real = lower._lower
+
+    def counted(group, external):
+        lowered.append(group.kind)
+        return real(group, external)
+
+    monkeypatch.setattr(lower, "_lower", counted)
+    counts = {}
+    for layers in (1, 3, 6):
+        config = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=layers,
+                            num_attention_heads=4, intermediate_size=128,
+                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        model = BertModel(config, device="numpy").eval()
+        with lb.no_grad():
+            y = model(np.random.default_rng(0).integers(0, 1000, (2, 8)))
+        _, order = structural_key([y.node])
+        lower.clear_cache()
+        lowered.clear()
+        plan = build_plan(order, [y.node])
+        counts[layers] = (len(plan.kernels), len(lowered))
+        # the last layer's kernels load its own weights, not the first layer's
+        weights = {id(p.node.buffer) for p in model.layers[-1].parameters()}
+        assert sum(1 for k in plan.kernels for p in k.arg_pos
+                   if id(order[p].buffer) in weights) >= 6
+    assert counts[1][0] < counts[3][0] < counts[6][0]
+    assert counts[1][1] == counts[3][1] == counts[6][1] <= counts[1][0]
+    monkeypatch.setattr(lower, "LOWERED_CAPACITY", 5)
+    lower.clear_cache()
+    build_plan(order, [y.node])
+    assert len(lower._lowered) == 5

@@ -16,8 +16,11 @@ position the kernel is at, (row, r).
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 from ..ir import dtypes as dt
-from ..ir.graph import is_runtime_value, recorded_exponent
+from ..ir.graph import is_runtime_value, node_entry, recorded_exponent
 from ..ir.node import Node
 from ..ir.ops import LIBRARY, REDUCTIONS, SCAN_OP, SCANS, SORTS, VIEWS
 from ..ir.shapes import prod
@@ -326,12 +329,107 @@ class Lowering:
         return i
 
 
+#: Lowerings by the structure of the group lowered (``structure``), the most recently used kept:
+#: the layers of a model lower the same groups, and the partitioner's trials ask again. An
+#: entry holds a spec and node positions, no graph node.
+LOWERED_CAPACITY = 1024
+_lowered: OrderedDict = OrderedDict()
+_lowered_lock = threading.Lock()
+
+
 def lower(group, external) -> tuple:
     """Lower ``group`` (a ``partition.FusionGroup``) to ``(spec, arg_nodes, computed)``: the
     KernelSpec, per kernel argument (the buffers, then the scalars) the graph node bound to
     it, and the graph nodes the kernel computes (in no particular order).
 
+    A group of the same structure as one lowered before (``structure``: the layers of a model,
+    a trial of the partitioner asked again) takes that lowering's spec, with its arguments and
+    computed nodes bound to this group's nodes: lowering is a function of the structure.
+
     Raises FusionIllegal when the group cannot be one kernel."""
+    key, nodes = structure(group, external)
+    with _lowered_lock:
+        kept = _lowered.get(key)
+        if kept is not None:
+            _lowered.move_to_end(key)
+    if isinstance(kept, str):
+        raise FusionIllegal(kept)
+    if kept is not None:
+        spec, arg_pos, computed_pos = kept
+        return spec, [nodes[i] for i in arg_pos], [nodes[i] for i in computed_pos]
+    try:
+        spec, arg_nodes, computed = _lower(group, external)
+    except FusionIllegal as e:
+        _keep(key, str(e))
+        raise
+    number = {id(n): i for i, n in enumerate(nodes)}
+    _keep(key, (spec, [number[id(n)] for n in arg_nodes], [number[id(n)] for n in computed]))
+    return spec, arg_nodes, computed
+
+
+def clear_cache() -> None:
+    """Forget every lowering kept by ``lower`` (a benchmark of planning from nothing)."""
+    with _lowered_lock:
+        _lowered.clear()
+
+
+def _keep(key, lowered) -> None:
+    with _lowered_lock:
+        _lowered[key] = lowered
+        while len(_lowered) > LOWERED_CAPACITY:
+            _lowered.popitem(last=False)
+
+
+def structure(group, external) -> tuple:
+    """``(key, nodes)``: what lowering ``group`` reads, as a hashable key, and the nodes the
+    key numbers (an argument or a computed node of the lowering is one of them).
+
+    The key holds the group's kind, space, anchors and outputs, and every node lowering can
+    reach from them: from the anchors' inputs and the outputs back through the nodes the
+    group computes, up to the nodes ``external`` answers True for (loads: their shape and
+    dtype) and the group's anchors (stages, the accumulator, the scan: their place among the
+    anchors). A computed node's entry is its structural key entry (``node_entry``: op, attrs
+    that are part of a kernel, shape, dtype) with its inputs' numbers, so two groups of equal
+    keys are the same graph, node for node, and lower to the same spec. ``external`` is asked
+    about each reachable node that is not an anchor: every node lowering asks about, and some
+    it may not (a literal exponent), so that a caller recording the answers (the
+    partitioner's trials) records all that the outcome depends on."""
+    anchors = {id(a): k for k, a in enumerate(group.anchors)}
+    number: dict[int, int] = {}
+    nodes: list[Node] = []
+    entries: list[tuple] = []
+
+    def visit(root: Node) -> int:
+        stack = [(root, False)]
+        while stack:
+            n, ready = stack.pop()
+            if id(n) in number:
+                continue
+            if not ready:
+                k = anchors.get(id(n))
+                if k is not None:
+                    entry = ("anchor", k)
+                elif external(n):
+                    entry = ("load", n.shape, n.dtype.name)
+                else:
+                    stack.append((n, True))
+                    stack.extend((i, False) for i in reversed(n.inputs) if id(i) not in number)
+                    continue
+            else:
+                entry = node_entry(n, tuple(number[id(i)] for i in n.inputs))
+            number[id(n)] = len(nodes)
+            nodes.append(n)
+            entries.append(entry)
+        return number[id(root)]
+
+    heads = tuple((a.op, a.attrs, a.shape, a.dtype.name,
+                   tuple(visit(i) for i in a.inputs)) for a in group.anchors)
+    tails = tuple(visit(n) for n in group.outputs)
+    return (group.kind, group.space, heads, tails, tuple(entries)), nodes
+
+
+def _lower(group, external) -> tuple:
+    """``lower`` without the table of earlier lowerings."""
     lw = Lowering(group, external)
     b = lw.b
     if group.kind == "elementwise":

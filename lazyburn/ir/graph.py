@@ -67,7 +67,7 @@ def structural_key(outputs: Sequence[Node]):
                         break
                     pos[i] = len(order)
                     order.append(i)
-                    entries.append(_entry(i, ()))
+                    entries.append(node_entry(i, ()))
             else:
                 stack.pop()
                 if n not in pos:  # (a node reached twice is on the stack twice)
@@ -77,9 +77,9 @@ def structural_key(outputs: Sequence[Node]):
                     k = len(ins)
                     at = (pos[ins[0]],) if k == 1 else (pos[ins[0]], pos[ins[1]]) if k == 2 \
                         else tuple([pos[i] for i in ins])
-                    # _entry inlined for the usual node (pending, its attrs structure)
+                    # node_entry inlined for the usual node (pending, its attrs structure)
                     entries.append((n.op, n.attrs, n.shape, n.dtype.name, n.device, at)
-                                   if n.op not in _SPECIAL_ENTRY else _entry(n, at))
+                                   if n.op not in _SPECIAL_ENTRY else node_entry(n, at))
     outs = tuple([pos[o] for o in outputs])
     return (tuple(entries), outs), order
 
@@ -114,7 +114,7 @@ def recorded_exponent(n: Node) -> Node | None:
     return e if e.op == "const" else None
 
 
-def _entry(n: Node, inputs: tuple) -> tuple:
+def node_entry(n: Node, inputs: tuple) -> tuple:
     """Node ``n``'s part of the structural key; ``inputs`` are its inputs' positions."""
     if n.buffer is not None:
         return ("buffer", n.shape, n.dtype.name, n.device)
