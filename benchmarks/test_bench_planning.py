@@ -19,6 +19,9 @@ means linear). Families:
 AdamW's update of every parameter (its moments read from buffers), one plan (thousands of
 nodes, a few hundred fusion groups, many of them element-wise updates of the same size).
 
+``test_plan_encoder_forward`` plans the forward (eval, no gradients) of the same encoder at 2
+and 6 layers, batch 8 x 32: what a new batch size's first call plans.
+
 ``test_plan_masked_lm_step`` plans the same kind of step for a BERT masked LM of BERT-tiny's
 size (2 layers, hidden 128, vocab 30 522, batch 2 x 16: the MLM head, the cross-entropy over
 the tokens with labels, the embeddings' gradients), in float32 and under bfloat16 autocast.
@@ -115,6 +118,19 @@ def test_plan_training_step(benchmark, layers):
     loss = model(ids).square().sum()
     grads = lb.autograd.grad(loss, params)
     _plan_step(benchmark, [loss.node] + _adamw(params, grads))
+
+
+@pytest.mark.parametrize("layers", [2, 6])
+def test_plan_encoder_forward(benchmark, layers):
+    from lazyburn.models.bert import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=1000, hidden_size=384, num_hidden_layers=layers,
+                        num_attention_heads=12, intermediate_size=1536,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertModel(config, device="numpy").eval()
+    with lb.no_grad():
+        y = model(np.random.default_rng(0).integers(0, 1000, (8, 32)))
+    _plan_step(benchmark, [y.node])
 
 
 @pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16"])
