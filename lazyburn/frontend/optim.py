@@ -3,10 +3,10 @@
 ``step()`` records each parameter's update (moments, bias correction, weight decay) with grad
 mode off, then computes the new parameters, the optimizer state, the gradients and every other
 pending tensor still referenced on the parameters' devices in one realize
-(``lazyburn.graph.sync(devices=...)``). As the forward and
-backward that produced the gradients are usually still pending, the whole training step
-(forward, backward, update, and the loss or a gradient norm the caller holds) is planned and
-fused as one graph there, and reading the loss after the step computes nothing again.
+(``lazyburn.graph.sync(devices=...)``; another device's pending work stays pending). As the
+forward and backward that produced the gradients are usually still pending, the whole training
+step (forward, backward, update, and the loss or a gradient norm the caller holds) is planned
+and fused as one graph there, and reading the loss after the step computes nothing again.
 Each parameter then takes its new value as a fresh leaf that requires grad (autograd's leaves
 are buffers: ``frontend/autograd.py``), keeping its ``.grad`` as PyTorch does; the Tensor
 objects are the same, so modules and optimizers keep holding them.
