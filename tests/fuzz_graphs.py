@@ -623,9 +623,12 @@ def _window_step(g: _Gen, name, a: Value, ops=("conv2d", "max_pool2d", "avg_pool
     and count_include_pad either way, grouped and depthwise convolutions. A convolution's
     weight is ``(arange % 7 - 3) / 4``: exact in every float type, and no two neighbouring
     taps alike, so a weight read at another tap or channel shows. None where the window does
-    not fit (or the work would be too large)."""
+    not fit, over no channels or an empty plane (or the work would be too large); an empty
+    batch stays."""
     op = g.choice(list(ops))
     c, h, w = a.shape[-3:]
+    if 0 in (c, h, w):
+        return None
     kh, kw = int(g.rng.integers(1, 4)), int(g.rng.integers(1, 4))
     stride = int(g.rng.integers(1, 3))
     dilation = int(g.rng.integers(1, 3)) if op != "avg_pool2d" else 1
@@ -658,8 +661,8 @@ def _window_step(g: _Gen, name, a: Value, ops=("conv2d", "max_pool2d", "avg_pool
         return None
     levels = math.ceil(math.log2(max(taps, 2))) + 2
     shape = (c_out, c // groups, kh, kw)
-    weight = (f"((lb.arange({_size(shape)}, dtype='float32') % 7 - 3) / 4)"
-              f".astype('{a.dtype}').reshape({shape})")
+    weight = (f"((lb.arange({_size(shape)}, dtype='float32', device={name}.device) % 7 - 3)"
+              f" / 4).astype('{a.dtype}').reshape({shape})")
     return Value(f"lb.conv2d({name}, {weight}, stride={stride}, padding={pad}, "
                  f"dilation={dilation}, groups={groups})", lead + (c_out, *out_hw), a.dtype,
                  0.75 * taps * B, 0.75 * taps * E + levels * u * 0.75 * taps * B, False)
