@@ -812,9 +812,11 @@ def tolerance(v: Value) -> float:
     return 4 * v.err + 4 * u * v.bound
 
 
-def check(prog: Program, device: str) -> str | None:
+def check(prog: Program, device: str, invalid: list | None = None) -> str | None:
     """None when every output of ``prog`` on ``device`` matches the reference; else what
-    differs (or what was raised)."""
+    differs (or what was raised). A program the reference refuses is not valid: None, and its
+    seed appended to ``invalid`` when given (a campaign counts them: a generator mistake that
+    makes programs invalid would otherwise pass unseen)."""
     import lazyburn as lb
     from lazyburn.codegen.wgsl import LoopLimitError
     from lazyburn.errors import DTypeError, LazyburnError
@@ -827,6 +829,8 @@ def check(prog: Program, device: str) -> str | None:
         lb.sync(*refs)
         want = [r.numpy() for r in refs]
     except (LazyburnError, ValueError, TypeError):
+        if invalid is not None:
+            invalid.append(prog.seed)
         return None  # not a valid program (e.g. shapes that do not meet): nothing to compare
     vals = prog.values
     try:
@@ -1060,11 +1064,11 @@ def campaign(n: int, device: str, start: int = 0, out_dir: str = "fuzz-failures"
              shrink_budget_s: float = 120.0) -> int:
     """Run ``n`` programs (seeds ``start`` ...) on ``device``; write each failure, shrunk, as a
     reproducer under ``out_dir``. Returns the number of failing programs."""
-    failures = 0
+    failures, invalid = 0, []
     t0 = time.monotonic()
     for seed in range(start, start + n):
         prog = generate(seed)
-        msg = check(prog, device)
+        msg = check(prog, device, invalid)
         if msg is None:
             continue
         failures += 1
@@ -1074,7 +1078,8 @@ def campaign(n: int, device: str, start: int = 0, out_dir: str = "fuzz-failures"
         print(f"seed {seed}: FAIL ({len(prog.steps)} steps -> {len(small.steps)}): "
               f"{small_msg.strip().splitlines()[-1][:200]}\n  {path}", flush=True)
     dt = time.monotonic() - t0
-    print(f"{n} programs on {device}: {failures} failing ({dt:.0f} s)")
+    print(f"{n} programs on {device}: {failures} failing, {len(invalid)} refused by the "
+          f"reference as invalid ({dt:.0f} s)")
     return failures
 
 
