@@ -930,10 +930,10 @@ def test_a_padded_strided_convolution_of_a_batch_matches_torch(dev):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need the GPU (the "
                     "interpreter captures none)")
 def test_a_cuda_graph_reads_weights_in_place_and_copies_the_inputs(dev, monkeypatch):
-    """With ``cuda_graphs`` set, a replayed plan is captured at its second run and replayed as
-    one graph launch from the third: fresh inputs are copied in, a weight that stayed the same
-    buffer is read in place (updated in place through PyTorch, the replay sees it), and a
-    weight that is another buffer drops the graph."""
+    """With ``cuda_graphs`` set, a replayed plan (two kernels) is captured at its second run
+    and replayed as one graph launch from the third: fresh inputs are copied in, a weight that
+    stayed the same buffer is read in place (updated in place through PyTorch, the replay sees
+    it), and a weight that is another buffer drops the graph."""
     from lazyburn.runtime import cuda as lb_cuda
 
     monkeypatch.setattr(lb_cuda, "cuda_graphs", True)
@@ -941,14 +941,14 @@ def test_a_cuda_graph_reads_weights_in_place_and_copies_the_inputs(dev, monkeypa
     gen = torch.Generator(device="cuda").manual_seed(5)
     w_t = torch.randn(64, 48, device="cuda", generator=gen)
     w = lb.from_torch(w_t)
-    f = lb.jit(lambda x, w: lb.relu(x @ w) * 0.5 + 1.0, device=dev)
+    f = lb.jit(lambda x, w: lb.softmax(lb.relu(x @ w) * 0.5 + 1.0, axis=0), device=dev)
 
     def step(weight, weight_t):
         """Whether the call replayed a graph (the kernels it ran are counted either way)."""
         x_t = torch.randn(16, 64, device="cuda", generator=gen)
         before = backend.graphs_replayed, backend.kernels_launched
         got = f(lb.from_torch(x_t), weight).numpy()
-        want = (torch.relu(x_t @ weight_t) * 0.5 + 1.0).cpu().numpy()
+        want = torch.softmax(torch.relu(x_t @ weight_t) * 0.5 + 1.0, dim=0).cpu().numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         assert backend.kernels_launched > before[1]
         return backend.graphs_replayed - before[0]
@@ -959,6 +959,51 @@ def test_a_cuda_graph_reads_weights_in_place_and_copies_the_inputs(dev, monkeypa
     assert step(w, w_t) == 1
     w2_t = torch.randn(64, 48, device="cuda", generator=gen)
     assert step(lb.from_torch(w2_t), w2_t) == 0  # another weight buffer: the kernels again
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need the GPU (the "
+                    "interpreter captures none)")
+def test_a_plan_whose_graph_would_copy_more_than_it_saves_is_launched(dev, monkeypatch):
+    """A plan of one kernel (a max pooling) and a plan of two kernels with a 64 MB result
+    (two softmaxes) are launched kernel by kernel at every run, never captured: a graph would
+    save the host one launch and copy the whole result out on the device. A plan of two
+    kernels with a small result (a corner of a softmax) is captured at its second run and
+    replayed at its third and fourth."""
+    from lazyburn.runtime import cuda as lb_cuda
+
+    monkeypatch.setattr(lb_cuda, "cuda_graphs", True)
+    backend = runtime.backend(dev)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x_t = torch.randn(2, 8, 1024, 1024, device="cuda", generator=gen)
+    x = lb.from_torch(x_t)
+    plans = {
+        "one kernel": (lambda: lb.max_pool2d(x, 3, 1, 1),
+                       lambda: torch.nn.functional.max_pool2d(x_t, 3, 1, 1)),
+        "a large result": (lambda: lb.softmax(lb.softmax(x, axis=0), axis=-1),
+                           lambda: torch.softmax(torch.softmax(x_t, dim=0), dim=-1)),
+        "a small result": (lambda: lb.softmax(x, axis=0)[:, :, :4, :4],
+                           lambda: torch.softmax(x_t, dim=0)[:, :, :4, :4]),
+    }
+    replayed = {}
+    for name, (plan, reference) in plans.items():
+        before = backend.graphs_replayed
+        for _ in range(4):
+            got = lb.to_torch(plan())
+            torch.testing.assert_close(got, reference(), rtol=1e-5, atol=1e-6)
+        replayed[name] = backend.graphs_replayed - before
+    assert replayed == {"one kernel": 0, "a large result": 0, "a small result": 2}, replayed
+
+
+def test_a_graph_is_worth_capturing_for_many_launches_and_small_copies():
+    """``worth_capturing``: never for one kernel; for more, when the copies' device time is
+    below the launches' host time saved (MiniLM's forward: 70 kernels, a 3 MB result)."""
+    from lazyburn.runtime.cuda_replay import worth_capturing
+
+    assert not worth_capturing(1, 0)
+    assert not worth_capturing(2, 16_777_216)  # max_pool2d's output beside one more launch
+    assert worth_capturing(2, 4096)
+    assert worth_capturing(70, 32 * 128 * 384 * 2)
+    assert not worth_capturing(70, 1 << 30)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need the GPU (the "

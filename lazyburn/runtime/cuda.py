@@ -26,10 +26,12 @@ Module settings:
   so a device fault is reported by the sync that caused it. False: a sync returns once its
   kernels are queued, as PyTorch's ops do (the host runs ahead; downloads, copies and
   ``to_torch`` still wait for the work they need), which hides launch overhead.
-  ``cuda_graphs`` (True): a plan run a second time with the same scalar arguments is captured
-  into a CUDA graph and replayed as one launch from its third run on (the inputs that stayed
-  the same buffers read in place, the others copied into the graph's buffers, the outputs
-  copied out; see ``cuda_replay.GraphReplay``): ResNet-50 at batch 1 in float32 on an H200,
+  ``cuda_graphs`` (True): a plan of more than one kernel run a second time with the same
+  scalar arguments is captured into a CUDA graph and replayed as one launch from its third
+  run on (the inputs that stayed the same buffers read in place, the others copied into the
+  graph's buffers, the outputs copied out; see ``cuda_replay.GraphReplay``), unless those
+  copies would cost the device more than the launches save the host
+  (``cuda_replay.worth_capturing``): ResNet-50 at batch 1 in float32 on an H200,
   57 kernels, took 4.6 ms replayed a kernel at a time and 1.2 ms as a graph. At most
   ``MAX_CUDA_GRAPHS`` graphs live per device, holding at most ``CUDA_GRAPH_MEMORY_FRACTION``
   of its memory (each holds its plan's temporaries), the least recently replayed dropped
