@@ -699,6 +699,42 @@ def test_a_reduction_reading_a_value_per_row_or_per_column_keeps_its_layout():
     assert tr.default_params(sums.spec)["RBLOCK"] == 32  # 32 rows a step, in wide row tiles
 
 
+def test_a_pooling_window_is_walked_an_element_at_a_time(dev):
+    """A window that would pad its tile's lanes and whose loads move by one or two elements
+    from row to row (3 x 3 and 5 x 5 pooling, stride 1 or 2; a sum over a middle axis of 9) is
+    walked one element at a time over 256 rows a program; a 2 x 2 window (its tile full) and
+    rows of 9 consecutive elements (loads 9 apart) keep the persistent tile. Values as
+    NumPy's, with those parameters: nan, infinities, integers, padding, ceil_mode and
+    count_include_pad."""
+    rng = np.random.default_rng(12)
+    x = rand(rng, (2, 3, 13, 11))
+    x[0, 0, 2, 3], x[0, 1, 5, 5], x[1, 2, 0, 0], x[1, 0, 7, 1] = np.nan, np.inf, -np.inf, -0.0
+    xi = rng.integers(-2 ** 31, 2 ** 31 - 1, (2, 3, 13, 11), dtype=np.int64).astype(np.int32)
+    windows = {
+        "max 3 s1 p1": lambda t: lb.max_pool2d(t, 3, 1, 1),
+        "max 3 s2 p1": lambda t: lb.max_pool2d(t, 3, 2, 1),
+        "max 5 s1 p2 ceil": lambda t: lb.max_pool2d(t, 5, 2, 2, ceil_mode=True),
+        "avg 3 s1 p1": lambda t: lb.avg_pool2d(t, 3, 1, 1),
+        "avg 3 s2 excluding padding": lambda t: lb.avg_pool2d(t, 3, 2, 1, ceil_mode=True,
+                                                              count_include_pad=False),
+        "sum over a middle axis of 9": lambda t: t.reshape(2, 3, 13, 11)[:, :, :9].sum(axis=2),
+    }
+    tiled = {"max 2 s2": lambda t: lb.max_pool2d(t, 2, 2),
+             "rows of 9": lambda t: t.reshape(-1)[:9 * 42].reshape(42, 9).sum(axis=1)}
+    t = lb.tensor(x, device="numpy")
+    for name, fn in {**windows, **tiled}.items():
+        (k,) = [k for k in lb.explain(fn(t)).kernels if k.kind == "reduction"]
+        assert tr.window_reduction(k.spec) == (name in windows), name
+        params = tr.default_params(k.spec)
+        assert (params == {"XBLOCK": 256, "RBLOCK": 1, "looped": True, "num_warps": 4}) == \
+            (name in windows), (name, params)
+    with launch_params("reduction", XBLOCK=256, RBLOCK=1, looped=True, num_warps=4):
+        for name, fn in windows.items():
+            check(dev, fn, x, rtol=1e-6)
+            if name.startswith("max"):
+                check(dev, fn, xi)
+
+
 def test_a_vocabulary_wide_softmax_holds_its_rows_in_registers(dev, monkeypatch):
     """Rows of 30 522 (a vocabulary): the cross-entropy's max and sum of exp, which a looped
     reduction would read from memory twice, are held in registers (32 warps, 32 elements a

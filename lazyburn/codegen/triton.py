@@ -76,7 +76,8 @@ from .common import indent, source_name
 from .triton_matmul import matmul_params, render_matmul, tma_operands, uses_dot
 from .triton_printer import TL_MATH, RenderedKernel, TritonPrinter, cdiv, loop_vars, program_id
 from .triton_reduction import (PERSISTENT_MAX, REREAD_PERSISTENT_MAX, outer_reduction,
-                               reduction_params, render_reduction, stage_groups)
+                               reduction_params, render_reduction, stage_groups,
+                               window_reduction)
 from .triton_scan import render_scan, scan_params
 from .triton_sort import render_sort, sort_params
 
@@ -92,7 +93,7 @@ LLVM_OPT_LEVEL = 1
 
 __all__ = ["LLVM_OPT_LEVEL", "PERSISTENT_MAX", "REREAD_PERSISTENT_MAX", "TL_MATH",
            "RenderedKernel", "TritonPrinter", "cdiv", "default_params", "outer_reduction",
-           "render", "tma_operands", "uses_dot"]
+           "render", "tma_operands", "uses_dot", "window_reduction"]
 
 
 def render(spec: KernelSpec, name: str, params: dict | None = None,

@@ -4,7 +4,8 @@ at its first launch.
 Candidates (``lazyburn.autotune.Candidate``), the heuristic default first:
   element-wise: ``BLOCK`` and ``num_warps``;
   reduction: persistent tiles with other warp counts and row blocks, looped tiles of 1024 to
-  4096 lanes;
+  4096 lanes, and for a small window (``window_reduction``) looped tiles of one lane over
+  other row blocks;
   matmul: the tile configurations of Triton's matmul tutorials for H100 (``BLOCK_M/N/K``,
   ``num_warps``, ``num_stages``; the epilogue sliced to fit registers), the library candidate
   (``torch.mm``, ``torch.bmm``: cuBLAS, hipBLAS, with the prologue and the epilogue as
@@ -115,6 +116,9 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
                 if x <= rows:
                     add({"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4},
                         1 if r >= 16 else 2)
+        if tr.window_reduction(spec):  # a window walked an element at a time
+            for x, warps in ((128, 4), (512, 4), (1024, 8), (256, 8)):
+                add({"XBLOCK": x, "RBLOCK": 1, "looped": True, "num_warps": warps}, 1)
         if size <= tr.PERSISTENT_MAX:
             r = pow2_at_least(size)
             for x in (1, 2, 4, 8, 16, 32, 64):
