@@ -748,6 +748,8 @@ def _int_step(g: _Gen, kind, name, a: Value, vals) -> Value | None:
         op = g.choice(sorted(INT_BINARY))
         if op == "any_rows" and (not shape or shape[-1] == 0):
             op = "where"
+        if op == "mod_signed" and a.dtype.startswith("uint"):  # (-3 is no unsigned value)
+            op = "mod"
         return Value(INT_BINARY[op].format(a=name, b=f"v{j}", d=a.dtype), shape, a.dtype,
                      1e30, 0.0, True)
     if kind == "reduce" and s:
