@@ -67,8 +67,9 @@ def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
 
 # a pooling window: at most this many elements (a 5 x 5 window) ...
 WINDOW_MAX = 32
-# ... walked one element at a time over 256 rows a program (best or within 7% of the best of
-# 20 tiles for max and avg pooling of 3 x 3 and 5 x 5 windows on an H200)
+# ... walked one element at a time over 256 rows a program: on an H200 the fastest of 20
+# tiles or within 11% of it for max and avg pooling of 3 x 3 and 5 x 5 windows
+# (``benchmarks/reduction_tiles_gpu.py``)
 WINDOW_PARAMS = {"XBLOCK": 256, "RBLOCK": 1, "looped": True, "num_warps": 4}
 
 
@@ -77,9 +78,9 @@ def window_reduction(spec: ReductionSpec) -> bool:
     loads move by at most two elements from row to row (``row_step``): a 3 x 3 pooling
     window (9 elements in a tile of 16) of consecutive outputs. Walked one element at a time,
     each load reads a run of rows' consecutive elements and no lane is padding: max_pool2d
-    of (2, 32, 512, 512), kernel 3, stride 1, padding 1, took 0.083 ms on an H200 in tiles of
-    256 rows x 1 (0.159 ms in its persistent tile of 64 x 16), kernel 5 0.221 ms (0.516),
-    ResNet's kernel 3 stride 2 at batch 32 0.042 ms (0.063), avg_pool2d kernel 3 0.107 ms
+    of (2, 32, 512, 512), kernel 3, stride 1, padding 1, took 0.089 ms on an H200 in tiles of
+    256 rows x 1 (0.159 ms in its persistent tile of 64 x 16), kernel 5 0.220 ms (0.516),
+    ResNet's kernel 3 stride 2 at batch 32 0.040 ms (0.063), avg_pool2d kernel 3 0.109 ms
     (0.159). A window that fills its tile (2 x 2) stays persistent, as do contiguous rows
     (a sum of rows of 9 moves by 9 from row to row)."""
     size = spec.reduce_size
