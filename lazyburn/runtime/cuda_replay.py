@@ -6,8 +6,9 @@ that die after it. Running the plan again on fresh data is a walk over those clo
 ``lazyburn.runtime.cuda.cuda_graphs`` set (the default), a plan run a second time is captured
 into a CUDA graph (:class:`GraphReplay`) where that pays (:func:`worth_capturing`: more than
 one kernel, and the graph's copies cheaper than the launches it saves) and replayed as one
-launch from its third run on, while its scalar arguments (recorded Python scalars, random seeds) keep the values it was
-captured with and its unchanging inputs (a model's weights) stay the same buffers.
+launch from its third run on, while its scalar arguments (recorded Python scalars, random
+seeds) keep the values it was captured with and its unchanging inputs (a model's weights)
+stay the same buffers.
 
 A kernel's fault may surface at a later launch or at the wait for the stream; the error then
 lists the kernels launched so far with their user lines. With ``LAZYBURN_SYNC_EACH=1`` the
@@ -193,8 +194,8 @@ def worth_capturing(launches: int, copied_bytes: int) -> bool:
     ``copied_bytes`` in and out at every replay (the inputs it does not read in place and
     every output): the graph saves the host all launches but one and costs the device the
     copies. A plan of one kernel gains nothing: max_pool2d of (2, 32, 512, 512), one kernel
-    of 0.020 ms on an H200, took 0.052 ms a call as a graph (its 16.8 MB output copied out in
-    0.010 ms) and 0.041 ms launched."""
+    of 0.019 ms on an H200, took 0.074 ms a call as a graph with its input and its 16.8 MB
+    output copied, and 0.030-0.048 ms launched (``benchmarks/gpu_suite.py --cuda-graphs``)."""
     saved = (launches - 1) * LAUNCH_SECONDS
     return launches > 1 and copied_bytes / COPY_BYTES_PER_SECOND < saved
 
