@@ -291,13 +291,16 @@ def lb_pow(a, b):
 def lb_log10_f32(x):
     return (tl.log2(x.to(tl.float64)) * 0.30102999566398120).to(tl.float32)
 '''),
-    # float64 log10 under the interpreter only (as lb_pow_f64_interpreted): NumPy's own
+    # float64 log10 under the interpreter only (as lb_pow_f64_interpreted): NumPy's, in long
+    # double where the platform has it (x86's 64-bit mantissa) and rounded once to float64,
+    # as libdevice's is within an ulp: NumPy 2.4's own float64 log10 is up to 1.5 ulp off
+    # on an AVX-512 CPU (log10(0.8666781353764759))
     "lb_log10_f64_interpreted": ((), '''
 def lb_log10_f64_interpreted(x):
     import numpy as np
     from triton.runtime.interpreter import TensorHandle
     with np.errstate(all="ignore"):
-        r = np.log10(x.handle.data)
+        r = np.log10(x.handle.data.astype(np.longdouble)).astype(np.float64)
     return tl.tensor(TensorHandle(r, x.dtype), x.type)
 '''),
     # copysign and nextafter on the bits (as the signed integer of the float's width), so that
