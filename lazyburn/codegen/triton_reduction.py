@@ -78,11 +78,11 @@ def window_reduction(spec: ReductionSpec) -> bool:
     loads move by at most two elements from row to row (``row_step``): a 3 x 3 pooling
     window (9 elements in a tile of 16) of consecutive outputs. Walked one element at a time,
     each load reads a run of rows' consecutive elements and no lane is padding: max_pool2d
-    of (2, 32, 512, 512), kernel 3, stride 1, padding 1, took 0.089 ms on an H200 in tiles of
-    256 rows x 1 (0.159 ms in its persistent tile of 64 x 16), kernel 5 0.220 ms (0.516),
-    ResNet's kernel 3 stride 2 at batch 32 0.040 ms (0.063), avg_pool2d kernel 3 0.109 ms
-    (0.159). A window that fills its tile (2 x 2) stays persistent, as do contiguous rows
-    (a sum of rows of 9 moves by 9 from row to row)."""
+    of (2, 32, 512, 512), kernel 3, stride 1, padding 1, took 0.088 ms a call on an H200
+    (0.162 in its persistent tile of 64 x 16; ``benchmarks/gpu_suite.py``), and in
+    ``benchmarks/reduction_tiles_gpu.py`` this tile was the fastest or within 11% of it for
+    max and avg pooling of 3 x 3 and 5 x 5 windows. A window that fills its tile (2 x 2) stays
+    persistent, as do contiguous rows (a sum of rows of 9 moves by 9 from row to row)."""
     size = spec.reduce_size
     if not 1 < size <= WINDOW_MAX or size & (size - 1) == 0 or not spec.stages:
         return False
@@ -428,9 +428,9 @@ def _lane_range(p: TritonPrinter, R: int, spec: ReductionSpec) -> str:
     summed a padded row's logsumexp wrong by 1.9e-4 (the same kernel was right with 2, 4 or
     16 warps, or with extra stores). The identity also hides that the lanes are consecutive,
     so loads along the row are not vectorized: on an H200, sums of rows of 32 float32 values
-    took 0.105 ms through it and 0.024 without (25.2M values, at the copy rate), a float16
-    layer norm of 4096 x 384 0.0083 and 0.0041 ms; where the lane index is only added,
-    multiplied and compared, it is plain."""
+    took 0.106 ms through it and 0.023 without (25.2M values, at the copy rate;
+    ``benchmarks/reduction_tiles_gpu.py``); where the lane index is only added, multiplied
+    and compared, it is plain."""
     lanes = f"tl.arange(0, {R})"
     if p.target != "cuda" or not _divides_lanes(spec):
         return lanes
