@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo train test bench fuzz opencl-runtime webgpu-runtime clean
+.PHONY: demo train test test-all bench fuzz opencl-runtime webgpu-runtime clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,7 +45,11 @@ demo: $(STAMP) opencl-runtime
 train: $(STAMP) opencl-runtime
 	$(VENV)/bin/lazyburn train
 
+# The quick tier (what CI runs); test-all adds the long tier (tests/conftest.py: SLOW)
 test: $(STAMP) opencl-runtime webgpu-runtime
+	$(PY) -m pytest -q -p no:cacheprovider -n auto --maxprocesses=4 -m "not slow" tests
+
+test-all: $(STAMP) opencl-runtime webgpu-runtime
 	$(PY) -m pytest -q -p no:cacheprovider -n auto --maxprocesses=4 tests
 
 bench: $(STAMP) opencl-runtime

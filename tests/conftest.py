@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import fnmatch
 import os
 import shutil
 import tempfile
@@ -39,6 +40,51 @@ import pytest  # noqa: E402
 import lazyburn as lb  # noqa: E402
 from fused_devices import FUSED_DEVICES  # noqa: E402
 from lazyburn import runtime  # noqa: E402
+
+
+# The long tier: tests left out of ``make test`` (what CI runs) and run by ``make test-all``.
+# Each is the costliest variant of a check that the quick tier makes on another backend, place or
+# size (said beside it); most of their time is PoCL compiling kernels and Triton's interpreter
+# running them on the CPU. Patterns are fnmatch patterns of test ids (``[`` written ``[[]``).
+SLOW = {
+    # the op sweep: every family and dtype runs in the quick tier on every backend in the
+    # places alone and fused (element-wise kernels) and on WebGPU in every place; the reduction
+    # and matmul places on OpenCL and Triton are in this tier
+    "test_op_sweep.py::test_sweep[[]*-on_read-opencl:0]": "on WebGPU in the quick tier",
+    "test_op_sweep.py::test_sweep[[]*-mm_*-opencl:0]": "on WebGPU in the quick tier",
+    "test_op_sweep.py::test_sweep[[]*-on_read-cuda:0]": "on WebGPU in the quick tier",
+    "test_op_sweep.py::test_sweep[[]*-on_write-cuda:0]": "on OpenCL and WebGPU in the quick tier",
+    "test_op_sweep.py::test_reductions[[]reduce_alone-opencl:0]": "reduce_fused in the quick tier",
+    "test_op_sweep.py::test_reductions[[]reduce_alone-cuda:0]": "reduce_fused in the quick tier",
+    "test_op_sweep.py::test_reductions[[]reduce_mm_*-opencl:0]": "on WebGPU in the quick tier",
+    "test_op_sweep.py::test_long_reductions[[]*-cuda:0]": "on OpenCL and WebGPU",
+    "test_op_sweep.py::test_long_rows_sort_and_scan[[]*-opencl:0]": "on WebGPU in the quick tier",
+    "test_op_sweep.py::test_long_rows_sort_and_scan[[]*-cuda:0]": "on WebGPU in the quick tier",
+    "test_op_sweep.py::test_matmul_dtypes_and_layouts[[]*-cuda:0]": "on OpenCL and WebGPU",
+    # 32 random programs per backend in the quick tier, 160 here (``make fuzz``: campaigns)
+    "test_fusion_random.py::test_generated_programs[[]*-[1-4]]": "block 0 in the quick tier",
+    # the same code paths at a cheaper size or on another backend in the quick tier
+    "test_scan.py::test_long_axes_scan_in_chunks_across_work_groups[[]cuda:0]": "on OpenCL",
+    "test_sort.py::test_long_rows_sort_as_chunks_then_merges[[]cuda:0]": "on OpenCL",
+    "test_minilm_fused.py::test_matches_transformers_on_fused_devices[[]cuda:0]": "on OpenCL",
+    "test_bert_training.py::test_adamw_steps_match_pytorch[[]webgpu:0]": "on OpenCL",
+    "test_train.py::test_the_digits_cnn_takes_torchs_training_steps[[]cuda:0]": "on OpenCL",
+    "test_fusion_structure.py::test_a_cheap_value_read_twice_is_recomputed_where_its_loads_are_"
+    "no_larger[[]cuda:0]": "on OpenCL and WebGPU",
+    "test_complex.py::test_fused_devices_multiply_many_complex_factors_in_a_tree[[]*-complex128]":
+        "complex64 in the quick tier",
+    "test_complex.py::test_fused_devices_multiply_many_complex_factors_in_a_tree[[]webgpu:0-*]":
+        "on OpenCL and Triton",
+    "test_linalg_decompositions.py::test_each_decomposition_matches_numpy[[]opencl:0-complex128]":
+        "complex64 in the quick tier",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        test_id = item.nodeid.rsplit("/", 1)[-1]
+        if any(fnmatch.fnmatchcase(test_id, pattern) for pattern in SLOW):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(params=["numpy"] + FUSED_DEVICES)
