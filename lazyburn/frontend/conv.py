@@ -21,7 +21,7 @@ from .creation import arange
 from .elementwise import where
 from .linalg import matmul
 from .movement import flip, pad, permute_dims, reshape_node, spread, take, window_node
-from .record import Origin, composite, node, tensor_node, wrap
+from .record import Origin, as_tensor, composite, node, tensor_node, wrap
 from .reduction import argmax, max as _max, sum as _sum
 
 
@@ -41,13 +41,13 @@ def _ints(op, name, value, n, origin, minimum=None) -> tuple:
 
 def _check_input(op, x, nsp, origin):
     """The input with a batch axis (an unbatched input gets one) and whether it had one."""
-    n = tensor_node(op, x, origin)
-    if len(n.shape) not in (nsp + 1, nsp + 2):
+    t = as_tensor(op, x, origin)
+    shape = t.node.shape
+    if len(shape) not in (nsp + 1, nsp + 2):
         raise ShapeError(f"{op}: expected a {nsp + 1}-D (unbatched) or {nsp + 2}-D (batched) "
-                         f"input, got shape {n.shape}", origin)
-    batched = len(n.shape) == nsp + 2
-    t = wrap(n)
-    return (t if batched else t.reshape((1,) + n.shape)), batched
+                         f"input, got shape {shape}", origin)
+    batched = len(shape) == nsp + 2
+    return (t if batched else t.reshape((1,) + shape)), batched
 
 
 def _conv_padding(op, padding, kernel, dilation, stride, origin) -> list:
@@ -86,7 +86,7 @@ def _windows(op, x, kernel, stride, dilation, pads, fill, origin):
 
 def _conv(op, nsp, x, weight, bias, stride, padding, dilation, groups, origin):
     x, batched = _check_input(op, x, nsp, origin)
-    w = wrap(tensor_node(op, weight, origin))
+    w = as_tensor(op, weight, origin)
     if len(w.shape) != nsp + 2:
         raise ShapeError(f"{op}: weight must be {nsp + 2}-D (out_channels, in_channels / "
                          f"groups, *kernel), got shape {w.shape}", origin)
@@ -106,7 +106,7 @@ def _conv(op, nsp, x, weight, bias, stride, padding, dilation, groups, origin):
                          f"channels for groups={groups}, the input has {c} (shape {x.shape})",
                          origin)
     if bias is not None:
-        bias = wrap(tensor_node(op, bias, origin))
+        bias = as_tensor(op, bias, origin)
         if bias.shape != (oc,):
             raise ShapeError(f"{op}: bias must have shape ({oc},), got {bias.shape}", origin)
     stride = _ints(op, "stride", stride, nsp, origin, minimum=1)

@@ -18,12 +18,12 @@ from .random import default_generator
 from ..errors import AutogradError, DTypeError, ShapeError
 from ..ir.node import Node
 from ..ir.shapes import normalize_axis, prod
-from .record import (Origin, broadcast_to, composite, const, is_tensor, node, rebind,
-                     tensor_node, wrap)
+from .record import (Origin, as_tensor, broadcast_to, composite, const, is_tensor, node,
+                     rebind, tensor_node, wrap)
 
 
-def _t(op, x):
-    return wrap(tensor_node(op, x, Origin()))
+# an operand of a composite: possibly the caller's own Tensor, never returned as it is
+_t = as_tensor
 
 
 @composite
@@ -66,6 +66,8 @@ def softplus(x):
 def clip(x, min=None, max=None):  # noqa: A002 - array-API names
     """``x`` limited to ``[min, max]`` (either bound may be None)."""
     x = _t("clip", x)
+    if min is None and max is None:
+        return wrap(x.node)
     if min is not None:
         x = x.maximum(min)
     if max is not None:
@@ -98,7 +100,7 @@ def softmax(x, axis=-1):
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``: one broadcasted multi-reduction.
     Integer inputs give float32; half inputs are computed in float32."""
     origin = Origin()
-    x = wrap(tensor_node("softmax", x, origin))
+    x = as_tensor("softmax", x, origin)
     normalize_axis("softmax", axis, x.shape, origin)
     xc = _upcast(x)
     if x.size == 0:  # no row to normalize (and no maximum to subtract)
@@ -111,7 +113,7 @@ def softmax(x, axis=-1):
 def log_softmax(x, axis=-1):
     """``x - max - log(sum(exp(x - max)))`` along ``axis`` (dtypes as ``softmax``)."""
     origin = Origin()
-    x = wrap(tensor_node("log_softmax", x, origin))
+    x = as_tensor("log_softmax", x, origin)
     normalize_axis("log_softmax", axis, x.shape, origin)
     xc = _upcast(x)
     if x.size == 0:
@@ -527,7 +529,7 @@ def dropout(x, p: float = 0.5, training: bool = False, generator=None):
     ``p`` (drawn from ``generator``) and scales the rest by ``1 / (1 - p)``."""
     x = _t("dropout", x)
     if not training or p == 0:
-        return x
+        return wrap(x.node)
     if not 0 <= p < 1:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
     g = generator or default_generator()
@@ -546,7 +548,7 @@ def _reduction(op, reduction):
 
 
 def _float_input(op, x, origin, what="input"):
-    x = wrap(tensor_node(op, x, origin))
+    x = as_tensor(op, x, origin)
     if not x.dtype.is_float:
         raise DTypeError(f"{op}: {what} must be floating-point, got {x.dtype.name}", origin)
     return x

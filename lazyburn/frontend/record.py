@@ -437,6 +437,21 @@ def tensor_node(op: str, x, origin, device=None) -> Node:
     return n if autocast_hook is None else autocast_hook(op, n, origin)
 
 
+def as_tensor(op: str, x, origin: Origin | None = None):
+    """``x`` as a Tensor to compute with inside a public function: ``x`` itself when it is a
+    Tensor and no autocast region is open, else a new Tensor of ``tensor_node(op, x, origin)``
+    (host data converted, or the operand autocast gives). ``origin`` is made only when needed.
+
+    A new Tensor of ``x``'s node would be the same operand, at the cost of a Tensor tracked by
+    the graph for every operand of every composite. Since the result may be ``x`` itself, a
+    public function must not hand it back as it is (it returns a new Tensor, ``wrap(x.node)``,
+    where it would).
+    """
+    if type(x) is Tensor and autocast_hook is None:
+        return x
+    return wrap(tensor_node(op, x, origin or Origin()))
+
+
 def same_device(op, nodes, origin) -> str:
     device = nodes[0].device
     for n in nodes[1:]:
