@@ -56,7 +56,7 @@ def is_tensor(x) -> bool:
 
 
 class _Pinned(threading.local):
-    frame = None  # (code, line) every Origin made on this thread takes, while set
+    origin = None  # the Origin that every Origin() made on this thread is, while set
 
 
 _PINNED = _Pinned()
@@ -65,18 +65,27 @@ _PINNED = _Pinned()
 class Origin:
     """The user's frame for one public call: ``(code, line)``, formatted only on error.
 
-    The walk of ``ir.node.user_frame`` is repeated inline: it runs once per recorded op. Inside
-    ``pinned(origin)`` (a backward pass, an optimizer's update: many ops recorded below one
-    user call, calling no user code) no walk is made: every op is blamed on that call."""
+    ``Origin()`` is made in lazyburn's own code, whose frame is never the user's: the walk of
+    ``ir.node.user_frame`` (repeated inline: it runs once per recorded op) starts at the frame
+    that called the function making it, which saves looking at (and Python making a frame
+    object for) a frame known to be skipped. Code that counts as user code itself
+    (``lazyburn.nn``, ``lazyburn.models``) makes ``Origin(1)``, which starts at its own frame.
+
+    Inside ``pinned(origin)`` (a backward pass, an optimizer's update, a composite: many ops
+    recorded below one user call, calling no user code) no walk is made: ``Origin()`` is
+    ``origin`` itself (an Origin is never changed once made, so one object can be shared)."""
 
     __slots__ = ("code", "line")
 
-    def __init__(self):
-        pin = _PINNED.frame
-        if pin is not None:
-            self.code, self.line = pin
-            return
-        f = _getframe(1)
+    def __new__(cls, depth: int = 2):
+        pinned = _PINNED.origin
+        if pinned is not None:
+            return pinned
+        self = _new_object(cls)
+        try:
+            f = _getframe(depth)
+        except ValueError:  # called from the top of a stack that has no such frame
+            f = None
         while f is not None:
             code = f.f_code
             skip = INTERNAL_FILES.get(code.co_filename)
@@ -84,9 +93,10 @@ class Origin:
                 skip = classify_file(code.co_filename)
             if not skip:
                 self.code, self.line = code, f.f_lineno
-                return
+                return self
             f = f.f_back
         self.code, self.line = None, 0
+        return self
 
     def __str__(self) -> str:
         return f"{self.code.co_filename}:{self.line}" if self.code is not None else "<unknown>"
@@ -97,12 +107,12 @@ def pinned(origin: Origin):
     """Blame every op recorded inside (on this thread) on ``origin``, without walking the
     stack for each: for lazyburn's own code that records many ops below one user call and
     calls no user code meanwhile."""
-    before = _PINNED.frame
-    _PINNED.frame = (origin.code, origin.line)
+    before = _PINNED.origin
+    _PINNED.origin = origin
     try:
         yield
     finally:
-        _PINNED.frame = before
+        _PINNED.origin = before
 
 
 def composite(fn):
@@ -114,14 +124,13 @@ def composite(fn):
     @functools.wraps(fn)
     def public(*args, **kwargs):
         pin = _PINNED
-        if pin.frame is not None:
+        if pin.origin is not None:
             return fn(*args, **kwargs)
-        origin = Origin()
-        pin.frame = (origin.code, origin.line)
+        pin.origin = Origin()
         try:
             return fn(*args, **kwargs)
         finally:
-            pin.frame = None
+            pin.origin = None
     return public
 
 

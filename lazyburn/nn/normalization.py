@@ -59,7 +59,7 @@ class _BatchNorm(Module):
         if x.ndim not in self.ranks:
             want = " or ".join(f"{r}-D" for r in self.ranks)
             raise ShapeError(f"{type(self).__name__}: expected a {want} input, got shape "
-                             f"{x.shape}", Origin())
+                             f"{x.shape}", Origin(1))
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             count = self.num_batches_tracked + 1
@@ -100,7 +100,7 @@ class GroupNorm(Module):
                  affine: bool = True, dtype="float32", device=None):
         if num_groups < 1 or num_channels % num_groups:
             raise ShapeError(f"GroupNorm: {num_channels} channels cannot be split into "
-                             f"{num_groups} groups", Origin())
+                             f"{num_groups} groups", Origin(1))
         self.num_groups, self.num_channels, self.eps, self.affine = (num_groups, num_channels,
                                                                      eps, affine)
         self.weight = ones((num_channels,), dtype, device) if affine else None
@@ -158,7 +158,7 @@ class Unflatten(Module):
         self.dim, self.unflattened_size = dim, tuple(unflattened_size)
 
     def forward(self, x):
-        origin = Origin()
+        origin = Origin(1)
         d = normalize_axis("Unflatten", self.dim, x.shape, origin)
         n, sizes = x.shape[d], self.unflattened_size
         known = prod(s for s in sizes if s != -1)
