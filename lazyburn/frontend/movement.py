@@ -58,7 +58,8 @@ def _permute(n: Node, axes, origin):
     nd = len(n.shape)
     identity = list(range(nd))
     perm = tuple(axes)
-    if sorted(perm) != identity or any(type(a) is not int for a in perm):
+    # (the types looked at without a generator's frame: this runs for every permute)
+    if sorted(perm) != identity or list(map(type, perm)).count(int) != nd:
         # negative axes, NumPy integers, or not a permutation: the checked path
         given = perm
         perm = tuple([normalize_axis("permute_dims", a, n.shape, origin) for a in given])

@@ -382,7 +382,8 @@ class Tensor:
     view = reshape
 
     def permute(self, *axes) -> "Tensor":
-        if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
+        if len(axes) == 1 and type(axes[0]) is not int and \
+                not isinstance(axes[0], numbers.Integral):
             axes = tuple(axes[0])
         return movement.permute_dims(self, axes, Origin())
 

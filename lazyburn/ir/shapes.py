@@ -91,16 +91,32 @@ def infer_reshape(op: str, old: tuple, new, origin=None) -> tuple:
     size = 1
     for d in old:
         size *= d
+    # the usual cases in one pass: Python ints, every dimension given or one of them -1
     known = 1
-    for d in new:
-        if type(d) is not int or d < 0:
-            break
-        known *= d
-    else:  # the usual case: every dimension given
+    unknown = -1  # where the -1 is
+    for i, d in enumerate(new):
+        if type(d) is not int:
+            return _infer_reshape(op, old, new, size, origin)  # NumPy integers, or an error
+        if d < 0:
+            if d != -1 or unknown >= 0:
+                return _infer_reshape(op, old, new, size, origin)  # raises
+            unknown = i
+        else:
+            known *= d
+    if unknown < 0:
         if known != size:
             raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) into {new} "
                              f"({known} elements)", origin)
         return new
+    if known == 0 or size % known:
+        raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) into {new}", origin)
+    return new[:unknown] + (size // known,) + new[unknown + 1:]
+
+
+def _infer_reshape(op: str, old: tuple, new: tuple, size: int, origin) -> tuple:
+    """``infer_reshape`` of a shape with entries other than Python ints, or with an invalid
+    entry (raising ShapeError for the first problem found, in this order: an entry that is
+    not an integer, one below -1, several -1)."""
     if any(type(d) is not int for d in new):
         for d in new:
             if not isinstance(d, numbers.Integral) or isinstance(d, bool):
