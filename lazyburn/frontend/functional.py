@@ -18,8 +18,8 @@ from .random import default_generator
 from ..errors import AutogradError, DTypeError, ShapeError
 from ..ir.node import Node
 from ..ir.shapes import normalize_axis, prod
-from .record import (Origin, as_tensor, broadcast_to, composite, const, is_tensor, node,
-                     rebind, tensor_node, wrap)
+from .record import (Origin, as_tensor, broadcast_to, composite, const, hooked, is_tensor,
+                     node, rebind, tensor_node, wrap)
 
 
 # an operand of a composite: possibly the caller's own Tensor, never returned as it is
@@ -494,13 +494,40 @@ def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",  # n
 def linear(x, weight, bias=None):
     """``x @ weight.T + bias`` with ``weight`` of shape (out_features, in_features), as in
     PyTorch's ``nn.functional.linear``."""
-    x = _t("linear", x)
-    y = x @ _t("linear", weight).mT
+    xt, w = _t("linear", x), _t("linear", weight)
+    if xt is x and w is weight and (bias is None or is_tensor(bias)):  # (Tensors, no autocast)
+        y = _linear_nodes(x.node, w.node, None if bias is None else bias.node)
+        if y is not None:
+            return wrap(y)
+    y = xt @ w.mT
     if bias is None:
         return y
     # a bias Tensor goes through ``_t`` too: under autocast it takes the product's dtype, as in
     # PyTorch
     return y + (_t("linear", bias) if is_tensor(bias) else bias)
+
+
+def _linear_nodes(x: Node, w: Node, b: Node | None) -> Node | None:
+    """The nodes that ``x @ w.mT + b`` records, recorded directly, for the usual operands of
+    a linear layer: ``x`` (M, K) and ``w`` (N, K) with K > 0, ``b`` (N,) or None, of one float
+    dtype on one device; None for others (the public ops then record them, and raise where
+    they are wrong). Every forward pass of a model records this, so it skips the public ops'
+    own checks and Tensors (``tests/test_record_paths.py`` checks the nodes are the same)."""
+    d, device = x.dtype, x.device
+    if len(x.shape) != 2 or len(w.shape) != 2 or not d.is_float or w.dtype is not d or \
+            w.device != device:
+        return None
+    (m, k), (n, k2) = x.shape, w.shape
+    if k != k2 or k == 0:
+        return None
+    if b is not None and (b.shape != (n,) or b.dtype is not d or b.device != device):
+        return None
+    origin = Origin()
+    wt = hooked(node("permute", (w,), ((1, 0),), (k, n), d, device, origin))  # w.mT
+    y = hooked(node("matmul", (x, wt), (), (m, n), d, device, origin))
+    if b is None:
+        return y
+    return node("add", (y, broadcast_to(b, (m, n), origin)), (), (m, n), d, device, origin)
 
 
 @composite

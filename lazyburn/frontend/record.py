@@ -198,6 +198,17 @@ def wrap(n: Node):
 
 _new_object = object.__new__
 
+
+def hooked(n: Node) -> Node:
+    """``n`` after what ``wrap`` does to a new node besides giving it a Tensor: autograd's
+    classification, once some tensor requires grad. For a composite that records directly
+    the nodes public ops would have given it as Tensors, so that they are classified as
+    those would have been (under ``no_grad`` too)."""
+    if grad_hook is not None and n.buffer is None:
+        grad_hook(n)
+    return n
+
+
 # The nodes tensors held before ``rebind`` gave them another value, and how many rebinds
 # there have been: a ``jit`` replay whose recording read a superseded node records again.
 superseded: "weakref.WeakSet[Node]" = weakref.WeakSet()
