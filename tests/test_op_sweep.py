@@ -37,6 +37,9 @@ The scalar family (an op with a Python constant: 0.0, -0.0, inf, nan, ...) sits 
 where a constant is rendered differently (element-wise, reduction and matmul kernels), not in
 on_write and mm_prologue, which render it as element-wise code again.
 
+``make test`` runs the place fused on every backend, every place on WebGPU and the place on_write
+on OpenCL; ``make test-all`` runs all (the table ``SLOW`` in tests/conftest.py).
+
 One module past the usual size on purpose: the op table, the places, the tolerance table and the
 runner are read together when a case fails.
 """
