@@ -49,8 +49,8 @@ from lazyburn import runtime  # noqa: E402
 SLOW = {
     # the op sweep: every family and dtype runs in the quick tier on every backend in the
     # place fused (an element-wise kernel, with producers and a consumer) and on WebGPU in every
-    # place; the op alone in its kernel and the reduction and matmul places on OpenCL and Triton
-    # are in this tier
+    # place; the op alone in its kernel, on_read and the matmul places on OpenCL and Triton, and
+    # on_write on Triton are in this tier
     "test_op_sweep.py::test_sweep[[]*-alone-opencl:0]": "in the place fused in the quick tier",
     "test_op_sweep.py::test_sweep[[]*-alone-cuda:0]": "in the place fused in the quick tier",
     "test_op_sweep.py::test_sweep[[]*-on_read-opencl:0]": "on WebGPU in the quick tier",
