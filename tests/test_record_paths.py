@@ -122,7 +122,7 @@ def test_infer_reshape_agrees_with_the_checked_rule(old, new):
 
 def shapes_checked(old, new, size):
     from lazyburn.ir import shapes
-    return shapes._infer_reshape("reshape", old, tuple(new), size, None)
+    return shapes._infer_reshape("reshape", old, tuple(new), None)
 
 
 # composite operands ------------------------------------------------------------------------------

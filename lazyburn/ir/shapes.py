@@ -96,10 +96,10 @@ def infer_reshape(op: str, old: tuple, new, origin=None) -> tuple:
     unknown = -1  # where the -1 is
     for i, d in enumerate(new):
         if type(d) is not int:
-            return _infer_reshape(op, old, new, size, origin)  # NumPy integers, or an error
+            return _infer_reshape(op, old, new, origin)  # NumPy integers, or an error
         if d < 0:
             if d != -1 or unknown >= 0:
-                return _infer_reshape(op, old, new, size, origin)  # raises
+                return _infer_reshape(op, old, new, origin)  # raises
             unknown = i
         else:
             known *= d
@@ -113,10 +113,11 @@ def infer_reshape(op: str, old: tuple, new, origin=None) -> tuple:
     return new[:unknown] + (size // known,) + new[unknown + 1:]
 
 
-def _infer_reshape(op: str, old: tuple, new: tuple, size: int, origin) -> tuple:
+def _infer_reshape(op: str, old: tuple, new: tuple, origin) -> tuple:
     """``infer_reshape`` of a shape with entries other than Python ints, or with an invalid
-    entry (raising ShapeError for the first problem found, in this order: an entry that is
-    not an integer, one below -1, several -1)."""
+    entry: ShapeError for the first problem found, in this order: an entry that is not an
+    integer, one below -1, several -1; else the entries as Python ints, resolved by
+    ``infer_reshape``'s one pass."""
     if any(type(d) is not int for d in new):
         for d in new:
             if not isinstance(d, numbers.Integral) or isinstance(d, bool):
@@ -125,21 +126,9 @@ def _infer_reshape(op: str, old: tuple, new: tuple, size: int, origin) -> tuple:
     for d in new:
         if d < -1:
             raise ShapeError(f"{op}: invalid dimension {d!r} in shape {new}", origin)
-    unknown = [i for i, d in enumerate(new) if d == -1]
-    if len(unknown) > 1:
+    if new.count(-1) > 1:
         raise ShapeError(f"{op}: only one dimension can be -1, got {new}", origin)
-    known = 1
-    for d in new:
-        if d != -1:
-            known *= d
-    if unknown:
-        if known == 0 or size % known:
-            raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) into {new}", origin)
-        new = new[:unknown[0]] + (size // known,) + new[unknown[0] + 1:]
-    elif known != size:
-        raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) into {new} "
-                         f"({known} elements)", origin)
-    return new
+    return infer_reshape(op, old, new, origin)
 
 
 def prod(shape) -> int:
