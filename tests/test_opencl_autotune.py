@@ -70,6 +70,23 @@ def test_first_launch_tunes_and_the_cache_answers_later(dev):
     assert entry.winner in entry.timings and entry.errors == {}
 
 
+def test_a_search_builds_its_candidates_as_one_program(dev, rng):
+    """On OpenCL a first launch's search builds the candidates it visits first as one program
+    before the reference run (``autotune.tune``'s ``prepare``): one build from source for the
+    whole search, the winner's included; the result is NumPy's."""
+    if not dev.startswith("opencl"):
+        pytest.skip("WebGPU builds a pipeline per candidate")
+    backend = runtime.backend(dev)
+    backend._programs.clear()
+    a = rng.standard_normal((300, 500), dtype=np.float32)
+    compiles, joint = backend.compiles, backend.joint_builds
+    got = lb.softmax(lb.tensor(a, device=dev) * 0.5, axis=-1).numpy()
+    e = np.exp(a * 0.5 - (a * 0.5).max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    assert autotune.stats.tunes == 1 and autotune.stats.benchmarks >= 3
+    assert (backend.compiles - compiles, backend.joint_builds - joint) == (1, 1)
+
+
 def test_the_process_budget_tunes_the_largest_kernels_first(dev, monkeypatch, rng):
     """Three kernels of one plan miss the cache; the process budget pays for one search: the
     kernel with the most work tunes, the other two run their defaults. A later process (its

@@ -22,7 +22,8 @@ from fused_devices import FUSED_DEVICES
 REPO = Path(lazyburn.__file__).resolve().parent.parent
 
 # An element-wise chain, a reduction (softmax) and a matmul with a bias + GELU epilogue on
-# fresh random data; prints the OpenCL backend's counters and saves the results.
+# fresh random data, each read at once or (``together``) synced as one plan; prints the OpenCL
+# backend's counters and saves the results.
 WORKLOAD = """
 import json, sys
 import numpy as np
@@ -34,9 +35,11 @@ b = rng.standard_normal(36).astype(np.float32)
 results = {}
 for dev in ("opencl:0", "numpy"):
     X, W, B = (lb.tensor(a, device=dev) for a in (x, w, b))
-    results[dev] = [(((X * 0.75 - 0.5).exp() + 1.0).log() * X).numpy(),
-                    lb.softmax(X * 1.5, axis=-1).numpy(),
-                    lb.gelu(X @ W + B).numpy()]
+    pending = [((X * 0.75 - 0.5).exp() + 1.0).log() * X, lb.softmax(X * 1.5, axis=-1),
+               lb.gelu(X @ W + B)]
+    if sys.argv[3] == "together":  # one sync: one plan
+        lb.sync(*pending)
+    results[dev] = [t.numpy() for t in pending]
 np.savez(sys.argv[1], *results["opencl:0"], *results["numpy"])
 backend = lb.runtime.backend("opencl:0")
 print(json.dumps({"compiles": backend.compiles, "loads": backend.program_loads}))
@@ -45,13 +48,14 @@ print(json.dumps({"compiles": backend.compiles, "loads": backend.program_loads})
 needs_opencl = pytest.mark.skipif("opencl:0" not in FUSED_DEVICES, reason="no OpenCL device")
 
 
-def _run(cache: Path, out: Path, seed: int = 0, keep: str = "1") -> tuple[dict, list]:
+def _run(cache: Path, out: Path, seed: int = 0, keep: str = "1",
+         syncs: str = "apart") -> tuple[dict, list]:
     env = dict(os.environ, LAZYBURN_CACHE_DIR=str(cache), LAZYBURN_AUTOTUNE="0",
                LAZYBURN_BINARY_CACHE=keep,
                PYTHONPATH=os.pathsep.join([str(REPO)] + [
                    p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     env.pop("LAZYBURN_DUMP", None)
-    done = subprocess.run([sys.executable, "-c", WORKLOAD, str(out), str(seed)],
+    done = subprocess.run([sys.executable, "-c", WORKLOAD, str(out), str(seed), syncs],
                           capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr
     counts = json.loads(done.stdout.strip().splitlines()[-1])
@@ -89,6 +93,39 @@ def test_a_second_process_builds_no_program_from_source(first_run, tmp_path):
     # new data through the loaded programs: still the reference's values (checked in _run)
     third, _ = _run(copy, tmp_path / "third.npz", seed=1)
     assert third == second
+
+
+@needs_opencl
+def test_a_joint_program_is_stored_once_and_found_by_each_kernel(tmp_path):
+    """One plan's kernels, built as one program, are stored as one binary and an alias per
+    kernel: a second process loads that binary once and builds nothing; a process whose plans
+    hold those kernels apart finds each through its alias."""
+    cache = tmp_path / "cache"
+    first, first_results = _run(cache, tmp_path / "first.npz", syncs="together")
+    assert first == {"compiles": 1, "loads": 0}
+    files = _binaries(cache)
+    aliases = [p for p in files if p.read_bytes().startswith(binary_cache.ALIAS)]
+    assert len(files) - len(aliases) == 1 and len(aliases) >= 3
+    second, results = _run(cache, tmp_path / "second.npz", seed=1, syncs="together")
+    assert second == {"compiles": 0, "loads": 1}
+    apart, _ = _run(cache, tmp_path / "apart.npz", seed=2)
+    assert apart == {"compiles": 0, "loads": 1}
+    assert len(_binaries(cache)) == len(files)
+
+
+def test_an_alias_names_the_program_holding_the_binary(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
+    payload = np.random.default_rng(1).bytes(700)
+    joint, member = "ab" * 32, "cd" * 32
+    binary_cache.store("opencl", joint, payload)
+    binary_cache.store_alias("opencl", member, joint)
+    assert binary_cache.resolve("opencl", member) == joint
+    assert binary_cache.resolve("opencl", joint) == joint
+    assert binary_cache.resolve("opencl", "ef" * 32) == "ef" * 32  # nothing stored
+    assert binary_cache.load("opencl", binary_cache.resolve("opencl", member)) == payload
+    path = binary_cache.directory("opencl") / (member + binary_cache.SUFFIX)
+    path.write_bytes(binary_cache.ALIAS + b"not a key")
+    assert binary_cache.resolve("opencl", member) == member and not path.exists()
 
 
 @needs_opencl
@@ -259,3 +296,108 @@ def test_ten_batch_sizes_share_the_element_wise_and_row_wise_programs(rng, monke
         # beside a kernel's own size, only the fixed ones: those of the leftover items
         assert all(len(sizes - {(n,) for n in FREE_GROUP_SIZES}) <= 1
                    for sizes in groups.values()), groups
+
+
+def _varied_plan(rng, dev):
+    """Pending results of one graph whose kernels need most of the OpenCL preamble's
+    definitions (integer division helpers of three widths, float64, float16 loads and stores,
+    max/min keys, atan2, log10, the math library, random draws), with their NumPy references
+    computed from the same data."""
+    import lazyburn as lb
+
+    f = rng.standard_normal((33, 70)).astype(np.float32)
+    d = rng.standard_normal((33, 70))
+    h = rng.standard_normal((33, 70)).astype(np.float16)
+    i8 = rng.integers(-128, 128, (33, 70), dtype=np.int8)
+    i32 = rng.integers(-2**31, 2**31, (33, 70), dtype=np.int64).astype(np.int32)
+    i64 = rng.integers(-2**62, 2**62, (33, 70), dtype=np.int64)
+    w = rng.standard_normal((70, 20)).astype(np.float32)
+    F, D, H, I8, I32, I64, W = (lb.tensor(a, device=dev) for a in (f, d, h, i8, i32, i64, w))
+    got = [lb.atan2(F, F.T.T + 0.5).tanh() + lb.log10(F.abs() + 1.0),
+           (D.exp() - 1.0) / (D * D + 1.0), (H * 1.5 + 1.0).exp(),
+           lb.floor_divide(I8, 7), lb.remainder(I32, -9), lb.floor_divide(I64, 1000003),
+           lb.max(F, axis=1), lb.min(D, axis=0), lb.argmax(F, axis=1),
+           lb.softmax(F, axis=-1) @ W.T.T[:70], lb.cumsum(F, dim=1), lb.sort(F, axis=1),
+           lb.random.default_rng(5).uniform((33, 70), device=dev) + F]
+    with np.errstate(all="ignore"):
+        e = np.exp(f - f.max(axis=1, keepdims=True))
+        want = [np.tanh(np.arctan2(f, f + 0.5)) + np.log10(np.abs(f) + 1.0),
+                (np.exp(d) - 1.0) / (d * d + 1.0), np.exp(h * np.float16(1.5) + np.float16(1)),
+                np.floor_divide(i8, np.int8(7)), np.remainder(i32, np.int32(-9)),
+                np.floor_divide(i64, 1000003), f.max(axis=1), d.min(axis=0), f.argmax(axis=1),
+                (e / e.sum(axis=1, keepdims=True)) @ w, np.cumsum(f, axis=1),
+                np.sort(f, axis=1), ("uniform", f)]
+    return got, want
+
+
+@needs_opencl
+def test_a_plans_new_kernels_are_built_as_one_program(rng, monkeypatch):
+    """The kernels a sync compiles are built as one OpenCL program (``together``): one build
+    from source for kernels of every kind, whose preambles share definitions; the values are
+    NumPy's. The same graph planned again builds nothing."""
+    import lazyburn as lb
+
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
+    dev = "opencl:0"
+    backend = lb.runtime.backend(dev)
+    backend._programs.clear()
+    backend.plans.clear()
+    before = (backend.compiles, backend.joint_builds, backend.joint_failures)
+    got, want = _varied_plan(rng, dev)
+    lb.sync(*got)
+    (plan,) = backend.plans._plans.values()
+    assert {k.kind for k in plan.kernels} == {"elementwise", "reduction", "matmul", "scan",
+                                               "sort"}
+    assert (backend.compiles, backend.joint_builds, backend.joint_failures) == \
+        (before[0] + 1, before[1] + 1, before[2])
+    for g, w in zip(got, want):
+        if isinstance(w, tuple):  # F plus a uniform draw: the draw in [0, 1), spread over it
+            u = g.numpy() - w[1]
+            assert u.min() > -1e-6 and u.max() < 1 + 1e-6 and 0.2 < u.std() < 0.4
+            continue
+        if w.dtype.kind in "iu":
+            np.testing.assert_array_equal(g.numpy(), w)
+        else:
+            np.testing.assert_allclose(g.numpy(), w, rtol=2e-3 if w.dtype == np.float16
+                                       else 1e-5, atol=1e-5)
+    again, _ = _varied_plan(rng, dev)
+    backend.plans.clear()  # planned and compiled again: every program is in memory
+    lb.sync(*again)
+    assert backend.compiles == before[0] + 1
+
+
+@needs_opencl
+def test_a_kernel_that_does_not_build_among_others_names_its_line(rng, monkeypatch):
+    """Two kernels of one sync, one of them damaged: the joint program fails, each is built
+    alone, and the error names the damaged one's user line; nothing is realized, and the graph
+    computes NumPy's values once the kernel is whole."""
+    import lazyburn as lb
+    from lazyburn.codegen import opencl as cl_codegen
+
+    monkeypatch.setenv("LAZYBURN_AUTOTUNE", "0")
+    backend = lb.runtime.backend("opencl:0")
+    real = cl_codegen.render
+
+    def broken(spec, name, params=None):
+        r = real(spec, name, params)
+        if name.startswith("reduction"):
+            r.source = r.source.replace("__kernel", "__kernel not_c", 1)
+            r.body = r.body.replace("__kernel", "__kernel not_c", 1)
+        return r
+    monkeypatch.setattr(cl_codegen, "render", broken)
+    backend._programs.clear()  # both kernels new
+    a = rng.standard_normal((17, 29)).astype(np.float32)
+    x = lb.tensor(a, device="opencl:0")
+    y = (x * 3.5).sin()
+    z = (x * 2.5).cos().sum(axis=1)  # the line the error must name
+    line = z.node.line
+    failures = backend.joint_failures
+    with pytest.raises(lb.KernelCompileError) as err:
+        lb.sync(y, z)
+    assert f"test_program_cache.py:{line}" in str(err.value)
+    assert backend.joint_failures == failures + 1
+    assert y.is_pending and z.is_pending
+    monkeypatch.setattr(cl_codegen, "render", real)
+    backend.plans.clear()
+    np.testing.assert_allclose(y.numpy(), np.sin(a * 3.5), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(z.numpy(), np.cos(a * 2.5).sum(axis=1), rtol=1e-5, atol=1e-5)

@@ -253,7 +253,8 @@ class _Outcome:
 def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate], Any],
          time: Callable[[Candidate], float], check: Callable[[Any, Any], bool], *,
          level: int | None = None, repeats: int = REPEATS, budget_s: float | None = None,
-         cache: AutotuneCache | None = None, defer: bool = False) -> Candidate:
+         cache: AutotuneCache | None = None, defer: bool = False,
+         prepare: Callable[[list[Candidate]], Any] | None = None) -> Candidate:
     """Pick the fastest valid candidate for ``key``, from the cache when it has been tuned.
 
     Arguments:
@@ -275,6 +276,11 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
       ``cache``: where results live; None uses :func:`default_cache`.
       ``defer``: on a cache miss, return the default without running anything (``allot``
       left this kernel to a later process).
+      ``prepare(cs)``: called once before a search with the candidates it visits when one
+      of its first group with another candidate than the default passes (rule 7; every
+      admitted one at level 2), the default first, so that a backend may compile them
+      together (OpenCL builds them as one program); its time counts toward the process's
+      budget, not the search's own (which starts after the reference run).
 
     The rules, in order:
       1. Level 0 returns the default at once: nothing runs, nothing is timed or cached.
@@ -361,6 +367,10 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
     with _stats_lock:
         stats.searched.add(key)
     seconds = min(budget() if budget_s is None else float(budget_s), left)
+    if prepare is not None:
+        started = _clock()
+        prepare(pool if lvl >= EXHAUSTIVE else _first_visited(pool, default))
+        _count("seconds", _clock() - started)
     outcome = _search(key, pool, default, run, time, check, exhaustive=lvl >= EXHAUSTIVE,
                       repeats=max(1, int(repeats)), budget_s=seconds)
     medians = outcome.medians
@@ -391,6 +401,17 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
         if c.name == name and dict(c.params) == params:
             return c
     return winner
+
+
+def _first_visited(pool: list[Candidate], default: Candidate) -> list[Candidate]:
+    """The default and the candidates of ``pool``'s groups up to the first with another
+    candidate: those a search visits when one of them passes (rule 7 of :func:`tune`)."""
+    visited = [default]
+    for _, group in priority_groups(pool):
+        visited += [c for c in group if c.name != default.name]
+        if len(visited) > 1:
+            break
+    return visited
 
 
 def _stored(entry, pool: list[Candidate]) -> tuple[Candidate | None, list[Candidate]]:

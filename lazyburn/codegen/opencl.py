@@ -340,6 +340,10 @@ class RenderedKernel:
     # pairs, of ``extent_type`` (``OpenCLPrinter.extent``)
     extents: tuple = ()
     extent_type: str = "int"
+    # ``source`` in two pieces: the definitions before the kernels (each a text, in order),
+    # and the kernels themselves
+    preamble: tuple = ()
+    body: str = ""
 
     def all_launches(self) -> list:
         """``(name, global size, local size, global offset or None)`` of each launch."""
@@ -758,6 +762,11 @@ class OpenCLPrinter(ExprPrinter):
         return "acc"
 
     def preamble(self) -> str:
+        return "\n".join(self.preamble_parts())
+
+    def preamble_parts(self) -> list[str]:
+        """The preamble's definitions, each a separate text: a program of several kernels
+        (``joint_source``) holds each once."""
         # FP_CONTRACT OFF: every product and sum rounded on its own, as NumPy's; NVIDIA's
         # compiler otherwise fuses them into fma across statements (hypot's 1 + r*r came out
         # an ulp off)
@@ -792,9 +801,8 @@ class OpenCLPrinter(ExprPrinter):
                     .replace("{NEG_POW}", NEG_POW if signed else "").replace("{U}", WRAP[t]) \
                     .replace("{FROM_U}", FROM_UNSIGNED[t].format("v"))
             parts.append(text.replace("{T}", t).replace("{{", "{").replace("}}", "}"))
-        if self.math_used:
-            parts.append(opencl_math.preamble(sorted(self.math_used)))
-        return "\n".join(p for p in parts if p)
+        parts += opencl_math.definitions(sorted(self.math_used))
+        return [p for p in parts if p]
 
 
 def _key_helper(kind: str, t: str) -> str:
@@ -854,18 +862,34 @@ def render(spec: KernelSpec, name: str, params: dict | None = None) -> RenderedK
     return named_by_source(r, name)
 
 
+def joint_source(rendered: list[RenderedKernel]) -> str:
+    """The source of one program holding every kernel of ``rendered``: each preamble
+    definition once, in the order first met (a definition's dependencies come before it in
+    every preamble, so they do here), then the kernels. Kernels are named after their own
+    source (``named_by_source``), so two different ones never share a name."""
+    parts = dict.fromkeys(part for r in rendered for part in r.preamble)
+    return "\n".join(parts) + "\n\n" + "\n".join(r.body for r in rendered)
+
+
 def named_by_source(r: RenderedKernel, name: str) -> RenderedKernel:
     """``r`` with its kernels named after their source (``common.source_name``)."""
     shared = source_name(r.source, name, "\0".join(r.options))
     r.source = renamed(r.source, name, shared)
+    r.body = renamed(r.body, name, shared)
     r.launches = [(renamed(launch[0], name, shared),) + tuple(launch[1:])
                   for launch in r.all_launches()]
     r.name = shared
     return r
 
 
-def _finish(p: OpenCLPrinter, body: list[str]) -> str:
-    return p.preamble() + "\n\n" + "\n".join(body) + "\n"
+def _rendered(p: OpenCLPrinter, name: str, body: list[str], global_size: tuple,
+              local_size: tuple | None, head: str = "") -> RenderedKernel:
+    """The kernel(s) of ``body`` (lines) after ``p``'s preamble, with ``head`` (a comment)
+    first."""
+    parts = p.preamble_parts()
+    text = head + "\n".join(body) + "\n"
+    return RenderedKernel(name, head + "\n".join(parts) + "\n\n" + "\n".join(body) + "\n",
+                          global_size, local_size, preamble=tuple(parts), body=text)
 
 
 def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKernel:
@@ -891,7 +915,7 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKe
         launches = [(name, (count,), lsize, (offset,) if offset else None)
                     for offset, count, lsize in ((0, main, (group,)),
                                                  (main, spec.numel - main, None)) if count > 0]
-        r = RenderedKernel(name, _finish(p, body), launches[0][1], launches[0][2])
+        r = _rendered(p, name, body, launches[0][1], launches[0][2])
         r.launches = launches
         return r
     items = -(-spec.numel // per_item)
@@ -901,7 +925,7 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKe
             f"        if (i < {spec.numel}) {{"]
     body += indent(lines + stores, 12) + ["        }", "    }", "}"]
     global_size = items if not local else -(-items // local) * local
-    return RenderedKernel(name, _finish(p, body), (max(global_size, 1),),
+    return _rendered(p, name, body, (max(global_size, 1),),
                           (local,) if local else None)
 
 
@@ -922,7 +946,7 @@ def _render_elementwise_rows(spec: ElementwiseSpec, name, rows, width, fast) -> 
         body.append(f"    #pragma clang loop vectorize_width({int(width)})")
     body += [f"    for ({it} j = 0; j < {rows}; ++j) {{", f"        const {it} i = o * {rows} + j;"]
     body += indent(lines + stores, 8) + ["    }", "}"]
-    return RenderedKernel(name, _finish(p, body), (spec.numel // rows,), None)
+    return _rendered(p, name, body, (spec.numel // rows,), None)
 
 
 def rows_simplify(spec: KernelSpec, rows: int, var: str = "i", steps=(0, 1)) -> bool:
@@ -1117,9 +1141,9 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
     else:
         body = head + body + ["}"]
     if tree:
-        rendered = RenderedKernel(name, _finish(p, body), (spec.rows * local,), (local,))
+        rendered = _rendered(p, name, body, (spec.rows * local,), (local,))
     else:
-        rendered = RenderedKernel(name, _finish(p, body), (max(spec.rows // max(rows, 1), 1),),
+        rendered = _rendered(p, name, body, (max(spec.rows // max(rows, 1), 1),),
                                   None)
     return rendered
 
@@ -1268,7 +1292,7 @@ def _render_columns(spec: ReductionSpec, name, rows: int, width, fast) -> Render
     epilogue += indent(out_lines + [p.store(o.arg, "row", out_names[o.value.id])
                                      for o in spec.outputs], 8)
     body += epilogue + ["    }", "}"]
-    return RenderedKernel(name, _finish(p, body), (-(-spec.rows // rows),), None)
+    return _rendered(p, name, body, (-(-spec.rows // rows),), None)
 
 
 DEFAULT_LANES = 8  # partial sums per work-item when the launch names no vector width
@@ -1473,7 +1497,7 @@ def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
                                for o in spec.outputs], 8)
     body += ["    }", "}"]
     grid = (-(-spec.n // tile) * tile, -(-spec.m // tile) * tile, spec.batch)
-    return _with_extents(p, RenderedKernel(name, _finish(p, body), grid, (tile, tile, 1)))
+    return _with_extents(p, _rendered(p, name, body, grid, (tile, tile, 1)))
 
 
 def _with_extents(p: OpenCLPrinter, r: RenderedKernel) -> RenderedKernel:
@@ -1646,7 +1670,7 @@ def _render_matmul_blocked(spec: MatmulSpec, name, params, fast) -> RenderedKern
     what = "B along n" if form == "outer" else "A and B along k"
     head = (f"/* register-blocked CPU GEMM, {form} form ({what}): a {rows} x {cols} block of C "
             f"per work-item, {w} float lanes */\n")
-    r = RenderedKernel(name, head + _finish(p, body), launches[0][1], launches[0][2])
+    r = _rendered(p, name, body, launches[0][1], launches[0][2], head=head)
     r.launches = launches
     return _with_extents(p, r)
 
@@ -1847,7 +1871,7 @@ def _render_scan(spec: ScanSpec, name, params, fast) -> RenderedKernel:
         body += [f"    {acc_t} acc = {ident};", f"    for ({it} r = 0; r < {n}; ++r) {{"]
         body += indent(lines + [f"acc = acc {op} {v};"] + element("acc", names), 8)
         body += ["    }", "}"]
-        return RenderedKernel(name, _finish(p, body), (max(spec.rows, 1),), None)
+        return _rendered(p, name, body, (max(spec.rows, 1),), None)
     tile = local * per_item
     lines, _, v = value({row.id: "row", r.id: "r"})
     body += [f"    const {it} row = ({it})get_group_id(0);",
@@ -1877,7 +1901,7 @@ def _render_scan(spec: ScanSpec, name, params, fast) -> RenderedKernel:
     body += ["            }", "        }",
              f"        carry = carry {op} part[{local - 1}];",
              "        barrier(CLK_LOCAL_MEM_FENCE);", "    }", "}"]
-    return RenderedKernel(name, _finish(p, body), (spec.rows * local,), (local,))
+    return _rendered(p, name, body, (spec.rows * local,), (local,))
 
 
 # sorts -----------------------------------------------------------------------------------------
@@ -1946,7 +1970,7 @@ def _render_sort(spec: SortSpec, name, params, fast) -> RenderedKernel:
              "                        pos[a] = ib;", "                        pos[b] = ia;",
              "                    }", "                }", "            }",
              "            barrier(CLK_GLOBAL_MEM_FENCE);", "        }", "    }", "}"]
-    return RenderedKernel(name, _finish(p, body), (spec.rows * local,), (local,))
+    return _rendered(p, name, body, (spec.rows * local,), (local,))
 
 
 MERGE_PER_ITEM = 8  # the outputs each work-item of a merge kernel writes
@@ -2019,4 +2043,4 @@ def _render_merge(spec: SortSpec, name, params, fast) -> RenderedKernel:
     body += indent(read("base + i", "ka", "va"), 16)
     body += ["            }", "        }", "    }", "}"]
     total = spec.rows * items
-    return RenderedKernel(name, _finish(p, body), (-(-total // local) * local,), (local,))
+    return _rendered(p, name, body, (-(-total // local) * local,), (local,))

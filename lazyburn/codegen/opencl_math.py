@@ -951,16 +951,21 @@ _BY_NAME: dict[str, MathFunction] = {**HELPERS, **{f.name: f for f in FUNCTIONS.
 
 
 def preamble(names: Iterable[str]) -> str:
-    """OpenCL C text defining the requested functions and everything they call.
+    """``definitions(names)`` as one text."""
+    return "\n".join(definitions(names))
+
+
+def definitions(names: Iterable[str]) -> list[str]:
+    """The OpenCL C definitions of the requested functions and everything they call.
 
     Args:
         names: operation names (keys of ``FUNCTIONS``, e.g. ``"tanh"``) or C names
             (``"lb_tanh"``), in any order, duplicates allowed.
 
     Returns:
-        The definitions, each exactly once, dependencies before their users, in a stable order
-        (so the same set of names always gives the same text and the same kernel cache key).
-        Empty string for no names.
+        One text per function, each exactly once, dependencies before their users, in a
+        stable order (so the same set of names always gives the same text and the same kernel
+        cache key). Empty for no names.
 
     Raises:
         KeyError: for a name that is neither an operation nor a C name defined here.
@@ -981,4 +986,4 @@ def preamble(names: Iterable[str]) -> str:
         if fn is None:
             raise KeyError(f"no OpenCL math function named {key!r}")
         visit(fn)
-    return "\n".join(emitted)
+    return emitted

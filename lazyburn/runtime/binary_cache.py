@@ -5,6 +5,9 @@ One file per program under ``programs/<backend>/`` in the cache directory
 (``$LAZYBURN_CACHE_DIR``, default ``~/.cache/lazyburn``), named by a key the backend derives
 from everything that changes the binary (source text, build options, device and driver
 identity): ``<key>.bin``, holding a magic line, the SHA-256 of the payload and the payload.
+A program of several kernels (OpenCL builds a sync's new kernels as one) is stored once, under
+its own key, and each kernel's key holds an alias naming it (``store_alias``, ``resolve``), so
+that a later process finds a kernel alone, or in another company, by its own source.
 A file that is truncated, damaged or unreadable is ignored (and removed) and the caller
 compiles from source; so is a binary the driver refuses. Writes are atomic (a temporary file
 in the same directory, then ``os.replace``), so processes sharing the directory never read a
@@ -36,6 +39,7 @@ SUBDIR = "programs"
 TRITON_SUBDIR = "triton"
 SUFFIX = ".bin"
 MAGIC = b"lazyburn program binary 1\n"
+ALIAS = b"lazyburn program alias 1\n"  # then the key of the program holding the binary
 _DIGEST = hashlib.sha256().digest_size
 
 log = logging.getLogger("lazyburn.runtime")
@@ -89,18 +93,53 @@ def load(backend: str, key: str) -> bytes | None:
     return payload
 
 
+def resolve(backend: str, key: str) -> str:
+    """The key whose file holds the binary of ``key``: the program an alias stored under
+    ``key`` names (the alias's modification time refreshed), else ``key`` itself. A damaged
+    alias is removed."""
+    path = directory(backend) / (key + SUFFIX)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(ALIAS) + 2 * hashlib.sha256().digest_size + 1)
+    except OSError:
+        return key
+    if not head.startswith(ALIAS):
+        return key
+    target = head[len(ALIAS):].decode("ascii", "replace")
+    if len(target) != 2 * hashlib.sha256().digest_size or \
+            not all(c in "0123456789abcdef" for c in target):
+        log.debug("program cache: damaged alias %s ignored", path)
+        forget(backend, key)
+        return key
+    with contextlib.suppress(OSError):
+        os.utime(path)
+    return target
+
+
 def store(backend: str, key: str, binary: bytes) -> None:
     """Keep ``binary`` under ``key`` for ``backend``, then evict past ``MAX_BYTES``. A cache
     that cannot be written is left as it is."""
-    if not binary:
-        return
+    if binary:
+        _write(backend, key, MAGIC + hashlib.sha256(binary).digest() + binary)
+
+
+def store_alias(backend: str, key: str, target: str) -> None:
+    """Keep under ``key`` an alias of the binary stored under ``target`` (a program holding
+    ``key``'s kernel among others)."""
+    if key != target:
+        _write(backend, key, ALIAS + target.encode())
+
+
+def _write(backend: str, key: str, data: bytes) -> None:
+    """``data`` as the file of ``key``, written atomically, then eviction past
+    ``MAX_BYTES``."""
     folder = directory(backend)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=folder)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(MAGIC + hashlib.sha256(binary).digest() + binary)
+                f.write(data)
             os.replace(tmp, folder / (key + SUFFIX))
         except BaseException:
             with contextlib.suppress(OSError):

@@ -97,6 +97,11 @@ class FusedBackend:
     #: whether ``run`` takes ``read`` (see ``read_ahead``)
     reads_ahead = False
 
+    #: whether the backend has ``together(store)``, a block whose kernels it builds as one
+    #: program (the autotuner's searches then build their candidates so, before they start,
+    #: and do not store that program on disk)
+    builds_together = False
+
     #: whether the running sync waits after every kernel (``LAZYBURN_SYNC_EACH=1``, read as
     #: the sync starts)
     waits_each = False
@@ -122,16 +127,17 @@ class FusedBackend:
         self.kernels_launched = 0
         self.lock = threading.RLock()  # the device's submissions, one thread at a time
 
-    def compile(self, plan, order) -> None:
+    def compile(self, plan, order) -> list:
         """Compile every kernel of ``plan`` not compiled yet (a cached plan keeps its
         kernels, so a plan-cache hit compiles nothing); the process's tuning budget goes to
-        the new ones of most work (``allot_tuning``)."""
+        the new ones of most work (``allot_tuning``). Returns the kernels compiled."""
         new = []
         for k in plan.kernels:
             if k.compiled is None and k.spec is not None:  # (not a copy or a library call)
                 k.compiled = self.compile_kernel(k, kernel_name(k), kernel_origin(k))
                 new.append(k)
         allot_tuning(new)
+        return new
 
     def execution(self, k) -> Execution:
         """What executes planned kernel ``k`` here: the compiled kernel's own account once it
@@ -757,8 +763,19 @@ class FirstLaunchTuner:
 
         key = autotune.TuneKey(self.backend_kind, backend.fingerprint, spec.signature(),
                                spec.problem_shape())
+        def prepare(pool):
+            # built as one program where the backend can; when that raises, each candidate is
+            # built at its turn, its error (if any) recorded as the search records it
+            try:
+                with backend.together(store=False):
+                    for c in pool:
+                        build(c)
+            except Exception:
+                built.clear()
+
         try:
-            winner = autotune.tune(key, cands, run, timed, check, defer=self.deferred)
+            winner = autotune.tune(key, cands, run, timed, check, defer=self.deferred,
+                                   prepare=prepare if backend.builds_together else None)
         finally:
             for buf in scratch + (reference if proxy else []):
                 backend.release(buf)
