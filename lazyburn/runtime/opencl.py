@@ -45,16 +45,18 @@ source, and its program, already built. On a CPU device no launch leaves its wor
 to the runtime: PoCL compiles a kernel's work-group function once per work-group size, and the
 size it picks follows the extent, so each new batch size compiled every such kernel again
 (``benchmarks/new_batch.py``); ``codegen.opencl.fixed_groups`` splits those launches into
-work-groups of fixed sizes. Built programs are kept in memory by source hash, the
-``PROGRAM_CACHE_SIZE`` most recently used (a graph whose shapes change at every step would
-otherwise grow it for ever), and their binaries on disk (``binary_cache``: ``programs/opencl/``
-in the cache directory), keyed by source, build options, platform, device and driver version, so
-a later process builds them from the binary. Measured on PoCL 3.1 (a CPU, its own kernel cache
+work-groups of fixed sizes. The kernels a sync compiles are built as one program
+(``together``), and so are the candidates of an autotuner's search. Built programs are kept in
+memory by kernel source hash, the ``PROGRAM_CACHE_SIZE`` most recently used (a graph whose
+shapes change at every step would otherwise grow it for ever), and their binaries on disk
+(``binary_cache``: ``programs/opencl/`` in the cache directory; a program of several kernels
+once, with an alias under each kernel's key), keyed by source, build options, platform, device
+and driver version, so a later process builds them from the binary. Measured on PoCL 3.1 (a CPU, its own kernel cache
 warm): the three programs of an element-wise chain, a softmax and a matmul epilogue take 72 ms
 to build from source in a new process and 3 ms from their binaries (PoCL hashes the preprocessed
 source even when it has the result cached). A binary the driver refuses is dropped and the
-source compiled instead. ``compiles`` counts programs built from source, ``program_loads`` those
-built from a binary.
+source compiled instead. ``compiles`` counts programs built from source (``joint_builds`` of
+them of several kernels), ``program_loads`` those built from a binary.
 
 Host memory. On a device that computes in host memory (a CPU device, or one reporting
 ``CL_DEVICE_HOST_UNIFIED_MEMORY``; ``host_memory``) buffers are allocated with
@@ -411,8 +413,9 @@ class OpenCLBackend(FusedBackend):
         """Build the kernels made inside the block (``kernel``) at its end, those of one set of
         build options as one program: each preamble definition once, then every kernel
         (``codegen.opencl.joint_source``). A driver pays most of a build per program, not per
-        kernel: on PoCL 3.1 (a CPU), eight element-wise kernels built in 1.76 s as eight
-        programs and in 0.70 s as one. A kernel found in memory or on disk is not built again.
+        kernel: on PoCL 3.1 (a CPU), MiniLM's first call with tuning off took 5.3 s with its
+        12 programs and 4.0 s with one (``benchmarks/first_call.py``). A kernel found in memory
+        or on disk is not built again.
         ``store``: whether the joint program goes to the on-disk cache (an autotuner's
         candidates do not: handing a binary back costs PoCL a compilation of every kernel in
         it, and a later process needs only the winner). The kernels are usable after the
