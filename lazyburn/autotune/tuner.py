@@ -367,7 +367,7 @@ def tune(key: TuneKey, candidates: Sequence[Candidate], run: Callable[[Candidate
     with _stats_lock:
         stats.searched.add(key)
     seconds = min(budget() if budget_s is None else float(budget_s), left)
-    if prepare is not None:
+    if prepare is not None and seconds > 0:  # (with no budget only the default runs)
         started = _clock()
         prepare(pool if lvl >= EXHAUSTIVE else _first_visited(pool, default))
         _count("seconds", _clock() - started)

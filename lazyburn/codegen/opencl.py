@@ -887,9 +887,9 @@ def _rendered(p: OpenCLPrinter, name: str, body: list[str], global_size: tuple,
     """The kernel(s) of ``body`` (lines) after ``p``'s preamble, with ``head`` (a comment)
     first."""
     parts = p.preamble_parts()
-    text = head + "\n".join(body) + "\n"
-    return RenderedKernel(name, head + "\n".join(parts) + "\n\n" + "\n".join(body) + "\n",
-                          global_size, local_size, preamble=tuple(parts), body=text)
+    kernels = "\n".join(body) + "\n"
+    return RenderedKernel(name, head + "\n".join(parts) + "\n\n" + kernels, global_size,
+                          local_size, preamble=tuple(parts), body=head + kernels)
 
 
 def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKernel:
@@ -925,8 +925,7 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKe
             f"        if (i < {spec.numel}) {{"]
     body += indent(lines + stores, 12) + ["        }", "    }", "}"]
     global_size = items if not local else -(-items // local) * local
-    return _rendered(p, name, body, (max(global_size, 1),),
-                          (local,) if local else None)
+    return _rendered(p, name, body, (max(global_size, 1),), (local,) if local else None)
 
 
 def _render_elementwise_rows(spec: ElementwiseSpec, name, rows, width, fast) -> RenderedKernel:
@@ -1143,8 +1142,7 @@ def _render_reduction(spec: ReductionSpec, name, params, fast) -> RenderedKernel
     if tree:
         rendered = _rendered(p, name, body, (spec.rows * local,), (local,))
     else:
-        rendered = _rendered(p, name, body, (max(spec.rows // max(rows, 1), 1),),
-                                  None)
+        rendered = _rendered(p, name, body, (max(spec.rows // max(rows, 1), 1),), None)
     return rendered
 
 

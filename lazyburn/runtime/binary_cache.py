@@ -100,14 +100,13 @@ def resolve(backend: str, key: str) -> str:
     path = directory(backend) / (key + SUFFIX)
     try:
         with open(path, "rb") as f:
-            head = f.read(len(ALIAS) + 2 * hashlib.sha256().digest_size + 1)
+            head = f.read(len(ALIAS) + 2 * _DIGEST + 1)
     except OSError:
         return key
     if not head.startswith(ALIAS):
         return key
     target = head[len(ALIAS):].decode("ascii", "replace")
-    if len(target) != 2 * hashlib.sha256().digest_size or \
-            not all(c in "0123456789abcdef" for c in target):
+    if len(target) != 2 * _DIGEST or not all(c in "0123456789abcdef" for c in target):
         log.debug("program cache: damaged alias %s ignored", path)
         forget(backend, key)
         return key

@@ -51,12 +51,13 @@ memory by kernel source hash, the ``PROGRAM_CACHE_SIZE`` most recently used (a g
 shapes change at every step would otherwise grow it for ever), and their binaries on disk
 (``binary_cache``: ``programs/opencl/`` in the cache directory; a program of several kernels
 once, with an alias under each kernel's key), keyed by source, build options, platform, device
-and driver version, so a later process builds them from the binary. Measured on PoCL 3.1 (a CPU, its own kernel cache
-warm): the three programs of an element-wise chain, a softmax and a matmul epilogue take 72 ms
-to build from source in a new process and 3 ms from their binaries (PoCL hashes the preprocessed
-source even when it has the result cached). A binary the driver refuses is dropped and the
-source compiled instead. ``compiles`` counts programs built from source (``joint_builds`` of
-them of several kernels), ``program_loads`` those built from a binary.
+and driver version, so a later process builds them from the binary. Measured on PoCL 3.1 (a
+CPU, its own kernel cache warm): the three programs of an element-wise chain, a softmax and a
+matmul epilogue take 72 ms to build from source in a new process and 3 ms from their binaries
+(PoCL hashes the preprocessed source even when it has the result cached). A binary the driver
+refuses is dropped and the source compiled instead. ``compiles`` counts programs built from
+source (``joint_builds`` of them of several kernels), ``program_loads`` those built from a
+binary.
 
 Host memory. On a device that computes in host memory (a CPU device, or one reporting
 ``CL_DEVICE_HOST_UNIFIED_MEMORY``; ``host_memory``) buffers are allocated with
@@ -184,8 +185,8 @@ class OpenCLBackend(FusedBackend):
         self.compiles = 0  # programs built from source
         self.joint_builds = 0  # of them, programs of several kernels (``together``)
         self.joint_failures = 0  # joint programs that did not build (each kernel built alone)
-        self._together = threading.local()  # the kernels of an open ``together`` block
         self.program_loads = 0  # programs built from a binary of the on-disk cache
+        self._together = threading.local()  # the kernels of an open ``together`` block
         # bytes of this device's buffers still alive; finalizers report freed sizes in
         # ``_freed`` (a list append, safe from a collection in any thread) and the allocator,
         # holding the lock, takes them off
