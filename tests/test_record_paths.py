@@ -1,7 +1,7 @@
 """The short paths recording takes for the usual case record what the general paths record.
 
-Each short path (a linear layer's nodes recorded directly, a reshape with one -1 resolved in
-one pass, a composite's Tensor operand used as it is, the user's line found without looking
+Each short path (a linear layer's nodes recorded directly, a batch norm's per-channel scale
+and shift recorded directly, a reshape with one -1 resolved in one pass, a composite's Tensor operand used as it is, the user's line found without looking
 at the frame that asks for it) is compared with the general path on the cases at its
 boundary: the graphs must have the same structural key (ops, attributes, shapes, dtypes,
 inputs), the same autograd classification, and bad input the same error.
@@ -99,6 +99,65 @@ def test_linear_errors_as_the_public_ops(xs, ws, bs):
     with pytest.raises(ShapeError) as general:
         _general_linear(x, w, b)
     assert str(fast.value).split(" (at ")[0] == str(general.value).split(" (at ")[0]
+
+
+# batch norm outside training: the per-channel scale and shift ---------------------------------
+def _both_batch_norms(monkeypatch, x, *args, **kwargs):
+    """``batch_norm``'s result with the short path, then with the public ops (the short path
+    turned off)."""
+    fast = F.batch_norm(x, *args, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(F, "_folded_nodes", lambda *a: None)
+        general = F.batch_norm(x, *args, **kwargs)
+    return fast, general
+
+
+BATCH_NORM_CASES = [
+    # (input shape, dtypes of input, running statistics, weight and bias, with weight, with
+    # bias, eps): the short path's cases and those just outside it
+    ((2, 3, 4, 5), ("float32",) * 3, True, True, 1e-5),
+    ((2, 3, 4, 5), ("float64",) * 3, True, True, 1e-3),
+    ((2, 3), ("float32",) * 3, False, True, 1e-5),
+    ((2, 3, 7), ("float32",) * 3, True, False, 1e-5),
+    ((2, 3, 7), ("float32",) * 3, False, False, 0.0),
+    ((2, 0, 7), ("float32",) * 3, True, True, 1e-5),  # no channels
+    ((0, 3, 7), ("float32",) * 3, True, True, 1e-5),  # no images
+    ((2, 3, 4), ("float16", "float32", "float32"), True, True, 1e-5),  # upcast: public ops
+    ((2, 3, 4), ("float32", "float64", "float32"), True, True, 1e-5),  # promoted statistics
+    ((2, 3, 4), ("float32", "float32", "float16"), True, True, 1e-5),  # promoted weight
+    ((2, 3, 4), ("float32",) * 3, True, True, 1),  # an int eps: public ops
+]
+
+
+@pytest.mark.parametrize("xs, dtypes, with_w, with_b, eps", BATCH_NORM_CASES)
+@pytest.mark.parametrize("grad", [False, True])
+def test_batch_norm_records_the_public_ops_nodes(monkeypatch, xs, dtypes, with_w, with_b, eps,
+                                                 grad):
+    c = xs[1]
+    x = _t(xs, dtypes[0])
+    mean, var = _t((c,), dtypes[1]), _t((c,), dtypes[1]).abs()
+    w = _t((c,), dtypes[2]) if with_w else None
+    b = _t((c,), dtypes[2]) if with_b else None
+    if grad:
+        x.requires_grad_()
+        for t in (w, b):
+            if t is not None:
+                t.requires_grad_()
+    fast, general = _both_batch_norms(monkeypatch, x, mean, var, w, b, eps=eps)
+    assert fast.shape == general.shape == xs and fast.dtype is general.dtype
+    short = len(set(dtypes)) == 1 and dtypes[0] != "float16" and type(eps) is float
+    assert (F._folded_nodes(x, mean, var, w, b, eps, rec.Origin()) is not None) == short
+    _same_graph(fast, general)
+    np.testing.assert_array_equal(fast.numpy(), general.numpy())
+
+
+def test_batch_norm_under_no_grad_classifies_as_the_public_ops(monkeypatch):
+    x, mean, var = _t((2, 3, 4)).requires_grad_(), _t((3,)), _t((3,)).abs()
+    w, b = _t((3,)).requires_grad_(), _t((3,))
+    with lb.no_grad():
+        fast, general = _both_batch_norms(monkeypatch, x, mean, var, w, b)
+    _same_graph(fast, general)
+    assert not fast.requires_grad
 
 
 # reshape: the one-pass rule and the checked rule ----------------------------------------------
