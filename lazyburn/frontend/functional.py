@@ -261,7 +261,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,  # noqa
     if stats[0] is None or stats[1] is None:
         raise ValueError(f"{op}: running_mean and running_var are needed outside training "
                          f"(at {origin})")
-    folded = _folded_nodes(xc, *stats, w, b, eps, origin) if xc is x else None
+    folded = _folded_nodes(x, *stats, w, b, eps, origin) if xc is x else None
     if folded is not None:
         return wrap(_channel_affine(x.node, *folded, origin))
     scale = (_upcast(stats[1]) + eps).rsqrt()

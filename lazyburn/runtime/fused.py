@@ -761,8 +761,6 @@ class FirstLaunchTuner:
                 raise autotune.OutputMismatch(differs)
             return True
 
-        key = autotune.TuneKey(self.backend_kind, backend.fingerprint, spec.signature(),
-                               spec.problem_shape())
         def prepare(pool):
             # built as one program where the backend can; when that raises, each candidate is
             # built at its turn, its error (if any) recorded as the search records it
@@ -773,6 +771,8 @@ class FirstLaunchTuner:
             except Exception:
                 built.clear()
 
+        key = autotune.TuneKey(self.backend_kind, backend.fingerprint, spec.signature(),
+                               spec.problem_shape())
         try:
             winner = autotune.tune(key, cands, run, timed, check, defer=self.deferred,
                                    prepare=prepare if backend.builds_together else None)
