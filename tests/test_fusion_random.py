@@ -168,8 +168,9 @@ def test_random_graphs_match_numpy(device, program, seed, held):
 
 
 # seeds per test case and cases per device: 5 x 32 = 160 programs per backend, the same every
-# run (``make test`` runs the first block: tests/conftest.py's SLOW) (the first seeds of each block are most often small, see fuzz_graphs.generate; a few reach
-# 2^20 elements); campaigns of thousands of fresh seeds run with `make fuzz`
+# run (the first seeds of each block are most often small, see fuzz_graphs.generate; a few reach
+# 2^20 elements); ``make test`` runs the first block (tests/conftest.py's SLOW); campaigns of
+# thousands of fresh seeds run with `make fuzz`
 BLOCK = 32
 BLOCKS = 5
 

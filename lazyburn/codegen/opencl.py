@@ -761,12 +761,9 @@ class OpenCLPrinter(ExprPrinter):
     def op_acc(self, e):
         return "acc"
 
-    def preamble(self) -> str:
-        return "\n".join(self.preamble_parts())
-
     def preamble_parts(self) -> list[str]:
-        """The preamble's definitions, each a separate text: a program of several kernels
-        (``joint_source``) holds each once."""
+        """The preamble's definitions, each a separate text (the source joins them with
+        newlines): a program of several kernels (``joint_source``) holds each once."""
         # FP_CONTRACT OFF: every product and sum rounded on its own, as NumPy's; NVIDIA's
         # compiler otherwise fuses them into fma across statements (hypot's 1 + r*r came out
         # an ulp off)

@@ -512,6 +512,7 @@ class OpenCLBackend(FusedBackend):
         memory_key = "stored " + disk_key
         prg = self._programs.get(memory_key)
         if prg is not None:
+            self._programs.move_to_end(memory_key)
             return prg
         binary = binary_cache.load(self.name, disk_key)
         if binary is None:
