@@ -6,17 +6,20 @@ what the launch heuristics of ``lazyburn.codegen.triton_reduction`` are measured
 Workloads (float32): max_pool2d of (2, 32, 512, 512) with kernel 3 stride 1 padding 1 and
 kernel 5 stride 1 padding 2, ResNet's max_pool2d (kernel 3, stride 2, padding 1) of (32, 64,
 112, 112), avg_pool2d kernel 3 stride 1 padding 1 and kernel 2 stride 2, max_pool2d kernel 2
-stride 2, and sums of contiguous rows of 3 to 256 elements over 25.2M values. Each runs in its
-default tile (autotuning off), then in persistent tiles of a quarter to twice its row block
-with 1 to 8 warps, and looped one element at a time (``RBLOCK`` 1) over 256 to 1024 rows. A
-tile is its plan's only reduction kernel, timed by ``torch.profiler`` (device time of the
+stride 2, sums of contiguous rows of 3 to 256 elements over 25.2M values and of all of them,
+and a masked LM
+training step's reductions: the log-sum-exp of 4096 rows of 30 522 logits and column sums of
+4096 x 384, 1536 and 30 522. Each runs in its default tile (autotuning off), then in the tiles
+of ``tiles``. A tile is its plan's only reduction kernel, timed by ``torch.profiler`` (device time of the
 kernels named ``reduction*``, mean over ``--calls`` syncs after three warm-up ones) and checked
 against PyTorch (``torch.allclose``, rtol and atol 1e-4). Printed per workload: the default
 tile and its time, then the four fastest tiles with their time relative to the default.
 
 Rooflines (H200, 4.2 TB/s copy rate): a 2 x 2 pooling of (2, 32, 512, 512) moves 84 MB,
 0.020 ms; a 3 x 3 or 5 x 5 one of stride 1, 134 MB, 0.032 ms; a sum of 25.2M float32 values
-reads 101 MB, 0.024 ms.
+reads 101 MB, 0.024 ms; the log-sum-exp of 4096 x 30 522 reads 500 MB, 0.118 ms, and so does
+the column sum of 4096 x 30 522; the column sums of 4096 x 384 and 1536 read 6.3 and 25 MB,
+0.0015 and 0.006 ms (a launch's few microseconds more).
 """
 from __future__ import annotations
 
@@ -53,6 +56,57 @@ def workloads(torch, lb):
         m = s.numel() // n * n
         out[f"sum of rows of {n}"] = (lambda m=m, n=n: sl[:m].reshape(-1, n).sum(axis=-1),
                                       lambda m=m, n=n: s[:m].reshape(-1, n).sum(-1))
+    out["sum of all 25.2M"] = (lambda: sl.sum(), lambda: s.sum())
+    # a masked LM's cross-entropy over a vocabulary of 30 522 at 4096 tokens: the row max and
+    # the sum of exponentials (one kernel of two stages), and the bias gradient's column sums
+    logits = torch.randn(4096, 30522, device="cuda", generator=gen)
+    ll = lb.from_torch(logits)
+
+    def logsumexp():
+        m = ll.max(axis=-1, keepdims=True)
+        return lb.log(lb.exp(ll - m).sum(axis=-1)) + m[:, 0]
+
+    out["logsumexp of 4096 x 30522"] = (logsumexp, lambda: torch.logsumexp(logits, -1))
+    # a layer's weight gradients' column sums: (4096, 384) and (4096, 1536) activations
+    for n in (384, 1536, 30522):
+        c = s[:4096 * n].reshape(4096, n) if n < 30522 else logits
+        cl = lb.from_torch(c)
+        out[f"column sums of 4096 x {n}"] = (lambda cl=cl: cl.sum(axis=0),
+                                             lambda c=c: c.sum(0))
+    return out
+
+
+def tiles(default: dict) -> list:
+    """The tiles tried beside ``default`` (a reduction's heuristic tile): for rows of at most
+    a few hundred elements, persistent tiles of a quarter to twice its row block with 1 to 8
+    warps and looped ones of one element over 256 to 1024 rows; for a column sum (a row block
+    of more than one row over a looped reduced axis), row and reduced blocks of 8 to 128 and
+    4 or 8 warps; for long rows (one row a program), persistent tiles of the whole row with 8
+    to 32 warps (where the default holds the row whole) and looped ones of 1024 to 8192
+    elements with 4 to 16. A reduction split by
+    default (``SPLIT``): a quarter to four times as many chunks, then its partial kernel's
+    kind of tiles unsplit."""
+    x, r = default["XBLOCK"], default["RBLOCK"]
+    if "SPLIT" in default:  # split by default: other chunk counts, then the column tiles unsplit
+        parts = default["SPLIT"]
+        tile = {k: v for k, v in default.items() if k != "SPLIT"}
+        return [{"SPLIT": p} for p in (parts // 4, parts // 2, parts * 2, parts * 4)
+                if p > 1] + [{**t, "SPLIT": 1} for t in tiles(tile)]
+    if x > 1 and default["looped"] and r > 1:
+        return [{"looped": True, "XBLOCK": rows, "RBLOCK": red, "num_warps": warps}
+                for rows in (8, 32, 64, 128) for red in (8, 32, 64) for warps in (4, 8)]
+    if x == 1 and r >= 1024:
+        held = [] if default["looped"] else [  # (a row held whole, where it fits one tile)
+            {"looped": False, "XBLOCK": 1, "RBLOCK": r, "num_warps": w} for w in (8, 16, 32)]
+        return held + [{"looped": True, "XBLOCK": 1, "RBLOCK": red, "num_warps": w}
+                       for red in (1024, 2048, 4096, 8192) for w in (4, 8, 16)]
+    out = []
+    for rows in sorted({max(1, x // 4), max(1, x // 2), x, 2 * x}):
+        for warps in (1, 2, 4, 8):
+            if 32 * warps <= rows * r <= 16384:
+                out.append({"looped": False, "XBLOCK": rows, "RBLOCK": r, "num_warps": warps})
+    for rows, warps in ((256, 4), (512, 4), (1024, 8)):
+        out.append({"looped": True, "RBLOCK": 1, "XBLOCK": rows, "num_warps": warps})
     return out
 
 
@@ -79,11 +133,12 @@ def main(argv=None) -> int:
         """Plans made from now on take ``override`` over their reductions' default tile."""
         def params(spec, interpret=False):
             p = heuristic(spec, interpret)
-            if spec.kind == "reduction":
-                chosen["default"] = dict(p)
+            if spec.kind == "reduction":  # (the workload's kernel, before a split's two)
+                chosen.setdefault("default", dict(p))
                 p = {**p, **(override or {})}
             return p
         tr.default_params = params
+        chosen.clear()
         backend.plans.clear()
         backend._programs.clear()
 
@@ -110,17 +165,8 @@ def main(argv=None) -> int:
         in_tile(None)
         lb.graph.sync(lazy())
         default = chosen["default"]
-        x, r = default["XBLOCK"], default["RBLOCK"]
-        tiles = [None]
-        for rows in sorted({max(1, x // 4), max(1, x // 2), x, 2 * x}):
-            for warps in (1, 2, 4, 8):
-                if 32 * warps <= rows * r <= 16384:
-                    tiles.append({"looped": False, "XBLOCK": rows, "RBLOCK": r,
-                                  "num_warps": warps})
-        for rows, warps in ((256, 4), (512, 4), (1024, 8)):
-            tiles.append({"looped": True, "RBLOCK": 1, "XBLOCK": rows, "num_warps": warps})
         timed = []
-        for tile in tiles:
+        for tile in [None] + tiles(default):
             in_tile(tile)
             got = lb.to_torch(lazy())
             right = torch.allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -10,7 +10,7 @@ model is compiled and stepped three times, then one step of it and one eager ste
 profiled (``torch.profiler``, device activity only). For each: the device time of all its
 kernels in the step, split into GEMMs (cuBLAS and CUTLASS kernels, by name), copies and fills,
 and the rest; then the largest kernels with their launch counts. A lazyburn kernel is named
-as in the dump (``kind_hash``, a suffix for a tuned launch) and shown with its plan label and,
+as its generated source names it (``kind_hash``, a suffix for a tuned launch) and shown with its plan label and,
 once tuned, the fastest candidates' times and the default's and the library's (ms, from the
 autotuner; tuned on a representative prefix when the kernel is large).
 """
@@ -48,8 +48,12 @@ def main(argv=None) -> int:
         jitted(*lazy_data[k]).item()
     labels = {}
     for pk in next(iter(jitted.cache.values())).plan.kernels:
-        if pk.spec is not None and kernel_name(pk) not in labels:
-            labels[kernel_name(pk)] = pk.label[:50] + _tuning(pk.compiled)
+        # a Triton kernel is named after its source (the dump's file after its spec)
+        rendered = getattr(pk.compiled, "rendered", None)
+        name = rendered.name if rendered is not None else \
+            kernel_name(pk) if pk.spec is not None else None
+        if name is not None and name not in labels:
+            labels[name] = pk.label[:50] + _tuning(pk.compiled)
 
     _profile(torch, lambda: jitted(*lazy_data[5]), "lazyburn jit", labels, args.top)
     compiled = torch.compile(sides.ref)

@@ -696,7 +696,7 @@ def test_a_reduction_reading_a_value_per_row_or_per_column_keeps_its_layout():
     (sums,) = [k for k in plan.kernels if k.kind == "reduction" and
                [o.shape for o in k.ops if o.role == "anchor"] == [(1, 3000)]]
     assert tr.outer_reduction(sums.spec), str(plan)
-    assert tr.default_params(sums.spec)["RBLOCK"] == 32  # 32 rows a step, in wide row tiles
+    assert tr.default_params(sums.spec)["RBLOCK"] == 64  # 64 rows a step, in wide row tiles
 
 
 def test_a_pooling_window_is_walked_an_element_at_a_time(dev):

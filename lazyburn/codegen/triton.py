@@ -22,7 +22,9 @@ back in :class:`RenderedKernel`.
   row in chunks of RBLOCK, accumulating per lane, and reduces the lanes at the end
   (Inductor's scheme). Loads carry Inductor's L2 eviction hints: ``evict_last`` for data every
   row reads (weights) and for row data a later walk reads again, ``evict_first`` for row data
-  read for the last time.
+  read for the last time. A reduction of few rows over long ones is *split* (``SPLIT`` in its
+  launch parameters, ``triton_reduction.split_parts``): a partial kernel reduces each row in
+  chunks, a total kernel the chunks' results (``fusion.split_reduction``).
 * Scan: a [XBLOCK, RBLOCK] tile per program scanned along the row by
   ``tl.associative_scan``, long rows walked tile by tile with the prefix carried
   (:mod:`.triton_scan`).
@@ -76,8 +78,8 @@ from .common import indent, source_name
 from .triton_matmul import matmul_params, render_matmul, tma_operands, uses_dot
 from .triton_printer import TL_MATH, RenderedKernel, TritonPrinter, cdiv, loop_vars, program_id
 from .triton_reduction import (PERSISTENT_MAX, REREAD_PERSISTENT_MAX, outer_reduction,
-                               reduction_params, render_reduction, stage_groups,
-                               window_reduction)
+                               reduction_params, render_reduction, split_params, stage_groups,
+                               unsplit_params, window_reduction)
 from .triton_scan import render_scan, scan_params
 from .triton_sort import render_sort, sort_params
 
@@ -93,7 +95,8 @@ LLVM_OPT_LEVEL = 1
 
 __all__ = ["LLVM_OPT_LEVEL", "PERSISTENT_MAX", "REREAD_PERSISTENT_MAX", "TL_MATH",
            "RenderedKernel", "TritonPrinter", "cdiv", "default_params", "outer_reduction",
-           "render", "tma_operands", "uses_dot", "window_reduction"]
+           "render", "split_params", "tma_operands", "unsplit_params", "uses_dot",
+           "window_reduction"]
 
 
 def render(spec: KernelSpec, name: str, params: dict | None = None,
@@ -106,6 +109,7 @@ def render(spec: KernelSpec, name: str, params: dict | None = None,
     """
     full = default_params(spec, interpret=target == "interpret")
     full.update(params or {})
+    full.pop("SPLIT", None)  # (one kernel: a split's two are each rendered by themselves)
     p = TritonPrinter(spec, target)
     if isinstance(spec, ElementwiseSpec):
         body, grid, warps, stages = _elementwise(p, spec, full)

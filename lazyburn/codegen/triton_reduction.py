@@ -19,6 +19,7 @@ Products keep a plain running product per lane: a product's relative error is at
 """
 from __future__ import annotations
 
+from ..fusion import split_reduction
 from ..fusion.kernel_ir import ReductionSpec, Stage
 from ..fusion.symbolic import Expr, topo_exprs
 from ..ir.shapes import pow2_at_least
@@ -34,7 +35,9 @@ REREAD_PERSISTENT_MAX = 32768
 
 
 def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
-    """The heuristic ``XBLOCK``, ``RBLOCK``, ``looped`` and ``num_warps`` of ``spec``."""
+    """The heuristic ``XBLOCK``, ``RBLOCK``, ``looped`` and ``num_warps`` of ``spec``; and
+    ``SPLIT``, the chunks each row is reduced in, where it is split (``split_parts``): the
+    tile is then the partial kernel's (``fusion.split_reduction``)."""
     rows, size = spec.rows, max(spec.reduce_size, 1)
     if interpret:
         # the interpreter's cost is per loop step and, in tl.reduce, per lane: long rows take
@@ -42,27 +45,109 @@ def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
         r = min(pow2_at_least(size), 1024 if size <= 2 ** 20 else 8192)
         x = min(pow2_at_least(rows), max(1, 4096 // r))
         return {"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4}
-    if outer_reduction(spec):
-        # the reduced axis is strided and the rows are contiguous: wide row tiles coalesce;
-        # narrower ones (down to 8 rows, a 32-byte sector of float32) where wide ones would
-        # leave most of the device idle (a bias gradient's 384 column sums made 6 programs)
-        r = min(pow2_at_least(size), 32)
-        x = min(64, pow2_at_least(rows))
-        while x > 8 and cdiv(rows, x) < 128:
-            x //= 2
-        return {"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4}
+    params = unsplit_params(spec)
+    parts = split_parts(spec, params["XBLOCK"], outer_reduction(spec))
+    return split_params(spec, parts) if parts > 1 else params
+
+
+def unsplit_params(spec: ReductionSpec) -> dict:
+    """The heuristic tile of ``spec`` on a GPU, unsplit."""
+    return _tile(spec, outer_reduction(spec))
+
+
+def split_params(spec: ReductionSpec, parts: int) -> dict | None:
+    """The launch parameters of ``spec`` split in ``parts`` chunks: ``SPLIT`` and the heuristic
+    tile of its partial kernel (whose rows are contiguous where ``spec``'s are); None where
+    it does not split so."""
+    kernels = split_reduction.split(spec, parts)
+    if kernels is None:
+        return None
+    return {**_tile(kernels[0], outer_reduction(spec)), "SPLIT": parts}
+
+
+def _tile(spec: ReductionSpec, outer: bool) -> dict:
+    """The heuristic tile of ``spec`` (``outer``: whether its rows are contiguous)."""
+    rows, size = spec.rows, max(spec.reduce_size, 1)
+    if outer:
+        return _outer_tile(rows, size, len(spec.stages))
     if window_reduction(spec):
         return dict(WINDOW_PARAMS)
     if size <= PERSISTENT_MAX:
-        r = pow2_at_least(size)
-        x = min(pow2_at_least(rows), max(1, 1024 // r))
-        while x > 1 and cdiv(rows, x) < 256:  # keep enough programs to fill the device
-            x //= 2
-        warps = min(16, max(2, x * r // 512))
-        return {"XBLOCK": x, "RBLOCK": r, "looped": False, "num_warps": pow2_at_least(warps)}
+        return _persistent_tile(rows, size)
     if size <= REREAD_PERSISTENT_MAX and rereads_rows(spec):
         return {"XBLOCK": 1, "RBLOCK": pow2_at_least(size), "looped": False, "num_warps": 32}
     return {"XBLOCK": 1, "RBLOCK": 2048, "looped": True, "num_warps": 8}
+
+
+def _outer_tile(rows: int, size: int, stages: int = 1) -> dict:
+    # the reduced axis is strided and the rows are contiguous: wide row tiles coalesce;
+    # narrower ones (down to 8 rows, a 32-byte sector of float32) where wide ones would
+    # leave most of the device idle (a bias gradient's 384 column sums made 6 programs)
+    # 64 reduced elements a step: the column sums of a (4096, 30 522) gradient took 0.89x
+    # the time of 32 on an H200 (``benchmarks/reduction_tiles_gpu.py``)
+    r = min(pow2_at_least(size), 64)
+    x = min(64, pow2_at_least(rows))
+    while x > 8 and cdiv(rows, x) < 128:
+        x //= 2
+    # each stage keeps a running sum and its error per tile element: at most OUTER_REGISTERS
+    # of them a thread (a training step's layer-norm weight gradients sum 30 columns of
+    # products in one kernel)
+    while r > 1 and x * r // 128 * stages > OUTER_REGISTERS:
+        r //= 2
+    return {"XBLOCK": x, "RBLOCK": r, "looped": size > r, "num_warps": 4}
+
+
+#: Tile elements a thread of a column reduction keeps over all its stages (128 threads a tile)
+OUTER_REGISTERS = 32
+
+
+def _persistent_tile(rows: int, size: int) -> dict:
+    r = pow2_at_least(size)
+    x = min(pow2_at_least(rows), max(1, 1024 // r))
+    while x > 1 and cdiv(rows, x) < 256:  # keep enough programs to fill the device
+        x //= 2
+    warps = min(16, max(2, x * r // 512))
+    return {"XBLOCK": x, "RBLOCK": r, "looped": False, "num_warps": pow2_at_least(warps)}
+
+
+#: A reduction whose tiles make fewer programs than this (rows contiguous, else along a row)
+#: is split (``split_parts``) ... On an H200 (``benchmarks/reduction_tiles_gpu.py``), the
+#: column sums of (4096, 384) took 0.0037 ms in 384 programs and 0.0042 in 768; the sum of
+#: 25.2M values 0.0316 ms in 256, 0.0263 in 512 and 0.0275 in 1024.
+SPLIT_PROGRAMS = {True: 256, False: 512}
+#: ... when it reduces this many elements or more (below, one program's loop is about as
+#: fast as a second launch) ...
+SPLIT_MIN_WORK = 1 << 18
+#: ... into chunks of at least this many elements (rows contiguous, else along a row)
+SPLIT_MIN_CHUNK = {True: 64, False: 1024}
+
+
+def split_parts(spec: ReductionSpec, xblock: int, outer: bool) -> int:
+    """In how many chunks each row of ``spec`` is reduced by a partial kernel before a total
+    kernel adds them up (``fusion.split_reduction``), 1 for none: the fewest (a power of two
+    dividing the reduced size) that bring the partial kernel's programs to
+    ``SPLIT_PROGRAMS``, where tiles of ``xblock`` rows make fewer, the kernel reduces
+    ``SPLIT_MIN_WORK`` elements or more and its chunks keep ``SPLIT_MIN_CHUNK`` elements
+    (``outer``: the rows are contiguous).
+
+    Column sums of few columns are the case, and sums of everything: a bias gradient over
+    4096 tokens of 384 features took 48 programs of 8 columns each (0.0064 ms on an H200;
+    0.0037 split in 64), a sum of 25.2M values one program."""
+    rows, size = spec.rows, spec.reduce_size
+    programs, enough = cdiv(rows, xblock), SPLIT_PROGRAMS[outer]
+    if programs >= enough or rows * size < SPLIT_MIN_WORK or \
+            not split_reduction.splittable(spec):
+        return 1
+    parts = 1
+    while programs < enough and size // (2 * parts) >= SPLIT_MIN_CHUNK[outer]:
+        parts *= 2
+        chunk = size // parts
+        tile = _outer_tile(rows * parts, chunk, len(spec.stages)) if outer else \
+            _persistent_tile(rows * parts, chunk) if chunk <= PERSISTENT_MAX else {"XBLOCK": 1}
+        programs = cdiv(rows * parts, tile["XBLOCK"])
+    while parts > 1 and size % parts:
+        parts //= 2
+    return parts
 
 
 # a pooling window: at most this many elements (a 5 x 5 window) ...

@@ -87,6 +87,7 @@ import numpy as np
 
 from ..codegen import triton as tr
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError
+from ..fusion import split_reduction
 from ..fusion.kernel_ir import MatmulSpec
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
@@ -490,6 +491,13 @@ class CudaBackend(FusedBackend):
             params["allow_tf32"] = allow_tf32
         if params.get("library"):
             return LibraryMatmul(self, spec, name, params, origin)
+        parts = params.pop("SPLIT", 1)
+        if parts > 1:
+            kernels = split_reduction.split(spec, parts)
+            # (a representative prefix tuned in place of a kernel may not split the same way:
+            # it runs unsplit in the partial kernel's tile)
+            if kernels is not None:
+                return SplitReduction(self, spec, kernels, name, params, origin, label)
         target = "interpret" if self.interpret else "cuda"
         r = tr.render(spec, name, params, target)
         fn, path = load_kernel(r.source, r.name, self.interpret)
@@ -565,6 +573,59 @@ class CudaBackend(FusedBackend):
                 with torch.cuda.stream(self.stream), torch.cuda.stream(src.stream):
                     return n.buffer.to(self.device, non_blocking=True)
         return self.upload(host_value(n))
+
+
+class SplitReduction:
+    """A reduction kernel run as two (``fusion.split_reduction``), callable like a
+    TritonKernel with the unsplit spec's buffers and scalar arguments: the partial kernel
+    (launch ``params``) reduces each row's chunks into buffers of partial results allocated
+    at each launch, the total kernel (its heuristic tile) reduces those and stores the
+    outputs. ``source`` holds both, the partial kernel first."""
+
+    suffix, comment = ".py", "#"
+
+    def __init__(self, backend, spec, kernels, name: str, params: dict, origin, label=""):
+        partial, total = kernels
+        self.spec = spec
+        self.origin = origin
+        self.label = label
+        self.parts = partial.rows // spec.rows
+        self.partial = backend.build_kernel(partial, f"{name}_partial", params, origin, label)
+        tile = tr.default_params(total, True) if backend.interpret else \
+            tr.unsplit_params(total)  # (its rows are few and short)
+        self.total = backend.build_kernel(total, f"{name}_total", tile, origin, label)
+        self.execution = self.partial.execution
+        self.source = (f"# split reduction: {self.partial.rendered.name} reduces each of "
+                       f"{spec.rows} rows in {self.parts} chunks, {self.total.rendered.name} "
+                       f"the chunks' results\n{self.partial.source}\n\n{self.total.source}")
+        self.scratch = [(a.size, backend.dtypes[a.dtype.name]) for a in partial.args
+                        if a.is_output]
+        # once both kernels have compiled: both launches as one call, as a compiled Triton
+        # kernel's launcher (``cuda_replay.direct_launch`` calls it at every later launch)
+        self.fast = None
+        self.empty = False
+
+    def __call__(self, backend, args) -> None:
+        """The first launches, which compile the two kernels (every launch under Triton's
+        interpreter, which compiles no launcher)."""
+        def through_call(kernel):
+            return lambda *a, stream=None: kernel(backend, list(a))
+        self._launcher(backend, through_call(self.partial), through_call(self.total))(*args)
+        if self.fast is None and all(not k.empty and k.fast is not None
+                                     for k in (self.partial, self.total)):
+            self.fast = self._launcher(backend, self.partial.fast, self.total.fast)
+
+    def _launcher(self, backend, partial, total):
+        """``launch(*args, stream=None)`` of both kernels for the unsplit spec's ``args``."""
+        empty, device, scratch = backend.torch.empty, backend.device, self.scratch
+        n_in, n_buf = len(self.spec.inputs), len(self.spec.args)
+
+        def launch(*args, stream=None):
+            parts = [empty(size, dtype=dtype, device=device) for size, dtype in scratch]
+            inputs, scalars = args[:n_in], args[n_buf:]
+            partial(*inputs, *parts, *scalars, stream=stream)
+            total(*inputs, *parts, *args[n_in:n_buf], *scalars, stream=stream)
+        return launch
 
 
 class TritonKernel:

@@ -5,7 +5,8 @@ Candidates (``lazyburn.autotune.Candidate``), the heuristic default first:
   element-wise: ``BLOCK`` and ``num_warps``;
   reduction: persistent tiles with other warp counts and row blocks, looped tiles of 1024 to
   4096 lanes, and for a small window (``window_reduction``) looped tiles of one lane over
-  other row blocks;
+  other row blocks; a reduction split by default (``SPLIT``) in half and twice as many
+  chunks first, then the tiles unsplit;
   matmul: the tile configurations of Triton's matmul tutorials for H100 (``BLOCK_M/N/K``,
   ``num_warps``, ``num_stages``; the epilogue sliced to fit registers), the library candidate
   (``torch.mm``, ``torch.bmm``: cuBLAS, hipBLAS, with the prologue and the epilogue as
@@ -95,9 +96,10 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
     if interpret:
         return out
     seen = {_name(default)}
+    base = default  # what a candidate's parameters are merged into
 
     def add(params, priority):
-        params = {**default, **params}
+        params = {**base, **params}
         name = _name(params)
         if name not in seen:
             seen.add(name)
@@ -110,6 +112,13 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
                 add({"BLOCK": block, "num_warps": warps}, priority)
     elif isinstance(spec, ReductionSpec):
         size, rows = max(spec.reduce_size, 1), pow2_at_least(spec.rows)
+        if "SPLIT" in default:  # split by default: in half as many and twice as many chunks,
+            for parts in (default["SPLIT"] // 2, default["SPLIT"] * 2):  # then the tiles unsplit
+                params = tr.split_params(spec, parts) if parts > 1 else None
+                if params is not None:
+                    add(params, 1)
+            base = tr.unsplit_params(spec)
+            add({}, 1)
         if tr.outer_reduction(spec):  # row tiles over the contiguous axis
             for x, r in ((32, 32), (64, 16), (128, 8), (64, 64), (128, 32), (32, 8), (16, 32),
                          (8, 64)):

@@ -1,0 +1,223 @@
+"""Split reductions (``fusion.split_reduction``): which reductions split, the two kernels'
+specs, the Triton heuristic that splits few long rows, and the values of split kernels
+against NumPy on ``cuda:0`` (Triton's interpreter without a GPU), with the split forced where
+the heuristic would not split such small shapes."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import lazyburn as lb  # noqa: E402
+from lazyburn import runtime  # noqa: E402
+from lazyburn.codegen import triton as tr  # noqa: E402
+from lazyburn.codegen import triton_reduction  # noqa: E402
+from lazyburn.fusion import split_reduction  # noqa: E402
+from lazyburn.runtime import cuda_tuning  # noqa: E402
+
+
+def kernel_specs(*tensors):
+    return [k.spec for k in lb.explain(*tensors).kernels if k.kind == "reduction"]
+
+
+def test_what_splits():
+    rng = np.random.default_rng(11)
+    x = lb.asarray(rng.standard_normal((96, 40)).astype(np.float32), device="numpy")
+    (column,) = kernel_specs(lb.exp(x).sum(axis=0) * 2.0)
+    assert split_reduction.splittable(column)
+    assert split_reduction.split(column, 7) is None  # 7 does not divide 96
+    assert split_reduction.split(column, 1) is None
+    partial, total = split_reduction.split(column, 4)
+    assert (partial.rows, partial.reduce_size) == (160, 24)
+    assert (total.rows, total.reduce_size) == (40, 4)
+    # partial: the inputs, then one partial buffer per stage; total: the inputs, the partial
+    # buffers, then the outputs, stored as the unsplit kernel stores them
+    n_in = len(column.inputs)
+    assert [a.is_output for a in partial.args] == [False] * n_in + [True]
+    assert partial.args[-1].size == 160 and partial.args[-1].dtype.name == "float32"
+    assert [a.is_output for a in total.args] == [False] * (n_in + 1) + [True]
+    assert total.outputs[0].arg == n_in + 1
+    # a softmax's sum reads its max: not split; neither is an argmax
+    for spec in kernel_specs(lb.softmax(x, axis=0)) + kernel_specs(lb.argmax(x, axis=0)):
+        assert not split_reduction.splittable(spec)
+        assert split_reduction.split(spec, 4) is None
+    # a float16 mean's partial sums are float32
+    h = lb.asarray(rng.standard_normal((64, 8)).astype(np.float16), device="numpy")
+    (mean,) = kernel_specs(h.mean(axis=0))
+    partial, total = split_reduction.split(mean, 8)
+    assert partial.args[-1].dtype.name == "float32"
+    assert total.stages[0].dtype.name == "float16" or total.outputs[0].value.dtype.name == \
+        "float16"
+
+
+def test_the_heuristic_splits_few_long_rows():
+    """A (4096, 384) column sum, a bias gradient's: 48 programs of 8 columns unsplit; split,
+    its partial kernel runs at least ``SPLIT_PROGRAMS``. A (4096, 30 522) column sum and a
+    short one are not split; a full sum of 2**22 is."""
+    rng = np.random.default_rng(12)
+
+    def params(shape, axis):
+        x = lb.asarray(rng.standard_normal(shape).astype(np.float32), device="numpy")
+        (spec,) = kernel_specs(x.sum(axis=axis))
+        return spec, tr.default_params(spec)
+
+    spec, p = params((4096, 384), 0)
+    assert p["SPLIT"] > 1 and 4096 % p["SPLIT"] == 0
+    partial = split_reduction.split(spec, p["SPLIT"])[0]
+    assert -(-partial.rows // p["XBLOCK"]) >= triton_reduction.SPLIT_PROGRAMS[True]
+    assert 4096 // p["SPLIT"] >= triton_reduction.SPLIT_MIN_CHUNK[True]
+    assert "SPLIT" not in tr.unsplit_params(spec)
+    assert "SPLIT" not in params((4096, 30522), 0)[1]
+    assert "SPLIT" not in params((64, 384), 0)[1]  # too little work
+    # eight column sums of one kernel: each keeps a sum and its error per tile element, so
+    # the tile is narrower along the reduced axis (at most OUTER_REGISTERS a thread)
+    x = lb.asarray(rng.standard_normal((4096, 384)).astype(np.float32), device="numpy")
+    (spec,) = kernel_specs(*[(x * float(i)).sum(axis=0) for i in range(1, 9)])
+    assert len(spec.stages) == 8
+    for tile in (tr.default_params(spec), tr.unsplit_params(spec)):
+        threads = 32 * tile["num_warps"]
+        assert tile["XBLOCK"] * tile["RBLOCK"] // threads * 8 <= triton_reduction.OUTER_REGISTERS
+    assert params((4096, 384), 0)[1]["RBLOCK"] == 64
+    spec, p = params((1 << 22,), 0)
+    assert p["SPLIT"] == 512 and p["XBLOCK"] == 1  # 512 programs of 8192
+    # under Triton's interpreter nothing is split by default
+    assert "SPLIT" not in tr.default_params(spec, interpret=True)
+    # the search tries half and twice as many chunks, then unsplit tiles (without SPLIT)
+    cands = cuda_tuning.candidates(spec)
+    splits = [c.params.get("SPLIT", 1) for c in cands]
+    assert splits[0] == p["SPLIT"]
+    assert {p["SPLIT"] // 2, p["SPLIT"] * 2} <= set(splits)
+    assert splits.count(1) >= 2
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory):
+    """``cuda:0`` (Triton's interpreter without a GPU), every splittable reduction of 16 or
+    more elements a row split in ``PARTS`` chunks where they divide it."""
+    keys = ("TRITON_INTERPRET", "LAZYBURN_CACHE_DIR", "LAZYBURN_AUTOTUNE")
+    saved = {k: os.environ.get(k) for k in keys}
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["LAZYBURN_CACHE_DIR"] = str(tmp_path_factory.mktemp("lazyburn-cache"))
+    os.environ["LAZYBURN_AUTOTUNE"] = "0"
+    had = "cuda:0" in runtime._backends
+    heuristic = tr.default_params
+
+    def forced(spec, interpret=False):
+        if spec.kind == "reduction" and spec.reduce_size >= 16:
+            kernels = split_reduction.split(spec, PARTS)
+            if kernels is not None:
+                return {**heuristic(kernels[0], interpret), "SPLIT": PARTS}
+        return heuristic(spec, interpret)
+    tr.default_params = forced
+    yield "cuda:0"
+    tr.default_params = heuristic
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    if not had:
+        runtime._backends.pop("cuda:0", None)
+
+
+PARTS = 4
+
+
+def split_kernels(t) -> int:
+    """How many of the kernels computing pending ``t`` on its device run split."""
+    plan, _ = runtime.backend(t.device).prepare([t.node])
+    return sum(getattr(k.compiled, "kernel", None).__class__.__name__ == "SplitReduction"
+               for k in plan.kernels)
+
+
+def special(rng, shape, dtype):
+    """Fresh random values of ``dtype`` with its corner cases scattered in: for floats +-0,
+    +-inf and nan; for integers the extremes."""
+    x = rng.standard_normal(shape) * 8
+    flat = x.reshape(-1)
+    if np.dtype(dtype).kind == "f":
+        x = x.astype(dtype)
+        flat = x.reshape(-1)
+        picks = rng.choice(flat.size, 6, replace=False)
+        flat[picks] = [0.0, -0.0, np.inf, -np.inf, np.nan, -0.0]
+        return x
+    info = np.iinfo(dtype)
+    x = x.astype(dtype)
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, 2, replace=False)] = [info.min, info.max]
+    return x
+
+
+def check(got, want, rtol):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                   rtol=rtol, atol=rtol, equal_nan=True)
+        # the sign of a zero and where nan and inf are, exactly
+        np.testing.assert_array_equal(np.signbit(got[got == 0]), np.signbit(want[want == 0]))
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "prod", "mean"])
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_split_values_float(dev, op, axis):
+    rng = np.random.default_rng(hash((op, axis)) % 2 ** 32)
+    x = special(rng, (48, 64), np.float32)
+    if op == "prod":  # values near one keep the product finite
+        x = (1 + rng.standard_normal((48, 64)) / 64).astype(np.float32)
+    got = getattr(lb.asarray(x, device=dev), op)(axis=axis)
+    assert split_kernels(got) == 1
+    check(got.numpy(), getattr(np, op)(x, axis=axis), 2e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
+def test_split_values_integer(dev, dtype):
+    rng = np.random.default_rng(13)
+    x = special(rng, (64, 40), dtype)
+    t = lb.asarray(x, device=dev)
+    for op in ("sum", "max", "min"):
+        got = getattr(t, op)(axis=0)
+        assert split_kernels(got) == 1
+        check(got.numpy(), getattr(np, op)(x, axis=0), 0)
+
+
+def test_split_values_bool_and_half(dev):
+    rng = np.random.default_rng(14)
+    b = rng.random((64, 24)) < 0.02
+    t = lb.asarray(b, device=dev)
+    for got, want in ((lb.any(t, axis=0), b.any(axis=0)), (lb.all(~t, axis=0), (~b).all(0)),
+                      (lb.count_nonzero(t, axis=0), np.count_nonzero(b, axis=0))):
+        assert split_kernels(got) == 1
+        check(got.numpy(), want, 0)
+    h = rng.standard_normal((128, 16)).astype(np.float16)
+    got = lb.asarray(h, device=dev).sum(axis=0)
+    assert split_kernels(got) == 1
+    check(got.numpy(), h.sum(axis=0, dtype=np.float32).astype(np.float16), 1e-3)
+
+
+def test_split_with_prologue_epilogue_and_stages(dev):
+    """Producers fused on read, consumers on write (a bias gradient's update), and two
+    independent sums of one kernel; a variance, whose second sum reads the mean, runs
+    unsplit and stays right."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((64, 48)).astype(np.float32)
+    w = rng.standard_normal(48).astype(np.float32)
+    t, tw = lb.asarray(x, device=dev), lb.asarray(w, device=dev)
+    update = tw - 0.1 * (lb.exp(t) * 2.0).sum(axis=0)
+    assert split_kernels(update) == 1
+    check(update.numpy(), w - 0.1 * (np.exp(x) * 2).sum(0), 2e-5)
+    s1, s2 = t.sum(axis=0), (t * t).sum(axis=0)
+    plan = lb.explain(s1, s2)
+    assert len(plan.kernels) == 1
+    lb.sync(s1, s2)
+    check(s1.numpy(), x.sum(0), 2e-5)
+    check(s2.numpy(), (x * x).sum(0), 2e-5)
+    v = lb.var(t, axis=0)
+    assert split_kernels(v) == 0
+    check(v.numpy(), x.var(0), 2e-5)
