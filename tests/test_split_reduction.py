@@ -5,6 +5,7 @@ the heuristic would not split such small shapes."""
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -96,8 +97,8 @@ def test_the_heuristic_splits_few_long_rows():
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory):
-    """``cuda:0`` (Triton's interpreter without a GPU), every splittable reduction of 16 or
-    more elements a row split in ``PARTS`` chunks where they divide it."""
+    """``cuda:0`` (Triton's interpreter without a GPU), every splittable reduction of
+    ``MIN_SIZE`` or more elements a row split in ``PARTS`` chunks where they divide it."""
     keys = ("TRITON_INTERPRET", "LAZYBURN_CACHE_DIR", "LAZYBURN_AUTOTUNE")
     saved = {k: os.environ.get(k) for k in keys}
     if not torch.cuda.is_available():
@@ -108,7 +109,7 @@ def dev(tmp_path_factory):
     heuristic = tr.default_params
 
     def forced(spec, interpret=False):
-        if spec.kind == "reduction" and spec.reduce_size >= 16:
+        if spec.kind == "reduction" and spec.reduce_size >= MIN_SIZE:
             kernels = split_reduction.split(spec, PARTS)
             if kernels is not None:
                 return {**heuristic(kernels[0], interpret), "SPLIT": PARTS}
@@ -125,7 +126,7 @@ def dev(tmp_path_factory):
         runtime._backends.pop("cuda:0", None)
 
 
-PARTS = 4
+PARTS, MIN_SIZE = 4, 16
 
 
 def split_kernels(t) -> int:
@@ -221,3 +222,33 @@ def test_split_with_prologue_epilogue_and_stages(dev):
     v = lb.var(t, axis=0)
     assert split_kernels(v) == 0
     check(v.numpy(), x.var(0), 2e-5)
+
+
+def test_random_programs_with_split_reductions(dev, monkeypatch):
+    """Random programs of ``tests/fuzz_graphs.py`` (every op, reductions fused on read and
+    on write, views, matmul, pooling) with every reduction that splits run split, against
+    NumPy within the error bounds the programs carry. Rows of 4 or more are split in 2 here:
+    few of these programs reduce longer rows whose outputs are all per row."""
+    import fuzz_graphs
+    from lazyburn.runtime import cuda
+
+    monkeypatch.setattr(sys.modules[__name__], "PARTS", 2)
+    monkeypatch.setattr(sys.modules[__name__], "MIN_SIZE", 4)
+    made = []
+    init = cuda.SplitReduction.__init__
+
+    def counted(self, *args, **kwargs):
+        made.append(1)
+        init(self, *args, **kwargs)
+    monkeypatch.setattr(cuda.SplitReduction, "__init__", counted)
+    failures = []
+    for seed in range(1_010_000, 1_010_080):
+        prog = fuzz_graphs.generate(seed)
+        # (values of at most 2**16 elements: larger ones take minutes in the interpreter)
+        if max(np.prod(v.shape, dtype=np.int64) for v in prog.values) > 1 << 16:
+            continue
+        msg = fuzz_graphs.check(prog, dev)
+        if msg is not None:
+            failures.append(f"seed {seed}: {msg.strip().splitlines()[-1]}")
+    assert not failures, "\n".join(failures)
+    assert len(made) >= 8, len(made)  # (split kernels made: the programs did reduce such rows)
