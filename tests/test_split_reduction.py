@@ -1,17 +1,19 @@
 """Split reductions (``fusion.split_reduction``): which reductions split, the two kernels'
-specs, the Triton heuristic that splits few long rows, and the values of split kernels
-against NumPy on ``cuda:0`` (Triton's interpreter without a GPU), with the split forced where
-the heuristic would not split such small shapes."""
+specs, the Triton and OpenCL heuristics that split few long rows, and the values of split
+kernels against NumPy on ``cuda:0`` (Triton's interpreter without a GPU) and ``opencl:0``,
+with the split forced where the heuristics would not split such small shapes."""
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
+
+from fused_devices import FUSED_DEVICES  # noqa: E402  (sets up Triton's interpreter)
 
 import lazyburn as lb  # noqa: E402
 from lazyburn import runtime  # noqa: E402
@@ -95,35 +97,77 @@ def test_the_heuristic_splits_few_long_rows():
     assert splits.count(1) >= 2
 
 
-@pytest.fixture(scope="module")
-def dev(tmp_path_factory):
-    """``cuda:0`` (Triton's interpreter without a GPU), every splittable reduction of
-    ``MIN_SIZE`` or more elements a row split in ``PARTS`` chunks where they divide it."""
-    keys = ("TRITON_INTERPRET", "LAZYBURN_CACHE_DIR", "LAZYBURN_AUTOTUNE")
+@pytest.mark.skipif("opencl:0" not in FUSED_DEVICES, reason="no OpenCL device")
+def test_opencl_splits_few_long_rows():
+    """On OpenCL a reduction of few long rows runs a work-group a row (one core of a CPU for
+    a sum of everything): split, its partial kernel has ``SPLIT_ROWS`` rows per compute
+    unit. Its value, against NumPy's in float64."""
+    from lazyburn.runtime import opencl_tuning
+
+    backend = runtime.backend("opencl:0")
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal(1 << 20).astype(np.float32)
+    t = lb.asarray(x, device="opencl:0")
+    (k,) = lb.explain(t.sum()).kernels
+    p = opencl_tuning.default_params(backend, k)
+    kind = "cpu" if backend.is_cpu else "gpu"
+    assert p["SPLIT"] >= min(opencl_tuning.SPLIT_ROWS[kind] * backend.compute_units,
+                             (1 << 20) // opencl_tuning.SPLIT_MIN_CHUNK)
+    assert "SPLIT" not in opencl_tuning.reduction_params(backend, k.spec)
+    assert "split reduction: a partial and a total kernel" in str(lb.explain(t.sum()))
+    got = float(t.sum().numpy())
+    assert abs(got - x.astype(np.float64).sum()) <= 1e-6 * np.abs(x).sum()
+    # many rows: not split
+    (k,) = lb.explain(lb.asarray(x.reshape(1024, 1024), device="opencl:0").sum(axis=1)).kernels
+    assert "SPLIT" not in opencl_tuning.default_params(backend, k)
+
+
+@pytest.fixture(scope="module", params=[d for d in FUSED_DEVICES if d != "webgpu:0"])
+def dev(request, tmp_path_factory):
+    """``cuda:0`` (Triton's interpreter without a GPU) and ``opencl:0``, every splittable
+    reduction of ``MIN_SIZE`` or more elements a row split in ``PARTS`` chunks where they
+    divide it."""
+    device = request.param
+    keys = ("LAZYBURN_CACHE_DIR", "LAZYBURN_AUTOTUNE")
     saved = {k: os.environ.get(k) for k in keys}
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
     os.environ["LAZYBURN_CACHE_DIR"] = str(tmp_path_factory.mktemp("lazyburn-cache"))
     os.environ["LAZYBURN_AUTOTUNE"] = "0"
-    had = "cuda:0" in runtime._backends
-    heuristic = tr.default_params
+    had = device in runtime._backends
+    backend = runtime.backend(device)
+    if device.startswith("cuda"):
+        heuristic = tr.default_params
 
-    def forced(spec, interpret=False):
-        if spec.kind == "reduction" and spec.reduce_size >= MIN_SIZE:
-            kernels = split_reduction.split(spec, PARTS)
-            if kernels is not None:
-                return {**heuristic(kernels[0], interpret), "SPLIT": PARTS}
-        return heuristic(spec, interpret)
-    tr.default_params = forced
-    yield "cuda:0"
-    tr.default_params = heuristic
+        def forced(spec, interpret=False):
+            if spec.kind == "reduction" and spec.reduce_size >= MIN_SIZE:
+                kernels = split_reduction.split(spec, PARTS)
+                if kernels is not None:
+                    return {**heuristic(kernels[0], interpret), "SPLIT": PARTS}
+            return heuristic(spec, interpret)
+        module, name = tr, "default_params"
+    else:
+        from lazyburn.runtime import opencl, opencl_tuning
+        heuristic = opencl.default_params
+
+        def forced(backend, k):
+            if k.kind == "reduction" and k.spec.reduce_size >= MIN_SIZE:
+                kernels = split_reduction.split(k.spec, PARTS)
+                if kernels is not None:
+                    return {**opencl_tuning.reduction_params(backend, kernels[0]),
+                            "SPLIT": PARTS}
+            return heuristic(backend, k)
+        module, name = opencl, "default_params"
+    setattr(module, name, forced)
+    backend.plans.clear()  # (plans compiled elsewhere, unsplit)
+    yield device
+    setattr(module, name, heuristic)
+    backend.plans.clear()
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
     if not had:
-        runtime._backends.pop("cuda:0", None)
+        runtime._backends.pop(device, None)
 
 
 PARTS, MIN_SIZE = 4, 16
@@ -132,8 +176,8 @@ PARTS, MIN_SIZE = 4, 16
 def split_kernels(t) -> int:
     """How many of the kernels computing pending ``t`` on its device run split."""
     plan, _ = runtime.backend(t.device).prepare([t.node])
-    return sum(getattr(k.compiled, "kernel", None).__class__.__name__ == "SplitReduction"
-               for k in plan.kernels)
+    return sum(type(getattr(k.compiled, "kernel", None) or k.compiled).__name__ ==
+               "SplitReduction" for k in plan.kernels)
 
 
 def special(rng, shape, dtype):
@@ -230,17 +274,18 @@ def test_random_programs_with_split_reductions(dev, monkeypatch):
     NumPy within the error bounds the programs carry. Rows of 4 or more are split in 2 here:
     few of these programs reduce longer rows whose outputs are all per row."""
     import fuzz_graphs
-    from lazyburn.runtime import cuda
 
+    kernels = importlib.import_module(f"lazyburn.runtime.{dev.partition(':')[0]}")
     monkeypatch.setattr(sys.modules[__name__], "PARTS", 2)
     monkeypatch.setattr(sys.modules[__name__], "MIN_SIZE", 4)
+    runtime.backend(dev).plans.clear()
     made = []
-    init = cuda.SplitReduction.__init__
+    init = kernels.SplitReduction.__init__
 
     def counted(self, *args, **kwargs):
         made.append(1)
         init(self, *args, **kwargs)
-    monkeypatch.setattr(cuda.SplitReduction, "__init__", counted)
+    monkeypatch.setattr(kernels.SplitReduction, "__init__", counted)
     failures = []
     for seed in range(1_010_000, 1_010_080):
         prog = fuzz_graphs.generate(seed)

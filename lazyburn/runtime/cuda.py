@@ -94,7 +94,7 @@ from ..ir.node import current_origin
 from . import backend, binary_cache, cuda_tuning, dump, linalg_library
 from .cuda_library import LibraryMatmul, library_execution
 from .cuda_replay import Program
-from .fused import Execution, FusedBackend, host_value
+from .fused import Execution, FusedBackend, host_value, split_execution
 
 allow_tf32 = False
 cuda_graphs = True
@@ -466,6 +466,8 @@ class CudaBackend(FusedBackend):
     def params_execution(self, k, params: dict) -> Execution:
         if params.get("library"):
             return library_execution(self, k.spec)
+        if params.get("SPLIT", 1) > 1:
+            return split_execution(self.generated)
         return Execution(self.generated)
 
     @property
@@ -594,7 +596,7 @@ class SplitReduction:
         tile = tr.default_params(total, True) if backend.interpret else \
             tr.unsplit_params(total)  # (its rows are few and short)
         self.total = backend.build_kernel(total, f"{name}_total", tile, origin, label)
-        self.execution = self.partial.execution
+        self.execution = split_execution(CudaBackend.generated)
         self.source = (f"# split reduction: {self.partial.rendered.name} reduces each of "
                        f"{spec.rows} rows in {self.parts} chunks, {self.total.rendered.name} "
                        f"the chunks' results\n{self.partial.source}\n\n{self.total.source}")

@@ -52,6 +52,11 @@ class Execution:
 TRANSFER = Execution("transfer", generated=0)
 
 
+def split_execution(engine: str) -> Execution:
+    """A reduction run as a partial and a total kernel (``fusion.split_reduction``)."""
+    return Execution(f"{engine} (split reduction: a partial and a total kernel)", generated=2)
+
+
 def kernel_name(k) -> str:
     """Planned kernel ``k``'s name in its generated source: what it computes (its kind and its
     spec's structural hash, as its file in the dump is named), not its place in the plan, so

@@ -95,13 +95,14 @@ import numpy as np
 from ..autotune import device_fingerprint
 from ..codegen import opencl as cl_codegen
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault
+from ..fusion import split_reduction
 from ..fusion.library import split_matmul, with_b_written
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
 from . import binary_cache, dump
-from .fused import Execution, FusedBackend, worth_tuning
+from .fused import Execution, FusedBackend, split_execution, worth_tuning
 from .opencl_devices import discover
-from .opencl_tuning import TunedKernel, default_params, elementwise_params
+from .opencl_tuning import TunedKernel, default_params, elementwise_params, reduction_params
 
 
 def available() -> bool:
@@ -578,6 +579,8 @@ class OpenCLBackend(FusedBackend):
             return WRITTEN_B
         if k.kind == "matmul" and self.is_cpu and cl_codegen.cpu_gemm_form(k.spec) is None:
             return Execution(f"{self.generated} ({TILED_ON_CPU})")
+        if k.kind == "reduction" and params.get("SPLIT", 1) > 1:
+            return split_execution(self.generated)
         return Execution(self.generated)
 
     def build(self, k, name: str, params: dict, origin):
@@ -586,6 +589,11 @@ class OpenCLBackend(FusedBackend):
             return LibraryMatmul(self, k, params, origin)
         if k.kind == "matmul" and params.get("b_written"):
             return WrittenOperandMatmul(self, k, name, params, origin)
+        if k.kind == "reduction" and params.get("SPLIT", 1) > 1:
+            kernels = split_reduction.split(k.spec, params["SPLIT"])
+            if kernels is not None:
+                return SplitReduction(self, k, kernels, name, params, origin)
+        params = {key: v for key, v in params.items() if key != "SPLIT"}
         kernel = self.kernel(cl_codegen.render(k.spec, name, params), k, origin, k.label,
                              k.spec)
         if k.kind == "matmul":
@@ -980,6 +988,40 @@ class WrittenOperandMatmul:
         self.write_b(backend, [args[i] for i in self.inputs] + [written] + scalars)
         self.gemm(backend, list(args[:self.buffers]) + [written] + scalars)
         backend.release(written)  # the in-order queue runs the GEMM before any reuse
+
+
+class SplitReduction:
+    """A reduction group run as two kernels (``fusion.split_reduction``): the partial kernel
+    (launch ``params``) reduces each row's chunks into temporaries of partial results, the
+    total kernel (its heuristic launch) reduces those and stores the outputs."""
+
+    suffix, comment = ".cl", "//"
+    execution = split_execution(OpenCLBackend.generated)
+
+    def __init__(self, backend, k, kernels, name, params, origin):
+        partial, total = kernels
+        spec = k.spec
+        self.inputs, self.buffers = len(spec.inputs), len(spec.args)
+        self.origin = origin
+        self.scratch = [a.size * a.dtype.itemsize for a in partial.args if a.is_output]
+        tile = {key: v for key, v in params.items() if key != "SPLIT"}
+        r = cl_codegen.render(partial, f"{name}_partial", tile)
+        self.partial = backend.kernel(r, k, origin, k.label, partial)
+        r = cl_codegen.render(total, f"{name}_total", reduction_params(backend, total))
+        self.total = backend.kernel(r, k, origin, k.label, total)
+        self.source = (f"// split reduction: each of {spec.rows} rows reduced in "
+                       f"{params['SPLIT']} chunks, then the chunks' results\n"
+                       f"// ---- partial\n{self.partial.source}\n"
+                       f"// ---- total\n{self.total.source}")
+
+    def __call__(self, backend, args) -> None:
+        scalars = list(args[self.buffers:])
+        inputs = list(args[:self.inputs])
+        parts = [backend.alloc(n, self.origin) for n in self.scratch]
+        self.partial(backend, inputs + parts + scalars)
+        self.total(backend, inputs + parts + list(args[self.inputs:self.buffers]) + scalars)
+        for buf in parts:  # the in-order queue runs the total kernel before any reuse
+            backend.release(buf)
 
 
 LIBRARY = "library: NumPy BLAS on host-mapped buffers"

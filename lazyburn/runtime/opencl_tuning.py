@@ -8,6 +8,7 @@ import numpy as np
 
 from ..autotune import Candidate
 from ..codegen import opencl as cl_codegen
+from ..fusion import split_reduction
 from ..fusion.library import split_matmul, with_b_written
 from ..ir.shapes import pow2_at_least
 from .fused import FirstLaunchTuner, describe_mismatch, output_scale, tolerance
@@ -29,16 +30,12 @@ def default_params(backend, k) -> dict:
     if k.kind == "elementwise":
         return elementwise_params(backend, spec)
     if k.kind == "reduction":
-        columns = reduction_columns(backend, spec)
-        if columns:
-            return {"strategy": "columns", "rows": columns[0], **_row_vectors(backend)}
-        many_rows = spec.rows >= 4 * backend.compute_units
-        if spec.reduce_size <= 32 or (cpu and many_rows):
-            rows = reduction_rows(backend, spec)
-            return {"strategy": "sequential", "local": None, **_row_vectors(backend),
-                    **({"rows": rows} if rows else {})}
-        local = min(256, backend.max_local, pow2_at_least(spec.reduce_size))
-        return {"strategy": "tree", "local": local}
+        params = reduction_params(backend, spec)
+        parts = split_parts(backend, spec, params)
+        if parts > 1:  # the partial kernel's launch
+            partial = split_reduction.split(spec, parts)[0]
+            return {**reduction_params(backend, partial), "SPLIT": parts}
+        return params
     if k.kind == "scan":
         # a work-item per row where the rows fill the device (on a CPU, its cores), else a
         # work-group per row
@@ -70,6 +67,48 @@ def default_params(backend, k) -> dict:
                 return outer[0]
         return {"tile": 16, "library": cpu and large}
     return {}
+
+
+def reduction_params(backend, spec) -> dict:
+    """The heuristic launch of reduction ``spec``, unsplit."""
+    columns = reduction_columns(backend, spec)
+    if columns:
+        return {"strategy": "columns", "rows": columns[0], **_row_vectors(backend)}
+    many_rows = spec.rows >= 4 * backend.compute_units
+    if spec.reduce_size <= 32 or (backend.is_cpu and many_rows):
+        rows = reduction_rows(backend, spec)
+        return {"strategy": "sequential", "local": None, **_row_vectors(backend),
+                **({"rows": rows} if rows else {})}
+    local = min(256, backend.max_local, pow2_at_least(spec.reduce_size))
+    return {"strategy": "tree", "local": local}
+
+
+#: A reduction launched as a work-group per row, whose rows are fewer than this many per
+#: compute unit, is split (``split_parts``) ...
+SPLIT_ROWS = {"cpu": 16, "gpu": 4}
+#: ... when it reduces this many elements or more, into chunks of at least this many
+SPLIT_MIN_WORK, SPLIT_MIN_CHUNK = 1 << 18, 4096
+
+
+def split_parts(backend, spec, params: dict) -> int:
+    """In how many chunks each row of reduction ``spec`` (launched with ``params``) is
+    reduced by a partial kernel before a total kernel reduces their results
+    (``fusion.split_reduction``), 1 for none: the fewest (a power of two dividing the reduced
+    size) that give ``SPLIT_ROWS`` rows per compute unit, for a reduction of few long rows
+    launched as a work-group per row (a sum of everything: one work-group, on a CPU one
+    core). Measured on PoCL (2 cores): a float32 sum of 2**24 values took 37 ms as one
+    work-group, the row sums of the same values as (4096, 4096) 4.6 ms."""
+    size = spec.reduce_size
+    if params.get("strategy") != "tree" or spec.rows * size < SPLIT_MIN_WORK or \
+            not split_reduction.splittable(spec):
+        return 1
+    want = SPLIT_ROWS["cpu" if backend.is_cpu else "gpu"] * backend.compute_units
+    parts = 1
+    while spec.rows * parts < want and size // (2 * parts) >= SPLIT_MIN_CHUNK:
+        parts *= 2
+    while parts > 1 and size % parts:
+        parts //= 2
+    return parts
 
 
 #: register blocks of the CPU GEMM (``codegen.opencl.cpu_gemm_form``) by the vector registers
