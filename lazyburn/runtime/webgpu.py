@@ -75,6 +75,7 @@ pipelines created.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import hashlib
 import os
@@ -88,14 +89,15 @@ import numpy as np
 from ..autotune import device_fingerprint
 from ..codegen import wgsl
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault
+from ..fusion import split_reduction
 from ..fusion.lower import FusionIllegal
 from ..ir.graph import structural_key
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
 from . import dump
-from .fused import Execution, FusedBackend, worth_tuning
+from .fused import Execution, FusedBackend, split_execution, worth_tuning
 from .webgpu_profile import MAX_TIMED_PASSES, SyncProfile
-from .webgpu_tuning import TunedKernel, default_params
+from .webgpu_tuning import TunedKernel, default_params, reduction_params
 
 synchronous = True  # a sync waits for the queue (see the module doc)
 BIND_GROUPS_KEPT = 4  # bind groups a kernel keeps for the buffer sets it ran with last
@@ -461,6 +463,14 @@ class WebGPUBackend(FusedBackend):
         """The heuristic launch configuration of a planned kernel."""
         return default_params(self, k)
 
+    def planned_execution(self, k) -> Execution:
+        return self.params_execution(k, self.launch_params(k))
+
+    def params_execution(self, k, params: dict) -> Execution:
+        if k.kind == "reduction" and params.get("SPLIT", 1) > 1:
+            return split_execution(self.generated)
+        return Execution(self.generated)
+
     def compile_kernel(self, k, name: str, origin):
         """The heuristic default's kernel, or one that autotunes at its first launch."""
         if worth_tuning(k):
@@ -477,6 +487,11 @@ class WebGPUBackend(FusedBackend):
 
     def build(self, k, name: str, params: dict, origin):
         """Compile planned kernel ``k`` with launch ``params``."""
+        if k.kind == "reduction" and params.get("SPLIT", 1) > 1:
+            kernels = split_reduction.split(k.spec, params["SPLIT"])
+            if kernels is not None:
+                return SplitReduction(self, k, kernels, name, params, origin)
+        params = {key: v for key, v in params.items() if key != "SPLIT"}
         try:
             r = wgsl.render(k.spec, name, params, self.target)
         except wgsl.LoopLimitError as e:
@@ -693,6 +708,38 @@ class CompiledKernel:
         if backend.profiling is not None:
             backend.profiling.add("encode", time.perf_counter() - t0)
         backend.launched(self.label, self.origin)
+
+
+class SplitReduction:
+    """A reduction group run as two kernels (``fusion.split_reduction``): the partial kernel
+    (launch ``params``) reduces each row's chunks into temporaries of partial results, the
+    total kernel (its heuristic launch) reduces those and stores the outputs."""
+
+    suffix, comment = ".wgsl", "//"
+    execution = split_execution(WebGPUBackend.generated)
+
+    def __init__(self, backend, k, kernels, name, params, origin):
+        partial, total = kernels
+        spec = k.spec
+        self.inputs, self.buffers = len(spec.inputs), len(spec.args)
+        self.origin = origin
+        self.scratch = [a.size * a.dtype.itemsize for a in partial.args if a.is_output]
+        tile = {key: v for key, v in params.items() if key != "SPLIT"}
+        self.partial = backend.build(dataclasses.replace(k, spec=partial, compiled=None),
+                                     f"{name}_partial", tile, origin)
+        self.total = backend.build(dataclasses.replace(k, spec=total, compiled=None),
+                                   f"{name}_total", reduction_params(total), origin)
+        self.source = (f"// split reduction: each of {spec.rows} rows reduced in "
+                       f"{params['SPLIT']} chunks, then the chunks' results\n"
+                       f"// ---- partial\n{self.partial.source}\n"
+                       f"// ---- total\n{self.total.source}")
+
+    def __call__(self, backend, args) -> None:
+        scalars = list(args[self.buffers:])
+        inputs = list(args[:self.inputs])
+        parts = [backend.alloc(n, self.origin) for n in self.scratch]
+        self.partial(backend, inputs + parts + scalars)
+        self.total(backend, inputs + parts + list(args[self.inputs:self.buffers]) + scalars)
 
 
 class BufferPool:

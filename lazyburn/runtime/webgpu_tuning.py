@@ -9,6 +9,7 @@ import numpy as np
 
 from ..autotune import Candidate
 from ..codegen import wgsl
+from ..fusion import split_reduction
 from ..ir.shapes import pow2_at_least
 from .fused import FirstLaunchTuner
 from .webgpu_profile import SyncProfile
@@ -26,13 +27,11 @@ def default_params(backend, k) -> dict:
     if k.kind == "elementwise":
         return {"workgroup": 256, "per_item": 4 if spec.numel >= UNROLL_MIN_ELEMENTS else 1}
     if k.kind == "reduction":
-        inner_kept = bool(spec.shape) and len(spec.shape) - 1 not in spec.axes
-        if spec.reduce_size <= 32 or (inner_kept and spec.rows >= SEQUENTIAL_MIN_ROWS):
-            return {"strategy": "sequential", "workgroup": 64}
-        # 256 invocations a row, more for long rows so that a persistent reduction keeps at
-        # most 16 elements per invocation
-        size = pow2_at_least(spec.reduce_size)
-        return {"strategy": "tree", "workgroup": min(size, max(256, size // 16), 1024)}
+        params = reduction_params(spec)
+        parts = split_parts(spec, params)
+        if parts > 1:  # the partial kernel's launch
+            return {**reduction_params(split_reduction.split(spec, parts)[0]), "SPLIT": parts}
+        return params
     if k.kind == "scan":
         # an invocation per row where there are rows enough to fill a GPU and they are short
         if spec.scan_size <= 32 or (spec.rows >= SEQUENTIAL_MIN_ROWS and spec.scan_size <= 1024):
@@ -46,6 +45,41 @@ def default_params(backend, k) -> dict:
     if k.kind == "matmul":
         return {"tile": 16, "micro": 4 if min(spec.m, spec.n) >= 64 else 1}
     return {}
+
+
+def reduction_params(spec) -> dict:
+    """The heuristic launch of reduction ``spec``, unsplit."""
+    inner_kept = bool(spec.shape) and len(spec.shape) - 1 not in spec.axes
+    if spec.reduce_size <= 32 or (inner_kept and spec.rows >= SEQUENTIAL_MIN_ROWS):
+        return {"strategy": "sequential", "workgroup": 64}
+    # 256 invocations a row, more for long rows so that a persistent reduction keeps at
+    # most 16 elements per invocation
+    size = pow2_at_least(spec.reduce_size)
+    return {"strategy": "tree", "workgroup": min(size, max(256, size // 16), 1024)}
+
+
+#: A reduction launched as a workgroup per row over fewer rows than this is split
+#: (``split_parts``) when it reduces ``SPLIT_MIN_WORK`` elements or more, into chunks of at
+#: least ``SPLIT_MIN_CHUNK``
+SPLIT_ROWS, SPLIT_MIN_WORK, SPLIT_MIN_CHUNK = 256, 1 << 18, 4096
+
+
+def split_parts(spec, params: dict) -> int:
+    """In how many chunks each row of reduction ``spec`` (launched with ``params``) is
+    reduced by a partial kernel before a total kernel reduces their results
+    (``fusion.split_reduction``), 1 for none: the fewest (a power of two dividing the reduced
+    size) that give ``SPLIT_ROWS`` rows, for few long rows launched a workgroup a row (a sum
+    of everything: one workgroup)."""
+    size = spec.reduce_size
+    if params.get("strategy") != "tree" or spec.rows * size < SPLIT_MIN_WORK or \
+            not split_reduction.splittable(spec):
+        return 1
+    parts = 1
+    while spec.rows * parts < SPLIT_ROWS and size // (2 * parts) >= SPLIT_MIN_CHUNK:
+        parts *= 2
+    while parts > 1 and size % parts:
+        parts //= 2
+    return parts
 
 
 def candidates(backend, k) -> list[Candidate]:
