@@ -97,6 +97,18 @@ def split(spec: ReductionSpec, parts: int):
     return partial, total
 
 
+def fewest_parts(spec: ReductionSpec, rows: int, min_chunk: int) -> int:
+    """The fewest chunks to split each row of ``spec`` in (a power of two dividing its reduced
+    size; 1 for none) that make ``rows`` rows or more of at least ``min_chunk`` elements, or
+    as many as chunks of ``min_chunk`` allow."""
+    size, parts = spec.reduce_size, 1
+    while spec.rows * parts < rows and size // (2 * parts) >= min_chunk:
+        parts *= 2
+    while parts > 1 and size % parts:
+        parts //= 2
+    return parts
+
+
 def _rebuild(b: ExprBuilder, roots: list[Expr], variables: dict) -> list[Expr]:
     """``roots`` made again in builder ``b`` with each loop variable replaced by the
     expression ``variables`` gives for its name. Every replacement spans its variable's range,

@@ -57,6 +57,33 @@ def split_execution(engine: str) -> Execution:
     return Execution(f"{engine} (split reduction: a partial and a total kernel)", generated=2)
 
 
+class SplitLaunch:
+    """A reduction group run as two built kernels (``fusion.split_reduction``), called as one
+    with the group's buffers, then its scalar arguments: ``partial`` reduces each row's
+    ``parts`` chunks into temporaries allocated at each call (``backend.alloc``; released
+    after it, the in-order queue running the total kernel before any reuse), ``total`` reduces
+    those and stores the outputs. ``source``: both, each under a line of ``comment``."""
+
+    def __init__(self, spec, partial_spec, partial, total, parts: int, origin):
+        self.inputs, self.buffers = len(spec.inputs), len(spec.args)
+        self.origin = origin
+        self.scratch = [a.size * a.dtype.itemsize for a in partial_spec.args if a.is_output]
+        self.partial, self.total = partial, total
+        c = self.comment
+        self.source = (f"{c} split reduction: each of {spec.rows} rows reduced in {parts} "
+                       f"chunks, then the chunks' results\n{c} ---- partial\n{partial.source}\n"
+                       f"{c} ---- total\n{total.source}")
+
+    def __call__(self, backend, args) -> None:
+        scalars = list(args[self.buffers:])
+        inputs = list(args[:self.inputs])
+        parts = [backend.alloc(n, self.origin) for n in self.scratch]
+        self.partial(backend, inputs + parts + scalars)
+        self.total(backend, inputs + parts + list(args[self.inputs:self.buffers]) + scalars)
+        for buf in parts:
+            backend.release(buf)
+
+
 def kernel_name(k) -> str:
     """Planned kernel ``k``'s name in its generated source: what it computes (its kind and its
     spec's structural hash, as its file in the dump is named), not its place in the plan, so

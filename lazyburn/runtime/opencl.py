@@ -100,7 +100,7 @@ from ..fusion.library import split_matmul, with_b_written
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
 from . import binary_cache, dump
-from .fused import Execution, FusedBackend, split_execution, worth_tuning
+from .fused import Execution, FusedBackend, SplitLaunch, split_execution, worth_tuning
 from .opencl_devices import discover
 from .opencl_tuning import TunedKernel, default_params, elementwise_params, reduction_params
 
@@ -990,38 +990,21 @@ class WrittenOperandMatmul:
         backend.release(written)  # the in-order queue runs the GEMM before any reuse
 
 
-class SplitReduction:
-    """A reduction group run as two kernels (``fusion.split_reduction``): the partial kernel
-    (launch ``params``) reduces each row's chunks into temporaries of partial results, the
-    total kernel (its heuristic launch) reduces those and stores the outputs."""
+class SplitReduction(SplitLaunch):
+    """A reduction group run as a partial kernel (launch ``params``) and a total kernel (its
+    heuristic launch): see ``SplitLaunch``."""
 
     suffix, comment = ".cl", "//"
     execution = split_execution(OpenCLBackend.generated)
 
     def __init__(self, backend, k, kernels, name, params, origin):
         partial, total = kernels
-        spec = k.spec
-        self.inputs, self.buffers = len(spec.inputs), len(spec.args)
-        self.origin = origin
-        self.scratch = [a.size * a.dtype.itemsize for a in partial.args if a.is_output]
         tile = {key: v for key, v in params.items() if key != "SPLIT"}
         r = cl_codegen.render(partial, f"{name}_partial", tile)
-        self.partial = backend.kernel(r, k, origin, k.label, partial)
+        first = backend.kernel(r, k, origin, k.label, partial)
         r = cl_codegen.render(total, f"{name}_total", reduction_params(backend, total))
-        self.total = backend.kernel(r, k, origin, k.label, total)
-        self.source = (f"// split reduction: each of {spec.rows} rows reduced in "
-                       f"{params['SPLIT']} chunks, then the chunks' results\n"
-                       f"// ---- partial\n{self.partial.source}\n"
-                       f"// ---- total\n{self.total.source}")
-
-    def __call__(self, backend, args) -> None:
-        scalars = list(args[self.buffers:])
-        inputs = list(args[:self.inputs])
-        parts = [backend.alloc(n, self.origin) for n in self.scratch]
-        self.partial(backend, inputs + parts + scalars)
-        self.total(backend, inputs + parts + list(args[self.inputs:self.buffers]) + scalars)
-        for buf in parts:  # the in-order queue runs the total kernel before any reuse
-            backend.release(buf)
+        super().__init__(k.spec, partial, first, backend.kernel(r, k, origin, k.label, total),
+                         params["SPLIT"], origin)
 
 
 LIBRARY = "library: NumPy BLAS on host-mapped buffers"

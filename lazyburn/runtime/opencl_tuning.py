@@ -98,17 +98,11 @@ def split_parts(backend, spec, params: dict) -> int:
     launched as a work-group per row (a sum of everything: one work-group, on a CPU one
     core). Measured on PoCL (2 cores): a float32 sum of 2**24 values took 37 ms as one
     work-group, the row sums of the same values as (4096, 4096) 4.6 ms."""
-    size = spec.reduce_size
-    if params.get("strategy") != "tree" or spec.rows * size < SPLIT_MIN_WORK or \
+    if params.get("strategy") != "tree" or spec.rows * spec.reduce_size < SPLIT_MIN_WORK or \
             not split_reduction.splittable(spec):
         return 1
     want = SPLIT_ROWS["cpu" if backend.is_cpu else "gpu"] * backend.compute_units
-    parts = 1
-    while spec.rows * parts < want and size // (2 * parts) >= SPLIT_MIN_CHUNK:
-        parts *= 2
-    while parts > 1 and size % parts:
-        parts //= 2
-    return parts
+    return split_reduction.fewest_parts(spec, want, SPLIT_MIN_CHUNK)
 
 
 #: register blocks of the CPU GEMM (``codegen.opencl.cpu_gemm_form``) by the vector registers

@@ -95,7 +95,7 @@ from ..ir.graph import structural_key
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
 from . import dump
-from .fused import Execution, FusedBackend, split_execution, worth_tuning
+from .fused import Execution, FusedBackend, SplitLaunch, split_execution, worth_tuning
 from .webgpu_profile import MAX_TIMED_PASSES, SyncProfile
 from .webgpu_tuning import TunedKernel, default_params, reduction_params
 
@@ -710,36 +710,21 @@ class CompiledKernel:
         backend.launched(self.label, self.origin)
 
 
-class SplitReduction:
-    """A reduction group run as two kernels (``fusion.split_reduction``): the partial kernel
-    (launch ``params``) reduces each row's chunks into temporaries of partial results, the
-    total kernel (its heuristic launch) reduces those and stores the outputs."""
+class SplitReduction(SplitLaunch):
+    """A reduction group run as a partial kernel (launch ``params``) and a total kernel (its
+    heuristic launch): see ``SplitLaunch``."""
 
     suffix, comment = ".wgsl", "//"
     execution = split_execution(WebGPUBackend.generated)
 
     def __init__(self, backend, k, kernels, name, params, origin):
         partial, total = kernels
-        spec = k.spec
-        self.inputs, self.buffers = len(spec.inputs), len(spec.args)
-        self.origin = origin
-        self.scratch = [a.size * a.dtype.itemsize for a in partial.args if a.is_output]
         tile = {key: v for key, v in params.items() if key != "SPLIT"}
-        self.partial = backend.build(dataclasses.replace(k, spec=partial, compiled=None),
-                                     f"{name}_partial", tile, origin)
-        self.total = backend.build(dataclasses.replace(k, spec=total, compiled=None),
-                                   f"{name}_total", reduction_params(total), origin)
-        self.source = (f"// split reduction: each of {spec.rows} rows reduced in "
-                       f"{params['SPLIT']} chunks, then the chunks' results\n"
-                       f"// ---- partial\n{self.partial.source}\n"
-                       f"// ---- total\n{self.total.source}")
-
-    def __call__(self, backend, args) -> None:
-        scalars = list(args[self.buffers:])
-        inputs = list(args[:self.inputs])
-        parts = [backend.alloc(n, self.origin) for n in self.scratch]
-        self.partial(backend, inputs + parts + scalars)
-        self.total(backend, inputs + parts + list(args[self.inputs:self.buffers]) + scalars)
+        first = backend.build(dataclasses.replace(k, spec=partial, compiled=None),
+                              f"{name}_partial", tile, origin)
+        second = backend.build(dataclasses.replace(k, spec=total, compiled=None),
+                               f"{name}_total", reduction_params(total), origin)
+        super().__init__(k.spec, partial, first, second, params["SPLIT"], origin)
 
 
 class BufferPool:

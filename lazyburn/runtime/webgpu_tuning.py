@@ -70,16 +70,10 @@ def split_parts(spec, params: dict) -> int:
     (``fusion.split_reduction``), 1 for none: the fewest (a power of two dividing the reduced
     size) that give ``SPLIT_ROWS`` rows, for few long rows launched a workgroup a row (a sum
     of everything: one workgroup)."""
-    size = spec.reduce_size
-    if params.get("strategy") != "tree" or spec.rows * size < SPLIT_MIN_WORK or \
+    if params.get("strategy") != "tree" or spec.rows * spec.reduce_size < SPLIT_MIN_WORK or \
             not split_reduction.splittable(spec):
         return 1
-    parts = 1
-    while spec.rows * parts < SPLIT_ROWS and size // (2 * parts) >= SPLIT_MIN_CHUNK:
-        parts *= 2
-    while parts > 1 and size % parts:
-        parts //= 2
-    return parts
+    return split_reduction.fewest_parts(spec, SPLIT_ROWS, SPLIT_MIN_CHUNK)
 
 
 def candidates(backend, k) -> list[Candidate]:
