@@ -6,7 +6,6 @@ shapes."""
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 import numpy as np
@@ -130,14 +129,10 @@ def dev(request, tmp_path_factory):
     every splittable reduction of ``MIN_SIZE`` or more elements a row split in ``PARTS``
     chunks where they divide it."""
     device = request.param
-    keys = ("LAZYBURN_CACHE_DIR", "LAZYBURN_AUTOTUNE")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ["LAZYBURN_CACHE_DIR"] = str(tmp_path_factory.mktemp("lazyburn-cache"))
-    os.environ["LAZYBURN_AUTOTUNE"] = "0"
     had = device in runtime._backends
     backend = runtime.backend(device)
     if device.startswith("cuda"):
-        heuristic = tr.default_params
+        module, heuristic = tr, tr.default_params
 
         def forced(spec, interpret=False):
             if spec.kind == "reduction" and spec.reduce_size >= MIN_SIZE:
@@ -145,11 +140,10 @@ def dev(request, tmp_path_factory):
                 if kernels is not None:
                     return {**heuristic(kernels[0], interpret), "SPLIT": PARTS}
             return heuristic(spec, interpret)
-        module, name = tr, "default_params"
     else:
         module = importlib.import_module(f"lazyburn.runtime.{device.partition(':')[0]}")
         tuning = importlib.import_module(f"{module.__name__}_tuning")
-        heuristic, name = module.default_params, "default_params"
+        heuristic = module.default_params
 
         def forced(backend, k):
             if k.kind == "reduction" and k.spec.reduce_size >= MIN_SIZE:
@@ -159,16 +153,13 @@ def dev(request, tmp_path_factory):
                         if device.startswith("opencl") else tuning.reduction_params(kernels[0])
                     return {**launch, "SPLIT": PARTS}
             return heuristic(backend, k)
-    setattr(module, name, forced)
-    backend.plans.clear()  # (plans compiled elsewhere, unsplit)
-    yield device
-    setattr(module, name, heuristic)
-    backend.plans.clear()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAZYBURN_CACHE_DIR", str(tmp_path_factory.mktemp("lazyburn-cache")))
+        mp.setenv("LAZYBURN_AUTOTUNE", "0")
+        mp.setattr(module, "default_params", forced)
+        backend.plans.clear()  # (plans compiled elsewhere, unsplit)
+        yield device
+        backend.plans.clear()
     if not had:
         runtime._backends.pop(device, None)
 

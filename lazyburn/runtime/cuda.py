@@ -92,7 +92,7 @@ from ..fusion.kernel_ir import MatmulSpec
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
 from . import backend, binary_cache, cuda_tuning, dump, linalg_library
-from .cuda_library import LibraryMatmul, library_execution
+from .cuda_library import ComposedKernel, LibraryMatmul, library_execution
 from .cuda_replay import Program
 from .fused import Execution, FusedBackend, host_value, split_execution
 
@@ -577,7 +577,7 @@ class CudaBackend(FusedBackend):
         return self.upload(host_value(n))
 
 
-class SplitReduction:
+class SplitReduction(ComposedKernel):
     """A reduction kernel run as two (``fusion.split_reduction``), callable like a
     TritonKernel with the unsplit spec's buffers and scalar arguments: the partial kernel
     (launch ``params``) reduces each row's chunks into buffers of partial results allocated
@@ -600,33 +600,20 @@ class SplitReduction:
         self.source = (f"# split reduction: {self.partial.rendered.name} reduces each of "
                        f"{spec.rows} rows in {self.parts} chunks, {self.total.rendered.name} "
                        f"the chunks' results\n{self.partial.source}\n\n{self.total.source}")
+        self.kernels = {"partial": self.partial, "total": self.total}
         self.scratch = [(a.size, backend.dtypes[a.dtype.name]) for a in partial.args
                         if a.is_output]
-        # once both kernels have compiled: both launches as one call, as a compiled Triton
-        # kernel's launcher (``cuda_replay.direct_launch`` calls it at every later launch)
-        self.fast = None
-        self.empty = False
 
-    def __call__(self, backend, args) -> None:
-        """The first launches, which compile the two kernels (every launch under Triton's
-        interpreter, which compiles no launcher)."""
-        def through_call(kernel):
-            return lambda *a, stream=None: kernel(backend, list(a))
-        self._launcher(backend, through_call(self.partial), through_call(self.total))(*args)
-        if self.fast is None and all(not k.empty and k.fast is not None
-                                     for k in (self.partial, self.total)):
-            self.fast = self._launcher(backend, self.partial.fast, self.total.fast)
-
-    def _launcher(self, backend, partial, total):
-        """``launch(*args, stream=None)`` of both kernels for the unsplit spec's ``args``."""
+    def _launcher(self, backend, parts: dict):
         empty, device, scratch = backend.torch.empty, backend.device, self.scratch
         n_in, n_buf = len(self.spec.inputs), len(self.spec.args)
+        partial, total = parts["partial"], parts["total"]
 
         def launch(*args, stream=None):
-            parts = [empty(size, dtype=dtype, device=device) for size, dtype in scratch]
+            chunks = [empty(size, dtype=dtype, device=device) for size, dtype in scratch]
             inputs, scalars = args[:n_in], args[n_buf:]
-            partial(*inputs, *parts, *scalars, stream=stream)
-            total(*inputs, *parts, *args[n_in:n_buf], *scalars, stream=stream)
+            partial(*inputs, *chunks, *scalars, stream=stream)
+            total(*inputs, *chunks, *args[n_in:n_buf], *scalars, stream=stream)
         return launch
 
 

@@ -27,7 +27,35 @@ from .fused import Execution
 HALF = ("float16", "bfloat16")
 
 
-class LibraryMatmul:
+class ComposedKernel:
+    """Callable like a TritonKernel with a spec's buffers and scalar arguments, launching the
+    kernels ``kernels`` (name -> kernel) and whatever else ``_launcher(backend, parts)`` does:
+    the first launches through each kernel's call (which compiles it; every launch under
+    Triton's interpreter, which compiles no launcher), then, once every kernel has compiled,
+    through their compiled launchers: ``fast`` (``cuda_replay.direct_launch`` calls it at every
+    later launch; ``empty``: there is always a launch, as it asks of a kernel)."""
+
+    fast = None
+    empty = False
+    kernels: dict
+
+    def __call__(self, backend, args) -> None:
+        def through_call(kernel):
+            return lambda *a, stream=None: kernel(backend, list(a))
+        self._launcher(backend, {name: through_call(k) for name, k in self.kernels.items()})(
+            *args)
+        if self.fast is None and all(not k.empty and k.fast is not None
+                                     for k in self.kernels.values()):
+            self.fast = self._launcher(backend, {name: k.fast
+                                                 for name, k in self.kernels.items()})
+
+    def _launcher(self, backend, parts: dict):
+        """``launch(*args, stream=None)`` for the spec's buffers and scalar arguments;
+        ``parts``: kernel name -> a launch ``(*args, stream=None)`` of that kernel."""
+        raise NotImplementedError
+
+
+class LibraryMatmul(ComposedKernel):
     """Callable like a TritonKernel: ``(backend, args)`` with the matmul spec's buffers."""
 
     suffix, comment = ".py", "#"
@@ -64,24 +92,6 @@ class LibraryMatmul:
             f"# library matmul: torch.{'mm' if self.single else 'bmm'} writes the output; " \
             "no generated kernel\n"
         self.execution = library_execution(backend, spec, self.parts)
-        # once every part kernel has compiled: the whole product as one call taking the
-        # spec's buffers and scalar arguments, as a compiled Triton kernel's launcher does
-        # (``cuda_replay.direct_launch`` calls it at every later launch; ``empty``: there is
-        # always a launch, as it asks of a kernel)
-        self.fast = None
-        self.empty = False
-
-    def __call__(self, backend, args) -> None:
-        """The first launches, which compile the part kernels (every launch under Triton's
-        interpreter, which compiles no launcher)."""
-        def through_call(kernel):
-            return lambda *a, stream=None: kernel(backend, list(a))
-        self._launcher(backend, {name: through_call(k) for name, k in self.kernels.items()})(
-            *args)
-        if self.fast is None and all(not k.empty and k.fast is not None
-                                     for k in self.kernels.values()):
-            self.fast = self._launcher(backend, {name: k.fast
-                                                 for name, k in self.kernels.items()})
 
     def _launcher(self, backend, parts: dict):
         """``launch(*args, stream=None)`` computing the product for the spec's buffers and

@@ -58,21 +58,37 @@ def split_execution(engine: str) -> Execution:
 
 
 class SplitLaunch:
-    """A reduction group run as two built kernels (``fusion.split_reduction``), called as one
-    with the group's buffers, then its scalar arguments: ``partial`` reduces each row's
-    ``parts`` chunks into temporaries allocated at each call (``backend.alloc``; released
-    after it, the in-order queue running the total kernel before any reuse), ``total`` reduces
-    those and stores the outputs. ``source``: both, each under a line of ``comment``."""
+    """Planned reduction ``k`` run as the two kernels of ``fusion.split_reduction``
+    (``kernels``: their specs), called as one with the group's buffers, then its scalar
+    arguments: the partial kernel (launch ``params`` but their ``SPLIT``) reduces each row's
+    chunks into temporaries allocated at each call (``backend.alloc``; released after it, the
+    in-order queue running the total kernel before any reuse), the total kernel
+    (``total_params``) reduces those and stores the outputs. A backend's subclass builds each
+    (``build_part``); ``source``: both, each under a line of ``comment``."""
 
-    def __init__(self, spec, partial_spec, partial, total, parts: int, origin):
-        self.inputs, self.buffers = len(spec.inputs), len(spec.args)
+    comment = "//"
+
+    def __init__(self, backend, k, kernels, name: str, params: dict, origin):
+        partial, total = kernels
+        self.inputs, self.buffers = len(k.spec.inputs), len(k.spec.args)
         self.origin = origin
-        self.scratch = [a.size * a.dtype.itemsize for a in partial_spec.args if a.is_output]
-        self.partial, self.total = partial, total
+        self.scratch = [a.size * a.dtype.itemsize for a in partial.args if a.is_output]
+        tile = {key: v for key, v in params.items() if key != "SPLIT"}
+        self.partial = self.build_part(backend, k, partial, f"{name}_partial", tile, origin)
+        self.total = self.build_part(backend, k, total, f"{name}_total",
+                                     self.total_params(backend, total), origin)
         c = self.comment
-        self.source = (f"{c} split reduction: each of {spec.rows} rows reduced in {parts} "
-                       f"chunks, then the chunks' results\n{c} ---- partial\n{partial.source}\n"
-                       f"{c} ---- total\n{total.source}")
+        self.source = (f"{c} split reduction: each of {k.spec.rows} rows reduced in "
+                       f"{params['SPLIT']} chunks, then the chunks' results\n{c} ---- partial\n"
+                       f"{self.partial.source}\n{c} ---- total\n{self.total.source}")
+
+    def build_part(self, backend, k, spec, name: str, params: dict, origin):
+        """One of the two kernels, ``spec`` built with launch ``params``."""
+        raise NotImplementedError
+
+    def total_params(self, backend, spec) -> dict:
+        """The total kernel's launch."""
+        raise NotImplementedError
 
     def __call__(self, backend, args) -> None:
         scalars = list(args[self.buffers:])

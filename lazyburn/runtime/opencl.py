@@ -991,20 +991,16 @@ class WrittenOperandMatmul:
 
 
 class SplitReduction(SplitLaunch):
-    """A reduction group run as a partial kernel (launch ``params``) and a total kernel (its
-    heuristic launch): see ``SplitLaunch``."""
+    """A reduction group run as a partial and a total kernel: see ``SplitLaunch``."""
 
     suffix, comment = ".cl", "//"
     execution = split_execution(OpenCLBackend.generated)
 
-    def __init__(self, backend, k, kernels, name, params, origin):
-        partial, total = kernels
-        tile = {key: v for key, v in params.items() if key != "SPLIT"}
-        r = cl_codegen.render(partial, f"{name}_partial", tile)
-        first = backend.kernel(r, k, origin, k.label, partial)
-        r = cl_codegen.render(total, f"{name}_total", reduction_params(backend, total))
-        super().__init__(k.spec, partial, first, backend.kernel(r, k, origin, k.label, total),
-                         params["SPLIT"], origin)
+    def build_part(self, backend, k, spec, name, params, origin):
+        return backend.kernel(cl_codegen.render(spec, name, params), k, origin, k.label, spec)
+
+    def total_params(self, backend, spec) -> dict:
+        return reduction_params(backend, spec)
 
 
 LIBRARY = "library: NumPy BLAS on host-mapped buffers"

@@ -711,20 +711,17 @@ class CompiledKernel:
 
 
 class SplitReduction(SplitLaunch):
-    """A reduction group run as a partial kernel (launch ``params``) and a total kernel (its
-    heuristic launch): see ``SplitLaunch``."""
+    """A reduction group run as a partial and a total kernel: see ``SplitLaunch``."""
 
     suffix, comment = ".wgsl", "//"
     execution = split_execution(WebGPUBackend.generated)
 
-    def __init__(self, backend, k, kernels, name, params, origin):
-        partial, total = kernels
-        tile = {key: v for key, v in params.items() if key != "SPLIT"}
-        first = backend.build(dataclasses.replace(k, spec=partial, compiled=None),
-                              f"{name}_partial", tile, origin)
-        second = backend.build(dataclasses.replace(k, spec=total, compiled=None),
-                               f"{name}_total", reduction_params(total), origin)
-        super().__init__(k.spec, partial, first, second, params["SPLIT"], origin)
+    def build_part(self, backend, k, spec, name, params, origin):
+        return backend.build(dataclasses.replace(k, spec=spec, compiled=None), name, params,
+                             origin)
+
+    def total_params(self, backend, spec) -> dict:
+        return reduction_params(spec)
 
 
 class BufferPool:
