@@ -262,6 +262,7 @@ def test_split_with_prologue_epilogue_and_stages(dev):
     check(v.numpy(), x.var(0), 2e-5)
 
 
+@pytest.mark.slow  # (a minute a device: the values above are the quick tier's)
 def test_random_programs_with_split_reductions(dev, monkeypatch):
     """Random programs of ``tests/fuzz_graphs.py`` (every op, reductions fused on read and
     on write, views, matmul, pooling) with every reduction that splits run split, against
