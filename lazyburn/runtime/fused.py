@@ -60,7 +60,7 @@ def split_execution(engine: str) -> Execution:
 class SplitLaunch:
     """Planned reduction ``k`` run as the two kernels of ``fusion.split_reduction``
     (``kernels``: their specs), called as one with the group's buffers, then its scalar
-    arguments: the partial kernel (launch ``params`` but their ``SPLIT``) reduces each row's
+    arguments: the partial kernel (launch ``params``, less ``SPLIT``) reduces each row's
     chunks into temporaries allocated at each call (``backend.alloc``; released after it, the
     in-order queue running the total kernel before any reuse), the total kernel
     (``total_params``) reduces those and stores the outputs. A backend's subclass builds each
