@@ -54,8 +54,8 @@ def test_what_splits():
     (mean,) = kernel_specs(h.mean(axis=0))
     partial, total = split_reduction.split(mean, 8)
     assert partial.args[-1].dtype.name == "float32"
-    assert total.stages[0].dtype.name == "float16" or total.outputs[0].value.dtype.name == \
-        "float16"
+    assert total.stages[0].dtype is mean.stages[0].dtype  # (the stage's, as unsplit)
+    assert total.outputs[0].value.dtype.name == "float16"
 
 
 def test_the_heuristic_splits_few_long_rows():
@@ -90,6 +90,10 @@ def test_the_heuristic_splits_few_long_rows():
     assert p["SPLIT"] == 512 and p["XBLOCK"] == 1  # 512 programs of 8192
     # under Triton's interpreter nothing is split by default
     assert "SPLIT" not in tr.default_params(spec, interpret=True)
+    # WebGPU: a workgroup a row, split in enough chunks for SPLIT_ROWS rows
+    from lazyburn.runtime import webgpu_tuning
+    assert webgpu_tuning.split_parts(spec, webgpu_tuning.reduction_params(spec)) == \
+        webgpu_tuning.SPLIT_ROWS
     # the search tries half and twice as many chunks, then unsplit tiles (without SPLIT)
     cands = cuda_tuning.candidates(spec)
     splits = [c.params.get("SPLIT", 1) for c in cands]
