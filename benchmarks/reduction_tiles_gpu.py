@@ -7,13 +7,13 @@ Workloads (float32): max_pool2d of (2, 32, 512, 512) with kernel 3 stride 1 padd
 kernel 5 stride 1 padding 2, ResNet's max_pool2d (kernel 3, stride 2, padding 1) of (32, 64,
 112, 112), avg_pool2d kernel 3 stride 1 padding 1 and kernel 2 stride 2, max_pool2d kernel 2
 stride 2, sums of contiguous rows of 3 to 256 elements over 25.2M values and of all of them,
-and a masked LM
-training step's reductions: the log-sum-exp of 4096 rows of 30 522 logits and column sums of
-4096 x 384, 1536 and 30 522. Each runs in its default tile (autotuning off), then in the tiles
-of ``tiles``. A tile is its plan's only reduction kernel, timed by ``torch.profiler`` (device time of the
-kernels named ``reduction*``, mean over ``--calls`` syncs after three warm-up ones) and checked
-against PyTorch (``torch.allclose``, rtol and atol 1e-4). Printed per workload: the default
-tile and its time, then the four fastest tiles with their time relative to the default.
+and a masked LM training step's reductions: the log-sum-exp of 4096 rows of 30 522 logits and
+column sums of 4096 x 384, 1536 and 30 522. Each runs in its default tile (autotuning off),
+then in the tiles of ``tiles``. A tile is its plan's only reduction kernel, timed by
+``torch.profiler`` (device time of the kernels named ``reduction*``, mean over ``--calls``
+syncs after three warm-up ones) and checked against PyTorch (``torch.allclose``, rtol and atol
+1e-4). Printed per workload: the default tile and its time, then the four fastest tiles with
+their time relative to the default.
 
 Rooflines (H200, 4.2 TB/s copy rate): a 2 x 2 pooling of (2, 32, 512, 512) moves 84 MB,
 0.020 ms; a 3 x 3 or 5 x 5 one of stride 1, 134 MB, 0.032 ms; a sum of 25.2M float32 values
