@@ -67,6 +67,8 @@ def workloads(torch, lb):
         return lb.log(lb.exp(ll - m).sum(axis=-1)) + m[:, 0]
 
     out["logsumexp of 4096 x 30522"] = (logsumexp, lambda: torch.logsumexp(logits, -1))
+    out["softmax of 4096 x 30522"] = (lambda: lb.softmax(ll, axis=-1),
+                                      lambda: torch.softmax(logits, -1))
     # a layer's weight gradients' column sums: (4096, 384) and (4096, 1536) activations
     for n in (384, 1536, 30522):
         c = s[:4096 * n].reshape(4096, n) if n < 30522 else logits
@@ -76,14 +78,14 @@ def workloads(torch, lb):
     return out
 
 
-def tiles(default: dict) -> list:
-    """The tiles tried beside ``default`` (a reduction's heuristic tile): for rows of at most
-    a few hundred elements, persistent tiles of a quarter to twice its row block with 1 to 8
-    warps and looped ones of one element over 256 to 1024 rows; for a column sum (a row block
-    of more than one row over a looped reduced axis), row and reduced blocks of 8 to 128 and
-    4 or 8 warps; for long rows (one row a program), persistent tiles of the whole row with 8
-    to 32 warps (where the default holds the row whole) and looped ones of 1024 to 8192
-    elements with 4 to 16. A reduction split by
+def tiles(default: dict, size: int) -> list:
+    """The tiles tried beside ``default`` (a reduction's heuristic tile, of rows of ``size``):
+    for rows of at most a few hundred elements, persistent tiles of a quarter to twice its row
+    block with 1 to 8 warps and looped ones of one element over 256 to 1024 rows; for a
+    column sum (a row block of more than one row over a looped reduced axis), row and
+    reduced blocks of 8 to 128 and 4 or 8 warps; for long rows (one row a program),
+    persistent tiles of the whole row with 8 to 32 warps (where it has at most 32 768
+    elements) and looped ones of 1024 to 8192 elements with 4 to 16. A reduction split by
     default (``SPLIT``): a quarter to four times as many chunks, then its partial kernel's
     kind of tiles unsplit."""
     x, r = default["XBLOCK"], default["RBLOCK"]
@@ -91,12 +93,12 @@ def tiles(default: dict) -> list:
         parts = default["SPLIT"]
         tile = {k: v for k, v in default.items() if k != "SPLIT"}
         return [{"SPLIT": p} for p in (parts // 4, parts // 2, parts * 2, parts * 4)
-                if p > 1] + [{**t, "SPLIT": 1} for t in tiles(tile)]
+                if p > 1] + [{**t, "SPLIT": 1} for t in tiles(tile, size // parts)]
     if x > 1 and default["looped"] and r > 1:
         return [{"looped": True, "XBLOCK": rows, "RBLOCK": red, "num_warps": warps}
                 for rows in (8, 32, 64, 128) for red in (8, 32, 64) for warps in (4, 8)]
     if x == 1 and r >= 1024:
-        held = [] if default["looped"] else [  # (a row held whole, where it fits one tile)
+        held = [] if size > 32768 else [  # (a row held whole)
             {"looped": False, "XBLOCK": 1, "RBLOCK": r, "num_warps": w} for w in (8, 16, 32)]
         return held + [{"looped": True, "XBLOCK": 1, "RBLOCK": red, "num_warps": w}
                        for red in (1024, 2048, 4096, 8192) for w in (4, 8, 16)]
@@ -135,6 +137,7 @@ def main(argv=None) -> int:
             p = heuristic(spec, interpret)
             if spec.kind == "reduction":  # (the workload's kernel, before a split's two)
                 chosen.setdefault("default", dict(p))
+                chosen.setdefault("size", spec.reduce_size)
                 p = {**p, **(override or {})}
             return p
         tr.default_params = params
@@ -166,7 +169,7 @@ def main(argv=None) -> int:
         lb.graph.sync(lazy())
         default = chosen["default"]
         timed = []
-        for tile in [None] + tiles(default):
+        for tile in [None] + tiles(default, chosen["size"]):
             in_tile(tile)
             got = lb.to_torch(lazy())
             right = torch.allclose(got, want, rtol=1e-4, atol=1e-4)

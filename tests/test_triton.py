@@ -22,6 +22,7 @@ triton = pytest.importorskip("triton")
 import lazyburn as lb  # noqa: E402
 from lazyburn import runtime  # noqa: E402
 from lazyburn.codegen import triton as tr  # noqa: E402
+from lazyburn.codegen import triton_reduction as tr_reduction  # noqa: E402
 from lazyburn.codegen.triton_reduction import rereads_rows  # noqa: E402
 from lazyburn.fusion.kernel_ir import KernelArg  # noqa: E402
 from lazyburn.ir import dtypes as dt  # noqa: E402
@@ -329,14 +330,19 @@ def test_independent_stages_run_in_programs_of_their_own(dev, tmp_path):
 
 
 def test_an_output_that_needs_no_result_of_the_last_stage_is_stored_by_its_walk(dev, tmp_path):
-    """A looped reduction walks each row once per stage, then once more for its per-element
-    outputs; an output that needs no result of the last stage (a cross-entropy's exp(x - max),
-    stored for its backward) is stored by the last stage's walk instead: two walks, not three.
-    A softmax, whose output needs the sum, keeps its third walk."""
+    """A looped reduction walks each row once per stage (a max and the sum of exp(x - max)
+    after it once for both), then once more for its per-element outputs; an output that
+    needs no result of the last stage (a variance's x - mean, stored for its backward) is
+    stored by the last stage's walk instead: two walks, not three. A softmax's output and
+    a stored exp(x - max) need the pair's results, so they keep a walk of their own: two."""
     rng = np.random.default_rng(24)
     x = rand(rng, (6, 70))
     x[2, 5] = np.nan
     x[4, :] = -np.inf
+
+    def centered(x):
+        d = x - x.mean(axis=1, keepdims=True)
+        return d, (d * d).sum(axis=1)
 
     def stored_exp(x):
         e = lb.exp(x - x.max(axis=1, keepdims=True))
@@ -346,18 +352,22 @@ def test_an_output_that_needs_no_result_of_the_last_stage_is_stored_by_its_walk(
         return (lb.softmax(x * 0.5, axis=1),)
 
     walks = []
-    for j, graph in enumerate((stored_exp, softmax)):
+    for j, graph in enumerate((centered, stored_exp, softmax)):
         with launch_params("reduction", XBLOCK=2, RBLOCK=16, looped=True), \
                 lb.runtime.dump.dump(tmp_path / str(j)):
             got = graph(lb.tensor(x, device=dev))
             lb.graph.sync()
-        for g, r in zip(got, graph(lb.tensor(x, device="numpy"))):
-            compare(g.numpy(), r.numpy(), rtol=1e-4)
+        with np.errstate(all="ignore"):
+            for g, r in zip(got, graph(lb.tensor(x, device="numpy"))):
+                compare(g.numpy(), r.numpy(), rtol=1e-4)
         (source,) = [f.read_text() for f in (tmp_path / str(j)).glob("*.py")]
-        walks.append(source.count("for r0 in range"))
-    assert walks == [2, 3]
-    (kern,) = lb.explain(*stored_exp(lb.tensor(x, device="numpy"))).kernels
-    compile_for_sm90(kern.spec, "k", {"XBLOCK": 2, "RBLOCK": 16, "looped": True})
+        # the kernel's own walks (an online walk's second one, for rows of infinite or NaN
+        # max, is nested in a test)
+        walks.append(source.count("\n    for r0 in range"))
+    assert walks == [2, 2, 2]
+    for graph in (centered, stored_exp):
+        (kern,) = lb.explain(*graph(lb.tensor(x, device="numpy"))).kernels
+        compile_for_sm90(kern.spec, "k", {"XBLOCK": 2, "RBLOCK": 16, "looped": True})
 
 
 # matmul ---------------------------------------------------------------------------------------
@@ -735,11 +745,65 @@ def test_a_pooling_window_is_walked_an_element_at_a_time(dev):
                 check(dev, fn, xi)
 
 
-def test_a_vocabulary_wide_softmax_holds_its_rows_in_registers(dev, monkeypatch):
-    """Rows of 30 522 (a vocabulary): the cross-entropy's max and sum of exp, which a looped
-    reduction would read from memory twice, are held in registers (32 warps, 32 elements a
-    thread); its gradient, whose one walk over the row reads it once, stays looped. Values
-    as NumPy's, with the launch parameters a GPU takes (the interpreter's own are smaller)."""
+def special_rows(rng, n: int) -> np.ndarray:
+    """Rows of ``n`` float32 values that a running max meets differently: random ones, a max
+    that grows at every step of a walk (and one that never does), -inf in places and
+    everywhere, +inf, NaN, -inf but for the last element, values near float32's largest
+    (their differences overflow), -inf with +inf, and a constant row."""
+    x = np.stack([rng.standard_normal(n) * 4 for _ in range(11)]).astype(np.float32)
+    x[1] = np.linspace(-50, 50, n)
+    x[2] = np.linspace(50, -50, n)
+    x[3, rng.choice(n, n // 10, replace=False)] = -np.inf
+    x[4] = -np.inf
+    x[5, n // 3] = np.inf
+    x[6, n // 2] = np.nan
+    x[7] = -np.inf
+    x[7, -1] = 5.0
+    x[8] = rng.uniform(-3e38, 3e38, n)
+    x[9, :3] = [np.inf, -np.inf, np.inf]
+    x[10] = 7.0
+    return x
+
+
+def test_a_max_and_its_sum_of_exp_walk_a_row_once(dev):
+    """A looped reduction's max and the sum of exp(x - max) after it walk each row once, with
+    a running max (``online_pairs``): log-sum-exp, softmax, log-softmax and a cross-entropy as
+    NumPy's, on rows whose max grows at every step, +-inf, NaN, values whose differences
+    overflow, in float32 and float64, tiles of two rows of which one may be finite and the
+    other not, a prologue on the max's value."""
+    rng = np.random.default_rng(29)
+    # steps of 64: 5 a lane, plain sums; of 8: 38, compensated sums (PLAIN_ONLINE_STEPS); each
+    # its own row length, so its own plans
+    for step, n in ((64, 300), (8, 296)):
+        x = special_rows(rng, n)
+        y = rng.standard_normal((1, n)).astype(np.float32)
+        target = rng.integers(0, n, x.shape[0])
+        fns = {"logsumexp": lambda t, y: lb.logsumexp(t, axis=-1),
+               "softmax": lambda t, y: lb.softmax(t, axis=-1),
+               "log_softmax": lambda t, y: lb.log_softmax(t, axis=-1),
+               "sum of exp": lambda t, y: lb.exp(t - t.max(axis=-1, keepdims=True)).sum(axis=-1),
+               "cross_entropy": lambda t, y: lb.cross_entropy(
+                   t, lb.tensor(target, device=t.device), reduction="none"),
+               "prologue": lambda t, y: lb.logsumexp(t * 0.5 + y, axis=-1)}
+        t = lb.tensor(x, device="numpy")
+        for name, fn in fns.items():
+            (k,) = [k for k in lb.explain(fn(t, lb.tensor(y, device="numpy"))).kernels
+                    if k.kind == "reduction" and k.spec.reduce_size == n]
+            assert tr_reduction.online_pairs(k.spec) == {0: 1}, name
+            assert not rereads_rows(k.spec) or name in ("softmax", "log_softmax"), name
+        with launch_params("reduction", XBLOCK=2, RBLOCK=step, looped=True, num_warps=4):
+            for name, fn in fns.items():
+                with np.errstate(all="ignore"):
+                    check(dev, fn, x, y, rtol=1e-5)
+                    check(dev, fn, x.astype(np.float64), y.astype(np.float64), rtol=1e-12)
+
+
+def test_a_vocabulary_wide_cross_entropy_walks_its_rows_once(dev, monkeypatch):
+    """Rows of 30 522 (a vocabulary): the cross-entropy's max and sum of exp walk each row once
+    (``online_pairs``), in the looped tile a GPU takes; its gradient, one walk over the row,
+    stays looped; a softmax, which reads the row again for its output, holds its rows in
+    registers (32 warps, 32 elements a thread). Values as NumPy's, in those tiles (the
+    interpreter's own are smaller)."""
     rng = np.random.default_rng(11)
     vocab = 30522
     x = rng.standard_normal((3, vocab)).astype(np.float32) * 4
@@ -748,10 +812,11 @@ def test_a_vocabulary_wide_softmax_holds_its_rows_in_registers(dev, monkeypatch)
     (grad,) = lb.autograd.grad(loss, [logits])
     plan = lb.explain(loss, grad)
     long = [k for k in plan.kernels if k.kind == "reduction" and k.spec.reduce_size == vocab]
-    assert [rereads_rows(k.spec) for k in long] == [True, False], str(plan)
+    assert [rereads_rows(k.spec) for k in long] == [False, False], str(plan)
     forward, backward = long
-    assert tr.default_params(forward.spec) == {"XBLOCK": 1, "RBLOCK": 32768, "looped": False,
-                                               "num_warps": 32}
+    assert tr_reduction.online_pairs(forward.spec) == {0: 1}
+    assert tr.default_params(forward.spec) == {"XBLOCK": 1, "RBLOCK": 2048, "looped": True,
+                                               "num_warps": 4}
     assert tr.default_params(backward.spec)["looped"]
     (softmax,) = lb.explain(lb.softmax(logits.detach(), axis=-1)).kernels
     assert not tr.default_params(softmax.spec)["looped"]

@@ -157,6 +157,9 @@ class TritonPrinter(ExprPrinter):
         self.target = target
         self.helpers: set[str] = set()
         self.uses_libdevice = False
+        # exp's subnormal results may flush to 0 (terms of a sum of 1 or more, where they are
+        # below its ulp): libdevice's exp alone (see _exp)
+        self.exp_may_flush = False
         self.var_masks: dict[str, str | None] = {}
         self.raw_loads: set[int] = set()  # loads kept in their storage type (dot operands)
         self.eviction: dict[int, str] = {}  # load id -> L2 eviction policy hint
@@ -423,10 +426,18 @@ class TritonPrinter(ExprPrinter):
         if self.target != "cuda":
             return f"{TL_MATH['exp']}({x})"
         self.uses_libdevice = True  # tl.exp is ex2.approx(x * log2(e)): see the top
-        if work != "tl.float32":
+        if work != "tl.float32" or self.exp_may_flush:
             return f"libdevice.exp({x})"
         # (expf flushes a subnormal result: the helper answers those)
         return self.helper("lb_exp_f32", x)
+
+    def plain_exp(self, x: str, work: str) -> str:
+        """exp of ``x`` (of type ``work``) whose subnormal results may flush to 0."""
+        saved, self.exp_may_flush = self.exp_may_flush, True
+        try:
+            return self._exp(x, work)
+        finally:
+            self.exp_may_flush = saved
 
     def _exp2(self, x: str, work: str) -> str:
         fn = TL_MATH["exp2"]
