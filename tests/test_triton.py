@@ -798,6 +798,38 @@ def test_a_max_and_its_sum_of_exp_walk_a_row_once(dev):
                     check(dev, fn, x.astype(np.float64), y.astype(np.float64), rtol=1e-12)
 
 
+@pytest.mark.slow  # (a minute or two in the interpreter)
+def test_random_programs_with_every_reduction_looped(dev, monkeypatch):
+    """Random programs of ``tests/fuzz_graphs.py`` (every op, reductions fused on read and
+    on write, views, matmul, pooling) with every reduction kernel looped in steps of 4
+    elements over tiles of 2 rows, so that softmaxes and log-sum-exps walk their max and sum
+    of exp together (``online_pairs``), against NumPy within the error bounds the programs
+    carry."""
+    import fuzz_graphs
+
+    walks = []
+    online = tr_reduction._online_walk
+
+    def counted(*args, **kwargs):
+        walks.append(1)
+        return online(*args, **kwargs)
+    monkeypatch.setattr(tr_reduction, "_online_walk", counted)
+    runtime.backend(dev).plans.clear()
+    failures = []
+    with launch_params("reduction", XBLOCK=2, RBLOCK=4, looped=True, num_warps=4):
+        for seed in range(1_012_000, 1_012_060):
+            prog = fuzz_graphs.generate(seed)
+            # (values of at most 2**16 elements: larger ones take minutes in the interpreter)
+            if max(np.prod(v.shape, dtype=np.int64) for v in prog.values) > 1 << 16:
+                continue
+            msg = fuzz_graphs.check(prog, dev)
+            if msg is not None:
+                failures.append(f"seed {seed}: {msg.strip().splitlines()[-1]}")
+    runtime.backend(dev).plans.clear()
+    assert not failures, "\n".join(failures)
+    assert len(walks) >= 5, len(walks)  # (the programs did walk such pairs)
+
+
 def test_a_vocabulary_wide_cross_entropy_walks_its_rows_once(dev, monkeypatch):
     """Rows of 30 522 (a vocabulary): the cross-entropy's max and sum of exp walk each row once
     (``online_pairs``), in the looped tile a GPU takes; its gradient, one walk over the row,
