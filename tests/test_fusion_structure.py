@@ -239,6 +239,27 @@ def test_a_padded_window_masks_only_the_loads_that_can_leave_their_buffer(device
     assert by_size == {x.size: {False}, 4: {True}}, by_size
 
 
+def test_an_integer_compared_with_itself_folds_to_a_constant(device, rng):
+    """``x == x`` (a NaN test) of an integer or bool is true and ``x != x`` false, folded
+    into their users (a where with a constant test is its branch): the kernel compares
+    nothing, where C compilers warned of a comparison that is always true. A float compared
+    with itself stays a comparison (NaN is not equal to itself)."""
+    xi = rng.integers(-2 ** 31, 2 ** 31 - 1, (5, 7), dtype=np.int64)
+    xf = rng.standard_normal((5, 7)).astype(np.float32)
+    xf[1, 2] = np.nan
+    xb = rng.random((5, 7)) < 0.5
+
+    def f(i, x, b):
+        return (lb.where(i == i, i, 7) + (i != i), lb.where(x == x, x, 7.0) * (x <= x),
+                (b == b) & (b >= b) & ~(b < b) & ~(b > b) & b)
+
+    plan = check(f, device, xi, xf, xb, kernels=1)
+    ops = [e.op for e in _exprs(plan.kernels[0].spec)]
+    assert ops.count("eq") == 1 and ops.count("le") == 1, ops  # the float's two tests
+    assert not {"ne", "lt", "gt", "ge"} & set(ops), ops
+    assert ops.count("where") == 1, ops
+
+
 def _exprs(spec):
     from lazyburn.fusion.symbolic import topo_exprs
     return topo_exprs(spec.roots())

@@ -95,6 +95,10 @@ def _format_one(e: Expr, text: dict) -> str:
     return f"{op}({inner})"
 
 
+#: A comparison's value for equal operands that are not floats (a float may be NaN)
+SELF_COMPARISON = {"eq": True, "le": True, "ge": True, "ne": False, "lt": False, "gt": False}
+
+
 class ExprBuilder:
     """Creates the interned expressions of one kernel.
 
@@ -361,6 +365,12 @@ class ExprBuilder:
 
     # values -------------------------------------------------------------------------------------
     def op(self, name: str, args, dtype) -> Expr:
+        if name in SELF_COMPARISON and args[0] is args[1] and not args[0].dtype.is_float:
+            # an integer or bool compared with itself (x == x, a NaN test, of an integer):
+            # C compilers warn of the constant, and it folds into its users
+            return self.const(SELF_COMPARISON[name], dtype)
+        if name == "where" and args[0].is_const and args[1].dtype is args[2].dtype is dtype:
+            return args[1] if args[0].value else args[2]
         return self.make(name, tuple(args), dtype)
 
     def load(self, arg: int, index: Expr, dtype, mask: Expr | None = None) -> Expr:
