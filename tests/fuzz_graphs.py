@@ -876,6 +876,22 @@ def check(prog: Program, device: str, invalid: list | None = None) -> str | None
 
 
 # --- shrinking -----------------------------------------------------------------------------
+def failures(seeds, device: str, max_elements: int | None = None) -> list[str]:
+    """``"seed S: <the failure's last line>"`` for each program of ``seeds`` that fails on
+    ``device`` (``check``), leaving out programs holding a value of more than
+    ``max_elements`` elements."""
+    out = []
+    for seed in seeds:
+        prog = generate(seed)
+        if max_elements is not None and \
+                max(np.prod(v.shape, dtype=np.int64) for v in prog.values) > max_elements:
+            continue
+        msg = check(prog, device)
+        if msg is not None:
+            out.append(f"seed {seed}: {msg.strip().splitlines()[-1]}")
+    return out
+
+
 def _deps(expr: str) -> set:
     import re
 

@@ -285,14 +285,7 @@ def test_random_programs_with_split_reductions(dev, monkeypatch):
         made.append(1)
         init(self, *args, **kwargs)
     monkeypatch.setattr(kernels.SplitReduction, "__init__", counted)
-    failures = []
-    for seed in range(1_010_000, 1_010_080):
-        prog = fuzz_graphs.generate(seed)
-        # (values of at most 2**16 elements: larger ones take minutes in the interpreter)
-        if max(np.prod(v.shape, dtype=np.int64) for v in prog.values) > 1 << 16:
-            continue
-        msg = fuzz_graphs.check(prog, dev)
-        if msg is not None:
-            failures.append(f"seed {seed}: {msg.strip().splitlines()[-1]}")
+    # (values of at most 2**16 elements: larger ones take minutes in the interpreter)
+    failures = fuzz_graphs.failures(range(1_010_000, 1_010_080), dev, 1 << 16)
     assert not failures, "\n".join(failures)
     assert len(made) >= 8, len(made)  # (split kernels made: the programs did reduce such rows)

@@ -815,16 +815,9 @@ def test_random_programs_with_every_reduction_looped(dev, monkeypatch):
         return online(*args, **kwargs)
     monkeypatch.setattr(tr_reduction, "_online_walk", counted)
     runtime.backend(dev).plans.clear()
-    failures = []
     with launch_params("reduction", XBLOCK=2, RBLOCK=4, looped=True, num_warps=4):
-        for seed in range(1_012_000, 1_012_060):
-            prog = fuzz_graphs.generate(seed)
-            # (values of at most 2**16 elements: larger ones take minutes in the interpreter)
-            if max(np.prod(v.shape, dtype=np.int64) for v in prog.values) > 1 << 16:
-                continue
-            msg = fuzz_graphs.check(prog, dev)
-            if msg is not None:
-                failures.append(f"seed {seed}: {msg.strip().splitlines()[-1]}")
+        # (values of at most 2**16 elements: larger ones take minutes in the interpreter)
+        failures = fuzz_graphs.failures(range(1_012_000, 1_012_060), dev, 1 << 16)
     runtime.backend(dev).plans.clear()
     assert not failures, "\n".join(failures)
     assert len(walks) >= 5, len(walks)  # (the programs did walk such pairs)

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -431,13 +432,19 @@ class TritonPrinter(ExprPrinter):
         # (expf flushes a subnormal result: the helper answers those)
         return self.helper("lb_exp_f32", x)
 
-    def plain_exp(self, x: str, work: str) -> str:
-        """exp of ``x`` (of type ``work``) whose subnormal results may flush to 0."""
+    @contextlib.contextmanager
+    def flushing_exp(self):
+        """Inside the block exp's subnormal results may flush to 0 (``exp_may_flush``)."""
         saved, self.exp_may_flush = self.exp_may_flush, True
         try:
-            return self._exp(x, work)
+            yield
         finally:
             self.exp_may_flush = saved
+
+    def plain_exp(self, x: str, work: str) -> str:
+        """exp of ``x`` (of type ``work``) whose subnormal results may flush to 0."""
+        with self.flushing_exp():
+            return self._exp(x, work)
 
     def _exp2(self, x: str, work: str) -> str:
         fn = TL_MATH["exp2"]

@@ -557,9 +557,8 @@ def _online_walk(p: TritonPrinter, spec: ReductionSpec, k: int, bound: dict, loo
         lines.append(f"err{j} = err{j} * c{j}")
     lines += [f"stage{k} = m{k}", f"ms{k} = tl.where(m{k} == {_identity_text(m)}, 0.0, m{k})"]
     names[reduced[k]] = f"ms{k}"
-    p.exp_may_flush = True
-    more, names = p.emit([total.value], names)
-    p.exp_may_flush = False
+    with p.flushing_exp():
+        more, names = p.emit([total.value], names)
     x = _lanes(p, total, names[total.value.id], shape, rmask)
     add = _combine_lanes(p, total, j, x, None) if compensated else [f"acc{j} = acc{j} + {x}"]
     stores = _full_stores(p, spec, early, names, shape)[0]

@@ -95,7 +95,7 @@ def _format_one(e: Expr, text: dict) -> str:
     return f"{op}({inner})"
 
 
-#: A comparison's value for equal operands that are not floats (a float may be NaN)
+#: A comparison's value for equal integer or bool operands (a float may be NaN)
 SELF_COMPARISON = {"eq": True, "le": True, "ge": True, "ne": False, "lt": False, "gt": False}
 
 
@@ -365,7 +365,8 @@ class ExprBuilder:
 
     # values -------------------------------------------------------------------------------------
     def op(self, name: str, args, dtype) -> Expr:
-        if name in SELF_COMPARISON and args[0] is args[1] and not args[0].dtype.is_float:
+        if name in SELF_COMPARISON and args[0] is args[1] and \
+                (args[0].dtype.is_int or args[0].dtype.is_bool):
             # an integer or bool compared with itself (x == x, a NaN test, of an integer):
             # C compilers warn of the constant, and it folds into its users
             return self.const(SELF_COMPARISON[name], dtype)
