@@ -12,7 +12,9 @@ roundoff of the accumulation type (2**-24 for float32) and n the reduced size:
   combined by TwoSum too, so |error| <= 2 * u * |sum(x)| + n * u**2 * sum(|x|) whatever the
   order: the bound no longer grows with n until n nears 1 / u (a float32 sum of 2**24 values
   stays within about 1e-7 of sum(|x|), where a plain running sum per lane drifts by up to
-  n / RBLOCK * u).
+  n / RBLOCK * u); but the sum of exp(v - max) walked with its max (``_online_walk``), whose
+  lanes add at most ``PLAIN_ONLINE_STEPS`` positive terms each: a plain running sum, within
+  the persistent bound, plus up to 2 ulp per step its max grows in.
 
 Products keep a plain running product per lane: a product's relative error is at most
 (n - 1) * u in any order.
