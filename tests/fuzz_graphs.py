@@ -876,7 +876,7 @@ def check(prog: Program, device: str, invalid: list | None = None) -> str | None
 
 
 # --- shrinking -----------------------------------------------------------------------------
-def failures(seeds, device: str, max_elements: int | None = None) -> list[str]:
+def failing_programs(seeds, device: str, max_elements: int | None = None) -> list[str]:
     """``"seed S: <the failure's last line>"`` for each program of ``seeds`` that fails on
     ``device`` (``check``), leaving out programs holding a value of more than
     ``max_elements`` elements."""

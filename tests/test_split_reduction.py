@@ -286,6 +286,6 @@ def test_random_programs_with_split_reductions(dev, monkeypatch):
         init(self, *args, **kwargs)
     monkeypatch.setattr(kernels.SplitReduction, "__init__", counted)
     # (values of at most 2**16 elements: larger ones take minutes in the interpreter)
-    failures = fuzz_graphs.failures(range(1_010_000, 1_010_080), dev, 1 << 16)
+    failures = fuzz_graphs.failing_programs(range(1_010_000, 1_010_080), dev, 1 << 16)
     assert not failures, "\n".join(failures)
     assert len(made) >= 8, len(made)  # (split kernels made: the programs did reduce such rows)

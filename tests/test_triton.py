@@ -817,7 +817,7 @@ def test_random_programs_with_every_reduction_looped(dev, monkeypatch):
     runtime.backend(dev).plans.clear()
     with launch_params("reduction", XBLOCK=2, RBLOCK=4, looped=True, num_warps=4):
         # (values of at most 2**16 elements: larger ones take minutes in the interpreter)
-        failures = fuzz_graphs.failures(range(1_012_000, 1_012_060), dev, 1 << 16)
+        failures = fuzz_graphs.failing_programs(range(1_012_000, 1_012_060), dev, 1 << 16)
     runtime.backend(dev).plans.clear()
     assert not failures, "\n".join(failures)
     assert len(walks) >= 5, len(walks)  # (the programs did walk such pairs)
