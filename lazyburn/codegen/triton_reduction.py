@@ -503,12 +503,15 @@ def _stage_walk(p: TritonPrinter, spec: ReductionSpec, k: int, bound: dict, loop
                + stores)
     if not _compensated(stage):
         return body, _reduce_lanes(p, stage, f"acc{k}", f"arg{k}")
-    # the lanes' (sum, error) pairs combined by TwoSum; a sum that is inf or NaN is the
-    # answer itself (its error terms are NaN)
-    return body + [f"sum{k}, err{k} = tl.reduce((acc{k}, err{k}), 1, {p.use('lb_twosum')}, "
-                   f"keep_dims=True)",
-                   f"tot{k} = tl.where(tl.abs(sum{k}) < {INF}, sum{k} + err{k}, sum{k})"], \
-        f"tot{k}"
+    return body + _twosum_total(p, k, f"tot{k}"), f"tot{k}"
+
+
+def _twosum_total(p: TritonPrinter, k: int, out: str) -> list[str]:
+    """Lanes ``acc{k}`` and their errors ``err{k}`` combined by TwoSum into ``out``; a sum
+    that is inf or NaN is the answer itself (its error terms are NaN)."""
+    return [f"sum{k}, err{k} = tl.reduce((acc{k}, err{k}), 1, {p.use('lb_twosum')}, "
+            f"keep_dims=True)",
+            f"{out} = tl.where(tl.abs(sum{k}) < {INF}, sum{k} + err{k}, sum{k})"]
 
 
 #: An online walk (``_online_walk``) whose lanes add at most this many terms each keeps a
@@ -567,9 +570,7 @@ def _online_walk(p: TritonPrinter, spec: ReductionSpec, k: int, bound: dict, loo
     body += [f"for r0 in range(0, {size}, {R}):"] + \
         indent(r_lines + lines + more + add + stores)
     if compensated:
-        body += [f"sum{j}, err{j} = tl.reduce((acc{j}, err{j}), 1, {p.use('lb_twosum')}, "
-                 f"keep_dims=True)",
-                 f"online{j} = tl.where(tl.abs(sum{j}) < {INF}, sum{j} + err{j}, sum{j})"]
+        body += _twosum_total(p, j, f"online{j}")
     else:
         body.append(f"online{j} = {_reduce_lanes(p, total, f'acc{j}', None)}")
     bound[reduced.get(k, -1 - k)] = f"stage{k}"
