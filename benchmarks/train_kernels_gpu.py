@@ -48,12 +48,8 @@ def main(argv=None) -> int:
         jitted(*lazy_data[k]).item()
     labels = {}
     for pk in next(iter(jitted.cache.values())).plan.kernels:
-        # a Triton kernel is named after its source (the dump's file after its spec)
-        rendered = getattr(pk.compiled, "rendered", None)
-        name = rendered.name if rendered is not None else \
-            kernel_name(pk) if pk.spec is not None else None
-        if name is not None and name not in labels:
-            labels[name] = pk.label[:50] + _tuning(pk.compiled)
+        for name in _kernel_names(pk, kernel_name):
+            labels.setdefault(name, _describe(pk) + _tuning(pk.compiled))
 
     _profile(torch, lambda: jitted(*lazy_data[5]), "lazyburn jit", labels, args.top)
     compiled = torch.compile(sides.ref)
@@ -62,6 +58,28 @@ def main(argv=None) -> int:
     _profile(torch, lambda: sides.torch_step(4, compiled), "torch.compile", {}, args.top)
     _profile(torch, lambda: sides.torch_step(4, sides.ref), "PyTorch eager", {}, args.top)
     return 0
+
+
+def _kernel_names(pk, kernel_name) -> list:
+    """The names a planned kernel's launches show in the profile: a Triton kernel is named
+    after its source (a tuned kernel's inside its tuner, a split reduction's two parts), the
+    dump's file after its spec."""
+    compiled = getattr(pk.compiled, "kernel", pk.compiled)
+    parts = [getattr(compiled, p, None) for p in ("partial", "total")]
+    names = [k.rendered.name for k in [compiled] + parts if hasattr(k, "rendered")]
+    return names or ([kernel_name(pk)] if pk.spec is not None else [])
+
+
+def _describe(pk) -> str:
+    """A kernel's label with its problem shape and the ops fused on read and on write."""
+    shape = pk.spec.problem_shape() if pk.spec is not None else ()
+    text = pk.label[:24] + (str(list(shape)) if shape else "")
+    for role, tag in (("read", "r"), ("write", "w")):
+        ops = [o.op for o in pk.ops if role in o.role]
+        if ops:
+            text += f" {tag}{len(ops)}:" + ",".join(dict.fromkeys(ops))[:30]
+    dtypes = {o.dtype for o in pk.ops if o.role == "anchor"}
+    return text + (" " + "/".join(sorted(dtypes)) if dtypes else "")
 
 
 def _tuning(compiled) -> str:
@@ -106,7 +124,7 @@ def _profile(torch, step, title: str, labels: dict, top: int) -> None:
     for e in events[:top]:
         # a tuned launch's name ends in its candidate's checksum, a library's parts in theirs
         label = labels.get("_".join(e.key.split("(")[0].strip().split("_")[:2]), "")
-        print(f"{e.self_device_time_total / 1e3:7.3f} {e.count:4d}x {e.key[:48]:48s} {label}")
+        print(f"{e.self_device_time_total / 1e3:7.3f} {e.count:4d}x {e.key[:40]:40s} {label}")
 
 
 if __name__ == "__main__":

@@ -1410,3 +1410,22 @@ def test_a_half_product_of_few_tiles_takes_narrower_ones():
     assert (many["BLOCK_M"], many["BLOCK_N"]) == (128, 256)
     single = tr.default_params(spec(64, 64, 48))
     assert single["BLOCK_N"] == 64  # a narrow product keeps its fitted tile
+
+
+def test_a_half_product_storing_several_results_takes_narrower_tiles():
+    """A half-precision product whose epilogue stores more than one result (a GELU beside its
+    pre-activation) takes 128 x 128 tiles where one result alone takes 128 x 256: each stored
+    value stays live beside the accumulator."""
+    rng = np.random.default_rng(4)
+    a = lb.asarray(rng.standard_normal((4096, 64)).astype(np.float16), device="numpy")
+    b = lb.asarray(rng.standard_normal((64, 4096)).astype(np.float16), device="numpy")
+    h = a @ b
+    (one,) = lb.explain(lb.gelu(h)).kernels
+    assert len(one.spec.outputs) == 1
+    assert (tr.default_params(one.spec)["BLOCK_M"], tr.default_params(one.spec)["BLOCK_N"]) \
+        == (128, 256)
+    (two,) = lb.explain(h, lb.gelu(h)).kernels
+    assert len(two.spec.outputs) == 2
+    params = tr.default_params(two.spec)
+    assert (params["BLOCK_M"], params["BLOCK_N"], params["num_warps"]) == (128, 128, 8)
+    assert params["EPILOGUE_SUBTILES"] == 1  # 64 accumulator elements a thread fit whole
