@@ -532,3 +532,29 @@ def test_outputs_match_within_the_rounding_of_their_terms_where_sums_cancel():
     # no finite output: componentwise
     assert fused.output_scale(*fused.finite_abs_sum(np.array([np.inf, np.nan]))) == 0.0
     assert fused.output_scale(1e308 * 10, 1) == 0.0
+
+
+def test_tuning_time_counts_the_first_launches_that_search(monkeypatch):
+    """``tuning_time`` adds a block's wall time to ``stats.wall_seconds``: a first launch's
+    only when a search ran inside it (a cache hit is no tuning), other tuning work always."""
+    clock = FakeClock()
+    monkeypatch.setattr(tuner, "_clock", clock)
+    k = FakeKernel(TIMES)
+
+    def launch(seconds):
+        with at.tuning_time():
+            clock.now += seconds
+            return k.tune(key(), CANDS, level=2)
+
+    first = launch(0.75)  # a search: the whole block counts
+    assert at.stats.tunes == 1 and at.stats.wall_seconds == 0.75
+    assert launch(0.5) == first  # the cache's winner, no search: nothing counted
+    assert at.stats.tunes == 1 and at.stats.wall_seconds == 0.75
+    with at.tuning_time(searched=False):  # a winner built again to be stored
+        clock.now += 0.25
+    assert at.stats.wall_seconds == 1.0
+    with pytest.raises(RuntimeError):  # a block that raises is counted as far as it ran
+        with at.tuning_time(searched=False):
+            clock.now += 0.125
+            raise RuntimeError("a build failed")
+    assert at.stats.wall_seconds == 1.125

@@ -391,3 +391,19 @@ def test_cache_clear_reports_a_file_it_cannot_remove(capsys, cache_env, monkeypa
     assert captured.err.splitlines() == [
         f"lazyburn: error: could not remove 1 file; the first: {kept}: Permission denied"]
     assert kept.exists() and not gone.exists()
+
+
+def test_the_demo_tells_tuning_apart_from_planning_and_compiling(monkeypatch):
+    """The first batch's time, the autotuner's share (its searches, the winners' builds)
+    named apart: a later run may tune what an earlier one left."""
+    from lazyburn import autotune, demo
+
+    before = demo._tuning_now()
+    assert demo._first_call(0.4, before) == "  done in 0.4 s: planning and compiling 0.4 s"
+    st = autotune.stats
+    monkeypatch.setattr(st, "wall_seconds", st.wall_seconds + 2.5)
+    monkeypatch.setattr(st, "tunes", st.tunes + 3)
+    monkeypatch.setattr(st, "deferred", st.deferred + 4)
+    assert demo._first_call(3.25, before) == (
+        "  done in 3.2 s: planning and compiling 0.8 s, autotuning 2.5 s (3 kernels searched, "
+        "4 left to later runs; LAZYBURN_AUTOTUNE=0 turns it off)")

@@ -113,6 +113,49 @@ def test_a_joint_program_is_stored_once_and_found_by_each_kernel(tmp_path):
     assert len(_binaries(cache)) == len(files)
 
 
+# a softmax and a sum the autotuner searches (each at least MIN_TUNED_ELEMENTS), checked
+# against NumPy; prints the backend's counters and the process's searches
+TUNED = """
+import json, sys
+import numpy as np
+import lazyburn as lb
+from lazyburn import autotune
+rng = np.random.default_rng(int(sys.argv[1]))
+x = rng.standard_normal((256, 1024)).astype(np.float32)
+X = lb.tensor(x, device="opencl:0")
+e = np.exp(1.5 * x - (1.5 * x).max(axis=-1, keepdims=True))
+np.testing.assert_allclose(lb.softmax(X * 1.5, axis=-1).numpy(),
+                           e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-7)
+np.testing.assert_allclose(((X - 0.5) ** 2).sum(axis=0).numpy(),
+                           ((x - 0.5) ** 2).sum(axis=0), rtol=1e-5)
+backend = lb.runtime.backend("opencl:0")
+print(json.dumps({"compiles": backend.compiles, "loads": backend.program_loads,
+                  "searches": autotune.stats.tunes}))
+"""
+
+
+@needs_opencl
+def test_a_searchs_winner_is_stored_for_the_next_process(tmp_path):
+    """The candidates of a search are built as one program that is not stored; each winner
+    is built again at the sync's end and stored, so the next process, which finds the
+    winners in the autotune cache, loads every program and compiles none."""
+    env = dict(os.environ, LAZYBURN_CACHE_DIR=str(tmp_path / "cache"), LAZYBURN_AUTOTUNE="1",
+               LAZYBURN_AUTOTUNE_BUDGET="inf", LAZYBURN_AUTOTUNE_PROCESS_BUDGET="inf",
+               LAZYBURN_BINARY_CACHE="1", PYTHONPATH=os.pathsep.join([str(REPO)] + [
+                   p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env.pop("LAZYBURN_DUMP", None)
+    runs = []
+    for seed in (0, 1):
+        done = subprocess.run([sys.executable, "-c", TUNED, str(seed)], capture_output=True,
+                              text=True, timeout=300, env=env, cwd=REPO)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["searches"] >= 2 and first["loads"] == 0
+    assert second == {"compiles": 0, "loads": second["loads"], "searches": 0}
+    assert second["loads"] >= 1
+
+
 def test_an_alias_names_the_program_holding_the_binary(tmp_path, monkeypatch):
     monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))
     payload = np.random.default_rng(1).bytes(700)

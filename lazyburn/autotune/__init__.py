@@ -35,7 +35,7 @@ from .candidates import (EXHAUSTIVE, OFF, SMALL, Candidate, admitted, candidates
 from .key import TuneKey, device_fingerprint, shape_bucket
 from .tuner import (DEFAULT_BUDGET_S, DEFAULT_PROCESS_BUDGET_S, REPEATS, AutotuneWarning,
                     OutputMismatch, TuneStats, allot, budget, level, needs_search,
-                    note_untuned, process_budget, process_budget_left, stats, tune)
+                    note_untuned, process_budget, process_budget_left, stats, tune, tuning_time)
 
 __all__ = [
     "AutotuneCache", "AutotuneWarning", "CacheEntry", "CacheWarning", "Candidate",
@@ -43,5 +43,5 @@ __all__ = [
     "OutputMismatch", "REPEATS", "SMALL", "TuneKey", "TuneStats", "admitted", "allot",
     "budget", "cache_dir", "candidates_checksum", "default_cache", "device_fingerprint",
     "level", "needs_search", "note_untuned", "priority_groups", "process_budget",
-    "process_budget_left", "shape_bucket", "stats", "tune",
+    "process_budget_left", "shape_bucket", "stats", "tune", "tuning_time",
 ]

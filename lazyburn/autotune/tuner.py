@@ -11,6 +11,7 @@ the most work first). See :func:`tune` for the exact rules.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -77,6 +78,10 @@ class TuneStats:
     their default untuned, left to a later process, because the process's budget was spent or
     went to kernels with more work. ``seconds``: seconds this process has spent tuning after
     the reference runs, which the process budget is charged with (``reset`` gives it back).
+    ``wall_seconds``: wall seconds of the work tuning made (``tuning_time``): the first
+    launches that searched, end to end (the search, the winner's build for the kernel's own
+    size, the launch), and keeping winners for later processes; ``seconds`` is the part the
+    process budget is charged with.
     ``searched``: the keys this process has searched; a search the budget cut short is
     continued by a later process, not by this one (the copies of a kernel in a model's layers
     find the entry their first copy stored). Levels 0 and single-candidate lists touch no
@@ -93,6 +98,7 @@ class TuneStats:
     untuned: int = 0
     deferred: int = 0
     seconds: float = 0.0
+    wall_seconds: float = 0.0
     searched: set = field(default_factory=set)
 
     def reset(self) -> None:
@@ -110,6 +116,18 @@ _stats_lock = threading.Lock()
 def _count(name: str, n: float = 1) -> None:
     with _stats_lock:
         setattr(stats, name, getattr(stats, name) + n)
+
+
+@contextlib.contextmanager
+def tuning_time(searched: bool = True):
+    """Around work that tuning makes: the block's wall time goes to ``stats.wall_seconds``;
+    with ``searched`` (a kernel's first launch) only when a search ran inside."""
+    searches, started = stats.tunes, _clock()
+    try:
+        yield
+    finally:
+        if not searched or stats.tunes != searches:
+            _count("wall_seconds", _clock() - started)
 
 
 def note_untuned(backend: str, kernel: str, why: str) -> None:

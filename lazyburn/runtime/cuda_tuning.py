@@ -260,7 +260,8 @@ class TunedKernel:
 
     def __call__(self, backend, args) -> None:
         if self.kernel is None:
-            self.kernel, done = self._tune(args)
+            with at.tuning_time():
+                self.kernel, done = self._tune(args)
             if done:  # the winner's outputs are already in place
                 return
         self.kernel(backend, args)

@@ -222,6 +222,10 @@ class FusedBackend:
                 dump.write(k, source, k.compiled.suffix, k.compiled.comment,
                            execution=self.execution(k))
 
+    def store_winner(self, built) -> None:
+        """Keep a search's winner ``built`` for later processes where the search built it
+        without storing it (``builds_together``); nothing by default."""
+
     def end_sync(self) -> None:
         """What a sync does once its kernels are recorded: by default, wait for them
         (``finish``), so that a device fault is reported by the sync that caused it."""
@@ -749,6 +753,10 @@ class FirstLaunchTuner:
         return None
 
     def __call__(self, backend, args) -> None:
+        with autotune.tuning_time():
+            self._first_launch(backend, args)
+
+    def _first_launch(self, backend, args) -> None:
         k = self.k
         n_in = k.n_inputs
         inputs = list(args[:n_in])
@@ -841,6 +849,8 @@ class FirstLaunchTuner:
                 best = backend.build(k, self.name, dict(chosen.params), self.origin)
         else:
             best = build(winner)
+        if backend.builds_together:
+            backend.store_winner(best)
         k.compiled = best
         if proxy or winner.name != default.name or default.name not in ran:
             best(backend, args)

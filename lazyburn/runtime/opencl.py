@@ -92,6 +92,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .. import autotune
 from ..autotune import device_fingerprint
 from ..codegen import opencl as cl_codegen
 from ..errors import DeviceError, KernelCompileError, OutOfMemoryError, kernel_fault
@@ -188,6 +189,10 @@ class OpenCLBackend(FusedBackend):
         self.joint_failures = 0  # joint programs that did not build (each kernel built alone)
         self.program_loads = 0  # programs built from a binary of the on-disk cache
         self._together = threading.local()  # the kernels of an open ``together`` block
+        # memory key -> (source, options) of kernels built in a program not stored on disk
+        # (a search's candidates: ``store_winner``)
+        self._unstored: dict[str, tuple] = {}
+        self._winners: list = []  # the rendered winners ``end_sync`` stores
         # bytes of this device's buffers still alive; finalizers report freed sizes in
         # ``_freed`` (a list append, safe from a collection in any thread) and the allocator,
         # holding the lock, takes them off
@@ -488,6 +493,12 @@ class OpenCLBackend(FusedBackend):
                       len(rendered), _first_line(e))
             return
         self.joint_builds += 1
+        if not store:
+            for r in rendered:
+                full = tuple(r.options) + self.build_options
+                self._unstored[_memory_key(r.source, full)] = (r.source, full)
+            while len(self._unstored) > PROGRAM_CACHE_SIZE:
+                self._unstored.pop(next(iter(self._unstored)))
         joint_key = self._disk_key(source, options) if store else None
         if joint_key:
             self._store_program(joint_key, prg)
@@ -536,6 +547,38 @@ class OpenCLBackend(FusedBackend):
             return
         if len(binaries) == 1:
             binary_cache.store(self.name, disk_key, bytes(binaries[0]))
+
+    def store_winner(self, built) -> None:
+        """Keep for later processes the kernels of ``built`` (a search's winner) that were
+        built with the search's other candidates and not stored (``together(store=False)``):
+        at the sync's end (``end_sync``) they are built again, the winners of one sync as one
+        program, and stored. A later process then loads a winner instead of compiling it (on
+        PoCL 3.1, MiniLM's demo run after the run that tuned three kernels spent 1.5-2 s
+        compiling their winners)."""
+        for kernel in _compiled_kernels(built):
+            key = _memory_key(kernel.source, tuple(kernel.rendered.options) + self.build_options)
+            if self._unstored.pop(key, None) is not None:
+                self._winners.append(kernel.rendered)
+
+    def end_sync(self) -> None:
+        super().end_sync()
+        winners, self._winners = self._winners, []
+        if not winners:
+            return
+        with autotune.tuning_time(searched=False):
+            groups: dict[tuple, list] = {}
+            for r in winners:
+                groups.setdefault(tuple(o for o in r.options if o != "-w"), []).append(r)
+            for rendered in groups.values():
+                if len(rendered) > 1:
+                    self._build_joint(rendered, store=True)
+                    continue
+                (r,) = rendered
+                full = tuple(r.options) + self.build_options
+                disk_key = self._disk_key(r.source, full)
+                if disk_key:
+                    with contextlib.suppress(self.cl.Error):  # it built before: kept in memory
+                        self._store_program(disk_key, self._compile(r.source, full))
 
     def compile(self, plan, order) -> list:
         """``FusedBackend.compile``, the new kernels built together (``together``): those
@@ -814,6 +857,22 @@ class BufferPool:
 
 #: NumPy's type of a scalar argument (``kernel_ir.ScalarArg``)
 SCALAR_NP = {"uint32": np.uint32}
+
+
+def _compiled_kernels(built) -> list:
+    """The ``CompiledKernel`` objects a built planned kernel launches: itself, or the parts
+    of a split reduction, a library call's prologue and epilogue kernels, a written
+    operand's gather and product."""
+    if isinstance(built, CompiledKernel):
+        return [built]
+    found = []
+    for value in vars(built).values():
+        if isinstance(value, dict):
+            value = list(value.values())
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, CompiledKernel):
+                found.append(v)
+    return found
 
 
 class CompiledKernel:
