@@ -9,12 +9,13 @@ the result read to the host. Each row is a fresh process; its columns: seconds f
 loaded to the first result (recording, planning, compiling, tuning and running; for
 torch.compile, tracing and Inductor's C++ compilation), the second call's milliseconds (one
 call, a rough scale only), and for lazyburn the kernels tuned, the first launches left
-untuned for a later process and the programs compiled.
+untuned for a later process, the programs compiled and the first call's seconds of tuning
+(the searches, their winners' builds and launches).
 
 - ``lazyburn, empty caches``: the default tuning budget for the process
   (``LAZYBURN_AUTOTUNE_PROCESS_BUDGET``): the kernels of most work tuned first, the rest on
   their heuristic defaults;
-- ``lazyburn, second process`` and ``third process``: on the caches the rows above left
+- ``lazyburn, second process`` to ``fourth process``: on the caches the rows above left
   (compiled programs, tuning results), each tuning the next kernels within its budget;
 - ``lazyburn, tuning off``: ``LAZYBURN_AUTOTUNE=0`` on empty caches: planning and compiling
   alone;
@@ -56,13 +57,16 @@ def lazyburn_process(args) -> str:
     backend = lb.runtime.backend(args.device)
     compiles = getattr(backend, "compiles", 0)
     ids, mask = batch(args.batch, args.seq)
-    times = []
+    times, tuning = [], []
     for _ in range(2):
         t = time.perf_counter()
         model(ids, mask).numpy()
         times.append(time.perf_counter() - t)
+        if not tuning:
+            tuning.append(getattr(autotune.stats, "wall_seconds", float("nan")))
     return (f"{times[0]:.2f} {times[1] * 1e3:.1f} {autotune.stats.tunes} "
-            f"{autotune.stats.deferred} {getattr(backend, 'compiles', 0) - compiles}")
+            f"{autotune.stats.deferred} {getattr(backend, 'compiles', 0) - compiles} "
+            f"{tuning[0]:.2f}")
 
 
 def torch_process(args, compiled: bool) -> str:
@@ -88,13 +92,14 @@ def torch_process(args, compiled: bool) -> str:
         with torch.inference_mode():
             run(ids, mask).numpy()
         times.append(time.perf_counter() - t)
-    return f"{times[0]:.2f} {times[1] * 1e3:.1f} - - -"
+    return f"{times[0]:.2f} {times[1] * 1e3:.1f} - - - -"
 
 
 #: (row, the side its process runs, settings, whether its caches start empty)
 ROWS = [("lazyburn, empty caches", ["lazyburn"], {}, True),
         ("lazyburn, second process", ["lazyburn"], {}, False),
         ("lazyburn, third process", ["lazyburn"], {}, False),
+        ("lazyburn, fourth process", ["lazyburn"], {}, False),
         ("lazyburn, tuning off", ["lazyburn"], {"LAZYBURN_AUTOTUNE": "0"}, True),
         ("torch.compile", ["compile"], {}, True),
         ("PyTorch eager", ["eager"], {}, True)]

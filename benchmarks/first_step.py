@@ -64,7 +64,8 @@ def one_process(args) -> None:
         loss.item()
         times.append(time.perf_counter() - t)
     print(f"RESULT {times[0]:.2f} {times[1] * 1e3:.1f} {autotune.stats.tunes} "
-          f"{autotune.stats.deferred} {getattr(backend, 'compiles', 0) - compiles}")
+          f"{autotune.stats.deferred} {getattr(backend, 'compiles', 0) - compiles} "
+          f"{getattr(autotune.stats, 'wall_seconds', float('nan')):.2f}")
 
 
 ROWS = [("autotune off", [], {"LAZYBURN_AUTOTUNE": "0"}, True),

@@ -39,11 +39,12 @@ def run_rows(script: str, rows, argv: list) -> list | None:
 def print_table(title: str, first: str, rows: list) -> None:
     """``title``, then one line per row of ``run_rows`` whose fields are the first result's
     seconds (column ``first``), the second's milliseconds, then kernels tuned, first launches
-    left untuned and programs compiled."""
+    left untuned, programs compiled and the first result's seconds of tuning
+    (``autotune.stats.wall_seconds``: the searches, their winners' builds and launches)."""
     width = max(len(r[0]) for r in rows)
     print(title)
     print(f"{'':{width}s} {first:>12s} {'second ms':>10s} {'tuned':>6s} {'left':>5s} "
-          f"{'compiled':>9s}")
-    for name, seconds, ms, tuned, left, compiled in rows:
+          f"{'compiled':>9s} {'tuning s':>9s}")
+    for name, seconds, ms, tuned, left, compiled, tuning in rows:
         print(f"{name:{width}s} {float(seconds):12.2f} {float(ms):10.1f} {tuned:>6s} "
-              f"{left:>5s} {compiled:>9s}")
+              f"{left:>5s} {compiled:>9s} {tuning:>9s}")
