@@ -54,7 +54,7 @@ def _first_call(seconds: float, before: tuple) -> str:
     """The first call's ``seconds``, the autotuner's share of them apart (``before``: what
     ``_tuning_now`` gave as the call started). A process tunes within its own budget
     (``LAZYBURN_AUTOTUNE_PROCESS_BUDGET``) and leaves the kernels it did not reach to later
-    processes, so a later run may tune too; planning and compiling come from the caches."""
+    processes, so a later run may tune too, while its programs come from the on-disk cache."""
     tuned, searches, left = (a - b for a, b in zip(_tuning_now(), before))
     text = f"  done in {seconds:.1f} s: planning and compiling {max(0.0, seconds - tuned):.1f} s"
     if searches or left:
