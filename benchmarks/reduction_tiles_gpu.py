@@ -69,6 +69,25 @@ def workloads(torch, lb):
     out["logsumexp of 4096 x 30522"] = (logsumexp, lambda: torch.logsumexp(logits, -1))
     out["softmax of 4096 x 30522"] = (lambda: lb.softmax(ll, axis=-1),
                                       lambda: torch.softmax(logits, -1))
+    # the decoder bias's gradient under bfloat16 autocast: the cross-entropy's gradient
+    # recomputed from bfloat16 logits and each row's max and sum, summed down the columns
+    half = logits.to(torch.bfloat16)
+    hl = lb.from_torch(half)
+    row_max, row_sum = (lb.from_torch(t.contiguous()) for t in (
+        half.float().max(-1, keepdim=True).values,
+        torch.exp(half.float() - half.float().max(-1, keepdim=True).values).sum(-1, keepdim=True)))
+    lb.graph.sync(row_max, row_sum)
+    out["softmax column sums of 4096 x 30522 bf16"] = (
+        lambda: (lb.exp(hl.astype(lb.float32) - row_max) / row_sum).sum(axis=0),
+        lambda: torch.softmax(half.float(), -1).sum(0))
+    m32, s32 = (lb.from_torch(t.contiguous()) for t in (
+        logits.max(-1, keepdim=True).values,
+        torch.exp(logits - logits.max(-1, keepdim=True).values).sum(-1, keepdim=True)))
+    lb.graph.sync(m32, s32)
+    out["softmax column sums of 4096 x 30522"] = (
+        lambda: (lb.exp(ll - m32) / s32).sum(axis=0), lambda: torch.softmax(logits, -1).sum(0))
+    out["column sums of 4096 x 30522 bf16"] = (lambda: hl.astype(lb.float32).sum(axis=0),
+                                               lambda: half.float().sum(0))
     # a layer's weight gradients' column sums: (4096, 384) and (4096, 1536) activations
     for n in (384, 1536, 30522):
         c = s[:4096 * n].reshape(4096, n) if n < 30522 else logits

@@ -709,6 +709,22 @@ def test_a_reduction_reading_a_value_per_row_or_per_column_keeps_its_layout():
     assert tr.default_params(sums.spec)["RBLOCK"] == 64  # 64 rows a step, in wide row tiles
 
 
+def test_a_column_sum_computing_a_transcendental_takes_narrow_row_tiles():
+    """A sum down columns whose summed value computes an ``exp`` per element (a softmax's
+    column sums, recomputed: a bias gradient under autocast) is compute-bound and takes 8
+    columns a program; a plain column sum keeps 64, for coalescing."""
+    rng = np.random.default_rng(8)
+    x = lb.asarray(rng.standard_normal((4096, 3000)).astype(np.float32), device="numpy")
+    m = lb.asarray(rng.standard_normal((4096, 1)).astype(np.float32), device="numpy")
+    (plain,) = lb.explain(x.sum(axis=0)).kernels
+    (dear,) = lb.explain(lb.exp(x - m).sum(axis=0)).kernels
+    assert tr.outer_reduction(plain.spec) and tr.outer_reduction(dear.spec)
+    assert not tr_reduction.computes_transcendentals(plain.spec)
+    assert tr_reduction.computes_transcendentals(dear.spec)
+    assert (tr.default_params(plain.spec)["XBLOCK"], tr.default_params(dear.spec)["XBLOCK"]) \
+        == (64, 8)
+
+
 def test_a_pooling_window_is_walked_an_element_at_a_time(dev):
     """A window that would pad its tile's lanes and whose loads move by one or two elements
     from row to row (3 x 3 and 5 x 5 pooling, stride 1 or 2; a sum over a middle axis of 9) is

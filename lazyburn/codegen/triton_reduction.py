@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from ..fusion import split_reduction
 from ..fusion.kernel_ir import ReductionSpec, Stage
+from ..fusion.partition import TRANSCENDENTAL_OPS
 from ..fusion.symbolic import Expr, topo_exprs
 from ..ir.shapes import pow2_at_least
 from .common import indent, reduction_identity
@@ -54,7 +55,7 @@ def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
 
 def unsplit_params(spec: ReductionSpec) -> dict:
     """The heuristic tile of ``spec`` on a GPU, unsplit."""
-    return _tile(spec, outer_reduction(spec))
+    return _tile(spec, outer_reduction(spec), computes_transcendentals(spec))
 
 
 def split_params(spec: ReductionSpec, parts: int) -> dict | None:
@@ -67,11 +68,12 @@ def split_params(spec: ReductionSpec, parts: int) -> dict | None:
     return {**_tile(kernels[0], outer_reduction(spec)), "SPLIT": parts}
 
 
-def _tile(spec: ReductionSpec, outer: bool) -> dict:
-    """The heuristic tile of ``spec`` (``outer``: whether its rows are contiguous)."""
+def _tile(spec: ReductionSpec, outer: bool, dear: bool = False) -> dict:
+    """The heuristic tile of ``spec`` (``outer``: whether its rows are contiguous; ``dear``:
+    whether its reduced values compute transcendentals, for a column sum unsplit)."""
     rows, size = spec.rows, max(spec.reduce_size, 1)
     if outer:
-        return _outer_tile(rows, size, len(spec.stages))
+        return _outer_tile(rows, size, len(spec.stages), dear)
     if window_reduction(spec):
         return dict(WINDOW_PARAMS)
     if size <= PERSISTENT_MAX:
@@ -85,7 +87,12 @@ def _tile(spec: ReductionSpec, outer: bool) -> dict:
             "num_warps": 4 if online_pairs(spec) else 8}
 
 
-def _outer_tile(rows: int, size: int, stages: int = 1) -> dict:
+def computes_transcendentals(spec: ReductionSpec) -> bool:
+    """Whether a stage's reduced value computes a transcendental op for each element."""
+    return any(e.op in TRANSCENDENTAL_OPS for s in spec.stages for e in topo_exprs([s.value]))
+
+
+def _outer_tile(rows: int, size: int, stages: int = 1, dear: bool = False) -> dict:
     # the reduced axis is strided and the rows are contiguous: wide row tiles coalesce;
     # narrower ones (down to 8 rows, a 32-byte sector of float32) where wide ones would
     # leave most of the device idle (a bias gradient's 384 column sums made 6 programs)
@@ -93,6 +100,14 @@ def _outer_tile(rows: int, size: int, stages: int = 1) -> dict:
     # the time of 32 on an H200 (``benchmarks/reduction_tiles_gpu.py``)
     r = min(pow2_at_least(size), 64)
     x = min(64, pow2_at_least(rows))
+    if dear:
+        # a transcendental per element (``dear``) makes the sum compute-bound: 8 rows a
+        # program, eight times as many programs. The column sums of a softmax recomputed from
+        # (4096, 30 522) bfloat16 logits took 0.241 ms on an H200 in 8 x 64 tiles, 0.381 in
+        # 64 x 64 (``benchmarks/reduction_tiles_gpu.py``). A split sum's partial kernel keeps
+        # its wide tiles: a layer norm's and GELU's weight gradients (384 column sums of 4096,
+        # split) took 0.226 ms in 8-row tiles, 0.131 in 64-row ones
+        x = min(x, 8)
     while x > 8 and cdiv(rows, x) < 128:
         x //= 2
     # each stage keeps a running sum and its error per tile element: at most OUTER_REGISTERS
