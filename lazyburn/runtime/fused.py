@@ -849,8 +849,7 @@ class FirstLaunchTuner:
                 best = backend.build(k, self.name, dict(chosen.params), self.origin)
         else:
             best = build(winner)
-        if backend.builds_together:
-            backend.store_winner(best)
+        backend.store_winner(best)
         k.compiled = best
         if proxy or winner.name != default.name or default.name not in ran:
             best(backend, args)
