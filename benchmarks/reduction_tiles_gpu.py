@@ -69,23 +69,19 @@ def workloads(torch, lb):
     out["logsumexp of 4096 x 30522"] = (logsumexp, lambda: torch.logsumexp(logits, -1))
     out["softmax of 4096 x 30522"] = (lambda: lb.softmax(ll, axis=-1),
                                       lambda: torch.softmax(logits, -1))
-    # the decoder bias's gradient under bfloat16 autocast: the cross-entropy's gradient
-    # recomputed from bfloat16 logits and each row's max and sum, summed down the columns
+    # the decoder bias's gradient: the cross-entropy's gradient recomputed from the logits
+    # (bfloat16 under autocast) and each row's max and sum of exp, summed down the columns
     half = logits.to(torch.bfloat16)
+    for x, kind in ((half, " bf16"), (logits, "")):
+        wide = x.float()
+        top = wide.max(-1, keepdim=True).values
+        total = torch.exp(wide - top).sum(-1, keepdim=True)
+        xl, top_l, total_l = (lb.from_torch(t.contiguous()) for t in (x, top, total))
+        out[f"softmax column sums of 4096 x 30522{kind}"] = (
+            lambda xl=xl, top_l=top_l, total_l=total_l:
+                (lb.exp(xl.astype(lb.float32) - top_l) / total_l).sum(axis=0),
+            lambda wide=wide: torch.softmax(wide, -1).sum(0))
     hl = lb.from_torch(half)
-    row_max, row_sum = (lb.from_torch(t.contiguous()) for t in (
-        half.float().max(-1, keepdim=True).values,
-        torch.exp(half.float() - half.float().max(-1, keepdim=True).values).sum(-1, keepdim=True)))
-    lb.graph.sync(row_max, row_sum)
-    out["softmax column sums of 4096 x 30522 bf16"] = (
-        lambda: (lb.exp(hl.astype(lb.float32) - row_max) / row_sum).sum(axis=0),
-        lambda: torch.softmax(half.float(), -1).sum(0))
-    m32, s32 = (lb.from_torch(t.contiguous()) for t in (
-        logits.max(-1, keepdim=True).values,
-        torch.exp(logits - logits.max(-1, keepdim=True).values).sum(-1, keepdim=True)))
-    lb.graph.sync(m32, s32)
-    out["softmax column sums of 4096 x 30522"] = (
-        lambda: (lb.exp(ll - m32) / s32).sum(axis=0), lambda: torch.softmax(logits, -1).sum(0))
     out["column sums of 4096 x 30522 bf16"] = (lambda: hl.astype(lb.float32).sum(axis=0),
                                                lambda: half.float().sum(0))
     # a layer's weight gradients' column sums: (4096, 384) and (4096, 1536) activations

@@ -10,9 +10,11 @@ model is compiled and stepped three times, then one step of it and one eager ste
 profiled (``torch.profiler``, device activity only). For each: the device time of all its
 kernels in the step, split into GEMMs (cuBLAS and CUTLASS kernels, by name), copies and fills,
 and the rest; then the largest kernels with their launch counts. A lazyburn kernel is named
-as its generated source names it (``kind_hash``, a suffix for a tuned launch) and shown with its plan label and,
-once tuned, the fastest candidates' times and the default's and the library's (ms, from the
-autotuner; tuned on a representative prefix when the kernel is large).
+as its generated source names it (``kind_hash``, a suffix for a tuned launch) and shown with
+its plan label, its problem (a product's batch, M, N and K; a reduction's rows and reduced
+size), the ops it fuses on read (``r``) and on write (``w``) with their counts, its anchors'
+dtype and, once tuned, the fastest candidates' times and the default's and the library's (ms,
+from the autotuner; tuned on a representative prefix when the kernel is large).
 """
 from __future__ import annotations
 
