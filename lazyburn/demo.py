@@ -209,7 +209,10 @@ def classify(model, images, device: str, labels=None, image_size: int = 224, top
               "for real classes)")
     print("class names: " + ("from --labels" if labels else
                              "none (pass --labels FILE, one name a line); indices shown"))
-    inputs = [(name, preprocess(image, image_size, resize, device=device).numpy())
+    # on the host, where the images are: on the device each photograph's kernels, run once,
+    # would be compiled and tuned in a fresh process, seconds spent on a transform that NumPy
+    # computes at once
+    inputs = [(name, preprocess(image, image_size, resize, device="numpy").numpy())
               for name, image in images]
     with lb.no_grad():
         lb.graph.sync()  # the weights (a random initialization, or uploads): once, not per image
