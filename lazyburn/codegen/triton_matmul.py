@@ -45,9 +45,10 @@ def matmul_params(spec: MatmulSpec, interpret: bool) -> dict:
         # each result the epilogue stores keeps its values live beside the accumulator's 128
         # elements a thread: a bfloat16 training step's gelu(x @ W.T + b) storing the
         # pre-activation, the GELU and its derivative (4096 x 1536 x 384) took 0.114 ms on an
-        # H200 in 128 x 256 tiles, 0.059 in 128 x 128 ones (the autotuner's winner). The
-        # decoder's weight gradient with AdamW's update (30 522 x 384 x 4096, 4 results) took
-        # 0.91 ms in either; the autotuner's 128 x 128 on 4 warps took 0.66
+        # H200 in 128 x 256 tiles, 0.058-0.059 in 128 x 128 ones (the autotuner's two
+        # fastest, 4 and 3 stages). The decoder's weight gradient with AdamW's update (30 522
+        # x 384 x 4096, 4 results) took 0.91 ms in either; the autotuner's 128 x 128 on 4
+        # warps took 0.66
         bn = 128
     if bm * bn < 128 * 128:
         warps = 4

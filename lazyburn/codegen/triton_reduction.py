@@ -55,7 +55,7 @@ def reduction_params(spec: ReductionSpec, interpret: bool) -> dict:
 
 def unsplit_params(spec: ReductionSpec) -> dict:
     """The heuristic tile of ``spec`` on a GPU, unsplit."""
-    return _tile(spec, outer_reduction(spec), computes_transcendentals(spec))
+    return _tile(spec, outer_reduction(spec), unsplit=True)
 
 
 def split_params(spec: ReductionSpec, parts: int) -> dict | None:
@@ -68,12 +68,13 @@ def split_params(spec: ReductionSpec, parts: int) -> dict | None:
     return {**_tile(kernels[0], outer_reduction(spec)), "SPLIT": parts}
 
 
-def _tile(spec: ReductionSpec, outer: bool, dear: bool = False) -> dict:
-    """The heuristic tile of ``spec`` (``outer``: whether its rows are contiguous; ``dear``:
-    whether its reduced values compute transcendentals, for a column sum unsplit)."""
+def _tile(spec: ReductionSpec, outer: bool, unsplit: bool = False) -> dict:
+    """The heuristic tile of ``spec`` (``outer``: whether its rows are contiguous;
+    ``unsplit``: not a split sum's partial kernel)."""
     rows, size = spec.rows, max(spec.reduce_size, 1)
     if outer:
-        return _outer_tile(rows, size, len(spec.stages), dear)
+        return _outer_tile(rows, size, len(spec.stages),
+                           unsplit and computes_transcendentals(spec))
     if window_reduction(spec):
         return dict(WINDOW_PARAMS)
     if size <= PERSISTENT_MAX:

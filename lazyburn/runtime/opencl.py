@@ -460,7 +460,7 @@ class OpenCLBackend(FusedBackend):
             if prg is not None:
                 self._remember(key, prg)
                 continue
-            groups.setdefault(tuple(o for o in options if o != "-w"), []).append(
+            groups.setdefault(_joint_options(options), []).append(
                 pairs[0][0].rendered)
         for rendered in groups.values():
             if len(rendered) > 1:
@@ -556,8 +556,10 @@ class OpenCLBackend(FusedBackend):
         PoCL 3.1, MiniLM's demo run after the run that tuned three kernels spent 1.5-2 s
         compiling their winners)."""
         for kernel in _compiled_kernels(built):
-            key = _memory_key(kernel.source, tuple(kernel.rendered.options) + self.build_options)
-            if self._unstored.pop(key, None) is not None:
+            full = tuple(kernel.rendered.options) + self.build_options
+            # (no disk key: the cache is off, or the options are not stored)
+            if self._unstored.pop(_memory_key(kernel.source, full), None) is not None and \
+                    self._disk_key(kernel.source, full):
                 self._winners.append(kernel.rendered)
 
     def end_sync(self) -> None:
@@ -568,17 +570,14 @@ class OpenCLBackend(FusedBackend):
         with autotune.tuning_time(searched=False):
             groups: dict[tuple, list] = {}
             for r in winners:
-                groups.setdefault(tuple(o for o in r.options if o != "-w"), []).append(r)
+                groups.setdefault(_joint_options(r.options), []).append(r)
             for rendered in groups.values():
                 if len(rendered) > 1:
                     self._build_joint(rendered, store=True)
                     continue
                 (r,) = rendered
-                full = tuple(r.options) + self.build_options
-                disk_key = self._disk_key(r.source, full)
-                if disk_key:
-                    with contextlib.suppress(self.cl.Error):  # it built before: kept in memory
-                        self._store_program(disk_key, self._compile(r.source, full))
+                with contextlib.suppress(self.cl.Error):  # it built before: kept in memory
+                    self._build(r.source, tuple(r.options) + self.build_options)
 
     def compile(self, plan, order) -> list:
         """``FusedBackend.compile``, the new kernels built together (``together``): those
@@ -857,6 +856,12 @@ class BufferPool:
 
 #: NumPy's type of a scalar argument (``kernel_ir.ScalarArg``)
 SCALAR_NP = {"uint32": np.uint32}
+
+
+def _joint_options(options) -> tuple:
+    """The build options by which kernels are grouped into one program: all but ``-w``,
+    which only silences warnings."""
+    return tuple(o for o in options if o != "-w")
 
 
 def _compiled_kernels(built) -> list:
