@@ -676,6 +676,35 @@ def test_large_float32_and_long_half_matmuls_run_on_the_library_by_default(m, k,
         assert sum(bool(c.params.get("library")) for c in cands) == 1
 
 
+@pytest.mark.parametrize("vocab", [1003, 1008])
+def test_half_products_with_rows_off_16_byte_boundaries_run_on_the_library_by_default(vocab):
+    """A bfloat16 product whose operand or output rows start off 16-byte boundaries (a
+    vocabulary of odd size: the logits' rows, a weight gradient reading the logits' gradient
+    transposed) runs on the library by default, from LIBRARY_DEFAULT_WORK multiply-adds; with
+    rows of 1008 elements (2016 bytes) the same products keep their generated tiles, and a
+    product below that work keeps them either way."""
+    from lazyburn import autotune as at
+    from lazyburn.codegen.triton_matmul import unaligned_rows
+    from lazyburn.runtime.cuda_tuning import LIBRARY_DEFAULT_WORK, candidates
+
+    rng = np.random.default_rng(31)
+
+    def bf16(*shape):
+        return lb.asarray(rng.standard_normal(shape).astype(np.float32), device="numpy"
+                          ).astype("bfloat16")
+
+    x, w, g = bf16(256, 384), bf16(vocab, 384), bf16(256, vocab)
+    small = bf16(16, 384)
+    for y, big in ((x @ w.mT, True), (g.mT @ x, True), ((g.mT @ x) * 0.5 + 1.0, True),
+                   (small @ w.mT, False)):
+        (kern,) = lb.explain(y).kernels
+        spec = kern.spec
+        assert (spec.batch * spec.m * spec.n * spec.k >= LIBRARY_DEFAULT_WORK) == big
+        assert unaligned_rows(spec) == (vocab % 8 != 0)
+        (default,) = at.admitted(candidates(kern.spec, sm_count=132, tma=True), 0)
+        assert bool(default.params.get("library")) == (big and vocab % 8 != 0), y
+
+
 def test_a_reduction_reading_a_value_per_row_or_per_column_keeps_its_layout():
     """The launch heuristics tell a sum down columns (a bias's gradient: wide row tiles over
     the contiguous axis) from a sum along rows by the first load that moves along both the

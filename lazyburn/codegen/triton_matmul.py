@@ -77,6 +77,29 @@ def epilogue_subtiles(block_m: int, block_n: int, num_warps: int) -> int:
     return min(4, per_thread // 32)
 
 
+def unaligned_rows(spec: MatmulSpec) -> bool:
+    """Whether a row (or a batch's matrix) of an operand or of an output of ``spec`` starts
+    off a 16-byte boundary: a load of the operands' prologue whose index steps by a stride
+    other than 1 that is not a multiple of 16 bytes, or a stored row of N elements that is
+    not. The generated kernel then moves such rows in pieces of 4 bytes or less where it
+    moves 16 elsewhere (Triton vectorizes by the divisibility of a pointer's strides). A
+    bfloat16 training step's products over a vocabulary of 30 522 are such products."""
+    for e in topo_exprs([x for x in (spec.a, spec.b) if x is not None]):
+        if e.op != "load":
+            continue
+        coef = _affine(e.args[1])
+        size = spec.args[e.args[0]].dtype.itemsize
+        if coef is not None and any(c not in (0, 1, -1) and c * size % 16
+                                    for c in coef.values()):
+            return True
+    for o in spec.outputs:
+        size = spec.args[o.arg].dtype.itemsize
+        if spec.n > 1 and spec.n * size % 16 or \
+                spec.batch > 1 and spec.m * spec.n * size % 16:
+            return True
+    return False
+
+
 def tma_operands(spec: MatmulSpec) -> dict[str, tuple]:
     """The operands a tensor descriptor can load (Hopper's tensor memory accelerator, TMA):
     ``"a"``/``"b"`` -> ``(shape, strides, dims)`` of the descriptor over the operand's buffer,
