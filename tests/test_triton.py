@@ -426,6 +426,28 @@ def test_library_matmul_stores_an_operand_transposed_where_its_reads_run_along_r
     assert library.parts.transposed == {"a": True, "b": False}
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_product_stored_in_its_own_type_is_written_by_the_library(dev, dtype):
+    """On the library path, a 16-bit product whose epilogue only stores it in its own type
+    has no epilogue kernel: the library rounds the product to the operands' type, as the
+    epilogue would, and writes the output itself. Widened to float32 on write, or with a
+    bias added, the product goes through the epilogue kernel. NumPy's values each time."""
+    rng = np.random.default_rng(44 + (dtype == "bfloat16"))
+    a, b, c = rand(rng, (29, 40), dtype), rand(rng, (40, 52), dtype), rand(rng, (52,), dtype)
+    forms = {"own type": lambda a, b, c: a @ b,
+             "widened": lambda a, b, c: (a @ b).astype("float32"),
+             "bias": lambda a, b, c: a @ b + c}
+    backend = runtime.backend(dev)
+    for form, graph in forms.items():
+        with launch_params("matmul", library=True):
+            check(dev, graph, a, b, c, rtol=3e-2, atol=3e-2)
+        plan = next(reversed(backend.plans._plans.values()))  # the one just run
+        (k,) = [k for k in plan.kernels if k.kind == "matmul"]
+        library = getattr(k.compiled, "kernel", k.compiled)
+        assert library.writes_output == (form == "own type"), form
+        assert ("epilogue" in library.kernels) == (form != "own type"), form
+
+
 @pytest.mark.parametrize("form", ["epilogue", "writes_output", "transposed_prologue"])
 def test_library_matmul_relaunched_through_its_one_call_launcher(dev, monkeypatch, form):
     """After its first run, a plan launches a library product through one call

@@ -29,13 +29,17 @@ class MatmulParts:
     read straight from a buffer, else None; ``transposed[name]``: True when the prologue
     kernel of operand ``name`` stores it as (batch, cols, rows) instead of (batch, rows, cols);
     ``product_is_output``: the epilogue stores the product unchanged into the only output, in
-    the accumulator's type (so the library may write the output directly)."""
+    the accumulator's type (so the library may write the output directly);
+    ``stored_product``: the type in which the epilogue stores the product unchanged into the
+    only output (the accumulator's, or a 16-bit product's own type: the accumulator rounded
+    to it), None when it computes anything else."""
 
     kernels: dict
     inputs: dict
     direct: dict
     transposed: dict = None
     product_is_output: bool = False
+    stored_product: object = None
 
 
 def affine(e: Expr):
@@ -241,10 +245,12 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False,
                                           scalars=list(spec.scalars))
     inputs["epilogue"] = used
     out_args = [a for a in spec.args if a.is_output]
-    product_is_output = (len(spec.outputs) == 1 and spec.outputs[0].value.op == "acc" and
-                         spec.outputs[0].index is None and len(out_args) == 1 and
-                         out_args[0].dtype == spec.acc_dtype and out_args[0].size == numel)
-    return MatmulParts(kernels, inputs, direct, transposed, product_is_output)
+    stored = None
+    if len(spec.outputs) == 1 and spec.outputs[0].value.op == "acc" and \
+            spec.outputs[0].index is None and len(out_args) == 1 and \
+            out_args[0].size == numel and out_args[0].dtype == spec.outputs[0].value.dtype:
+        stored = out_args[0].dtype
+    return MatmulParts(kernels, inputs, direct, transposed, stored == spec.acc_dtype, stored)
 
 
 def with_b_written(spec: MatmulSpec) -> MatmulSpec:
