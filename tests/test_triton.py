@@ -1371,11 +1371,49 @@ def test_candidate_outputs_are_compared_by_the_host_rule(dtype, monkeypatch):
     assert cuda_tuning.compare_outputs(torch, as_torch(e), as_torch(e), arg) is None
 
 
+def test_a_timing_keeps_the_device_busy_while_the_host_queues_each_run():
+    """``cuda_tuning.device_ms`` queues, before each timed run, the L2 flush and a sleep of
+    the device longer than the host takes to queue the run (so the events around the run
+    time the device's work only), and makes at most MAX_TIMED_RUNS runs. A stand-in for
+    torch's CUDA module records what is queued: its sleep spins 1000 cycles a millisecond,
+    a run of ``fn`` takes the host 2 ms and its events 0.004 ms apart."""
+    import time
+    from types import SimpleNamespace
+
+    queued = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.at = None
+
+        def record(self):
+            self.at = len(queued)
+            queued.append("event")
+
+        def elapsed_time(self, end):
+            return 10 ** 4 if queued[self.at + 1].startswith("sleep") else 0.004
+
+    cuda = SimpleNamespace(Event=Event, current_device=lambda: 0, synchronize=lambda: None,
+                           _sleep=lambda cycles: queued.append(f"sleep {cycles}"))
+    flush = SimpleNamespace(zero_=lambda: queued.append("flush"))
+    fake = SimpleNamespace(cuda=cuda, int8="int8", empty=lambda *a, **kw: flush)
+
+    def fn():
+        time.sleep(0.002)
+        queued.append("run")
+
+    ms = cuda_tuning.device_ms(fake, fn, 1.0, 25.0)
+    assert ms == 0.004
+    timed = [i for i in range(len(queued) - 2) if queued[i:i + 3] == ["event", "run", "event"]]
+    assert len(timed) == 5 + cuda_tuning.MAX_TIMED_RUNS  # the estimate's five, then the cap
+    for i in timed:
+        assert queued[i - 2] == "flush" and queued[i - 1].startswith("sleep")
+        assert int(queued[i - 1].split()[1]) >= 1.5 * 2 * 1000  # cycles for 3 ms at least
+
+
 def test_first_launch_tuning_runs_checks_and_caches(dev, monkeypatch):
     """The tuning path a GPU takes at autotune level >= 1, with the timer stubbed (the
     interpreter's timings mean nothing)."""
-    import triton.testing
-
     from lazyburn import autotune as at
 
     real = cuda_tuning.candidates
@@ -1387,7 +1425,7 @@ def test_first_launch_tuning_runs_checks_and_caches(dev, monkeypatch):
         return base + [at.Candidate("BLOCK=64", {**base[0].params, "BLOCK": 64}, 1)]
 
     monkeypatch.setattr(cuda_tuning, "candidates", with_alternative)
-    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (fn(), 1.0)[1])
+    monkeypatch.setattr(cuda_tuning, "device_ms", lambda torch, fn, *timing: (fn(), 1.0)[1])
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "interpreter")
     monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
     monkeypatch.setenv("LAZYBURN_AUTOTUNE_PROCESS_BUDGET", "inf")  # (whatever the caller set)
@@ -1409,8 +1447,6 @@ def test_a_representatives_winner_is_timed_against_the_default_at_full_size(
     """A kernel tuned on a representative prefix runs the prefix's winner only if it is also
     faster than the default at the kernel's own size. The timer is stubbed: the other
     candidate takes half the default's time on the prefix and, whole, twice it or half it."""
-    import triton.testing
-
     from lazyburn import autotune as at
 
     real = cuda_tuning.candidates
@@ -1431,7 +1467,7 @@ def test_a_representatives_winner_is_timed_against_the_default_at_full_size(
             kernel(backend, args)
         return launch
 
-    def bench(fn, **kw):  # ms
+    def bench(torch, fn, *timing):  # ms
         fn()
         block, numel = last[0]
         if block != 64:
@@ -1441,7 +1477,7 @@ def test_a_representatives_winner_is_timed_against_the_default_at_full_size(
     monkeypatch.setattr(cuda_tuning, "candidates", with_alternative)
     monkeypatch.setattr(cuda_tuning.TunedKernel, "_build", building)
     monkeypatch.setattr(cuda_tuning, "MAX_TUNED_WORK", {"elementwise": 1 << 12})
-    monkeypatch.setattr(triton.testing, "do_bench", bench)
+    monkeypatch.setattr(cuda_tuning, "device_ms", bench)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "interpreter")
     monkeypatch.setenv("LAZYBURN_AUTOTUNE", "1")
     monkeypatch.setenv("LAZYBURN_CACHE_DIR", str(tmp_path))

@@ -22,8 +22,9 @@ timed. Otherwise the first launch of a kernel runs :func:`lazyburn.autotune.tune
 launch's real inputs: the default writes the real outputs (the reference), every other
 candidate writes one set of scratch outputs shared by all of them, is checked against the
 reference on the device (integers and bools exactly, floats within ``fused.tolerance``) and
-timed with ``triton.testing.do_bench`` (CUDA events; medians of do_bench medians until stable,
-L2 flushed before each run), all within the tuning budget (``LAZYBURN_AUTOTUNE_BUDGET``, which
+timed with ``device_ms`` (CUDA events, as ``triton.testing.do_bench`` times, but with the
+device kept busy while the host queues each run; medians of its medians until stable, L2
+flushed before each run), all within the tuning budget (``LAZYBURN_AUTOTUNE_BUDGET``, which
 counts Triton's compile of each candidate too). A kernel with more work than
 ``fused.MAX_TUNED_WORK`` is tuned on a representative prefix (``fused.representative``), and
 a winner there other than the default is timed against it at the kernel's own size before it
@@ -79,7 +80,7 @@ FEW_ROWS, FEW_ROWS_LIBRARY_WORK = 16, 1 << 20
 #: ... and from which a half-precision one of few tiles does (32 steps of the default
 #: BLOCK_K: ``library_by_default``)
 LONG_K = 2048
-# do_bench's warm-up and measuring time per timing, in ms: a matmul candidate is slow to
+# device_ms's warm-up and measuring time per timing, in ms: a matmul candidate is slow to
 # time and a few of them decide a lot, so they get more repetitions (each timing is a median)
 BENCH_MS = {"matmul": (5, 25)}
 DEFAULT_BENCH_MS = (2, 10)
@@ -191,6 +192,72 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
     return out
 
 
+#: the L2 flush before each timed run, as ``triton.testing.do_bench``'s (more than any GPU's L2)
+FLUSH_BYTES = 256 << 20
+#: the most runs one timing makes (a kernel of 0.01 ms would make thousands in ``rep`` ms)
+MAX_TIMED_RUNS = 200
+_cycles_per_ms: dict = {}  # device index -> clock cycles of ``torch.cuda._sleep`` a millisecond
+
+
+def device_ms(torch, fn, warmup: float, rep: float) -> float:
+    """The median device time of ``fn``'s runs in ms, timed as ``triton.testing.do_bench``
+    times them (CUDA events around each run on the current stream, the L2 cache flushed
+    before each, about ``warmup`` ms of runs first and ``rep`` ms timed, at most
+    ``MAX_TIMED_RUNS``), except that before each run the device sleeps for longer than the
+    host takes to queue the run. do_bench's events also time the device idling between a
+    candidate's launches wherever the host queues them more slowly than the device runs them:
+    the library candidate of a 384 x 384 x 4096 weight gradient with its optimizer's update
+    (a prologue kernel, cuBLAS's split-K kernels and an epilogue kernel: 0.0135 ms of device
+    time, 0.076 ms of host time a run, on an H200) took 0.035-0.043 ms in do_bench, and in a
+    training step the autotuner chose a generated kernel of 0.09 ms over it."""
+    import time
+
+    cuda = torch.cuda
+    per_ms = _cycles_per_ms.get(cuda.current_device())
+    if per_ms is None:  # calibrated once: the sleep spins for clock cycles
+        per_ms = _cycles_per_ms[cuda.current_device()] = 1e7 / _events(
+            torch, 1, lambda: cuda._sleep(10 ** 7))[0]
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    fn()
+    cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(5):
+        fn()
+    host_ms = (time.perf_counter() - start) / 5 * 1e3
+    cycles = int(per_ms * (1.5 * host_ms + 0.01))
+
+    def before():
+        flush.zero_()
+        cuda._sleep(cycles)
+
+    estimate = max(_median(_events(torch, 5, fn, before)), 1e-4)
+    for _ in range(max(1, int(warmup / estimate))):
+        fn()
+    runs = min(MAX_TIMED_RUNS, max(1, int(rep / estimate)))
+    return _median(_events(torch, runs, fn, before))
+
+
+def _events(torch, n: int, fn, before=None) -> list:
+    """The times in ms between CUDA events recorded around each of ``n`` runs of ``fn``
+    (``before`` runs before each, outside the events)."""
+    event = torch.cuda.Event
+    starts = [event(enable_timing=True) for _ in range(n)]
+    ends = [event(enable_timing=True) for _ in range(n)]
+    for s, e in zip(starts, ends):
+        if before is not None:
+            before()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def _median(values: list) -> float:
+    values = sorted(values)
+    return values[len(values) // 2]
+
+
 def library_by_default(spec: MatmulSpec, default: dict) -> bool:
     """Whether the library candidate is ``spec``'s untuned default.
 
@@ -274,8 +341,6 @@ class TunedKernel:
 
     def _tune(self, args):
         """``(winner's kernel, whether args' outputs already hold its result)``."""
-        from triton.testing import do_bench
-
         b = self.backend
         real = self.spec
         n_in = len(real.inputs)
@@ -323,8 +388,7 @@ class TunedKernel:
 
         def time(c):
             k, outs = kernel_of(c), inputs + outputs() + scalars
-            ms = do_bench(lambda: k(b, outs), warmup=warmup, rep=rep, return_mode="median")
-            return ms * 1e-3
+            return device_ms(b.torch, lambda: k(b, outs), warmup, rep) * 1e-3
 
         def check(expected, actual):
             for a, e, x in zip(out_args, expected, actual):
@@ -357,8 +421,6 @@ class TunedKernel:
         default, whichever runs this kernel at its own size in less time, as
         ``fused.FirstLaunchTuner._confirm`` decides on the other devices (both run into the
         kernel's own outputs; the caller runs the winner once more)."""
-        from triton.testing import do_bench
-
         b = self.backend
         built: dict = {}
 
@@ -373,8 +435,7 @@ class TunedKernel:
 
         def time(c):
             k = kernel_of(c)
-            return do_bench(lambda: k(b, args), warmup=warmup, rep=rep,
-                            return_mode="median") * 1e-3
+            return device_ms(b.torch, lambda: k(b, args), warmup, rep) * 1e-3
 
         with b.on_device():
             best = at.tune(self._key(self.spec), [self.candidates[0], chosen], run=run,
