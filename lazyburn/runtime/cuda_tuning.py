@@ -207,9 +207,10 @@ def device_ms(torch, fn, warmup: float, rep: float) -> float:
     host takes to queue the run. do_bench's events also time the device idling between a
     candidate's launches wherever the host queues them more slowly than the device runs them:
     the library candidate of a 384 x 384 x 4096 weight gradient with its optimizer's update
-    (a prologue kernel, cuBLAS's split-K kernels and an epilogue kernel: 0.0135 ms of device
-    time, 0.076 ms of host time a run, on an H200) took 0.035-0.043 ms in do_bench, and in a
-    training step the autotuner chose a generated kernel of 0.09 ms over it."""
+    (a prologue kernel, cuBLAS's split-K kernels and an epilogue kernel: 0.0136 ms of
+    kernels, 0.08-0.12 ms of host time a run, on an H200) took 0.035-0.089 ms in do_bench
+    and 0.033 here (its kernels and the gaps between them), and in a training step the
+    autotuner chose a generated kernel of 0.09 ms over it."""
     import time
 
     cuda = torch.cuda
