@@ -449,6 +449,47 @@ def test_a_half_product_stored_in_its_own_type_is_written_by_the_library(dev, dt
 
 
 @pytest.mark.parametrize("form", ["epilogue", "writes_output", "transposed_prologue"])
+def test_the_library_over_padded_operands_computes_the_product(dev, form):
+    """The padded library candidate (``pad_to``: K and N rounded up to 16 bytes, operands'
+    rows starting at multiples of 16 bytes, zeros in what the padding adds) gives NumPy's
+    values, with an epilogue reading the N columns of the padded product's rows, with the
+    library writing the output (N already aligned), and with A stored transposed by its
+    prologue in a batch; explain names the padding."""
+    from lazyburn.runtime.cuda_library import LibraryMatmul
+
+    dtype = "bfloat16" if form == "transposed_prologue" else "float32"
+    shapes = {"epilogue": ((29, 37), (37, 51), (51,)),
+              "writes_output": ((26, 37), (37, 48), (48,)),
+              "transposed_prologue": ((2, 40, 27), (40, 50), (50,))}[form]
+    graph = {"epilogue": lambda a, b, c: lb.tanh(a @ b) + c,
+             "writes_output": lambda a, b, c: a @ b,
+             "transposed_prologue": lambda a, b, c: (a * 2.0).mT @ (b + 1.0)}[form]
+    rng = np.random.default_rng(61 + len(form))
+    arrays = [rand(rng, shape, dtype) for shape in shapes]
+    with launch_params("matmul", library=True, pad_to=16):
+        tol = 1e-4 if dtype == "float32" else 3e-2
+        check(dev, graph, *arrays, rtol=tol, atol=tol)
+        lazy = [lb.tensor(x, device=dev) for x in arrays]
+        engines = [e.engine for e in lb.explain(graph(*lazy)).executions]
+    plan = next(reversed(runtime.backend(dev).plans._plans.values()))  # the one just run
+    (pk,) = [pk for pk in plan.kernels if pk.kind == "matmul"]
+    library = getattr(pk.compiled, "kernel", pk.compiled)
+    assert isinstance(library, LibraryMatmul)
+    parts = library.parts
+    align = 16 // np.dtype(arrays[0].dtype).itemsize
+    k_size, n_size = parts.extents
+    assert k_size % align == 0 and n_size % align == 0 and parts.padded
+    assert (k_size, n_size) == {"epilogue": (40, 52), "writes_output": (40, 48),
+                                "transposed_prologue": (40, 56)}[form]
+    assert library.writes_output == (form == "writes_output")
+    assert parts.transposed["a"] == (form == "transposed_prologue")
+    for name in ("a", "b"):  # every operand here is stored by a kernel, its rows aligned
+        assert parts.layout[name][-1] % align == 0
+    assert sum(f"rows padded to multiples of {align} elements" in e for e in engines) == 1, \
+        engines
+
+
+@pytest.mark.parametrize("form", ["epilogue", "writes_output", "transposed_prologue"])
 def test_library_matmul_relaunched_through_its_one_call_launcher(dev, monkeypatch, form):
     """After its first run, a plan launches a library product through one call
     (``LibraryMatmul.fast``) that makes its views and launches its prologues and epilogue
@@ -723,8 +764,13 @@ def test_half_products_with_rows_off_16_byte_boundaries_run_on_the_library_by_de
         spec = kern.spec
         assert (spec.batch * spec.m * spec.n * spec.k >= LIBRARY_DEFAULT_WORK) == big
         assert unaligned_rows(spec) == (vocab % 8 != 0)
-        (default,) = at.admitted(candidates(kern.spec, sm_count=132, tma=True), 0)
+        cands = candidates(kern.spec, sm_count=132, tma=True)
+        (default,) = at.admitted(cands, 0)
         assert bool(default.params.get("library")) == (big and vocab % 8 != 0), y
+        # and the library over padded operands is a candidate for the autotuner
+        padded = [c for c in cands if c.params.get("pad_to")]
+        assert len(padded) == (big and vocab % 8 != 0) and all(
+            c.params.get("library") and c.priority == 1 for c in padded)
 
 
 def test_a_reduction_reading_a_value_per_row_or_per_column_keeps_its_layout():

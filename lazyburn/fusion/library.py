@@ -14,7 +14,7 @@ output buffer itself.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .kernel_ir import ElementwiseSpec, KernelArg, MatmulSpec, Output
 from .symbolic import Expr, ExprBuilder, topo_exprs
@@ -32,7 +32,11 @@ class MatmulParts:
     the accumulator's type (so the library may write the output directly);
     ``stored_product``: the type in which the epilogue stores the product unchanged into the
     only output (the accumulator's, or a 16-bit product's own type: the accumulator rounded
-    to it), None when it computes anything else."""
+    to it), None when it computes anything else; ``layout[name]``: the (batch, outer, inner)
+    shape in which operand ``name``'s kernel stores it (inner: columns, or rows when
+    transposed; with padding, more than the operand has, zeros there); ``extents``: the
+    product's K and N as the library multiplies it (more than the spec's when padded);
+    ``padded``: whether the padding added anything."""
 
     kernels: dict
     inputs: dict
@@ -40,6 +44,9 @@ class MatmulParts:
     transposed: dict = None
     product_is_output: bool = False
     stored_product: object = None
+    layout: dict = field(default_factory=dict)
+    extents: tuple = None
+    padded: bool = False
 
 
 def affine(e: Expr):
@@ -180,7 +187,7 @@ def _rows_contiguous(e: Expr, rows: str, cols: str, args, local: bool) -> bool:
 
 
 def split_matmul(spec: MatmulSpec, follow_source: bool = False,
-                 local_strides: bool = False) -> MatmulParts:
+                 local_strides: bool = False, align: int = 0) -> MatmulParts:
     """The element-wise kernels that surround a library matmul for ``spec``.
 
     ``follow_source``: a prologue kernel may store its operand transposed when that keeps its
@@ -188,34 +195,59 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False,
     the transposed view. ``local_strides``: a read's direction is told from its local stride
     (``_step``: attention heads merged back into features read along the rows, a GPU's
     choice), else only from an index affine in the operand's row or column (on the CPU
-    device, storing the merged heads transposed made a BERT-tiny training step 6 % slower)."""
-    kernels, inputs, direct, transposed = {}, {}, {}, {}
+    device, storing the merged heads transposed made a BERT-tiny training step 6 % slower).
+
+    ``align`` (elements; 0: none): the library multiplies over K and N rounded up to a
+    multiple of it, and reads operands whose rows start at multiples of it, as
+    PyTorch Inductor's ``pad_mm`` pads a product's operands: an operand that is not so
+    already is stored by its prologue kernel with zeros in the added rows and columns and
+    rows padded to a multiple of ``align`` (``MatmulParts.padded``), and the epilogue reads
+    the product's N columns of its padded rows. A GPU library takes its fastest kernels only
+    for such products."""
+    extent = {"m": spec.m, "n": spec.n, "k": spec.k}
+    padded = dict(extent)
+    if align:
+        padded["k"], padded["n"] = _round_up(spec.k, align), _round_up(spec.n, align)
+    kernels, inputs, direct, transposed, layout = {}, {}, {}, {}, {}
+    grown = padded != extent  # (and below: an operand stored with more than it holds)
     for name, expr, rows, cols in (("a", spec.a, "m", "k"), ("b", spec.b, "k", "n")):
         d = _direct(expr, rows, cols)
+        if d is not None and align and not _aligned(d, spec.batch, align) or \
+                padded[rows] != extent[rows] or padded[cols] != extent[cols]:
+            d = None
         direct[name] = d
         transposed[name] = False
         if d is not None:
             continue
-        r_size = spec.m if name == "a" else spec.k
-        c_size = spec.k if name == "a" else spec.n
-        numel = spec.batch * r_size * c_size
         b = ExprBuilder(spec.index_dtype)
-        i = b.var("i", numel)
         if follow_source and _rows_contiguous(expr, rows, cols, spec.args, local_strides):
             transposed[name] = True
-            env = {"b": b.div(i, r_size * c_size), cols: b.mod(b.div(i, r_size), c_size),
-                   rows: b.mod(i, r_size)}
+            outer, inner = cols, rows
         else:
-            env = {"b": b.div(i, r_size * c_size), rows: b.mod(b.div(i, c_size), r_size),
-                   cols: b.mod(i, c_size)}
+            outer, inner = rows, cols
+        # stored as (batch, outer, inner), each row of ``inner`` padded to ``align`` elements
+        outer_size = padded[outer]
+        inner_size = _round_up(padded[inner], align) if align else padded[inner]
+        numel = spec.batch * outer_size * inner_size
+        grown = grown or numel != spec.batch * extent[rows] * extent[cols]
+        i = b.var("i", numel)
+        env = {"b": b.div(i, outer_size * inner_size),
+               outer: b.mod(b.div(i, inner_size), outer_size), inner: b.mod(i, inner_size)}
+        inside = None
+        for var in (outer, inner):
+            if env[var].hi >= extent[var]:  # a position added by the padding: a zero there
+                inside = b.land(inside, b.lt(env[var], b.index(extent[var])))
+                env[var] = b.clamp(env[var], 0, extent[var] - 1)
         used = _loads([expr])
         arg_map = {a: j for j, a in enumerate(used)}
         (value,) = _rewrite([expr], b, env, arg_map, None)
+        if inside is not None:
+            value = b.op("where", (inside, value, b.const(0, value.dtype)), value.dtype)
         args = [KernelArg(f"in{j}", spec.args[a].dtype, spec.args[a].size)
                 for j, a in enumerate(used)]
         args.append(KernelArg(f"out{len(args)}", spec.acc_dtype, numel, is_output=True))
-        shape = (spec.batch, c_size, r_size) if transposed[name] else \
-            (spec.batch, r_size, c_size)
+        shape = (spec.batch, outer_size, inner_size)
+        layout[name] = shape
         # every part takes all the matmul's scalar arguments (a random draw keeps its index)
         kernels[name] = ElementwiseSpec("elementwise", args, [Output(len(args) - 1, value)],
                                         spec.index_dtype, shape=shape, numel=numel,
@@ -230,11 +262,15 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False,
     used = _loads(values)
     arg_map = {a: j for j, a in enumerate(used)}
     prod_arg = len(used)
-    acc = b.load(prod_arg, i, spec.acc_dtype)
+    if padded["n"] == spec.n:
+        acc = b.load(prod_arg, i, spec.acc_dtype)
+    else:  # the product's rows are padded: its N columns of each
+        acc = b.load(prod_arg, b.add(b.mul(b.add(b.mul(env["b"], b.index(spec.m)), env["m"]),
+                                            b.index(padded["n"])), env["n"]), spec.acc_dtype)
     rewritten = _rewrite(values, b, env, arg_map, acc)
     args = [KernelArg(f"in{j}", spec.args[a].dtype, spec.args[a].size)
             for j, a in enumerate(used)]
-    args.append(KernelArg(f"in{prod_arg}", spec.acc_dtype, numel))
+    args.append(KernelArg(f"in{prod_arg}", spec.acc_dtype, spec.batch * spec.m * padded["n"]))
     outputs = []
     for o, v in zip(spec.outputs, rewritten):
         a = spec.args[o.arg]
@@ -248,9 +284,24 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False,
     stored = None
     if len(spec.outputs) == 1 and spec.outputs[0].value.op == "acc" and \
             spec.outputs[0].index is None and len(out_args) == 1 and \
-            out_args[0].size == numel and out_args[0].dtype == spec.outputs[0].value.dtype:
+            out_args[0].size == numel and out_args[0].dtype == spec.outputs[0].value.dtype \
+            and padded["n"] == spec.n:  # (a padded product has more columns than the output)
         stored = out_args[0].dtype
-    return MatmulParts(kernels, inputs, direct, transposed, stored == spec.acc_dtype, stored)
+    return MatmulParts(kernels, inputs, direct, transposed, stored == spec.acc_dtype, stored,
+                       layout, (padded["k"], padded["n"]), grown)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _aligned(direct, batch: int, align: int) -> bool:
+    """Whether a ``direct`` operand (``_direct``) is a row-major or column-major matrix (one
+    unit stride) whose other strides and start are multiples of ``align`` elements."""
+    _, (sb, sr, sc), offset = direct
+    if 1 not in (sr, sc):
+        return False
+    return all(s % align == 0 for s in (sr if sc == 1 else sc, sb if batch > 1 else 0, offset))
 
 
 def with_b_written(spec: MatmulSpec) -> MatmulSpec:

@@ -92,7 +92,7 @@ from ..fusion.kernel_ir import MatmulSpec
 from ..ir import dtypes as dt
 from ..ir.node import current_origin
 from . import backend, binary_cache, cuda_tuning, dump, linalg_library
-from .cuda_library import ComposedKernel, LibraryMatmul, library_execution
+from .cuda_library import ComposedKernel, LibraryMatmul, library_align, library_execution
 from .cuda_replay import Program
 from .fused import Execution, FusedBackend, host_value, split_execution
 
@@ -465,7 +465,7 @@ class CudaBackend(FusedBackend):
 
     def params_execution(self, k, params: dict) -> Execution:
         if params.get("library"):
-            return library_execution(self, k.spec)
+            return library_execution(self, k.spec, align=library_align(k.spec, params))
         if params.get("SPLIT", 1) > 1:
             return split_execution(self.generated)
         return Execution(self.generated)

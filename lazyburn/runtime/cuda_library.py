@@ -69,7 +69,9 @@ class LibraryMatmul(ComposedKernel):
         self.spec = spec
         self.origin = origin
         self.allow_tf32 = bool(params.get("allow_tf32"))
-        self.parts = split_matmul(spec, follow_source=True, local_strides=True)
+        align = library_align(spec, params)
+        self.parts = split_matmul(spec, follow_source=True, local_strides=True, align=align)
+        self.k_size, self.n_size = self.parts.extents
         self.prod_dtype = product_type(spec)
         self.writes_output = writes_output(spec, self.parts)
         # one product (a batch of 1): the operands are matrices and torch.mm multiplies them
@@ -95,7 +97,7 @@ class LibraryMatmul(ComposedKernel):
                                 for part_name, k in self.kernels.items()) or \
             f"# library matmul: torch.{'mm' if self.single else 'bmm'} writes the output; " \
             "no generated kernel\n"
-        self.execution = library_execution(backend, spec, self.parts)
+        self.execution = library_execution(backend, spec, self.parts, align)
 
     def _launcher(self, backend, parts: dict):
         """``launch(*args, stream=None)`` computing the product for the spec's buffers and
@@ -107,8 +109,9 @@ class LibraryMatmul(ComposedKernel):
         n_buf = len(spec.args)
         product = torch.mm if self.single else torch.bmm  # (cheaper calls than torch.matmul)
         allow_tf32 = self.allow_tf32
-        operand_a = self._operand(backend, "a", (spec.m, spec.k), parts.get("a"), n_buf)
-        operand_b = self._operand(backend, "b", (spec.k, spec.n), parts.get("b"), n_buf)
+        k, n = self.k_size, self.n_size
+        operand_a = self._operand(backend, "a", (spec.m, k), parts.get("a"), n_buf)
+        operand_b = self._operand(backend, "b", (k, n), parts.get("b"), n_buf)
         if self.writes_output:
             out_shape = self.out_shape
 
@@ -153,18 +156,27 @@ class LibraryMatmul(ComposedKernel):
         size = parts.kernels[which].args[-1].size
         dtype = (spec.a if which == "a" else spec.b).dtype
         inputs = parts.inputs[which]
-        if parts.transposed[which]:  # stored (batch, cols, rows): the library reads it so
-            stored = (matrix[1], matrix[0]) if single else (spec.batch, matrix[1], matrix[0])
-            dims = (1, 0) if single else (0, 2, 1)
-        else:
-            stored, dims = (matrix if single else (spec.batch,) + matrix), None
+        stored = parts.layout[which] if not single else parts.layout[which][1:]
+        transposed = parts.transposed[which]
+        # stored (batch, outer, inner): rows, or columns when transposed (the library reads it
+        # so), each of them maybe padded past the matrix's side
+        inner = matrix[0] if transposed else matrix[1]
+        whole = inner == stored[-1]
+        dims = None if not transposed else (1, 0) if single else (0, 2, 1)
 
         def operand(args, stream):
             buf = empty(size, dtype, origin)
             prologue(*[args[i] for i in inputs], buf, *args[n_buf:], stream=stream)
-            buf = buf.view(stored)
+            buf = buf.view(stored) if whole else buf.view(stored)[..., :inner]
             return buf if dims is None else buf.permute(dims)
         return operand
+
+
+def library_align(spec, params: dict) -> int:
+    """The elements to which a library candidate with launch ``params`` pads ``spec``'s
+    product (``split_matmul``'s ``align``): ``pad_to`` bytes of the operands' type, 0 without
+    it."""
+    return int(params.get("pad_to") or 0) // spec.a.dtype.itemsize
 
 
 def writes_output(spec, parts) -> bool:
@@ -183,17 +195,21 @@ def product_type(spec):
     return spec.a.dtype if spec.a.dtype.name in HALF else spec.acc_dtype
 
 
-def library_execution(backend, spec, parts=None) -> Execution:
+def library_execution(backend, spec, parts=None, align: int = 0) -> Execution:
     """A ``LibraryMatmul`` of ``spec`` on ``backend`` as explain and the dump state it: one
     ``torch.mm`` or ``torch.bmm`` (cuBLAS, hipBLAS; PyTorch's CPU product under Triton's
-    interpreter) and its element-wise Triton kernels (the prologues that compute an operand;
-    the epilogue unless the library writes the output itself, ``writes_output``)."""
-    parts = parts or split_matmul(spec)
+    interpreter) and its element-wise Triton kernels (the prologues that compute an operand
+    or pad it, ``align``: ``split_matmul``'s; the epilogue unless the library writes the
+    output itself, ``writes_output``)."""
+    parts = parts or split_matmul(spec, follow_source=True, local_strides=True, align=align)
     if backend.interpret:
         library = "library: PyTorch's CPU matmul (Triton interpreter)"
     else:
         library = "library: hipBLAS through PyTorch" if backend.torch.version.hip else \
             "library: cuBLAS through PyTorch"
+    if parts.padded:
+        library += f" over K = {parts.extents[0]} and N = {parts.extents[1]}, its operands' " \
+            f"rows padded to multiples of {align} elements"
     roles = tuple(name for name in ("a", "b", "epilogue") if name in parts.kernels and
                   not (name == "epilogue" and writes_output(spec, parts)))
     return Execution(library, generated=len(roles), library_calls=1, parts=roles)

@@ -14,7 +14,8 @@ Candidates (``lazyburn.autotune.Candidate``), the heuristic default first:
   default from ``LIBRARY_DEFAULT_WORK`` multiply-adds on, or ``FEW_ROWS_LIBRARY_WORK`` for a
   product of ``FEW_ROWS`` rows or fewer: Triton multiplies those on the CUDA cores; and for
   half-precision products of few tiles over a long K, where the library splits K, or with rows
-  off 16-byte boundaries: ``library_by_default``),
+  off 16-byte boundaries: ``library_by_default``), and for unaligned products the library
+  over operands padded to 16 bytes (``library_pads``),
   and, at level 2, persistent kernels of one or two programs per SM.
 
 At autotune level 0, and always under the interpreter, the default is used and nothing is
@@ -80,6 +81,8 @@ FEW_ROWS, FEW_ROWS_LIBRARY_WORK = 16, 1 << 20
 #: ... and from which a half-precision one of few tiles does (32 steps of the default
 #: BLOCK_K: ``library_by_default``)
 LONG_K = 2048
+#: the padded library candidate's alignment of K, N and its operands' rows (``library_pads``)
+LIBRARY_PAD_BYTES = 16
 # device_ms's warm-up and measuring time per timing, in ms: a matmul candidate is slow to
 # time and a few of them decide a lot, so they get more repetitions (each timing is a median)
 BENCH_MS = {"matmul": (5, 25)}
@@ -176,6 +179,8 @@ def candidates(spec, interpret: bool = False, sm_count: int | None = None,
             add(tile, priority)
         if library not in out:
             out.append(library)
+        if library_pads(spec):  # the library over padded operands, as a candidate of its own
+            add({**library.params, "pad_to": LIBRARY_PAD_BYTES}, 1)
         if sm_count:
             for j, per_sm in PERSISTENT_TILES:
                 t = tiles[j]
@@ -257,6 +262,26 @@ def _events(torch, n: int, fn, before=None) -> list:
 def _median(values: list) -> float:
     values = sorted(values)
     return values[len(values) // 2]
+
+
+def library_pads(spec: MatmulSpec) -> bool:
+    """Whether ``spec`` has a library candidate over padded operands (``pad_to``: its K and N
+    rounded up to ``LIBRARY_PAD_BYTES``, and its operands' rows starting at multiples of it,
+    zeros in what the padding adds; ``fusion.library.split_matmul``): a float product from
+    ``LIBRARY_DEFAULT_WORK`` multiply-adds on with rows off 16-byte boundaries
+    (``unaligned_rows``) or a K or N that is not a multiple of 16 bytes. cuBLAS takes its
+    Hopper kernels only for aligned products: for 4096 x 384 x 30 522 in bfloat16 on an H200
+    it took 0.42 ms in CUTLASS's sm80 kernel either way, with the rows of A at a padded pitch
+    too (K odd), and the weight gradient 30 522 x 384 x 4096 took 0.21 ms instead of 0.43 with
+    A's rows at a padded pitch (a one-off measurement). Padding costs a copy of each padded
+    operand, and of the product where N grows."""
+    if spec.a is None or not spec.acc_dtype.is_float or spec.acc_dtype.name == "float64":
+        return False
+    size = spec.a.dtype.itemsize
+    work = spec.batch * spec.m * spec.n * spec.k
+    return work >= LIBRARY_DEFAULT_WORK and (
+        unaligned_rows(spec) or spec.k * size % LIBRARY_PAD_BYTES != 0 or
+        spec.n * size % LIBRARY_PAD_BYTES != 0)
 
 
 def library_by_default(spec: MatmulSpec, default: dict) -> bool:
