@@ -13,8 +13,9 @@ and the rest; then the largest kernels with their launch counts. A lazyburn kern
 as its generated source names it (``kind_hash``, a suffix for a tuned launch) and shown with
 its plan label, its problem (a product's batch, M, N and K; a reduction's rows and reduced
 size), the ops it fuses on read (``r``) and on write (``w``) with their counts, its anchors'
-dtype and, once tuned, the fastest candidates' times and the default's and the library's (ms,
-from the autotuner; tuned on a representative prefix when the kernel is large).
+dtype and, once tuned, the fastest candidates' times and the default's, the library's and the
+padded library's (ms, from the autotuner; tuned on a representative prefix when the kernel is
+large).
 """
 from __future__ import annotations
 
@@ -95,6 +96,9 @@ def _tuning(compiled) -> str:
     for name in ("default", "library"):
         if t.get(name):
             text += f" {name}={t[name] * 1e3:.3f}"
+    padded = [v for k, v in t.items() if v and "pad_to=" in k]  # the library, padded
+    if padded:
+        text += f" padded library={padded[0] * 1e3:.3f}"
     return " | " + text
 
 
