@@ -41,7 +41,7 @@ class ComposedKernel:
     kernels: dict
 
     def __call__(self, backend, args) -> None:
-        if self.fast is not None:  # (an autotuner's timing calls it too: no host work to time)
+        if self.fast is not None:  # (the autotuner's timings too: launches, not their making)
             self.fast(*args, stream=backend.stream_handle)
             return
 

@@ -34,6 +34,8 @@ runs the kernel. The median times of the candidates are kept on the kernel
 """
 from __future__ import annotations
 
+import time
+
 from .. import autotune as at
 from ..codegen import triton as tr
 from ..codegen.triton_matmul import FEW_TILES, epilogue_subtiles, unaligned_rows
@@ -216,7 +218,6 @@ def device_ms(torch, fn, warmup: float, rep: float) -> float:
     kernels, 0.08-0.12 ms of host time a run, on an H200) took 0.035-0.089 ms in do_bench
     and 0.033 here (its kernels and the gaps between them), and in a training step the
     autotuner chose a generated kernel of 0.09 ms over it."""
-    import time
 
     cuda = torch.cuda
     per_ms = _cycles_per_ms.get(cuda.current_device())
