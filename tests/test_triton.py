@@ -552,6 +552,7 @@ MATMUL_VARIANTS = [
     {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "PROGRAMS": 3, "EPILOGUE_SUBTILES": 2,
      "TMA": True},
     {"library": True},
+    {"library": True, "pad_to": 16},  # N = 50 multiplied as 52, the product's rows padded
 ]
 
 
@@ -1328,6 +1329,7 @@ def test_the_graphs_compiled_for_sm90_compute_the_reference(dev):
 def test_tilings_compile_for_sm90(kind, params):
     """Every launch variant the interpreter tests force also compiles for the GPU."""
     from lazyburn.fusion.library import split_matmul
+    from lazyburn.runtime.cuda_library import library_align
 
     if kind == "reduction":
         graph, inputs = reduction_tiling_graph, reduction_tiling_inputs(params)
@@ -1340,7 +1342,8 @@ def test_tilings_compile_for_sm90(kind, params):
         if k.spec.kind != kind:
             compile_for_sm90(k.spec, f"k{j}", {})
         elif params.get("library"):  # the element-wise parts around torch.mm
-            for part_name, part in split_matmul(k.spec).kernels.items():
+            align = library_align(k.spec, params)
+            for part_name, part in split_matmul(k.spec, True, True, align).kernels.items():
                 compile_for_sm90(part, f"k{j}_{part_name}", {})
         else:
             compile_for_sm90(k.spec, f"k{j}", params)
