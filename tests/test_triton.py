@@ -1349,6 +1349,28 @@ def test_tilings_compile_for_sm90(kind, params):
             compile_for_sm90(k.spec, f"k{j}", params)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_float32_operand_rounded_to_half_is_converted_once_into_its_tile(dev, dtype):
+    """A float32 value cast to float16 or bfloat16 and multiplied (autocast's cast of an
+    activation or a master weight) is one conversion of the loaded tile, without the
+    rounding that keeps a NaN's sign (a product with a NaN term has no set sign): NumPy's
+    values, nan and inf among the operands, and in the GPU source one conversion per operand
+    in the K loop."""
+    rng = np.random.default_rng(71 + (dtype == "bfloat16"))
+    a, b = rand(rng, (33, 48)), rand(rng, (48, 40))
+    a[3, 5], a[7, 2], b[9, 11] = np.nan, np.inf, -np.nan
+
+    def graph(a, b):
+        return (a.astype(dtype) @ b.astype(dtype)).astype("float32")
+
+    check(dev, graph, a, b, rtol=3e-2, atol=3e-2)
+    (k,) = lb.explain(graph(lb.tensor(a, device="numpy"), lb.tensor(b, device="numpy"))
+                      ).kernels
+    source = tr.render(k.spec, "k", tr.default_params(k.spec)).source
+    loop = source[source.index("for k0"):source.index("acc = tl.dot")]
+    assert "lb_keep_nan" not in loop and loop.count(f".to(tl.{dtype})") == 2, loop
+
+
 def test_tf32_is_opt_in():
     rng = np.random.default_rng(21)
     a = lb.tensor(rand(rng, (32, 32)), device="numpy")

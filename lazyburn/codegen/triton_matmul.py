@@ -286,14 +286,21 @@ def _main_loop(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, tma: di
         scope.update({v[var].id: name for var, name in names_of.items() if var in v})
         if expr.op == "load" and dot:
             p.raw_loads.add(expr.id)  # fed to tl.dot in its storage type
-        lines, names = p.emit([expr], scope)
-        loop += lines
-        tile = names[expr.id]
         operand_t = TL[expr.dtype.name] if dot else acc_t
         if dot and p.target == "interpret" and expr.dtype.name == "bfloat16":
             # the interpreter's tl.dot misreads bfloat16 tiles (values come out ~1e9); a
             # product of two bfloat16 values is exact in float32, so the sums are the same
             operand_t = "tl.float32"
+        if dot and expr.op == "cast" and expr.dtype.name in HALF and \
+                expr.args[0].dtype.name == "float32" and operand_t == TL[expr.dtype.name]:
+            # a float32 value rounded to the operand's type (autocast's cast of an activation
+            # or a master weight): converted once, straight into the tile. The rounding that
+            # keeps a NaN's sign (the cast's own spelling) matters nowhere here: a product
+            # with a NaN term is a NaN of no set sign
+            expr = expr.args[0]
+        lines, names = p.emit([expr], scope)
+        loop += lines
+        tile = names[expr.id]
         have_t = TL[expr.dtype.name] if expr.id in p.raw_loads else VALUE[expr.dtype.name]
         if expr.is_const:
             tile = f"tl.full([{shape[0]}, {shape[1]}], {number_text(expr.value, operand_t)}, " \
