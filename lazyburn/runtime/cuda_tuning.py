@@ -218,7 +218,6 @@ def device_ms(torch, fn, warmup: float, rep: float) -> float:
     kernels, 0.08-0.12 ms of host time a run, on an H200) took 0.035-0.089 ms in do_bench
     and 0.033 here (its kernels and the gaps between them), and in a training step the
     autotuner chose a generated kernel of 0.09 ms over it."""
-
     cuda = torch.cuda
     per_ms = _cycles_per_ms.get(cuda.current_device())
     if per_ms is None:  # calibrated once: the sleep spins for clock cycles
@@ -270,12 +269,12 @@ def library_pads(spec: MatmulSpec) -> bool:
     rounded up to ``LIBRARY_PAD_BYTES``, and its operands' rows starting at multiples of it,
     zeros in what the padding adds; ``fusion.library.split_matmul``): a float product from
     ``LIBRARY_DEFAULT_WORK`` multiply-adds on with rows off 16-byte boundaries
-    (``unaligned_rows``) or a K or N that is not a multiple of 16 bytes. cuBLAS takes its
-    Hopper kernels only for aligned products: for 4096 x 384 x 30 522 in bfloat16 on an H200
-    it took 0.42 ms in CUTLASS's sm80 kernel either way, with the rows of A at a padded pitch
-    too (K odd), and the weight gradient 30 522 x 384 x 4096 took 0.21 ms instead of 0.43 with
-    A's rows at a padded pitch (a one-off measurement). Padding costs a copy of each padded
-    operand, and of the product where N grows."""
+    (``unaligned_rows``) or a K or N that is not a multiple of 16 bytes. cuBLAS runs its
+    fastest kernels only for aligned products: in bfloat16 on an H200, 4096 x 384 x 30 522
+    took 0.42-0.44 ms with A's rows at a pitch of 30 522 or of 30 528 (K unaligned both times),
+    and the weight gradient 30 522 x 384 x 4096 0.21 ms instead of 0.43 with A's rows at the
+    padded pitch (a one-off measurement). Padding costs a copy of each padded operand, and of
+    the product where N grows."""
     if spec.a is None or not spec.acc_dtype.is_float or spec.acc_dtype.name == "float64":
         return False
     size = spec.a.dtype.itemsize
@@ -300,7 +299,7 @@ def library_by_default(spec: MatmulSpec, default: dict) -> bool:
     16-byte boundaries (``unaligned_rows``): a bfloat16 training step over a vocabulary of
     30 522 computed its logits (4096 x 30 522 x 384) in 0.53 ms and its decoder's weight
     gradient with AdamW's update (30 522 x 384 x 4096) in 0.93 ms in the generated kernels,
-    where the library's took 0.43-0.46 ms each (the step's kernels 6.29 -> 5.95 ms)."""
+    where the library's took 0.43-0.46 ms each (the step's kernels 6.23 -> 5.91 ms)."""
     if spec.a is None:
         return False
     work, rows = spec.batch * spec.m * spec.n * spec.k, spec.batch * spec.m
