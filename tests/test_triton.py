@@ -1369,6 +1369,7 @@ def test_a_float32_operand_rounded_to_half_is_converted_once_into_its_tile(dev, 
     source = tr.render(k.spec, "k", tr.default_params(k.spec)).source
     loop = source[source.index("for k0"):source.index("acc = tl.dot")]
     assert "lb_keep_nan" not in loop and loop.count(f".to(tl.{dtype})") == 2, loop
+    compile_for_sm90(k.spec, "k", tr.default_params(k.spec))
 
 
 def test_tf32_is_opt_in():
