@@ -182,9 +182,10 @@ def library_align(spec, params: dict) -> int:
 def writes_output(spec, parts) -> bool:
     """Whether the library writes ``spec``'s output itself: its epilogue only stores the
     product, in the type the library returns it (a float32 product of float32 operands; a
-    16-bit product rounded to the operands' type, as the library rounds it: a bfloat16
-    training step's logits, 4096 x 30 522, took an epilogue of 0.12 ms copying them on an
-    H200). Otherwise the epilogue reads the library's product and widens it itself."""
+    16-bit product rounded to the operands' type, as the library rounds it: in a bfloat16
+    training step on an H200, the epilogue kernel copying such products, the logits' (4096 x
+    30 522) and one more, took 0.124 ms). Otherwise the epilogue reads the library's product
+    and widens it itself."""
     return spec.a.dtype == spec.b.dtype and parts.stored_product is not None and \
         parts.stored_product == product_type(spec)
 
