@@ -49,12 +49,18 @@ def main(argv=None) -> int:
     jitted = lb.jit(sides.lazy_body)
     for k in range(5):
         jitted(*lazy_data[k]).item()
-    labels = {}
+    labels, on_library = {}, []
     for pk in next(iter(jitted.cache.values())).plan.kernels:
         for name in _kernel_names(pk, kernel_name):
             labels.setdefault(name, _describe(pk) + _tuning(pk.compiled))
+        if hasattr(getattr(pk.compiled, "kernel", None), "kernels"):  # a library call's parts
+            on_library.append(_describe(pk) + _tuning(pk.compiled))
 
     _profile(torch, lambda: jitted(*lazy_data[5]), "lazyburn jit", labels, args.top)
+    print(f"\n== lazyburn products on the library ({len(on_library)}; their own kernels are "
+          "named by the library, their parts as the parent product above)")
+    for text in sorted(on_library):
+        print("  " + text)
     compiled = torch.compile(sides.ref)
     for k in range(3):
         sides.torch_step(k, compiled)
@@ -65,10 +71,11 @@ def main(argv=None) -> int:
 
 def _kernel_names(pk, kernel_name) -> list:
     """The names a planned kernel's launches show in the profile: a Triton kernel is named
-    after its source (a tuned kernel's inside its tuner, a split reduction's two parts), the
-    dump's file after its spec."""
+    after its source (a tuned kernel's inside its tuner, a split reduction's two parts, a
+    library call's prologue and epilogue kernels), the dump's file after its spec."""
     compiled = getattr(pk.compiled, "kernel", pk.compiled)
     parts = [getattr(compiled, p, None) for p in ("partial", "total")]
+    parts += list(getattr(compiled, "kernels", {}).values())
     names = [k.rendered.name for k in [compiled] + parts if hasattr(k, "rendered")]
     return names or ([kernel_name(pk)] if pk.spec is not None else [])
 

@@ -744,12 +744,13 @@ def test_large_float32_and_long_half_matmuls_run_on_the_library_by_default(m, k,
 def test_half_products_with_rows_off_16_byte_boundaries_run_on_the_library_by_default(vocab):
     """A bfloat16 product whose operand or output rows start off 16-byte boundaries (a
     vocabulary of odd size: the logits' rows, a weight gradient reading the logits' gradient
-    transposed) runs on the library by default, from LIBRARY_DEFAULT_WORK multiply-adds; with
-    rows of 1008 elements (2016 bytes) the same products keep their generated tiles, and a
-    product below that work keeps them either way."""
+    transposed) runs on the library over padded operands by default, from
+    LIBRARY_DEFAULT_WORK multiply-adds, and the library unpadded and the generated default
+    tile are candidates; with rows of 1008 elements (2016 bytes) the same products keep their
+    generated tiles, and a product below that work keeps them either way."""
     from lazyburn import autotune as at
     from lazyburn.codegen.triton_matmul import unaligned_rows
-    from lazyburn.runtime.cuda_tuning import LIBRARY_DEFAULT_WORK, candidates
+    from lazyburn.runtime.cuda_tuning import LIBRARY_DEFAULT_WORK, candidates, pads_by_default
 
     rng = np.random.default_rng(31)
 
@@ -760,18 +761,23 @@ def test_half_products_with_rows_off_16_byte_boundaries_run_on_the_library_by_de
     x, w, g = bf16(256, 384), bf16(vocab, 384), bf16(256, vocab)
     small = bf16(16, 384)
     for y, big in ((x @ w.mT, True), (g.mT @ x, True), ((g.mT @ x) * 0.5 + 1.0, True),
-                   (small @ w.mT, False)):
+                   (g @ w, True), (small @ w.mT, False)):
         (kern,) = lb.explain(y).kernels
         spec = kern.spec
         assert (spec.batch * spec.m * spec.n * spec.k >= LIBRARY_DEFAULT_WORK) == big
         assert unaligned_rows(spec) == (vocab % 8 != 0)
+        on_library = big and vocab % 8 != 0
+        assert pads_by_default(spec) == on_library
         cands = candidates(kern.spec, sm_count=132, tma=True)
         (default,) = at.admitted(cands, 0)
-        assert bool(default.params.get("library")) == (big and vocab % 8 != 0), y
-        # and the library over padded operands is a candidate for the autotuner
-        padded = [c for c in cands if c.params.get("pad_to")]
-        assert len(padded) == (big and vocab % 8 != 0) and all(
-            c.params.get("library") and c.priority == 1 for c in padded)
+        assert bool(default.params.get("library")) == on_library, y
+        assert default.params.get("pad_to") == (16 if on_library else None)
+        # the library unpadded is one of the autotuner's candidates, and so is the generated
+        # default tile where the library is the default
+        library = [c for c in cands[1:] if c.params.get("library")]
+        assert [c.params.get("pad_to") for c in library] == [None]
+        generated = [c.priority for c in cands if c.params == tr.default_params(spec, False)]
+        assert generated == ([1] if on_library else [0])
 
 
 def test_a_reduction_reading_a_value_per_row_or_per_column_keeps_its_layout():
