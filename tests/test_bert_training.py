@@ -105,3 +105,38 @@ def test_adamw_steps_match_pytorch(device, rng):
         assert (err <= bound).all(), (name, err.max(), bound.ravel()[err.argmax()])
         # most weights are held to 1e-5 + 1e-4 |w|: the gradients' rounding moves them little
         assert np.mean(err <= 1e-5 + 1e-4 * np.abs(new[name])) >= 0.999, name
+
+
+def test_under_autocast_the_decoder_adds_its_bias_in_the_autocast_dtype(rng):
+    """Under bfloat16 autocast the decoder is a linear layer in bfloat16, as Hugging Face's
+    ``nn.Linear`` decoder is under ``torch.autocast``: the logits are bfloat16 and match
+    PyTorch CPU's, and in a GPU's plan of the step the decoder bias's gradient sums the
+    stored bfloat16 gradient of the logits (the products' operand) instead of recomputing
+    the cross-entropy's ``exp`` from the logits for itself, in float32."""
+    ref, model = pair("numpy", int(rng.integers(2**31)))
+    ids = rng.integers(0, SIZE["vocab_size"], (2, 9))
+    with lb.autocast(dtype=lb.bfloat16):
+        logits = model(ids)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = ref(input_ids=torch.tensor(ids)).logits
+    assert logits.dtype == lb.bfloat16 and want.dtype == torch.bfloat16
+    want = want.detach().float().numpy()
+    np.testing.assert_allclose(logits.astype("float32").numpy(), want,
+                               atol=3e-2 * np.abs(want).max())
+
+    model = pair("cuda:0", 0)[1]
+    model.requires_grad_()
+    labels = np.where(rng.random(ids.shape) < 0.3, ids, -100)
+    labels[0, 0] = ids[0, 0]
+    with lb.autocast(dtype=lb.bfloat16):
+        loss = model(ids, labels=labels)
+    loss.backward()
+    v = SIZE["vocab_size"]
+    grads = [p.grad for p in model.parameters()]  # (the products read the logits' gradient too)
+    (bias_grad,) = [k for k in lb.explain(*grads).kernels
+                    if any(o.role == "anchor" and o.op == "sum" and o.shape[-1] == v
+                           for o in k.ops)]
+    assert bias_grad.kind == "reduction"
+    assert not {"exp", "log"} & {o.op for o in bias_grad.ops}, bias_grad
+    (summed,) = [o for o in bias_grad.ops if o.role == "anchor"]
+    assert summed.dtype == "bfloat16"

@@ -171,7 +171,8 @@ def _initialize(module: Module, std: float) -> None:
 class BertForMaskedLM(BertModel):
     """BERT with its masked-language-model head (Devlin et al. 2019, section 3.1): the encoder,
     then ``dense -> activation -> LayerNorm`` and the decoder, which shares its weight with the
-    word embeddings (tied, as Hugging Face's ``BertForMaskedLM``) and has a bias of its own.
+    word embeddings (tied, as Hugging Face's ``BertForMaskedLM``) and has a bias of its own
+(a linear layer: under autocast, logits in the autocast dtype, as Hugging Face's).
 
     ``forward(input_ids, mask=None, token_type_ids=None, labels=None)``: ``input_ids`` (B, S)
     integers -> logits (B, S, vocab); with ``labels`` (B, S) integers, -100 where a token is
@@ -191,7 +192,9 @@ class BertForMaskedLM(BertModel):
     def forward(self, input_ids, mask=None, token_type_ids=None, labels=None):
         x = super().forward(input_ids, mask, token_type_ids)
         x = self.transform_norm(self.transform_activation(self.transform(x)))
-        logits = x @ self.embeddings.word.weight.mT + self.decoder_bias
+        # a linear layer, as Hugging Face's decoder is: under autocast the bias is added in the
+        # product's dtype, so its gradient sums the logits' gradient in that dtype too
+        logits = F.linear(x, self.embeddings.word.weight, self.decoder_bias)
         if labels is None:
             return logits
         v = self.config.vocab_size
