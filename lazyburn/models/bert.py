@@ -172,7 +172,7 @@ class BertForMaskedLM(BertModel):
     """BERT with its masked-language-model head (Devlin et al. 2019, section 3.1): the encoder,
     then ``dense -> activation -> LayerNorm`` and the decoder, which shares its weight with the
     word embeddings (tied, as Hugging Face's ``BertForMaskedLM``) and has a bias of its own
-(a linear layer: under autocast, logits in the autocast dtype, as Hugging Face's).
+    (a linear layer: under autocast, logits in the autocast dtype, as Hugging Face's).
 
     ``forward(input_ids, mask=None, token_type_ids=None, labels=None)``: ``input_ids`` (B, S)
     integers -> logits (B, S, vocab); with ``labels`` (B, S) integers, -100 where a token is

@@ -294,7 +294,7 @@ def pads_by_default(spec: MatmulSpec) -> bool:
     """Whether ``spec``'s library default multiplies over padded operands (``library_pads``):
     a half-precision product whose rows are off 16-byte boundaries (``unaligned_rows``).
     In a bfloat16 training step over a vocabulary of 30 522 on an H200, its three products
-    with the vocabulary as M, N or K (4096 tokens, hidden 384) took 0.41-0.43 ms each on the
+    with the vocabulary as M, N or K (4096 tokens, hidden 384) took 0.41-0.46 ms each on the
     library unpadded, and 0.118-0.208 ms padded, plus 0.127-0.153 ms for each operand or
     product its prologue or epilogue copies (the step's kernels 5.73 -> 5.34 ms)."""
     return spec.a is not None and spec.a.dtype.name in HALF and unaligned_rows(spec) and \
