@@ -200,3 +200,12 @@ def indent(lines, n: int = 4) -> list[str]:
     """``lines`` indented by ``n`` spaces (a loop's or the kernel's body)."""
     pad = " " * n
     return [pad + line for line in lines]
+
+
+def stored_at_iteration_index(spec) -> None:
+    """Raise ValueError unless every output of element-wise ``spec`` is stored at the
+    iteration index: an index of its own is a library product's epilogue's (rows at a padded
+    pitch), which only the CUDA device's renderer spells."""
+    if any(o.index is not None for o in spec.outputs):
+        raise ValueError("this renderer stores an element-wise kernel's outputs at its "
+                         "iteration index only")

@@ -65,7 +65,7 @@ from ..ir.shapes import pow2_at_least
 from . import opencl_math, philox
 from .common import (INFIX, ExprPrinter, acc_expr_id, find_var, float_literal, indent,
                      reduced_expr_id, reduction_identity, rounded_to, scan_identity,
-                     renamed, scanned_expr_id, source_name)
+                     renamed, scanned_expr_id, source_name, stored_at_iteration_index)
 
 STORAGE = {"bool": "uchar", "int8": "char", "int16": "short", "int32": "int", "int64": "long",
            "uint8": "uchar", "uint16": "ushort", "uint32": "uint", "uint64": "ulong",
@@ -890,6 +890,7 @@ def _rendered(p: OpenCLPrinter, name: str, body: list[str], global_size: tuple,
 
 
 def _render_elementwise(spec: ElementwiseSpec, name, params, fast) -> RenderedKernel:
+    stored_at_iteration_index(spec)
     rows = int(params.get("rows") or 0)
     if rows > 1 and spec.numel % rows == 0 and spec.numel > rows:
         return _render_elementwise_rows(spec, name, rows, params.get("vector_width"), fast)
@@ -1444,6 +1445,19 @@ def _tree_combine(stage: Stage, k: int, local: int, acc_t: str, it: str) -> list
     return lines
 
 
+def _matmul_stores(p, spec: MatmulSpec, names: dict, it: str) -> list[str]:
+    """Lines storing a matmul's outputs (values ``names``) at (b, m, n): ``(b*M + m)*N + n``,
+    or at their rows' pitch (``MatmulSpec.row_pitch``)."""
+    lines, flats = [], {}
+    for o in spec.outputs:
+        pitch = spec.row_pitch(o)
+        if pitch not in flats:
+            flats[pitch] = f"flat{len(flats) or ''}"
+            lines.append(f"const {it} {flats[pitch]} = (b * {spec.m} + m) * {pitch} + n;")
+        lines.append(p.store(o.arg, flats[pitch], names[o.value.id]))
+    return lines
+
+
 def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
     if params.get("cpu_block"):
         return _render_matmul_blocked(spec, name, params, fast)
@@ -1487,9 +1501,7 @@ def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
     e_lines, e_names = p.emit([o.value for o in spec.outputs],
                               {**base, vm.id: "m", vn.id: "n", acc_id: "acc"})
     body.append(f"    if (m < {M} && n < {N}) {{")
-    body.append(f"        const {it} flat = (b * {M} + m) * {N} + n;")
-    body += indent(e_lines + [p.store(o.arg, "flat", e_names[o.value.id])
-                               for o in spec.outputs], 8)
+    body += indent(e_lines + _matmul_stores(p, spec, e_names, it), 8)
     body += ["    }", "}"]
     grid = (-(-spec.n // tile) * tile, -(-spec.m // tile) * tile, spec.batch)
     return _with_extents(p, _rendered(p, name, body, grid, (tile, tile, 1)))
@@ -1785,8 +1797,7 @@ def _blocked_kernel(p, spec, form, rows, cols, w, name, edge, coords) -> list[st
                               {vb.id: "b", vm.id: "m", vn.id: "n",
                                acc_expr_id(spec): "cb[i][j]"})
     store = [f"const {it} m = m0 + i;", f"const {it} n = n0 + j;"]
-    out = [f"const {it} flat = (b * {M} + m) * {N} + n;"] + e_lines + \
-        [p.store(o.arg, "flat", e_names[o.value.id]) for o in spec.outputs]
+    out = e_lines + _matmul_stores(p, spec, e_names, it)
     store += [f"if (m < {M} && n < {N}) {{"] + indent(out, 4) + ["}"] if edge else out
     body += [f"    for (int i = 0; i < {rows}; ++i) {{",
              f"        for (int j = 0; j < {cols}; ++j) {{"] + indent(store, 12) + \

@@ -177,9 +177,13 @@ def _elementwise(p: TritonPrinter, spec: ElementwiseSpec, params):
     body = [f"i = {program_id(p)} * {block} + tl.arange(0, {block})"]
     if not even:
         body.append(f"xmask = i < {p.extent('numel', spec.numel)}")
-    lines, names = p.emit([o.value for o in spec.outputs], {i.id: "i"} if i else {})
+    # (an output with an index of its own: a library product's epilogue storing rows at a
+    # padded pitch)
+    lines, names = p.emit([e for o in spec.outputs for e in (o.value, o.index) if e is not None],
+                          {i.id: "i"} if i else {})
     body += lines
     for o in spec.outputs:
-        body.append(p.store(o.arg, "i", o.value, names[o.value.id], p.var_masks["i"]))
+        at = "i" if o.index is None else names[o.index.id]
+        body.append(p.store(o.arg, at, o.value, names[o.value.id], p.var_masks["i"]))
     return body, (cdiv(spec.numel, block),), int(params["num_warps"]), 1
 

@@ -389,8 +389,14 @@ def _epilogue(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, suffix: 
                 scope[acc_ids[0]] = f"{part}_h"
         lines, names = p.emit([o.value for o in spec.outputs], scope)
         body += lines
-        body.append(f"flat = (pid_b{suffix} * {p.extent('m', M)} + m) * {p.extent('n', N)} + n")
         mask = " & ".join(p.var_masks[x] for x in ("m", "n") if x in p.var_masks) or None
+        rows = f"(pid_b{suffix} * {p.extent('m', M)} + m)"
+        flats = {}  # an output's row pitch -> the name of its flat index
         for o in spec.outputs:
-            body.append(p.store(o.arg, "flat", o.value, names[o.value.id], mask))
+            pitch = spec.row_pitch(o)
+            if pitch not in flats:
+                flats[pitch] = f"flat{len(flats) or ''}"
+                apart = p.extent('n', N) if pitch == N else pitch
+                body.append(f"{flats[pitch]} = {rows} * {apart} + n")
+            body.append(p.store(o.arg, flats[pitch], o.value, names[o.value.id], mask))
     return body

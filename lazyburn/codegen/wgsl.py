@@ -118,7 +118,7 @@ from . import philox, wgsl_functions
 from ..ir.shapes import pow2_at_least, pow2_at_most
 from .common import (INFIX, INT_LIMITS, ExprPrinter, acc_expr_id, find_var, float_literal, indent,
                      reduced_expr_id, reduction_identity, renamed, scan_identity,
-                     scanned_expr_id, source_name)
+                     scanned_expr_id, source_name, stored_at_iteration_index)
 
 VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "uint16": "i32",
          "int32": "i32", "uint32": "u32", "int64": "vec2<u32>", "uint64": "vec2<u32>",
@@ -1292,6 +1292,7 @@ def _render_elementwise(spec: ElementwiseSpec, name, params, target) -> Rendered
     any is stored, so their loads are in flight together (a store could alias a later load as
     far as the driver's compiler knows, so loads after it would wait). Elements past the end
     are computed too (reads out of range are safe in WebGPU) and not stored."""
+    stored_at_iteration_index(spec)
     p = WGSLPrinter(spec, target)
     size = pow2_at_most(min(int(params.get("workgroup") or 256), target.max_workgroup_size))
     per_item = max(1, int(params.get("per_item") or 1))
@@ -1422,10 +1423,16 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
             body += ["    {", f"        let m = m0 + ty + {i * tile}i;",
                      f"        let n = n0 + tx + {j * tile}i;",
                      f"        if (m < rows_m && n < cols_n) {{",
-                     f"            let acc = acc_{i}_{j};",
-                     f"            let flat = (b * rows_m + m) * cols_n + n;"]
-            body += indent(e_lines + [p.store(o.arg, "flat", e_names[o.value.id])
-                                       for o in spec.outputs], 12)
+                     f"            let acc = acc_{i}_{j};"]
+            stores, flats = [], {}  # an output's row pitch -> the name of its flat index
+            for o in spec.outputs:
+                pitch = spec.row_pitch(o)
+                if pitch not in flats:
+                    flats[pitch] = f"flat{len(flats) or ''}"
+                    width = "cols_n" if pitch == N else f"{pitch}i"
+                    stores.append(f"let {flats[pitch]} = (b * rows_m + m) * {width} + n;")
+                stores.append(p.store(o.arg, flats[pitch], e_names[o.value.id]))
+            body += indent(e_lines + stores, 12)
             body += ["        }", "    }"]
     body.append("}")
     return RenderedKernel(name, p.module(shared, body), dims, threads, read_only(spec),

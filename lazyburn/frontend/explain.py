@@ -297,16 +297,16 @@ class _Scheduler:
         missed = plans.misses if plans is not None else 0
         if hasattr(b, "plan_settings"):  # a device that plans some graphs wider or unfused
             fuse, max_args = b.plan_settings(outs, key, order, fuse)
-        recompute = plans is not None and plans.recompute_dear
+        settings = (plans.recompute_dear, plans.row_pitch_bytes) if plans is not None else ()
         if plans is None or fuse != b.fuse:
-            plan = ran = build_plan(order, outs, fuse, max_args, recompute)
+            plan = ran = build_plan(order, outs, fuse, max_args, *settings)
         elif plans.misses > missed:  # the settings were found by planning this recording
             plan = ran = plans.lookup(outs, fuse, max_args, key, order)[0]
         else:
             # the plan the runtime runs (or ran) for this graph, with its compiled kernels:
             # what executes each group is that plan's answer; a new structure's plan, built
             # here, is stored for the sync that follows
-            plan = build_plan(order, outs, fuse, max_args, recompute)
+            plan = build_plan(order, outs, fuse, max_args, *settings)
             ran, _ = plans.lookup(outs, fuse, max_args, key, order, built=plan)
         first = self.n_kernels
         executions = [b.execution(k) for k in ran.kernels]

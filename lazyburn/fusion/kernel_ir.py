@@ -27,7 +27,9 @@ A spec says what one kernel computes, never how a language spells it:
   holds the carried values as each pair of runs merges, ties from the first run first.
 * ``MatmulSpec`` -- ``batch`` x (M x K) @ (K x N). Variables ``b``, ``m``, ``n``, ``k``. The
   prologue is the expression of A over (b, m, k) and of B over (b, k, n); the epilogue outputs
-  are expressions over (b, m, n) and ``acc`` (the product), stored at ``(b*M + m)*N + n``.
+  are expressions over (b, m, n) and ``acc`` (the product), stored at ``(b*M + m)*N + n``, or
+  at ``(b*M + m)*P + n`` for an output argument whose rows are ``P`` elements apart
+  (``KernelArg.row_pitch``).
 
 Expressions (``symbolic.Expr``) read kernel arguments through ``load`` with an index expression;
 arguments are listed in ``args`` (inputs first, then outputs), each with its dtype and size.
@@ -53,12 +55,18 @@ from .symbolic import Expr, format_expr, topo_exprs
 @dataclass
 class KernelArg:
     """A buffer argument: ``name`` (in0, in1, ..., out0, ...), element ``dtype``, element count
-    ``size``, and whether the kernel writes it."""
+    ``size``, and whether the kernel writes it. ``row_pitch``: ``(width, pitch)`` for a value
+    stored with rows of its last dimension's ``width`` elements ``pitch`` elements apart
+    (``size`` counts the pitch; the padding holds zeros, written when the buffer is allocated:
+    ``runtime.fused.FusedBackend.alloc_output``), None for a dense buffer. Loads and stores
+    reach such a buffer through their index expressions; a GPU library reads its rows at
+    16-byte boundaries (``fusion.plan.row_pitches``)."""
 
     name: str
     dtype: object
     size: int
     is_output: bool = False
+    row_pitch: tuple | None = None
 
 
 #: The uint32 scalar arguments of one random draw, in this order: the low and high words of
@@ -183,7 +191,8 @@ class KernelSpec:
         return [a for a in self.args if not a.is_output]
 
     def _args_text(self) -> list[str]:
-        return [f"  {'out' if a.is_output else 'in '} {a.name}: {a.dtype.name}[{a.size}]"
+        return [f"  {'out' if a.is_output else 'in '} {a.name}: {a.dtype.name}[{a.size}]" +
+                (f" (rows of {a.row_pitch[0]}, {a.row_pitch[1]} apart)" if a.row_pitch else "")
                 for a in self.args] + \
             [f"  arg {s.name}: {s.type} ({s.source})" for s in self.scalars]
 
@@ -331,6 +340,11 @@ class MatmulSpec(KernelSpec):
 
     def problem_shape(self) -> tuple:
         return (self.batch, self.m, self.n, self.k)
+
+    def row_pitch(self, out: Output) -> int:
+        """The elements between the rows of output ``out``: N, or its argument's pitch."""
+        pitch = self.args[out.arg].row_pitch
+        return pitch[1] if pitch else self.n
 
     def work(self) -> float:
         return super().work() + self.batch * self.m * self.n * self.k / self.MACS_PER_BYTE

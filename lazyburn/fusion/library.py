@@ -36,7 +36,10 @@ class MatmulParts:
     shape in which operand ``name``'s kernel stores it (inner: columns, or rows when
     transposed; with padding, more than the operand has, zeros there); ``extents``: the
     product's K and N as the library multiplies it (more than the spec's when padded);
-    ``padded``: whether the padding added anything."""
+    ``padded``: whether the padding added anything; ``rows``: the product's M as the library
+    multiplies it (more than the spec's where A's buffer holds zeros past it: a padded row
+    pitch); ``out_pitch``: where the library writes the output itself, the elements between
+    its rows there (N, or the output's padded pitch)."""
 
     kernels: dict
     inputs: dict
@@ -47,6 +50,8 @@ class MatmulParts:
     layout: dict = field(default_factory=dict)
     extents: tuple = None
     padded: bool = False
+    rows: int = 0
+    out_pitch: int = 0
 
 
 def affine(e: Expr):
@@ -86,6 +91,20 @@ def _direct(e: Expr, rows: str, cols: str):
     if min(strides) < 0:  # a flipped operand: PyTorch's as_strided (cuBLAS) takes none
         return None
     return e.args[0], strides, offset
+
+
+def _over_padding(direct, arg, dim: int, extent: int, padded: int) -> bool:
+    """Whether ``direct`` operand (``_direct``) reads ``padded`` elements along its matrix
+    dimension ``dim`` (1: rows, 2: columns) where the matrix has ``extent``, the rest in the
+    zeros of a buffer stored with padded rows (``arg``, a ``KernelArg``): the dimension runs
+    along the buffer's rows with unit stride, from a row's start, its whole width and at
+    most the pitch."""
+    if arg.row_pitch is None or padded == extent:
+        return padded == extent
+    width, pitch = arg.row_pitch
+    _, strides, offset = direct
+    return strides[dim] == 1 and extent == width and padded <= pitch and \
+        offset % pitch == 0 and all(s % pitch == 0 for k, s in enumerate(strides) if k != dim)
 
 
 def _rewrite(roots, builder: ExprBuilder, env: dict, arg_map: dict, acc: Expr | None):
@@ -208,12 +227,17 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False,
     padded = dict(extent)
     if align:
         padded["k"], padded["n"] = _round_up(spec.k, align), _round_up(spec.n, align)
+        a = _direct(spec.a, "m", "k")  # rows of A the buffer's padding holds: free to multiply
+        if a is not None and _over_padding(a, spec.args[a[0]], 1, spec.m,
+                                           _round_up(spec.m, align)):
+            padded["m"] = _round_up(spec.m, align)
     kernels, inputs, direct, transposed, layout = {}, {}, {}, {}, {}
     grown = padded != extent  # (and below: an operand stored with more than it holds)
     for name, expr, rows, cols in (("a", spec.a, "m", "k"), ("b", spec.b, "k", "n")):
         d = _direct(expr, rows, cols)
-        if d is not None and align and not _aligned(d, spec.batch, align) or \
-                padded[rows] != extent[rows] or padded[cols] != extent[cols]:
+        if d is not None and (align and not _aligned(d, spec.batch, align) or not all(
+                _over_padding(d, spec.args[d[0]], dim, extent[var], padded[var])
+                for dim, var in ((1, rows), (2, cols)))):
             d = None
         direct[name] = d
         transposed[name] = False
@@ -243,8 +267,7 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False,
         (value,) = _rewrite([expr], b, env, arg_map, None)
         if inside is not None:
             value = b.op("where", (inside, value, b.const(0, value.dtype)), value.dtype)
-        args = [KernelArg(f"in{j}", spec.args[a].dtype, spec.args[a].size)
-                for j, a in enumerate(used)]
+        args = [dataclasses.replace(spec.args[a], name=f"in{j}") for j, a in enumerate(used)]
         args.append(KernelArg(f"out{len(args)}", spec.acc_dtype, numel, is_output=True))
         shape = (spec.batch, outer_size, inner_size)
         layout[name] = shape
@@ -262,33 +285,41 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False,
     used = _loads(values)
     arg_map = {a: j for j, a in enumerate(used)}
     prod_arg = len(used)
-    if padded["n"] == spec.n:
+
+    def at_pitch(rows: int, pitch: int) -> Expr:  # (b, m, n) of rows ``pitch`` apart
+        return b.add(b.mul(b.add(b.mul(env["b"], b.index(rows)), env["m"]), b.index(pitch)),
+                     env["n"])
+    if (padded["m"], padded["n"]) == (spec.m, spec.n):
         acc = b.load(prod_arg, i, spec.acc_dtype)
-    else:  # the product's rows are padded: its N columns of each
-        acc = b.load(prod_arg, b.add(b.mul(b.add(b.mul(env["b"], b.index(spec.m)), env["m"]),
-                                            b.index(padded["n"])), env["n"]), spec.acc_dtype)
+    else:  # the product has more rows or columns: the spec's M x N of it
+        acc = b.load(prod_arg, at_pitch(padded["m"], padded["n"]), spec.acc_dtype)
     rewritten = _rewrite(values, b, env, arg_map, acc)
-    args = [KernelArg(f"in{j}", spec.args[a].dtype, spec.args[a].size)
-            for j, a in enumerate(used)]
-    args.append(KernelArg(f"in{prod_arg}", spec.acc_dtype, spec.batch * spec.m * padded["n"]))
+    args = [dataclasses.replace(spec.args[a], name=f"in{j}") for j, a in enumerate(used)]
+    args.append(KernelArg(f"in{prod_arg}", spec.acc_dtype,
+                          spec.batch * padded["m"] * padded["n"]))
     outputs = []
     for o, v in zip(spec.outputs, rewritten):
-        a = spec.args[o.arg]
-        args.append(KernelArg(f"out{len(args)}", a.dtype, a.size, is_output=True))
-        outputs.append(Output(len(args) - 1, v))
+        args.append(dataclasses.replace(spec.args[o.arg], name=f"out{len(args)}"))
+        pitch = spec.row_pitch(o)
+        outputs.append(Output(len(args) - 1, v,
+                              None if pitch == spec.n else at_pitch(spec.m, pitch)))
     kernels["epilogue"] = ElementwiseSpec("elementwise", args, outputs, spec.index_dtype,
                                           shape=(spec.batch, spec.m, spec.n), numel=numel,
                                           scalars=list(spec.scalars))
     inputs["epilogue"] = used
     out_args = [a for a in spec.args if a.is_output]
-    stored = None
+    stored, out_pitch = None, 0
     if len(spec.outputs) == 1 and spec.outputs[0].value.op == "acc" and \
             spec.outputs[0].index is None and len(out_args) == 1 and \
-            out_args[0].size == numel and out_args[0].dtype == spec.outputs[0].value.dtype \
-            and padded["n"] == spec.n:  # (a padded product has more columns than the output)
-        stored = out_args[0].dtype
+            out_args[0].dtype == spec.outputs[0].value.dtype and padded["m"] == spec.m:
+        out_pitch = spec.row_pitch(spec.outputs[0])
+        # a padded product has more columns than the output, unless its rows' padding holds
+        # them (zeros: the products of B's zero columns)
+        if padded["n"] <= out_pitch:
+            stored = out_args[0].dtype
     return MatmulParts(kernels, inputs, direct, transposed, stored == spec.acc_dtype, stored,
-                       layout, (padded["k"], padded["n"]), grown)
+                       layout, (padded["k"], padded["n"]), grown, padded["m"],
+                       out_pitch if stored is not None else 0)
 
 
 def _round_up(n: int, multiple: int) -> int:

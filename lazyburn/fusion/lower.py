@@ -4,8 +4,9 @@ Values are built by walking from each stored node back through the group, carryi
 multi-index at which the value is needed (and a mask where a pad or a concat makes some of the
 positions read nothing). Views rewrite the index and go on to their input; element-wise ops
 combine their inputs' values at the same index; a node stored by another kernel, or a leaf
-buffer, becomes a ``load`` at the flat row-major index of the index tuple. That is how producers
-are fused on read and views folded into load indices.
+buffer, becomes a ``load`` at the flat row-major index of the index tuple (for a value stored
+with padded rows, ``row_pitch``, at the index of its rows' pitch). That is how producers are
+fused on read and views folded into load indices.
 
 Inside a reduction group a reduction node is a *stage*: reading it yields the stage's result,
 which is only legal at an index that names the current row (the broadcast-back of softmax and
@@ -38,21 +39,31 @@ class FusionIllegal(Exception):
     kernel does not compute)."""
 
 
-def strides_of(shape) -> list[int]:
+def strides_of(shape, pitch: int = 0) -> list[int]:
+    """Row-major element strides of ``shape``; with ``pitch``, rows of the last dimension
+    ``pitch`` elements apart."""
     out, s = [], 1
-    for d in reversed(shape):
+    for k, d in enumerate(reversed(shape)):
         out.append(s)
-        s *= d
+        s *= pitch if k == 0 and pitch else d
     return out[::-1]
+
+
+def dense(n: Node) -> int:
+    """The ``pitch`` of lowering where every value is stored densely."""
+    return 0
 
 
 class Lowering:
     """Builds the expressions of one group. ``external(node)`` is True for nodes read from
-    memory (leaf buffers and values another kernel stores)."""
+    memory (leaf buffers and values another kernel stores); ``pitch(node)``: the elements
+    between the rows of a stored node's last dimension, 0 where they are dense
+    (``fusion.plan.row_pitches``)."""
 
-    def __init__(self, group, external):
+    def __init__(self, group, external, pitch=dense):
         self.group = group
         self.external = external
+        self.pitch = pitch
         nodes = list(group.outputs) + list(group.anchors)
         biggest = max([n.size for n in nodes] + [i.size for n in nodes for i in n.inputs] + [1])
         self.b = ExprBuilder(dt.int32 if biggest < INT32_LIMIT else dt.int64)
@@ -137,12 +148,33 @@ class Lowering:
                 src[k] = e
         return tuple(src)
 
+    def pitched_index(self, index, n: Node) -> Expr:
+        """The element of stored node ``n`` at ``index`` in its buffer: its flat row-major
+        index, or over rows ``pitch(n)`` elements apart."""
+        pitch = self.pitch(n)
+        if not pitch:
+            return self.flat_index(index, n.shape)
+        b = self.b
+        flat = b.index(0)
+        for e, d, s in zip(index, n.shape, strides_of(n.shape, pitch)):
+            if d != 1:
+                flat = b.add(flat, b.mul(e, b.index(s)))
+        return flat
+
+    def buffer_arg(self, name: str, n: Node, is_output: bool = False) -> KernelArg:
+        """The kernel argument holding stored node ``n``'s buffer."""
+        pitch = self.pitch(n)
+        if not pitch:
+            return KernelArg(name, n.dtype, n.size, is_output)
+        width = n.shape[-1]
+        return KernelArg(name, n.dtype, n.size // width * pitch, is_output, (width, pitch))
+
     def arg(self, n: Node) -> int:
         i = self.arg_of.get(id(n))
         if i is None:
             i = len(self.args)
             self.arg_of[id(n)] = i
-            self.args.append(KernelArg(f"in{i}", n.dtype, n.size))
+            self.args.append(self.buffer_arg(f"in{i}", n))
             self.arg_nodes.append(n)
         return i
 
@@ -213,8 +245,8 @@ class Lowering:
                 raise FusionIllegal(f"{n.op} result read at another position than the scan's")
             return b.op("scanned", (), n.dtype)
         if self.external(n):
-            flat = self.flat_index(index, n.shape)
-            if mask is not None and 0 <= flat.lo and flat.hi < n.size:
+            flat = self.pitched_index(index, n)
+            if mask is not None and 0 <= flat.lo and flat.hi < self.buffer_arg("", n).size:
                 # in range wherever it is read (a batch norm's per-channel statistics under a
                 # pad's mask): the pad or concat whose mask it is selects its own value where
                 # the mask is false. Unmasked, the load no longer depends on a window's tap
@@ -324,7 +356,7 @@ class Lowering:
 
     def add_output(self, n: Node) -> int:
         i = len(self.args)
-        self.args.append(KernelArg(f"out{i}", n.dtype, n.size, is_output=True))
+        self.args.append(self.buffer_arg(f"out{i}", n, is_output=True))
         self.arg_nodes.append(n)
         return i
 
@@ -337,17 +369,18 @@ _lowered: OrderedDict = OrderedDict()
 _lowered_lock = threading.Lock()
 
 
-def lower(group, external) -> tuple:
+def lower(group, external, pitch=dense) -> tuple:
     """Lower ``group`` (a ``partition.FusionGroup``) to ``(spec, arg_nodes, computed)``: the
     KernelSpec, per kernel argument (the buffers, then the scalars) the graph node bound to
-    it, and the graph nodes the kernel computes (in no particular order).
+    it, and the graph nodes the kernel computes (in no particular order). ``pitch``: as
+    ``Lowering``'s.
 
     A group of the same structure as one lowered before (``structure``: the layers of a model,
     a trial of the partitioner asked again) takes that lowering's spec, with its arguments and
     computed nodes bound to this group's nodes: lowering is a function of the structure.
 
     Raises FusionIllegal when the group cannot be one kernel."""
-    key, nodes = structure(group, external)
+    key, nodes = structure(group, external, pitch)
     with _lowered_lock:
         kept = _lowered.get(key)
         if kept is not None:
@@ -358,7 +391,7 @@ def lower(group, external) -> tuple:
         spec, arg_pos, computed_pos = kept
         return spec, [nodes[i] for i in arg_pos], [nodes[i] for i in computed_pos]
     try:
-        spec, arg_nodes, computed = _lower(group, external)
+        spec, arg_nodes, computed = _lower(group, external, pitch)
     except FusionIllegal as e:
         _keep(key, str(e))
         raise
@@ -380,15 +413,15 @@ def _keep(key, lowered) -> None:
             _lowered.popitem(last=False)
 
 
-def structure(group, external) -> tuple:
+def structure(group, external, pitch=dense) -> tuple:
     """``(key, nodes)``: what lowering ``group`` reads, as a hashable key, and the nodes the
     key numbers (an argument or a computed node of the lowering is one of them).
 
     The key holds the group's kind, space, anchors and outputs, and every node lowering can
     reach from them: from the anchors' inputs and the outputs back through the nodes the
     group computes, up to the nodes ``external`` answers True for (loads: their shape and
-    dtype) and the group's anchors (stages, the accumulator, the scan: their place among the
-    anchors). A computed node's entry is its structural key entry (``node_entry``: op, attrs
+    dtype, and the pitch of its rows) and the group's anchors (stages, the accumulator, the
+    scan: their place among the anchors); an output's entry holds its pitch too. A computed node's entry is its structural key entry (``node_entry``: op, attrs
     that are part of a kernel, shape, dtype) with its inputs' numbers, so two groups of equal
     keys are the same graph, node for node, and lower to the same spec. ``external`` is asked
     about each reachable node that is not an anchor: every node lowering asks about, and some
@@ -410,7 +443,7 @@ def structure(group, external) -> tuple:
                 if k is not None:
                     entry = ("anchor", k)
                 elif external(n):
-                    entry = ("load", n.shape, n.dtype.name)
+                    entry = ("load", n.shape, n.dtype.name, pitch(n))
                 else:
                     stack.append((n, True))
                     stack.extend((i, False) for i in reversed(n.inputs) if id(i) not in number)
@@ -424,13 +457,13 @@ def structure(group, external) -> tuple:
 
     heads = tuple((a.op, a.attrs, a.shape, a.dtype.name,
                    tuple(visit(i) for i in a.inputs)) for a in group.anchors)
-    tails = tuple(visit(n) for n in group.outputs)
+    tails = tuple((visit(n), pitch(n)) for n in group.outputs)
     return (group.kind, group.space, heads, tails, tuple(entries)), nodes
 
 
-def _lower(group, external) -> tuple:
+def _lower(group, external, pitch=dense) -> tuple:
     """``lower`` without the table of earlier lowerings."""
-    lw = Lowering(group, external)
+    lw = Lowering(group, external, pitch)
     b = lw.b
     if group.kind == "elementwise":
         numel = group.outputs[0].size
@@ -496,7 +529,8 @@ def _lower_reduction(lw: Lowering, group) -> ReductionSpec:
         else:
             idx = full if n.shape == tuple(shape) else lw.unflatten(lw.flat_index(full, shape),
                                                                        n.shape)
-            outs.append((n, lw.value(n, idx), lw.flat_index(full, shape)))
+            outs.append((n, lw.value(n, idx), lw.pitched_index(idx, n) if lw.pitch(n) else
+                         lw.flat_index(full, shape)))
     outputs = [Output(lw.add_output(n), v, index) for n, v, index in outs]
     return ReductionSpec("reduction", lw.args, outputs, b.index_dtype, shape=tuple(shape),
                          axes=tuple(axes), rows=rows, reduce_size=size, stages=stages)
@@ -537,7 +571,7 @@ def _lower_scan(lw: Lowering, group) -> ScanSpec:
         if n.size != prod(shape):
             raise FusionIllegal(f"a {n.shape} value cannot be stored by a scan over {shape}")
         idx = full if n.shape == tuple(shape) else lw.unflatten(flat, n.shape)
-        outs.append((n, lw.value(n, idx), flat))
+        outs.append((n, lw.value(n, idx), lw.pitched_index(idx, n) if lw.pitch(n) else flat))
     outputs = [Output(lw.add_output(n), v, index) for n, v, index in outs]
     op = SCAN_OP[sc.op]
     acc = dt.float32 if sc.dtype.name in ("float16", "bfloat16") else sc.dtype
@@ -582,6 +616,8 @@ def _lower_matmul(lw: Lowering, group) -> MatmulSpec:
     flat = b.add(b.mul(b.add(b.mul(vb, b.index(m_size)), vm), b.index(n_size)), vn)
     lw.acc_node = mm
     lw.acc_index = lw.unflatten(flat, mm.shape)
+    if any(lw.pitch(n) and n.shape[-1] != n_size for n in group.outputs):
+        raise ValueError("a matmul output stored with padded rows has rows of N elements")
     outs = [(n, lw.value(n, lw.unflatten(flat, n.shape))) for n in group.outputs]
     outputs = [Output(lw.add_output(n), v) for n, v in outs]
     acc = dt.float32 if mm.dtype.is_float and mm.dtype.itemsize <= 4 else mm.dtype

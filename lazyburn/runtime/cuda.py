@@ -93,7 +93,7 @@ from ..ir import dtypes as dt
 from ..ir.node import current_origin
 from . import backend, binary_cache, cuda_tuning, dump, linalg_library
 from .cuda_library import ComposedKernel, LibraryMatmul, library_align, library_execution
-from .cuda_replay import Program
+from .cuda_replay import Program, zero_padding
 from .fused import Execution, FusedBackend, host_value, split_execution
 
 allow_tf32 = False
@@ -299,6 +299,9 @@ class CudaBackend(FusedBackend):
     name = "cuda"
     generated = "generated Triton"
     recompute_dear = True  # (interpreted too: the plans are the GPU's)
+    #: rows of wide temporaries at 128-byte boundaries (PyTorch Inductor's
+    #: ``padding_alignment_bytes``): cuBLAS's fastest kernels read rows at 16-byte ones
+    row_pitch_bytes = 128
 
     def __init__(self, index: int, interpret: bool = False):
         import torch
@@ -357,6 +360,14 @@ class CudaBackend(FusedBackend):
 
     def alloc(self, nbytes: int, origin=None):
         return self.empty(nbytes, dt.uint8, origin)
+
+    def alloc_output(self, a, origin=None):
+        """``FusedBackend.alloc_output``: a buffer of ``a``'s type, zeros written in the
+        padding of its rows only."""
+        buf = self.empty(a.size, a.dtype, origin)
+        if a.row_pitch is not None:
+            zero_padding(buf, a.row_pitch)
+        return buf
 
     def real_view(self, n):
         """Complex node ``n``'s flat buffer as the flat float buffer of its parts (a view)."""

@@ -72,11 +72,11 @@ class LibraryMatmul(ComposedKernel):
         align = library_align(spec, params)
         self.parts = split_matmul(spec, follow_source=True, local_strides=True, align=align)
         self.k_size, self.n_size = self.parts.extents
+        self.m_size = self.parts.rows
         self.prod_dtype = product_type(spec)
         self.writes_output = writes_output(spec, self.parts)
         # one product (a batch of 1): the operands are matrices and torch.mm multiplies them
         self.single = spec.batch == 1
-        self.out_shape = (spec.m, spec.n) if self.single else (spec.batch, spec.m, spec.n)
         # the torch dtypes of the operands and of the product's buffer (read at every call)
         self.operand_t = {"a": backend.dtypes[spec.a.dtype.name],
                           "b": backend.dtypes[spec.b.dtype.name]}
@@ -109,16 +109,20 @@ class LibraryMatmul(ComposedKernel):
         n_buf = len(spec.args)
         product = torch.mm if self.single else torch.bmm  # (cheaper calls than torch.matmul)
         allow_tf32 = self.allow_tf32
-        k, n = self.k_size, self.n_size
-        operand_a = self._operand(backend, "a", (spec.m, k), parts.get("a"), n_buf)
+        m, k, n = self.m_size, self.k_size, self.n_size
+        operand_a = self._operand(backend, "a", (m, k), parts.get("a"), n_buf)
         operand_b = self._operand(backend, "b", (k, n), parts.get("b"), n_buf)
         if self.writes_output:
-            out_shape = self.out_shape
+            # the output's rows, the product's N columns of each (with padded rows, maybe
+            # their padding too: zeros, the product of B's zero columns)
+            pitch = self.parts.out_pitch
+            shape = (m, n) if self.single else (spec.batch, m, n)
+            strides = (pitch, 1) if self.single else (m * pitch, pitch, 1)
 
             def launch(*args, stream=None):
                 a, b = operand_a(args, stream), operand_b(args, stream)
                 with _tf32(torch, allow_tf32):
-                    product(a, b, out=args[n_in].view(out_shape))
+                    product(a, b, out=args[n_in].as_strided(shape, strides))
             return launch
         epilogue = parts["epilogue"]
         epi_inputs = self.parts.inputs["epilogue"]
@@ -208,8 +212,9 @@ def library_execution(backend, spec, parts=None, align: int = 0) -> Execution:
         library = "library: hipBLAS through PyTorch" if backend.torch.version.hip else \
             "library: cuBLAS through PyTorch"
     if parts.padded:
-        library += f" over K = {parts.extents[0]} and N = {parts.extents[1]}, its operands' " \
-            f"rows padded to multiples of {align} elements"
+        rows = f"M = {parts.rows}, " if parts.rows != spec.m else ""
+        library += f" over {rows}K = {parts.extents[0]} and N = {parts.extents[1]}, its " \
+            f"operands' rows padded to multiples of {align} elements"
     roles = tuple(name for name in ("a", "b", "epilogue") if name in parts.kernels and
                   not (name == "epilogue" and writes_output(spec, parts)))
     return Execution(library, generated=len(roles), library_calls=1, parts=roles)

@@ -56,7 +56,7 @@ class Program:
                 self.steps.append(_library_step(backend, in_pos, k.arg_pos[-1]))
                 self.capturable = False
                 continue
-            outs = [(p, a.size, backend.dtypes[a.dtype.name])
+            outs = [(p, a.size, backend.dtypes[a.dtype.name], a.row_pitch)
                     for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:])]
             drop = [p for p in in_pos if plan.last_use.get(p) == i and p not in out_set
                     and order[p].buffer is None]
@@ -225,8 +225,10 @@ def _kernel_step(backend, kernel, in_pos, outs, drop, scalars=None):
     def step(values, order):
         nonlocal launch
         args = [values[p] for p in in_pos]
-        for p, numel, dtype in outs:
+        for p, numel, dtype, row_pitch in outs:
             buf = empty(numel, dtype=dtype, device=device)
+            if row_pitch is not None:
+                zero_padding(buf, row_pitch)
             values[p] = buf
             args.append(buf)
         if scalars is not None:
@@ -240,6 +242,13 @@ def _kernel_step(backend, kernel, in_pos, outs, drop, scalars=None):
         for p in drop:  # temporaries die after their last reader
             values[p] = None
     return step
+
+
+def zero_padding(buf, row_pitch) -> None:
+    """Write zeros in the padding of flat buffer ``buf``'s rows (``KernelArg.row_pitch``: rows
+    of ``width`` elements ``pitch`` apart)."""
+    width, pitch = row_pitch
+    buf.view(-1, pitch)[:, width:].zero_()
 
 
 def _library_step(backend, in_pos, out):

@@ -409,7 +409,7 @@ class TunedKernel:
             return built[c.name]
 
         def new_outputs():
-            return [b.empty(a.size, a.dtype, self.origin) for a in out_args]
+            return [b.alloc_output(a, self.origin) for a in out_args]
 
         reference = new_outputs() if proxy else list(args[n_in:n_buffers])
         scratch: list = []

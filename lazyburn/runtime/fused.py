@@ -159,6 +159,10 @@ class FusedBackend:
     #: its memory traffic, a CPU's is not
     recompute_dear = False
 
+    #: the bytes to which plans pad the rows of wide temporaries (``fusion.plan.row_pitches``;
+    #: 0: none)
+    row_pitch_bytes = 0
+
     def real_view(self, n):
         """Realized complex node ``n``'s buffer as the buffer of its parts (the same memory:
         buffers here are untyped)."""
@@ -170,7 +174,8 @@ class FusedBackend:
         return buf
 
     def __init__(self):
-        self.plans = PlanCache(recompute_dear=self.recompute_dear)
+        self.plans = PlanCache(recompute_dear=self.recompute_dear,
+                               row_pitch_bytes=self.row_pitch_bytes)
         self.fuse = True
         self.kernels_launched = 0
         self.lock = threading.RLock()  # the device's submissions, one thread at a time
@@ -291,7 +296,7 @@ class FusedBackend:
                     args = [values[p] for p in k.arg_pos[:n_in]]
                     origin = origin_now(k, order)
                     for p, a in zip(k.arg_pos[n_in:], k.spec.args[n_in:]):
-                        values[p] = self.alloc(a.size * a.dtype.itemsize, origin)
+                        values[p] = self.alloc_output(a, origin)
                         args.append(values[p])
                     if k.scalar_pos:  # a random draw's seed and offset: this recording's
                         args += k.scalar_values(order)
@@ -315,6 +320,17 @@ class FusedBackend:
                 for k in plan.kernels if k.kind != "copy"], exact=False) from None
         self.dump(plan)
         return [values[p] for p in plan.output_pos]
+
+    def alloc_output(self, a, origin=None):
+        """A buffer for kernel output argument ``a`` (a ``KernelArg``): ``alloc``'s, with
+        zeros in the padding of rows stored at a padded pitch (``KernelArg.row_pitch``), so
+        that every candidate of a kernel leaves the same bytes there and a library product
+        reads them as zeros. Here such a buffer is uploaded whole as zeros (a device that
+        pads rows by default writes only the padding)."""
+        nbytes = a.size * a.dtype.itemsize
+        if a.row_pitch is None:
+            return self.alloc(nbytes, origin)
+        return self.upload(np.zeros(nbytes, np.uint8))
 
     def library_call(self, n, buffers, inputs):
         """The buffer of library node ``n`` computed from its inputs' ``buffers`` (``inputs``:
@@ -466,6 +482,9 @@ def _prefix_reduction(spec, max_work):
             need = _bounds(o.index, extents, {})[1] + 1
             if need > 4 * max_work:  # not stored within the prefix's extent
                 return None
+            pitch = spec.args[o.arg].row_pitch
+            if pitch is not None:  # (whole rows: their padding is zeroed)
+                need = -(-need // pitch[1]) * pitch[1]
         sizes[o.arg] = max(sizes.get(o.arg, 1), int(need))
     return _with_outputs(spec, sizes, rows=rows, reduce_size=size)
 
@@ -481,7 +500,7 @@ def _prefix_matmul(spec, max_work):
     else:
         return None
     batch, m = min(batch, spec.batch), min(m, spec.m)
-    sizes = {o.arg: batch * m * spec.n for o in spec.outputs}
+    sizes = {o.arg: batch * m * spec.row_pitch(o) for o in spec.outputs}
     return _with_outputs(spec, sizes, batch=batch, m=m)
 
 
@@ -790,7 +809,7 @@ class FirstLaunchTuner:
             return built[c.name]
 
         def new_outputs():
-            return [backend.alloc(a.size * a.dtype.itemsize, self.origin) for a in out_args]
+            return [backend.alloc_output(a, self.origin) for a in out_args]
 
         reference = new_outputs() if proxy else list(args[n_in:n_buffers])
         scratch: list = []

@@ -65,8 +65,15 @@ def default_params(backend, k) -> dict:
                      if params["cpu_block"][0] == "outer"]
             if outer:
                 return outer[0]
-        return {"tile": 16, "library": cpu and large}
+        return {"tile": 16, "library": cpu and large and host_blas_takes(spec)}
     return {}
+
+
+def host_blas_takes(spec) -> bool:
+    """Whether the library matmul (NumPy's BLAS on mapped buffers) can compute matmul
+    ``spec``: it maps and writes dense buffers only, not rows at a padded pitch
+    (``KernelArg.row_pitch``, which this device's plans do not choose by default)."""
+    return all(a.row_pitch is None for a in spec.args)
 
 
 def reduction_params(backend, spec) -> dict:
@@ -283,7 +290,7 @@ def candidates(backend, k) -> list[Candidate]:
         tiled = 2 if blocks else 1
         out.append(Candidate("tile=8", {"tile": 8, "library": False}, tiled))
         out.append(Candidate("tile=16", {"tile": 16, "library": False}, tiled))
-        if backend.is_cpu:
+        if backend.is_cpu and host_blas_takes(spec):
             out.append(Candidate("library", {"tile": 16, "library": True}, 1))
     return out
 
