@@ -283,22 +283,29 @@ def library_pads(spec: MatmulSpec) -> bool:
     the product where N grows."""
     if spec.a is None or not spec.acc_dtype.is_float or spec.acc_dtype.name == "float64":
         return False
-    size = spec.a.dtype.itemsize
     work = spec.batch * spec.m * spec.n * spec.k
-    return work >= LIBRARY_DEFAULT_WORK and (
-        unaligned_rows(spec) or spec.k * size % LIBRARY_PAD_BYTES != 0 or
-        spec.n * size % LIBRARY_PAD_BYTES != 0)
+    return work >= LIBRARY_DEFAULT_WORK and (unaligned_rows(spec) or unaligned_sides(spec))
+
+
+def unaligned_sides(spec: MatmulSpec) -> bool:
+    """Whether M, N or K of ``spec`` is no multiple of ``LIBRARY_PAD_BYTES`` bytes of its
+    operands' type: cuBLAS then takes slower kernels even where every row starts at a 16-byte
+    boundary (a padded row pitch, ``fusion.plan.row_pitches``); the padded library multiplies
+    over K and N rounded up, and over M rounded up where A's rows hold the padding."""
+    size = spec.a.dtype.itemsize
+    return any(side * size % LIBRARY_PAD_BYTES for side in (spec.m, spec.n, spec.k))
 
 
 def pads_by_default(spec: MatmulSpec) -> bool:
     """Whether ``spec``'s library default multiplies over padded operands (``library_pads``):
-    a half-precision product whose rows are off 16-byte boundaries (``unaligned_rows``).
-    In a bfloat16 training step over a vocabulary of 30 522 on an H200, its three products
-    with the vocabulary as M, N or K (4096 tokens, hidden 384) took 0.41-0.46 ms each on the
-    library unpadded, and 0.118-0.208 ms padded, plus 0.127-0.153 ms for each operand or
-    product its prologue or epilogue copies (the step's kernels 5.73 -> 5.34 ms)."""
-    return spec.a is not None and spec.a.dtype.name in HALF and unaligned_rows(spec) and \
-        library_pads(spec)
+    a half-precision product whose rows are off 16-byte boundaries (``unaligned_rows``) or
+    whose sides are not multiples of 16 bytes (``unaligned_sides``). In a bfloat16 training
+    step over a vocabulary of 30 522 on an H200, its three products with the vocabulary as M,
+    N or K (4096 tokens, hidden 384) took 0.41-0.46 ms each on the library unpadded, and
+    0.118-0.208 ms padded, plus 0.127-0.153 ms for each operand or product its prologue or
+    epilogue copies (the step's kernels 5.73 -> 5.34 ms); over the padded rows the plan
+    stores, no copy of them."""
+    return spec.a is not None and spec.a.dtype.name in HALF and library_pads(spec)
 
 
 def library_by_default(spec: MatmulSpec, default: dict) -> bool:
@@ -313,7 +320,8 @@ def library_by_default(spec: MatmulSpec, default: dict) -> bool:
     are such products: 384 x 384 over K = 4096 (9 tiles) took 60 us in the generated kernel
     on an H200, and the library's split-K kernels about 6 us. Also half-precision products
     from ``LIBRARY_DEFAULT_WORK`` multiply-adds on whose operands' or outputs' rows start off
-    16-byte boundaries (``unaligned_rows``): a bfloat16 training step over a vocabulary of
+    16-byte boundaries (``unaligned_rows``) or whose sides are no multiples of 16 bytes
+    (``unaligned_sides``): a bfloat16 training step over a vocabulary of
     30 522 computed its logits (4096 x 30 522 x 384) in 0.53 ms and its decoder's weight
     gradient with AdamW's update (30 522 x 384 x 4096) in 0.93 ms in the generated kernels,
     where the library's took 0.43-0.46 ms each (the step's kernels 6.23 -> 5.91 ms)."""
@@ -327,7 +335,8 @@ def library_by_default(spec: MatmulSpec, default: dict) -> bool:
         return False
     tiles = tr.cdiv(spec.m, default["BLOCK_M"]) * tr.cdiv(spec.n, default["BLOCK_N"]) * \
         spec.batch
-    return tiles < FEW_TILES and spec.k >= max(spec.m, spec.n, LONG_K) or unaligned_rows(spec)
+    return tiles < FEW_TILES and spec.k >= max(spec.m, spec.n, LONG_K) or \
+        unaligned_rows(spec) or unaligned_sides(spec)
 
 
 def _name(params: dict) -> str:
