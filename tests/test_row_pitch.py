@@ -44,6 +44,10 @@ def test_padded_rows_give_the_reference_values(padded):
         np.testing.assert_allclose(got.numpy(), ref, rtol=2e-5, atol=2e-5)
     for a in (a for k in plan.kernels for a in k.spec.args if a.row_pitch is not None):
         assert a.row_pitch == (N, 1120) and a.size == M * 1120
+    # explain names the three values stored so
+    stored = [(k.kind, o.op) for k in plan.kernels for o in k.ops
+              if o.role.endswith("rows 1120 elements apart")]
+    assert stored == [("matmul", "matmul"), ("reduction", "div"), ("scan", "cumsum")], stored
     padded_args = sorted((k.kind, [(a.is_output, a.row_pitch is not None) for a in k.spec.args])
                          for k in plan.kernels)
     # the product stores the logits padded; the softmax reads them and stores its result
@@ -142,3 +146,25 @@ def test_the_library_reads_and_writes_padded_rows(params):
         (1104 if padded else N)
     assert transposed.parts.direct["a"] is not None and transposed.parts.rows == \
         (1104 if padded else N)
+
+
+def test_half_column_sums_load_pairs_of_elements():
+    """A bfloat16 sum down columns declares its loads along the rows contiguous in pairs
+    (``codegen.triton_reduction.narrow_column_loads``); a float32 one and a sum along rows
+    keep Triton's own analysis. The values: NumPy's."""
+    pytest.importorskip("triton")
+    if "cuda:0" not in FUSED_DEVICES:
+        pytest.skip("no CUDA device")
+    from lazyburn.codegen import triton as tr
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((40, 1100)).astype("bfloat16")
+    for dtype, axis, hinted in (("bfloat16", 0, True), ("float32", 0, False),
+                                ("bfloat16", 1, False)):
+        a = x.astype(dtype)
+        got = lb.asarray(a, device="cuda:0").sum(axis=axis)
+        (k,) = lb.explain(got).kernels
+        source = tr.render(k.spec, "k", tr.default_params(k.spec, False)).source
+        assert ("tl.max_contiguous(" in source) == hinted, (dtype, axis)
+        want = a.astype(np.float64).sum(axis=axis)
+        np.testing.assert_allclose(got.astype("float32").numpy(), want, rtol=1e-2, atol=1e-2)

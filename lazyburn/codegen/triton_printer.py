@@ -164,6 +164,8 @@ class TritonPrinter(ExprPrinter):
         self.var_masks: dict[str, str | None] = {}
         self.raw_loads: set[int] = set()  # loads kept in their storage type (dot operands)
         self.eviction: dict[int, str] = {}  # load id -> L2 eviction policy hint
+        # load id -> the contiguity its index is declared to have (``tl.max_contiguous``)
+        self.contiguity: dict[int, str] = {}
         self._deps: dict[int, frozenset] = {}
         self.named: dict[int, str] = {}  # expression id -> the name a statement bound it to
         self.extents: dict[str, int] = {}  # launch extent arguments (extent()) -> values
@@ -254,6 +256,8 @@ class TritonPrinter(ExprPrinter):
         m = self.mask_arg([mask, self.region_mask(idx, own)], computed=own is not None)
         if m is not None and own is not None and not self.deps(own) <= self.deps(idx):
             index = f"tl.where({m}, {index}, 0)"  # a block of pointers, as the mask is
+        if e.id in self.contiguity:
+            index = f"tl.max_contiguous({index}, {self.contiguity[e.id]})"
         opts = f", mask={m}, other=0" if m else ""
         if e.id in self.eviction:
             opts += f', eviction_policy="{self.eviction[e.id]}"'

@@ -304,6 +304,25 @@ def outer_reduction(spec: ReductionSpec) -> bool:
     return False
 
 
+def narrow_column_loads(spec: ReductionSpec, loads: list, block: int) -> dict:
+    """Load id -> ``tl.max_contiguous`` hint for the 16-bit loads of a reduction down columns
+    (``outer_reduction``) that step by 1 along the ``block`` rows of its tile: pairs of
+    elements (4 bytes), where Triton would load 16 bytes from rows that start at 16-byte
+    boundaries. On an H200 (Triton 3.6) the sum down the 30 522 columns of a 4096 x 30 522
+    bfloat16 gradient took 0.13 ms from rows 30 522 elements apart (loads of 4 bytes at
+    most) and 0.21 ms from rows 30 528 apart (a padded pitch, loads of 16 bytes), in every
+    tile tried; declared contiguous in pairs, 0.12-0.13 ms."""
+    if block < 2 or not outer_reduction(spec):
+        return {}
+    hints = {}
+    for e in loads:
+        coef = _coefficients(e.args[1])
+        if spec.args[e.args[0]].dtype.itemsize == 2 and e.args[2] is None and \
+                coef is not None and coef.get("row") == 1:
+            hints[e.id] = "[2, 1]"
+    return hints
+
+
 def _coefficients(e: Expr):
     """``{var: coefficient}`` when index ``e`` is affine in the loop variables, else None."""
     if e.op == "const":
@@ -428,6 +447,7 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
     early = _early_outputs(spec, list(range(len(spec.stages))), spec.outputs, reduced) \
         if looped else []
     eviction = _eviction_per_pass(p, spec, looped, early)
+    p.contiguity = narrow_column_loads(spec, loads, X)
     if not looped:
         body += r_lines
         names = dict(bound)
@@ -458,7 +478,7 @@ def render_reduction(p: TritonPrinter, spec: ReductionSpec, params):
         body += _looped_stages(p, spec, list(range(len(spec.stages))), spec.outputs, early,
                                bound, loads, after_stages, eviction, (r_id, r_lines, size, R),
                                reduced, shape)
-    p.eviction = {}
+    p.eviction, p.contiguity = {}, {}
     grid = (cdiv(rows, X),) if not groups else (cdiv(rows, X), len(groups))
     return body, grid, int(params["num_warps"]), 1
 

@@ -130,7 +130,7 @@ def build_plan(order, outputs, fuse: bool = True, max_args: int | None = None,
         positions = [pos[id(n)] for n in arg_nodes]
         n_buffers = len(spec.args)
         kernels.append(PlannedKernel(g.kind, g.label, spec, positions[:n_buffers],
-                                     _describe(g, computed, pos),
+                                     _describe(g, computed, pos, pitches),
                                      scalar_pos=positions[n_buffers:]))
     plan = Plan(kernels, [pos[id(o)] for o in outputs], len(order), _unfused_bytes(order),
                 leaf_pos=[p for p, n in enumerate(order) if n.buffer is not None])
@@ -202,7 +202,7 @@ def _info(n, role) -> OpInfo:
     return OpInfo(n.op, n.shape, n.dtype.name, n.origin_short, role)
 
 
-def _describe(g: FusionGroup, computed, pos) -> list:
+def _describe(g: FusionGroup, computed, pos, pitches: dict) -> list:
     anchors = {id(a) for a in g.anchors}
     written = {id(n) for n in g.outputs}
     on_write = {id(n) for n in g.fused_on_write}
@@ -225,6 +225,8 @@ def _describe(g: FusionGroup, computed, pos) -> list:
             role = "fused on read" if id(n) in producers else "fused on write"
         if id(n) in written and role not in ("anchor", "fused on write"):
             role += ", stored"
+        if id(n) in pitches:
+            role += f", rows {pitches[id(n)]} elements apart"
         infos.append(_info(n, role))
     return infos
 
