@@ -256,9 +256,9 @@ def test_the_layers_of_a_model_share_their_lowerings(monkeypatch):
     lowered = []
     real = lower._lower
 
-    def counted(group, external):
+    def counted(group, external, *settings):
         lowered.append(group.kind)
-        return real(group, external)
+        return real(group, external, *settings)
 
     monkeypatch.setattr(lower, "_lower", counted)
     counts = {}

@@ -394,10 +394,10 @@ def test_a_graph_the_partitioner_cannot_fit_falls_back_once_with_a_warning(monke
 
     real = planning.build_plan
 
-    def cannot_fit_eight(order, outputs, fuse=True, max_args=None, recompute_dear=False):
+    def cannot_fit_eight(order, outputs, fuse=True, max_args=None, *settings):
         if fuse and max_args == 8:
             raise FusionIllegal("a kernel needs more than 8 buffers and cannot be split")
-        return real(order, outputs, fuse, max_args, recompute_dear)
+        return real(order, outputs, fuse, max_args, *settings)
     monkeypatch.setattr(planning, "build_plan", cannot_fit_eight)
     b = _extra_device(monkeypatch, "webgpu:94")
     for wider in (True, False):

@@ -1445,15 +1445,17 @@ def _tree_combine(stage: Stage, k: int, local: int, acc_t: str, it: str) -> list
     return lines
 
 
-def _matmul_stores(p, spec: MatmulSpec, names: dict, it: str) -> list[str]:
-    """Lines storing a matmul's outputs (values ``names``) at (b, m, n): ``(b*M + m)*N + n``,
-    or at their rows' pitch (``MatmulSpec.row_pitch``)."""
+def _matmul_stores(p, spec: MatmulSpec, names: dict, it: str, M: str, N: str) -> list[str]:
+    """Lines storing a matmul's outputs (values ``names``) at (b, m, n): ``(b*M + m)*N + n``
+    (``M``, ``N``: their spelling, a launch argument where the kernel serves several
+    sizes), or at their rows' pitch (``MatmulSpec.row_pitch``)."""
     lines, flats = [], {}
     for o in spec.outputs:
         pitch = spec.row_pitch(o)
         if pitch not in flats:
             flats[pitch] = f"flat{len(flats) or ''}"
-            lines.append(f"const {it} {flats[pitch]} = (b * {spec.m} + m) * {pitch} + n;")
+            apart = N if pitch == spec.n else pitch
+            lines.append(f"const {it} {flats[pitch]} = (b * {M} + m) * {apart} + n;")
         lines.append(p.store(o.arg, flats[pitch], names[o.value.id]))
     return lines
 
@@ -1501,7 +1503,7 @@ def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:
     e_lines, e_names = p.emit([o.value for o in spec.outputs],
                               {**base, vm.id: "m", vn.id: "n", acc_id: "acc"})
     body.append(f"    if (m < {M} && n < {N}) {{")
-    body += indent(e_lines + _matmul_stores(p, spec, e_names, it), 8)
+    body += indent(e_lines + _matmul_stores(p, spec, e_names, it, M, N), 8)
     body += ["    }", "}"]
     grid = (-(-spec.n // tile) * tile, -(-spec.m // tile) * tile, spec.batch)
     return _with_extents(p, _rendered(p, name, body, grid, (tile, tile, 1)))
@@ -1797,7 +1799,7 @@ def _blocked_kernel(p, spec, form, rows, cols, w, name, edge, coords) -> list[st
                               {vb.id: "b", vm.id: "m", vn.id: "n",
                                acc_expr_id(spec): "cb[i][j]"})
     store = [f"const {it} m = m0 + i;", f"const {it} n = n0 + j;"]
-    out = e_lines + _matmul_stores(p, spec, e_names, it)
+    out = e_lines + _matmul_stores(p, spec, e_names, it, M, N)
     store += [f"if (m < {M} && n < {N}) {{"] + indent(out, 4) + ["}"] if edge else out
     body += [f"    for (int i = 0; i < {rows}; ++i) {{",
              f"        for (int j = 0; j < {cols}; ++j) {{"] + indent(store, 12) + \
