@@ -202,6 +202,19 @@ def indent(lines, n: int = 4) -> list[str]:
     return [pad + line for line in lines]
 
 
+def matmul_flats(spec) -> tuple[list, list]:
+    """Where matmul ``spec`` stores its outputs: ``(declared, names)``, ``declared`` the flat
+    indices to declare, ``(name, pitch)`` for each distinct pitch of the outputs' rows
+    (``MatmulSpec.row_pitch``: N, or a padded pitch), and per output the name of its own."""
+    declared, named = [], {}
+    for o in spec.outputs:
+        pitch = spec.row_pitch(o)
+        if pitch not in named:
+            named[pitch] = f"flat{len(named) or ''}"
+            declared.append((named[pitch], pitch))
+    return declared, [named[spec.row_pitch(o)] for o in spec.outputs]
+
+
 def stored_at_iteration_index(spec) -> None:
     """Raise ValueError unless every output of element-wise ``spec`` is stored at the
     iteration index: an index of its own is a library product's epilogue's (rows at a padded

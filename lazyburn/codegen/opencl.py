@@ -64,8 +64,9 @@ from ..fusion.symbolic import Expr, topo_exprs
 from ..ir.shapes import pow2_at_least
 from . import opencl_math, philox
 from .common import (INFIX, ExprPrinter, acc_expr_id, find_var, float_literal, indent,
-                     reduced_expr_id, reduction_identity, rounded_to, scan_identity,
-                     renamed, scanned_expr_id, source_name, stored_at_iteration_index)
+                     matmul_flats, reduced_expr_id, reduction_identity, rounded_to,
+                     scan_identity, renamed, scanned_expr_id, source_name,
+                     stored_at_iteration_index)
 
 STORAGE = {"bool": "uchar", "int8": "char", "int16": "short", "int32": "int", "int64": "long",
            "uint8": "uchar", "uint16": "ushort", "uint32": "uint", "uint64": "ulong",
@@ -1449,15 +1450,11 @@ def _matmul_stores(p, spec: MatmulSpec, names: dict, it: str, M: str, N: str) ->
     """Lines storing a matmul's outputs (values ``names``) at (b, m, n): ``(b*M + m)*N + n``
     (``M``, ``N``: their spelling, a launch argument where the kernel serves several
     sizes), or at their rows' pitch (``MatmulSpec.row_pitch``)."""
-    lines, flats = [], {}
-    for o in spec.outputs:
-        pitch = spec.row_pitch(o)
-        if pitch not in flats:
-            flats[pitch] = f"flat{len(flats) or ''}"
-            apart = N if pitch == spec.n else pitch
-            lines.append(f"const {it} {flats[pitch]} = (b * {M} + m) * {apart} + n;")
-        lines.append(p.store(o.arg, flats[pitch], names[o.value.id]))
-    return lines
+    declared, flats = matmul_flats(spec)
+    lines = [f"const {it} {name} = (b * {M} + m) * {N if pitch == spec.n else pitch} + n;"
+             for name, pitch in declared]
+    return lines + [p.store(o.arg, flat, names[o.value.id])
+                    for o, flat in zip(spec.outputs, flats)]
 
 
 def _render_matmul(spec: MatmulSpec, name, params, fast) -> RenderedKernel:

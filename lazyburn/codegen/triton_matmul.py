@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..fusion.kernel_ir import MatmulSpec
 from ..fusion.symbolic import topo_exprs
 from ..ir.shapes import pow2_at_least
-from .common import indent
+from .common import indent, matmul_flats
 from .triton_printer import (HALF, NARROW_INT, TL, VALUE, TritonPrinter, cdiv, expr_ids,
                              loop_vars, number_text)
 
@@ -390,13 +390,10 @@ def _epilogue(p: TritonPrinter, spec: MatmulSpec, params, ragged: dict, suffix: 
         lines, names = p.emit([o.value for o in spec.outputs], scope)
         body += lines
         mask = " & ".join(p.var_masks[x] for x in ("m", "n") if x in p.var_masks) or None
-        rows = f"(pid_b{suffix} * {p.extent('m', M)} + m)"
-        flats = {}  # an output's row pitch -> the name of its flat index
-        for o in spec.outputs:
-            pitch = spec.row_pitch(o)
-            if pitch not in flats:
-                flats[pitch] = f"flat{len(flats) or ''}"
-                apart = p.extent('n', N) if pitch == N else pitch
-                body.append(f"{flats[pitch]} = {rows} * {apart} + n")
-            body.append(p.store(o.arg, flats[pitch], o.value, names[o.value.id], mask))
+        declared, flats = matmul_flats(spec)
+        for name, pitch in declared:
+            body.append(f"{name} = (pid_b{suffix} * {p.extent('m', M)} + m) * "
+                        f"{p.extent('n', N) if pitch == N else pitch} + n")
+        for o, flat in zip(spec.outputs, flats):
+            body.append(p.store(o.arg, flat, o.value, names[o.value.id], mask))
     return body

@@ -117,7 +117,7 @@ from ..fusion.symbolic import Expr, topo_exprs
 from . import philox, wgsl_functions
 from ..ir.shapes import pow2_at_least, pow2_at_most
 from .common import (INFIX, INT_LIMITS, ExprPrinter, acc_expr_id, find_var, float_literal, indent,
-                     reduced_expr_id, reduction_identity, renamed, scan_identity,
+                     matmul_flats, reduced_expr_id, reduction_identity, renamed, scan_identity,
                      scanned_expr_id, source_name, stored_at_iteration_index)
 
 VALUE = {"bool": "bool", "int8": "i32", "uint8": "i32", "int16": "i32", "uint16": "i32",
@@ -1424,14 +1424,12 @@ def _render_matmul(spec: MatmulSpec, name, params, target) -> RenderedKernel:
                      f"        let n = n0 + tx + {j * tile}i;",
                      f"        if (m < rows_m && n < cols_n) {{",
                      f"            let acc = acc_{i}_{j};"]
-            stores, flats = [], {}  # an output's row pitch -> the name of its flat index
-            for o in spec.outputs:
-                pitch = spec.row_pitch(o)
-                if pitch not in flats:
-                    flats[pitch] = f"flat{len(flats) or ''}"
-                    width = "cols_n" if pitch == N else f"{pitch}i"
-                    stores.append(f"let {flats[pitch]} = (b * rows_m + m) * {width} + n;")
-                stores.append(p.store(o.arg, flats[pitch], e_names[o.value.id]))
+            declared, flats = matmul_flats(spec)
+            stores = [f"let {name} = (b * rows_m + m) * "
+                      f"{'cols_n' if pitch == N else f'{pitch}i'} + n;"
+                      for name, pitch in declared]
+            stores += [p.store(o.arg, flat, e_names[o.value.id])
+                       for o, flat in zip(spec.outputs, flats)]
             body += indent(e_lines + stores, 12)
             body += ["        }", "    }"]
     body.append("}")

@@ -420,10 +420,11 @@ def structure(group, external, pitch=dense) -> tuple:
     The key holds the group's kind, space, anchors and outputs, and every node lowering can
     reach from them: from the anchors' inputs and the outputs back through the nodes the
     group computes, up to the nodes ``external`` answers True for (loads: their shape and
-    dtype, and the pitch of its rows) and the group's anchors (stages, the accumulator, the
-    scan: their place among the anchors); an output's entry holds its pitch too. A computed node's entry is its structural key entry (``node_entry``: op, attrs
-    that are part of a kernel, shape, dtype) with its inputs' numbers, so two groups of equal
-    keys are the same graph, node for node, and lower to the same spec. ``external`` is asked
+    dtype, and the pitch of their rows) and the group's anchors (stages, the accumulator, the
+    scan: their place among the anchors); an output's entry holds its pitch too. A computed
+    node's entry is its structural key entry (``node_entry``: op, attrs that are part of a
+    kernel, shape, dtype) with its inputs' numbers, so two groups of equal keys are the same
+    graph, node for node, and lower to the same spec. ``external`` is asked
     about each reachable node that is not an anchor: every node lowering asks about, and some
     it may not (a literal exponent), so that a caller recording the answers (the
     partitioner's trials) records all that the outcome depends on."""
