@@ -115,6 +115,7 @@ def test_the_library_reads_and_writes_padded_rows(params):
     if "cuda:0" not in FUSED_DEVICES:
         pytest.skip("no CUDA device")
     from lazyburn.runtime.cuda_library import LibraryMatmul
+    from lazyburn.runtime.cuda_tuning import unaligned_sides
 
     rng = np.random.default_rng(7 + len(params))
     m = 24 + 8 * len(params)  # a shape of its own (plans are cached); K = m aligned
@@ -134,6 +135,12 @@ def test_the_library_reads_and_writes_padded_rows(params):
     products = [pk for pk in plan.kernels if pk.kind == "matmul"]
     assert [[a.row_pitch for a in pk.spec.args] for pk in products] == [
         [None, None, (N, 1152)], [(N, 1152), None, None], [(N, 1152), None, None]]
+    # N, K, and M along the padded rows of A transposed: the library pads them by default
+    # from LIBRARY_DEFAULT_WORK on; an odd M alone, in rows of its own, it does not
+    assert [unaligned_sides(pk.spec) for pk in products] == [True, True, True]
+    odd_rows = lb.explain(lb.tensor(x[:m - 1], device="cuda:0") @ lb.tensor(w.T[:, :40],
+                                                                              device="cuda:0"))
+    assert not unaligned_sides(odd_rows.kernels[0].spec)
     if not params:
         return
     logits, by_rows, transposed = (getattr(pk.compiled, "kernel", pk.compiled)
