@@ -304,7 +304,7 @@ def unaligned_sides(spec: MatmulSpec) -> bool:
 def pads_by_default(spec: MatmulSpec) -> bool:
     """Whether ``spec``'s library default multiplies over padded operands (``library_pads``):
     a half-precision product whose rows are off 16-byte boundaries (``unaligned_rows``) or
-    whose sides are not multiples of 16 bytes (``unaligned_sides``). In a bfloat16 training
+    whose K or N is no multiple of 16 bytes (``unaligned_sides``). In a bfloat16 training
     step over a vocabulary of 30 522 on an H200, its three products with the vocabulary as M,
     N or K (4096 tokens, hidden 384) took 0.41-0.46 ms each on the library unpadded, and
     0.118-0.208 ms padded, plus 0.127-0.153 ms for each operand or product its prologue or
@@ -325,7 +325,7 @@ def library_by_default(spec: MatmulSpec, default: dict) -> bool:
     are such products: 384 x 384 over K = 4096 (9 tiles) took 60 us in the generated kernel
     on an H200, and the library's split-K kernels about 6 us. Also half-precision products
     from ``LIBRARY_DEFAULT_WORK`` multiply-adds on whose operands' or outputs' rows start off
-    16-byte boundaries (``unaligned_rows``) or whose sides are no multiples of 16 bytes
+    16-byte boundaries (``unaligned_rows``) or whose K or N is no multiple of 16 bytes
     (``unaligned_sides``): a bfloat16 training step over a vocabulary of
     30 522 computed its logits (4096 x 30 522 x 384) in 0.53 ms and its decoder's weight
     gradient with AdamW's update (30 522 x 384 x 4096) in 0.93 ms in the generated kernels,
