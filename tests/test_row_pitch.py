@@ -12,7 +12,7 @@ from fused_devices import FUSED_DEVICES
 from lazyburn import runtime
 from lazyburn.fusion.plan import PITCH_MIN_WIDTH, row_pitches
 
-M, K, N = 24, 40, 1100  # rows of 1100 float32 (4400 bytes): 1120 elements apart at 128 bytes
+M, K, N = 8, 40, 1100  # rows of 1100 float32 (4400 bytes): 1120 elements apart at 128 bytes
 
 
 @pytest.fixture(params=FUSED_DEVICES)
