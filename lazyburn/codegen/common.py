@@ -205,14 +205,14 @@ def indent(lines, n: int = 4) -> list[str]:
 def matmul_flats(spec) -> tuple[list, list]:
     """Where matmul ``spec`` stores its outputs: ``(declared, names)``, ``declared`` the flat
     indices to declare, ``(name, pitch)`` for each distinct pitch of the outputs' rows
-    (``MatmulSpec.row_pitch``: N, or a padded pitch), and per output the name of its own."""
+    (``MatmulSpec.output_pitch``: N, or a padded pitch), and per output the name of its own."""
     declared, named = [], {}
     for o in spec.outputs:
-        pitch = spec.row_pitch(o)
+        pitch = spec.output_pitch(o)
         if pitch not in named:
             named[pitch] = f"flat{len(named) or ''}"
             declared.append((named[pitch], pitch))
-    return declared, [named[spec.row_pitch(o)] for o in spec.outputs]
+    return declared, [named[spec.output_pitch(o)] for o in spec.outputs]
 
 
 def stored_at_iteration_index(spec) -> None:

@@ -1449,7 +1449,7 @@ def _tree_combine(stage: Stage, k: int, local: int, acc_t: str, it: str) -> list
 def _matmul_stores(p, spec: MatmulSpec, names: dict, it: str, M: str, N: str) -> list[str]:
     """Lines storing a matmul's outputs (values ``names``) at (b, m, n): ``(b*M + m)*N + n``
     (``M``, ``N``: their spelling, a launch argument where the kernel serves several
-    sizes), or at their rows' pitch (``MatmulSpec.row_pitch``)."""
+    sizes), or at their rows' pitch (``MatmulSpec.output_pitch``)."""
     declared, flats = matmul_flats(spec)
     lines = [f"const {it} {name} = (b * {M} + m) * {N if pitch == spec.n else pitch} + n;"
              for name, pitch in declared]

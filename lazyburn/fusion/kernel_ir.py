@@ -341,7 +341,7 @@ class MatmulSpec(KernelSpec):
     def problem_shape(self) -> tuple:
         return (self.batch, self.m, self.n, self.k)
 
-    def row_pitch(self, out: Output) -> int:
+    def output_pitch(self, out: Output) -> int:
         """The elements between the rows of output ``out``: N, or its argument's pitch."""
         pitch = self.args[out.arg].row_pitch
         return pitch[1] if pitch else self.n

@@ -300,7 +300,7 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False,
     outputs = []
     for o, v in zip(spec.outputs, rewritten):
         args.append(dataclasses.replace(spec.args[o.arg], name=f"out{len(args)}"))
-        pitch = spec.row_pitch(o)
+        pitch = spec.output_pitch(o)
         outputs.append(Output(len(args) - 1, v,
                               None if pitch == spec.n else at_pitch(spec.m, pitch)))
     kernels["epilogue"] = ElementwiseSpec("elementwise", args, outputs, spec.index_dtype,
@@ -312,7 +312,7 @@ def split_matmul(spec: MatmulSpec, follow_source: bool = False,
     if len(spec.outputs) == 1 and spec.outputs[0].value.op == "acc" and \
             spec.outputs[0].index is None and len(out_args) == 1 and \
             out_args[0].dtype == spec.outputs[0].value.dtype and padded["m"] == spec.m:
-        out_pitch = spec.row_pitch(spec.outputs[0])
+        out_pitch = spec.output_pitch(spec.outputs[0])
         # a padded product has more columns than the output, unless its rows' padding holds
         # them (zeros: the products of B's zero columns)
         if padded["n"] <= out_pitch:

@@ -161,13 +161,16 @@ class Lowering:
                 flat = b.add(flat, b.mul(e, b.index(s)))
         return flat
 
+    def stored_size(self, n: Node) -> int:
+        """The elements of stored node ``n``'s buffer (its padding counted)."""
+        pitch = self.pitch(n)
+        return n.size // n.shape[-1] * pitch if pitch else n.size
+
     def buffer_arg(self, name: str, n: Node, is_output: bool = False) -> KernelArg:
         """The kernel argument holding stored node ``n``'s buffer."""
         pitch = self.pitch(n)
-        if not pitch:
-            return KernelArg(name, n.dtype, n.size, is_output)
-        width = n.shape[-1]
-        return KernelArg(name, n.dtype, n.size // width * pitch, is_output, (width, pitch))
+        return KernelArg(name, n.dtype, self.stored_size(n), is_output,
+                         (n.shape[-1], pitch) if pitch else None)
 
     def arg(self, n: Node) -> int:
         i = self.arg_of.get(id(n))
@@ -246,7 +249,7 @@ class Lowering:
             return b.op("scanned", (), n.dtype)
         if self.external(n):
             flat = self.pitched_index(index, n)
-            if mask is not None and 0 <= flat.lo and flat.hi < self.buffer_arg("", n).size:
+            if mask is not None and 0 <= flat.lo and flat.hi < self.stored_size(n):
                 # in range wherever it is read (a batch norm's per-channel statistics under a
                 # pad's mask): the pad or concat whose mask it is selects its own value where
                 # the mask is false. Unmasked, the load no longer depends on a window's tap

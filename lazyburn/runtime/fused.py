@@ -500,7 +500,7 @@ def _prefix_matmul(spec, max_work):
     else:
         return None
     batch, m = min(batch, spec.batch), min(m, spec.m)
-    sizes = {o.arg: batch * m * spec.row_pitch(o) for o in spec.outputs}
+    sizes = {o.arg: batch * m * spec.output_pitch(o) for o in spec.outputs}
     return _with_outputs(spec, sizes, batch=batch, m=m)
 
 
